@@ -1,0 +1,39 @@
+// C shim for FFmpeg 5.1: only what Swift cannot import directly (function-like macros,
+// va_list logging, version-specific side-data calls, AVFrame's fixed arrays).
+// Every name is prefixed cf_. Imported only by ClipFlowMedia (internal import).
+#ifndef CF_FFMPEG_H
+#define CF_FFMPEG_H
+
+#include <libavformat/avformat.h>
+#include <libavcodec/avcodec.h>
+#include <libavutil/avutil.h>
+#include <libavutil/display.h>
+#include <libavutil/opt.h>
+#include <libavutil/channel_layout.h>
+#include <libavutil/imgutils.h>
+#include <libavutil/audio_fifo.h>
+#include <libswscale/swscale.h>
+#include <stdint.h>
+
+static inline int cf_averror(int posix) { return AVERROR(posix); }
+static inline int cf_averror_eof(void) { return AVERROR_EOF; }
+static inline int cf_averror_eagain(void) { return AVERROR(EAGAIN); }
+static inline int cf_averror_invaliddata(void) { return AVERROR_INVALIDDATA; }
+static inline int64_t cf_nopts(void) { return AV_NOPTS_VALUE; }
+
+static inline uint8_t *cf_frame_data(const AVFrame *f, int i) { return f->data[i]; }
+static inline int cf_frame_linesize(const AVFrame *f, int i) { return f->linesize[i]; }
+
+/// Rotation of the stream's display matrix in FFmpeg's convention
+/// (av_display_rotation_get: degrees counter-clockwise), or NAN if the stream has none.
+double cf_stream_display_rotation(const AVStream *st);
+/// Writes a pure-rotation display matrix (av_display_rotation_set(angle)) as stream side data.
+int cf_stream_set_display_rotation(AVStream *st, double angle);
+
+/// Installs an av_log callback that keeps the last error-level message of the calling
+/// thread (so errors can carry FFmpeg's own words) and prints nothing.
+void cf_log_install(void);
+/// Copies the last captured message of this thread into buf (NUL-terminated) and clears it.
+void cf_log_take_last(char *buf, int size);
+
+#endif

@@ -1,0 +1,197 @@
+internal import CClipFlowFFmpeg
+import ClipFlowCore
+import Foundation
+
+/// What a merge needs to know about one input clip, read from its container (sample tables and
+/// codec configuration) without decoding anything. A value type: no FFmpeg pointers escape.
+public struct ClipInfo: Sendable {
+    public struct Rational: Sendable, Equatable, CustomStringConvertible {
+        public var num: Int32, den: Int32
+        public var description: String { "\(num)/\(den)" }
+    }
+    public struct Video: Sendable {
+        public var streamIndex: Int
+        public var codec: String
+        var codecID: UInt32
+        public var codecTag: UInt32
+        public var width: Int32, height: Int32
+        public var pixelFormat: String?
+        public var profile: String?
+        public var extradata: [UInt8]
+        public var timeBase: Rational
+        public var start: Int64        // first presentation time (time base units)
+        public var duration: Int64     // presentation duration (time base units)
+        public var packets: Int
+        public var keyframes: Int
+        public var bytes: Int64
+        public var durationRuns: Int
+        public var hasBFrames: Bool
+        /// Clockwise turn a player applies when showing the picture (0, 90, 180, 270).
+        public var rotation: Int
+        public var sampleAspect: Rational
+    }
+    public struct Audio: Sendable {
+        public var streamIndex: Int
+        public var codec: String
+        var codecID: UInt32
+        public var sampleRate: Int32
+        public var channels: Int32
+        public var objectType: Int    // AAC audio object type (2 = LC)
+        public var extradata: [UInt8]
+        public var timeBase: Rational
+        public var start: Int64       // first audible sample (time base units)
+        public var duration: Int64    // audible length (time base units)
+        public var priming: Int64     // samples before the first audible one
+        public var packets: Int
+        public var bytes: Int64
+        public var bitRate: Int64
+        public var durationRuns: Int
+    }
+
+    public var path: String
+    public var fileSize: Int64
+    public var container: String
+    public var video: Video
+    public var audio: Audio?
+
+    /// Audible audio length in samples.
+    public var audioSamples: Int64 {
+        guard let a = audio else { return 0 }
+        return rescale(a.duration, AVRational(num: a.timeBase.num, den: a.timeBase.den), AVRational(num: 1, den: a.sampleRate))
+    }
+    public var videoSeconds: Double { Double(video.duration) * Double(video.timeBase.num) / Double(video.timeBase.den) }
+    public var mediaBytes: Int64 { video.bytes + (audio?.bytes ?? 0) }
+}
+
+extension ClipInfo.Rational {
+    init(_ r: AVRational) { num = r.num; den = r.den }
+    var av: AVRational { AVRational(num: num, den: den) }
+}
+
+public enum ClipProbe {
+    /// Reads a clip's parameters. Errors name the file and the problem (missing, empty, unreadable,
+    /// not a video, truncated, unsupported codec).
+    public static func probe(_ path: String) throws -> ClipInfo {
+        try checkReadableFile(path)
+        let dmx = try Demuxer(path: path)
+        return try probe(dmx)
+    }
+
+    /// Plain-file checks with clear messages before FFmpeg sees the file.
+    static func checkReadableFile(_ path: String) throws {
+        var st = stat()
+        if stat(path, &st) != 0 {
+            if errno == ENOENT { throw ClipFlowError.badInput("input '\(path)': no such file") }
+            throw ClipFlowError.badInput("input '\(path)': \(String(cString: strerror(errno)))")
+        }
+        if (st.st_mode & S_IFMT) == S_IFDIR { throw ClipFlowError.badInput("input '\(path)' is a directory, not a video file") }
+        if st.st_size == 0 { throw ClipFlowError.badInput("input '\(path)' is empty (0 bytes)") }
+        if access(path, R_OK) != 0 {
+            throw ClipFlowError.badInput("input '\(path)': permission denied (cannot read it; check its permissions)")
+        }
+    }
+
+    static func probe(_ dmx: Demuxer) throws -> ClipInfo {
+        let path = dmx.path
+        let fmt = dmx.formatName
+        guard fmt.contains("mov") || fmt.contains("mp4") else {
+            throw ClipFlowError.badInput("input '\(path)' is a '\(fmt)' file; merge takes MP4/MOV clips")
+        }
+        var fileSize: Int64 = 0
+        var st = stat()
+        if stat(path, &st) == 0 { fileSize = Int64(st.st_size) }
+
+        var videoIdx: Int? = nil, audioIdx: Int? = nil
+        for i in 0..<dmx.streamCount {
+            let t = dmx.codecpar(i).pointee.codec_type
+            if t == AVMEDIA_TYPE_VIDEO, videoIdx == nil,
+               (dmx.stream(i).pointee.disposition & AV_DISPOSITION_ATTACHED_PIC) == 0 { videoIdx = i }
+            if t == AVMEDIA_TYPE_AUDIO, audioIdx == nil { audioIdx = i }
+        }
+        guard let vi = videoIdx else { throw ClipFlowError.badInput("input '\(path)' has no video track") }
+
+        // Video
+        let vpar = dmx.codecpar(vi).pointee
+        let vst = dmx.stream(vi).pointee
+        let vcodec = String(cString: avcodec_get_name(vpar.codec_id))
+        guard vpar.codec_id == AV_CODEC_ID_H264 || vpar.codec_id == AV_CODEC_ID_HEVC else {
+            throw ClipFlowError.badInput("input '\(path)': video codec '\(vcodec)' is not supported; merge copies H.264 or H.265 video")
+        }
+        let vstats = dmx.indexStats(vi)
+        guard vstats.count > 0 else { throw ClipFlowError.badInput("input '\(path)': the video track has no frames") }
+        var rotation = 0
+        let rot = cf_stream_display_rotation(dmx.stream(vi))
+        if !rot.isNaN {
+            let cw = Int((-rot).rounded())
+            rotation = ((cw % 360) + 360) % 360
+            if rotation % 90 != 0 {
+                throw ClipFlowError.badInput("input '\(path)': display matrix turns the picture by \(rotation) degrees; only multiples of 90 are supported")
+            }
+        }
+        let vtb = vst.time_base
+        var vstart = vst.start_time
+        if vstart == FF.noPTS { vstart = 0 }
+        let vdur = vst.duration
+        if vdur == FF.noPTS || vdur <= 0 {
+            throw ClipFlowError.badInput("input '\(path)': the video track has no duration")
+        }
+        let pixfmt = vpar.format >= 0 ? av_get_pix_fmt_name(AVPixelFormat(rawValue: vpar.format)).map { String(cString: $0) } : nil
+        let profile = vpar.profile >= 0 ? avcodec_profile_name(vpar.codec_id, vpar.profile).map { String(cString: $0) } : nil
+        let video = ClipInfo.Video(
+            streamIndex: vi, codec: vcodec, codecID: vpar.codec_id.rawValue, codecTag: vpar.codec_tag,
+            width: vpar.width, height: vpar.height, pixelFormat: pixfmt, profile: profile,
+            extradata: bytes(vpar.extradata, Int(vpar.extradata_size)),
+            timeBase: .init(vtb), start: vstart, duration: vdur,
+            packets: vstats.count, keyframes: vstats.keyframes, bytes: vstats.bytes, durationRuns: vstats.durationRuns,
+            hasBFrames: vpar.video_delay > 0 || hasCompositionOffsets(dmx, vi),
+            rotation: rotation, sampleAspect: .init(vpar.sample_aspect_ratio))
+
+        // Audio
+        var audio: ClipInfo.Audio? = nil
+        var dataEnd = vstats.endOfData
+        if let ai = audioIdx {
+            let apar = dmx.codecpar(ai).pointee
+            let ast = dmx.stream(ai).pointee
+            let acodec = String(cString: avcodec_get_name(apar.codec_id))
+            guard apar.codec_id == AV_CODEC_ID_AAC else {
+                throw ClipFlowError.badInput("input '\(path)': audio codec '\(acodec)' is not supported; merge takes AAC audio (or none)")
+            }
+            let astats = dmx.indexStats(ai)
+            dataEnd = max(dataEnd, astats.endOfData)
+            let atb = ast.time_base
+            var astart = ast.start_time
+            if astart == FF.noPTS { astart = 0 }
+            let adur = ast.duration
+            let extra = bytes(apar.extradata, Int(apar.extradata_size))
+            let objectType = extra.isEmpty ? 0 : Int(extra[0] >> 3)
+            let sr = apar.sample_rate
+            let primingTB = astats.count > 0 ? astart - astats.firstTimestamp : 0
+            let priming = rescale(primingTB, atb, AVRational(num: 1, den: sr))
+            if astats.count > 0 && adur > 0 {
+                audio = ClipInfo.Audio(
+                    streamIndex: ai, codec: acodec, codecID: apar.codec_id.rawValue, sampleRate: sr,
+                    channels: apar.ch_layout.nb_channels, objectType: objectType, extradata: extra,
+                    timeBase: .init(atb), start: astart, duration: adur, priming: max(0, priming),
+                    packets: astats.count, bytes: astats.bytes, bitRate: apar.bit_rate,
+                    durationRuns: astats.durationRuns)
+            }
+        }
+        if dataEnd > fileSize {
+            throw ClipFlowError.badInput(
+                "input '\(path)' is truncated: its sample table points to byte \(dataEnd) but the file has \(fileSize) bytes")
+        }
+        return ClipInfo(path: path, fileSize: fileSize, container: fmt, video: video, audio: audio)
+    }
+
+    /// True if the index's decode order differs from presentation order somewhere (B-frames).
+    private static func hasCompositionOffsets(_ dmx: Demuxer, _ i: Int) -> Bool {
+        // The index holds decode timestamps only; the demuxer marks streams with reordering via
+        // has_b_frames when known. Assume reordering if the codec parameters say so.
+        return dmx.codecpar(i).pointee.video_delay > 0
+    }
+
+    private static func bytes(_ p: UnsafeMutablePointer<UInt8>?, _ n: Int) -> [UInt8] {
+        guard let p, n > 0 else { return [] }
+        return Array(UnsafeBufferPointer(start: p, count: n))
+    }
+}

@@ -1,0 +1,255 @@
+internal import CClipFlowFFmpeg
+import ClipFlowCore
+import Foundation
+
+// Owner classes for FFmpeg objects (habit 1: one owner per C object, freed in deinit) and the one
+// checked helper through which every FFmpeg call that can fail goes (habit 2).
+//
+// Threading: each owner is confined to one thread at a time. Classes are @unchecked Sendable only
+// so that ownership can be handed from one queue to another (an ownership transfer).
+
+enum FF {
+    static let setup: Void = {
+        cf_log_install()
+    }()
+
+    /// FFmpeg's own text for an error code, plus the last message FFmpeg logged on this thread.
+    static func describe(_ rc: Int32) -> String {
+        var buf = [CChar](repeating: 0, count: 256)
+        av_strerror(rc, &buf, buf.count)
+        let text = String(cString: buf)
+        var logBuf = [CChar](repeating: 0, count: 512)
+        cf_log_take_last(&logBuf, Int32(logBuf.count))
+        let logged = String(cString: logBuf)
+        if !logged.isEmpty, !text.contains(logged) { return "\(text) (\(logged))" }
+        return text
+    }
+
+    /// Checks an FFmpeg return code. Negative values throw, naming the operation and FFmpeg's message.
+    @discardableResult
+    static func check(_ rc: Int32, _ operation: @autoclosure () -> String,
+                      kind: ClipFlowError.Kind = .failure) throws -> Int32 {
+        if rc < 0 {
+            throw ClipFlowError(kind, "\(operation()): \(describe(rc))")
+        }
+        return rc
+    }
+
+    static let eof = cf_averror_eof()
+    static let eagain = cf_averror_eagain()
+    static let noPTS = cf_nopts()
+    static func err(_ posix: Int32) -> Int32 { cf_averror(posix) }
+}
+
+/// An AVPacket. Owner: whoever holds it; freed in deinit.
+final class Packet: @unchecked Sendable {
+    let p: UnsafeMutablePointer<AVPacket>
+    init() throws {
+        guard let p = av_packet_alloc() else { throw ClipFlowError.failure("out of memory allocating a packet") }
+        self.p = p
+    }
+    deinit {
+        var q: UnsafeMutablePointer<AVPacket>? = p
+        av_packet_free(&q)
+    }
+    func unref() { av_packet_unref(p) }
+    /// A new packet referencing the same data (no copy).
+    func clone() throws -> Packet {
+        let c = try Packet()
+        try FF.check(av_packet_ref(c.p, p), "copying a packet")
+        return c
+    }
+}
+
+/// An AVFrame. Owner: whoever holds it; freed in deinit.
+final class Frame: @unchecked Sendable {
+    let f: UnsafeMutablePointer<AVFrame>
+    init() throws {
+        guard let f = av_frame_alloc() else { throw ClipFlowError.failure("out of memory allocating a frame") }
+        self.f = f
+    }
+    deinit {
+        var q: UnsafeMutablePointer<AVFrame>? = f
+        av_frame_free(&q)
+    }
+    func unref() { av_frame_unref(f) }
+    func data(_ i: Int) -> UnsafeMutablePointer<UInt8>? { cf_frame_data(f, Int32(i)) }
+    func linesize(_ i: Int) -> Int { Int(cf_frame_linesize(f, Int32(i))) }
+}
+
+/// A demuxer (input AVFormatContext), opened read-only. Owner: one reader; closed in deinit.
+/// Streams are exposed only by index and value types, never as pointers that could outlive it.
+final class Demuxer: @unchecked Sendable {
+    let ctx: UnsafeMutablePointer<AVFormatContext>
+    let path: String
+
+    /// Opens `path`. Errors name the file and say what is wrong with it.
+    init(path: String, findStreamInfo: Bool = false) throws {
+        _ = FF.setup
+        self.path = path
+        var c: UnsafeMutablePointer<AVFormatContext>? = nil
+        let rc = avformat_open_input(&c, path, nil, nil)
+        if rc < 0 {
+            if rc == FF.err(ENOENT) { throw ClipFlowError.badInput("input '\(path)': no such file") }
+            if rc == FF.err(EACCES) { throw ClipFlowError.badInput("input '\(path)': permission denied (cannot read it)") }
+            throw ClipFlowError.badInput("input '\(path)' is not a video FFmpeg can read: \(FF.describe(rc))")
+        }
+        guard let c else { throw ClipFlowError.failure("input '\(path)': demuxer did not open") }
+        ctx = c
+        if findStreamInfo {
+            let rc = avformat_find_stream_info(ctx, nil)
+            if rc < 0 { throw ClipFlowError.badInput("input '\(path)': cannot read stream parameters: \(FF.describe(rc))") }
+        }
+    }
+    deinit {
+        var c: UnsafeMutablePointer<AVFormatContext>? = ctx
+        avformat_close_input(&c)
+    }
+
+    var formatName: String { ctx.pointee.iformat.map { String(cString: $0.pointee.name) } ?? "" }
+    var streamCount: Int { Int(ctx.pointee.nb_streams) }
+    func stream(_ i: Int) -> UnsafeMutablePointer<AVStream> { ctx.pointee.streams[i]! }
+    func codecpar(_ i: Int) -> UnsafeMutablePointer<AVCodecParameters> { stream(i).pointee.codecpar }
+
+    /// Reads the next packet into `pkt` (unreffed first). Returns false at end of file.
+    func read(into pkt: Packet) throws -> Bool {
+        pkt.unref()
+        let rc = av_read_frame(ctx, pkt.p)
+        if rc == FF.eof { return false }
+        if rc < 0 { throw ClipFlowError.badInput("input '\(path)': reading failed: \(FF.describe(rc))") }
+        return true
+    }
+
+    /// Seeks `streamIndex` to the last keyframe at or before `timestamp` (stream time base).
+    func seek(stream streamIndex: Int, to timestamp: Int64) throws {
+        try FF.check(av_seek_frame(ctx, Int32(streamIndex), timestamp, AVSEEK_FLAG_BACKWARD),
+                     "input '\(path)': seeking to \(timestamp)")
+    }
+
+    struct IndexStats {
+        var count = 0
+        var keyframes = 0
+        var bytes: Int64 = 0
+        var endOfData: Int64 = 0   // max(pos + size)
+        var firstTimestamp: Int64 = 0
+        var durationRuns = 0       // number of runs of equal dts deltas
+    }
+
+    /// Statistics of a stream's sample table (the demuxer's index), read without touching sample data.
+    func indexStats(_ i: Int) -> IndexStats {
+        let st = stream(i)
+        var s = IndexStats()
+        let n = Int(avformat_index_get_entries_count(st))
+        s.count = n
+        var prevTs: Int64 = 0
+        var prevDelta: Int64 = .min
+        for k in 0..<n {
+            guard let e = avformat_index_get_entry(st, Int32(k)) else { continue }
+            let size = Int64(e.pointee.size)
+            s.bytes += size
+            s.endOfData = max(s.endOfData, e.pointee.pos + size)
+            if (e.pointee.flags & AVINDEX_KEYFRAME) != 0 { s.keyframes += 1 }
+            if k == 0 { s.firstTimestamp = e.pointee.timestamp }
+            else {
+                let d = e.pointee.timestamp - prevTs
+                if d != prevDelta { s.durationRuns += 1; prevDelta = d }
+            }
+            prevTs = e.pointee.timestamp
+        }
+        return s
+    }
+}
+
+/// A decoder or encoder context (AVCodecContext). Owner: one stage/thread; freed in deinit.
+final class CodecContext: @unchecked Sendable {
+    let ctx: UnsafeMutablePointer<AVCodecContext>
+    let what: String
+
+    private init(codec: UnsafePointer<AVCodec>, what: String) throws {
+        guard let c = avcodec_alloc_context3(codec) else { throw ClipFlowError.failure("out of memory (\(what))") }
+        ctx = c
+        self.what = what
+    }
+    deinit {
+        var c: UnsafeMutablePointer<AVCodecContext>? = ctx
+        avcodec_free_context(&c)
+    }
+
+    /// A decoder for the given stream parameters.
+    static func decoder(for par: UnsafePointer<AVCodecParameters>, what: String, threads: Int = 1) throws -> CodecContext {
+        guard let codec = avcodec_find_decoder(par.pointee.codec_id) else {
+            throw ClipFlowError.failure("\(what): no decoder for \(String(cString: avcodec_get_name(par.pointee.codec_id)))")
+        }
+        let c = try CodecContext(codec: codec, what: what)
+        try FF.check(avcodec_parameters_to_context(c.ctx, par), "\(what): decoder parameters")
+        c.ctx.pointee.thread_count = Int32(threads)
+        try FF.check(avcodec_open2(c.ctx, codec, nil), "\(what): opening decoder")
+        return c
+    }
+
+    /// An encoder by name, configured by `configure` before opening.
+    static func encoder(named name: String, what: String, options: [String: String] = [:],
+                        configure: (UnsafeMutablePointer<AVCodecContext>) -> Void) throws -> CodecContext {
+        guard let codec = avcodec_find_encoder_by_name(name) else {
+            throw ClipFlowError.failure("\(what): FFmpeg has no '\(name)' encoder")
+        }
+        let c = try CodecContext(codec: codec, what: what)
+        configure(c.ctx)
+        var dict: OpaquePointer? = nil
+        for (k, v) in options { av_dict_set(&dict, k, v, 0) }
+        defer { av_dict_free(&dict) }
+        try FF.check(avcodec_open2(c.ctx, codec, &dict), "\(what): opening encoder")
+        return c
+    }
+
+    /// Sends a packet (nil = drain). EAGAIN is control flow: returns false.
+    func send(_ pkt: Packet?) throws -> Bool {
+        let rc = avcodec_send_packet(ctx, pkt?.p)
+        if rc == FF.eagain || rc == FF.eof { return false }
+        try FF.check(rc, "\(what): decoding")
+        return true
+    }
+    /// Receives a decoded frame; false when more input is needed or the decoder is drained.
+    func receive(_ frame: Frame) throws -> Bool {
+        let rc = avcodec_receive_frame(ctx, frame.f)
+        if rc == FF.eagain || rc == FF.eof { return false }
+        try FF.check(rc, "\(what): decoding")
+        return true
+    }
+    /// Sends a frame to an encoder (nil = flush).
+    func send(frame: Frame?) throws {
+        let rc = avcodec_send_frame(ctx, frame?.f)
+        if rc == FF.eof { return }
+        try FF.check(rc, "\(what): encoding")
+    }
+    /// Receives an encoded packet; false when more input is needed or the encoder is drained.
+    func receive(packet: Packet) throws -> Bool {
+        let rc = avcodec_receive_packet(ctx, packet.p)
+        if rc == FF.eagain || rc == FF.eof { return false }
+        try FF.check(rc, "\(what): encoding")
+        return true
+    }
+}
+
+/// A scaler (SwsContext). Owner: one thread; freed in deinit.
+final class Scaler {
+    let ctx: OpaquePointer
+    init(srcW: Int32, srcH: Int32, srcFormat: AVPixelFormat, dstW: Int32, dstH: Int32, dstFormat: AVPixelFormat) throws {
+        guard let c = sws_getContext(srcW, srcH, srcFormat, dstW, dstH, dstFormat, SWS_BICUBIC, nil, nil, nil) else {
+            throw ClipFlowError.failure("cannot convert pictures of \(srcW)x\(srcH) to \(dstW)x\(dstH)")
+        }
+        ctx = c
+    }
+    deinit { sws_freeContext(ctx) }
+    func scale(_ src: Frame, into dst: Frame) throws {
+        try FF.check(sws_scale_frame(ctx, dst.f, src.f), "scaling a picture")
+    }
+}
+
+extension AVRational {
+    var double: Double { den == 0 ? 0 : Double(num) / Double(den) }
+}
+
+func rescale(_ v: Int64, _ from: AVRational, _ to: AVRational) -> Int64 {
+    av_rescale_q_rnd(v, from, to, AVRounding(rawValue: AV_ROUND_NEAR_INF.rawValue | AV_ROUND_PASS_MINMAX.rawValue))
+}

@@ -1,0 +1,396 @@
+internal import CClipFlowFFmpeg
+import ClipFlowCore
+import Foundation
+
+/// Options for `Merger`.
+public struct MergeOptions: Sendable {
+    /// Where the merged MP4 goes (written under a temporary name, renamed when complete).
+    public var output: URL
+    /// Clockwise turn added to the clips' own orientation: 0, 90, 180 or 270.
+    public var rotate: Int = 0
+    /// Reserve this many bytes for `moov` instead of the computed bound (tests of the fallback).
+    public var moovReserveOverride: Int? = nil
+    public init(output: URL, rotate: Int = 0) {
+        self.output = output
+        self.rotate = rotate
+    }
+}
+
+/// What a merge produced.
+public struct MergeResult: Sendable {
+    public var output: URL
+    public var clips: Int
+    public var videoFrames: Int
+    public var audioFrames: Int64
+    public var reencodedAudioFrames: Int64
+    /// Total clockwise rotation written into the display matrix.
+    public var rotation: Int
+    public var bytes: Int64
+    /// Bytes reserved for moov and bytes it used (one-pass fast start), or nil after the fallback.
+    public var moovReserved: Int?
+    public var moovUsed: Int?
+    public var usedSecondPass: Bool
+}
+
+/// Joins MP4/MOV clips into one fast-start MP4 by packet copy (see `AudioJoinPlan` for audio).
+///
+/// Threading: `run()` works on the calling thread; audio join regions are rendered on one
+/// background queue in parallel and handed over (ownership transfer) as they complete.
+public final class Merger {
+    public let inputs: [String]
+    public let options: MergeOptions
+    let progress: ProgressReporter
+    let cancel: CancellationFlag
+
+    public init(inputs: [String], options: MergeOptions, progress: ProgressReporter = SilentProgress(),
+                cancel: CancellationFlag = CancellationFlag()) {
+        self.inputs = inputs
+        self.options = options
+        self.progress = progress
+        self.cancel = cancel
+    }
+
+    public func run() throws -> MergeResult {
+        guard !inputs.isEmpty else { throw ClipFlowError.badInput("no input clips given") }
+        guard [0, 90, 180, 270].contains(options.rotate) else {
+            throw ClipFlowError.badInput("--rotate must be 0, 90, 180 or 270 (got \(options.rotate))")
+        }
+        let outPath = options.output.standardizedFileURL.path
+        for p in inputs where URL(fileURLWithPath: p).standardizedFileURL.path == outPath {
+            throw ClipFlowError.badInput("output '\(outPath)' is also an input; inputs are never overwritten")
+        }
+        var clips: [ClipInfo] = []
+        for p in inputs {
+            try cancel.check()
+            clips.append(try ClipProbe.probe(p))
+        }
+        try Compatibility.check(clips)
+        let layout = try Layout(clips: clips, rotate: options.rotate)
+
+        let out = try AtomicOutput(target: options.output, label: "output")
+        var result: MergeResult
+        do {
+            result = try mux(layout: layout, to: out.temporary.path, onePass: true)
+        } catch let e as MoovTooSmall {
+            progress.notice("reserved \(e.reserved) bytes for the index but it needed more; writing fast start in a second pass")
+            result = try mux(layout: layout, to: out.temporary.path, onePass: false)
+        }
+        let boxes = try MP4Boxes.topLevel(path: out.temporary.path)
+        guard MP4Boxes.isFastStart(boxes) else {
+            throw ClipFlowError.failure("internal: written file is not fast-start (boxes: \(boxes.map(\.type)))")
+        }
+        if result.moovReserved != nil {
+            if let moov = boxes.first(where: { $0.type == "moov" }) { result.moovUsed = Int(moov.size) }
+        }
+        try out.commit()
+        result.output = options.output
+        return result
+    }
+
+    struct MoovTooSmall: Error { let reserved: Int }
+
+    /// Timing of every clip in the output, computed before anything is written.
+    struct Layout {
+        let clips: [ClipInfo]
+        let rotation: Int
+        let videoTB: AVRational
+        /// Added to each clip's video timestamps (after rescaling to videoTB).
+        let videoOffsets: [Int64]
+        let videoEnd: Int64
+        let audio: AudioJoinPlan?
+        let sampleRate: Int32
+        /// Output audio pts of raw sample 0 (1/sampleRate).
+        let audioBase: Int64
+
+        init(clips: [ClipInfo], rotate: Int) throws {
+            self.clips = clips
+            let first = clips[0]
+            rotation = (first.video.rotation + rotate) % 360
+            videoTB = first.video.timeBase.av
+            var offsets: [Int64] = []
+            var v: Int64 = 0                       // V_c, output time of clip c's first frame
+            var starts: [Int64] = []
+            for c in clips {
+                let tb = c.video.timeBase.av
+                offsets.append(v - rescale(c.video.start, tb, videoTB))
+                starts.append(v)
+                v += rescale(c.video.duration, tb, videoTB)
+            }
+            videoOffsets = offsets
+            videoEnd = v
+            guard let a0 = first.audio else {
+                audio = nil; sampleRate = 0; audioBase = 0
+                return
+            }
+            sampleRate = a0.sampleRate
+            let sr = AVRational(num: 1, den: a0.sampleRate)
+            // X_c: timeline position of each clip's first audible sample, relative to clip 0's.
+            var xs: [Int64] = []
+            for (i, c) in clips.enumerated() {
+                guard let a = c.audio else { throw ClipFlowError.failure("internal: clip without audio") }
+                let videoAt = rescale(starts[i], videoTB, sr)
+                let audioVsVideo = rescale(a.start, a.timeBase.av, sr) - rescale(c.video.start, c.video.timeBase.av, sr)
+                xs.append(videoAt + audioVsVideo)
+            }
+            let x0 = xs[0]
+            if a0.objectType != 2 && clips.count > 1 {
+                throw ClipFlowError.incompatible(
+                    "'\(first.path)': \(Compatibility.aacProfileName(a0.objectType)) audio cannot be joined sample-accurately yet; only AAC LC is supported for joins")
+            }
+            let planClips = clips.enumerated().map { i, c in
+                AudioJoinPlan.Clip(start: xs[i] - x0, length: c.audioSamples, priming: c.audio!.priming,
+                                   frames: Int64(c.audio!.packets))
+            }
+            audio = try AudioJoinPlan(clips: planClips)
+            audioBase = x0 - audio!.priming
+        }
+    }
+
+    /// Rendered join regions, filled by a background queue; `take(i)` waits for region i.
+    final class RegionResults: @unchecked Sendable {
+        private var results: [Result<[Packet], Error>?]
+        private let cond = NSCondition()
+        init(count: Int) { results = Array(repeating: nil, count: count) }
+        func put(_ i: Int, _ r: Result<[Packet], Error>) {
+            cond.lock(); results[i] = r; cond.broadcast(); cond.unlock()
+        }
+        func take(_ i: Int) throws -> [Packet] {
+            cond.lock()
+            while results[i] == nil { cond.wait() }
+            let r = results[i]!
+            results[i] = .success([])
+            cond.unlock()
+            return try r.get()
+        }
+    }
+
+    private func mux(layout: Layout, to path: String, onePass: Bool) throws -> MergeResult {
+        let clips = layout.clips
+        let first = clips[0]
+        let total = clips.reduce(Int64(0)) { $0 + $1.mediaBytes }
+
+        // Start rendering audio join regions on the second core.
+        var regionResults: RegionResults? = nil
+        var reencoded: Int64 = 0
+        if let plan = layout.audio, !plan.regions.isEmpty, let a0 = first.audio {
+            let results = RegionResults(count: plan.regions.count)
+            regionResults = results
+            let renderer = AudioRegionRenderer(plan: plan, clips: clips, sampleRate: a0.sampleRate,
+                                               channels: a0.channels, bitRate: a0.bitRate)
+            let cancel = self.cancel
+            DispatchQueue.global(qos: .userInitiated).async {
+                for (i, region) in plan.regions.enumerated() {
+                    if cancel.isCancelled { results.put(i, .failure(ClipFlowError.interrupted)); continue }
+                    results.put(i, Result { try renderer.render(region) })
+                }
+            }
+            reencoded = plan.regions.reduce(0) { $0 + Int64($1.frames.count) }
+        }
+
+        let mux = try OutputMuxer(path: path)
+        let vst = try mux.addStream(copying: first, video: true)
+        try FF.check(cf_stream_set_display_rotation(vst, Double(layout.rotation)), "writing the orientation")
+        var ast: UnsafeMutablePointer<AVStream>? = nil
+        if layout.audio != nil { ast = try mux.addStream(copying: first, video: false) }
+
+        var reserve: Int? = nil
+        if onePass {
+            var tracks = [MoovEstimate.Track(
+                samples: clips.reduce(0) { $0 + $1.video.packets },
+                keyframes: clips.reduce(0) { $0 + $1.video.keyframes },
+                durationRuns: clips.reduce(0) { $0 + $1.video.durationRuns + 2 },
+                isVideo: true, extradataBytes: first.video.extradata.count)]
+            if let plan = layout.audio {
+                tracks.append(.init(samples: Int(plan.frameCount), keyframes: Int(plan.frameCount),
+                                    durationRuns: 4, isVideo: false, extradataBytes: first.audio!.extradata.count))
+            }
+            reserve = options.moovReserveOverride ?? MoovEstimate.bytes(tracks: tracks)
+        }
+        try mux.writeHeader(moovReserve: reserve, fastStartSecondPass: !onePass)
+        let vtbOut = vst.pointee.time_base
+        let atbOut = ast?.pointee.time_base ?? AVRational(num: 1, den: 1)
+        let srTB = AVRational(num: 1, den: layout.sampleRate)
+
+        var done: Int64 = 0
+        var lastReport = DispatchTime.now().uptimeNanoseconds
+        var lastVideoDts = Int64.min
+        var videoFrames = 0
+        var audioFramesWritten: Int64 = 0
+        var nextRegion = 0
+        let pkt = try Packet()
+
+        func writeAudio(_ p: Packet, frame k: Int64) throws {
+            guard let plan = layout.audio, let ast else { return }
+            let pts = k * AudioJoinPlan.frameSize + layout.audioBase
+            let dur = k == plan.frameCount - 1 ? plan.lastFrameDuration : AudioJoinPlan.frameSize
+            p.p.pointee.stream_index = ast.pointee.index
+            p.p.pointee.pts = rescale(pts, srTB, atbOut)
+            p.p.pointee.dts = p.p.pointee.pts
+            p.p.pointee.duration = rescale(dur, srTB, atbOut)
+            p.p.pointee.pos = -1
+            try mux.write(p)
+            audioFramesWritten += 1
+        }
+        func emitRegions(before k: Int64) throws {
+            guard let plan = layout.audio, let regionResults else { return }
+            while nextRegion < plan.regions.count, plan.regions[nextRegion].frames.lowerBound < k {
+                let packets = try regionResults.take(nextRegion)
+                for p in packets { try writeAudio(p, frame: p.p.pointee.pts) }
+                nextRegion += 1
+            }
+        }
+
+        for (ci, clip) in clips.enumerated() {
+            let dmx = try Demuxer(path: clip.path)
+            let vtbIn = clip.video.timeBase.av
+            let copy = layout.audio?.copies.first(where: { $0.clip == ci })
+            let audioTB = clip.audio?.timeBase.av
+            while try dmx.read(into: pkt) {
+                try cancel.check()
+                let si = Int(pkt.p.pointee.stream_index)
+                let size = Int64(pkt.p.pointee.size)
+                if si == clip.video.streamIndex {
+                    let p = pkt.p
+                    guard p.pointee.dts != FF.noPTS, p.pointee.pts != FF.noPTS else {
+                        throw ClipFlowError.badInput("input '\(clip.path)': a video packet has no timestamp")
+                    }
+                    let off = layout.videoOffsets[ci]
+                    let dts = rescale(rescale(p.pointee.dts, vtbIn, layout.videoTB) + off, layout.videoTB, vtbOut)
+                    let pts = rescale(rescale(p.pointee.pts, vtbIn, layout.videoTB) + off, layout.videoTB, vtbOut)
+                    guard dts > lastVideoDts else {
+                        throw ClipFlowError.badInput(
+                            "input '\(clip.path)': its frames overlap the previous clip's in decode order (timestamps not increasing); it cannot be joined by copy")
+                    }
+                    lastVideoDts = dts
+                    p.pointee.dts = dts
+                    p.pointee.pts = pts
+                    p.pointee.duration = rescale(p.pointee.duration, vtbIn, vtbOut)
+                    p.pointee.stream_index = vst.pointee.index
+                    p.pointee.pos = -1
+                    try mux.write(pkt)
+                    videoFrames += 1
+                } else if let a = clip.audio, si == a.streamIndex, let copy, let audioTB {
+                    let ptsSamples = rescale(pkt.p.pointee.pts, audioTB, srTB)
+                    let rawStart = ptsSamples - (rescale(a.start, audioTB, srTB) - a.priming)
+                    let j = floorDiv(rawStart + AudioJoinPlan.frameSize / 2, AudioJoinPlan.frameSize)
+                    let k = j + copy.offset
+                    if copy.frames.contains(k) {
+                        try emitRegions(before: k)
+                        try writeAudio(pkt, frame: k)
+                    }
+                } else {
+                    continue
+                }
+                done += size
+                let now = DispatchTime.now().uptimeNanoseconds
+                if now - lastReport > 100_000_000 {
+                    lastReport = now
+                    progress.report(ProgressEvent(phase: "merge", completed: done, total: total))
+                }
+            }
+        }
+        try emitRegions(before: Int64.max)
+        let rc = mux.writeTrailer()
+        if rc < 0 {
+            if onePass, let reserve { throw MoovTooSmall(reserved: reserve) }
+            throw ClipFlowError.output("finishing '\(options.output.path)' failed: \(FF.describe(rc))")
+        }
+        try mux.close()
+        progress.report(ProgressEvent(phase: "merge", completed: total, total: total))
+        if let plan = layout.audio, audioFramesWritten != plan.frameCount {
+            throw ClipFlowError.failure("internal: wrote \(audioFramesWritten) audio frames, planned \(plan.frameCount)")
+        }
+        var st = stat()
+        let bytes: Int64 = stat(path, &st) == 0 ? Int64(st.st_size) : 0
+        return MergeResult(output: options.output, clips: clips.count, videoFrames: videoFrames,
+                           audioFrames: layout.audio?.frameCount ?? 0, reencodedAudioFrames: reencoded,
+                           rotation: layout.rotation, bytes: bytes, moovReserved: reserve, moovUsed: nil,
+                           usedSecondPass: !onePass)
+    }
+}
+
+/// An MP4 muxer writing to a file (output AVFormatContext + its AVIOContext). One owner.
+final class OutputMuxer {
+    let ctx: UnsafeMutablePointer<AVFormatContext>
+    let path: String
+    private var ioOpen = false
+    private var headerWritten = false
+    private var trailerWritten = false
+
+    init(path: String) throws {
+        _ = FF.setup
+        self.path = path
+        var c: UnsafeMutablePointer<AVFormatContext>? = nil
+        try FF.check(avformat_alloc_output_context2(&c, nil, "mp4", path), "creating the MP4 muxer")
+        guard let c else { throw ClipFlowError.failure("creating the MP4 muxer failed") }
+        ctx = c
+        let rc = avio_open(&ctx.pointee.pb, path, AVIO_FLAG_WRITE)
+        if rc < 0 { throw ClipFlowError.output("cannot write '\(path)': \(FF.describe(rc))") }
+        ioOpen = true
+    }
+
+    deinit {
+        if headerWritten && !trailerWritten { _ = av_write_trailer(ctx) }
+        if ioOpen { avio_closep(&ctx.pointee.pb) }
+        avformat_free_context(ctx)
+    }
+
+    /// Adds a stream copying the clip's video or audio parameters.
+    func addStream(copying clip: ClipInfo, video: Bool) throws -> UnsafeMutablePointer<AVStream> {
+        guard let st = avformat_new_stream(ctx, nil) else { throw ClipFlowError.failure("out of memory adding a stream") }
+        let dmx = try Demuxer(path: clip.path)
+        let idx = video ? clip.video.streamIndex : clip.audio!.streamIndex
+        try FF.check(avcodec_parameters_copy(st.pointee.codecpar, dmx.codecpar(idx)), "copying stream parameters")
+        let par = st.pointee.codecpar!
+        if video {
+            let tag = par.pointee.codec_tag
+            let keep: [UInt32] = [fourcc("hvc1"), fourcc("hev1"), fourcc("avc1"), fourcc("avc3")]
+            par.pointee.codec_tag = keep.contains(tag) ? tag : 0
+            st.pointee.time_base = clip.video.timeBase.av
+            st.pointee.sample_aspect_ratio = par.pointee.sample_aspect_ratio
+        } else {
+            par.pointee.codec_tag = 0
+            if par.pointee.ch_layout.order == AV_CHANNEL_ORDER_UNSPEC {
+                let n = par.pointee.ch_layout.nb_channels
+                av_channel_layout_uninit(&par.pointee.ch_layout)
+                av_channel_layout_default(&par.pointee.ch_layout, n)
+            }
+            if par.pointee.frame_size == 0 { par.pointee.frame_size = 1024 }
+            st.pointee.time_base = AVRational(num: 1, den: par.pointee.sample_rate)
+        }
+        return st
+    }
+
+    func writeHeader(moovReserve: Int?, fastStartSecondPass: Bool) throws {
+        var opts: OpaquePointer? = nil
+        defer { av_dict_free(&opts) }
+        if let moovReserve { av_dict_set(&opts, "moov_size", String(moovReserve), 0) }
+        if fastStartSecondPass { av_dict_set(&opts, "movflags", "+faststart", 0) }
+        try FF.check(avformat_write_header(ctx, &opts), "writing the MP4 header", kind: .output)
+        headerWritten = true
+    }
+
+    /// Writes (and takes the data of) a packet, interleaving by decode time.
+    func write(_ pkt: Packet) throws {
+        let rc = av_interleaved_write_frame(ctx, pkt.p)
+        if rc < 0 { throw ClipFlowError.output("writing '\(path)' failed: \(FF.describe(rc))") }
+    }
+
+    func writeTrailer() -> Int32 {
+        trailerWritten = true
+        return av_write_trailer(ctx)
+    }
+
+    func close() throws {
+        if ioOpen {
+            let rc = avio_closep(&ctx.pointee.pb)
+            ioOpen = false
+            if rc < 0 { throw ClipFlowError.output("closing '\(path)' failed: \(FF.describe(rc))") }
+        }
+    }
+}
+
+func fourcc(_ s: String) -> UInt32 {
+    let b = Array(s.utf8)
+    return UInt32(b[0]) | UInt32(b[1]) << 8 | UInt32(b[2]) << 16 | UInt32(b[3]) << 24
+}

@@ -1,0 +1,192 @@
+internal import CClipFlowFFmpeg
+import ClipFlowCore
+import Foundation
+
+/// A limit on a cover image's size: the longer side at most N, or fit within W x H.
+public struct ThumbnailSize: Sendable, Equatable {
+    public var maxWidth: Int
+    public var maxHeight: Int
+    public init(maxWidth: Int, maxHeight: Int) { self.maxWidth = maxWidth; self.maxHeight = maxHeight }
+
+    /// Parses "N" or "WxH".
+    public init?(parsing s: String) {
+        let parts = s.lowercased().split(separator: "x", omittingEmptySubsequences: false)
+        if parts.count == 1, let n = Int(parts[0]), n > 0 { maxWidth = n; maxHeight = n; return }
+        if parts.count == 2, let w = Int(parts[0]), let h = Int(parts[1]), w > 0, h > 0 { maxWidth = w; maxHeight = h; return }
+        return nil
+    }
+
+    /// Scales (w, h) down (never up) to fit, keeping the aspect ratio; even sizes for 4:2:0.
+    public func fit(width w: Int, height h: Int) -> (Int, Int) {
+        let s = min(1.0, min(Double(maxWidth) / Double(w), Double(maxHeight) / Double(h)))
+        return (evenSize(Double(w) * s), evenSize(Double(h) * s))
+    }
+}
+
+func evenSize(_ v: Double) -> Int { max(2, Int((v / 2).rounded()) * 2) }
+
+/// Writes a JPEG cover of a representative frame of a video: upright (the display matrix applied
+/// to the pixels), at display size (pixel aspect applied) unless limited.
+///
+/// "Representative": several keyframes spread over the video are decoded and scored on a small grey
+/// copy; frames that are black, white, blank or fading (low mean, high mean or low contrast) are
+/// passed over, and the one with the most detail wins.
+public final class Thumbnailer {
+    public struct Result: Sendable { public var width: Int; public var height: Int; public var time: Double }
+
+    let path: String
+    let cancel: CancellationFlag
+
+    public init(path: String, cancel: CancellationFlag = CancellationFlag()) throws {
+        try ClipProbe.checkReadableFile(path)
+        self.path = path
+        self.cancel = cancel
+    }
+
+    public func write(to url: URL, limit: ThumbnailSize? = nil) throws -> Result {
+        let dmx = try Demuxer(path: path)
+        var vi = -1
+        for i in 0..<dmx.streamCount where dmx.codecpar(i).pointee.codec_type == AVMEDIA_TYPE_VIDEO {
+            if (dmx.stream(i).pointee.disposition & AV_DISPOSITION_ATTACHED_PIC) == 0 { vi = i; break }
+        }
+        guard vi >= 0 else { throw ClipFlowError.badInput("'\(path)' has no video track to take a cover from") }
+        let st = dmx.stream(vi).pointee
+        let tb = st.time_base
+        let start = st.start_time == FF.noPTS ? 0 : st.start_time
+        let duration = st.duration > 0 ? st.duration : rescale(dmx.ctx.pointee.duration, AVRational(num: 1, den: Int32(AV_TIME_BASE)), tb)
+        let rot = cf_stream_display_rotation(dmx.stream(vi))
+        let rotation = rot.isNaN ? 0 : ((Int((-rot).rounded()) % 360) + 360) % 360
+        let dec = try CodecContext.decoder(for: dmx.codecpar(vi), what: "decoding '\(path)' for a cover", threads: 2)
+
+        var best: (score: Double, frame: Frame, time: Double)? = nil
+        var fallback: (score: Double, frame: Frame, time: Double)? = nil
+        let pkt = try Packet()
+        for frac in [0.1, 0.25, 0.4, 0.55, 0.7, 0.85, 0.02] {
+            try cancel.check()
+            let target = start + Int64(Double(max(duration, 1)) * frac)
+            try dmx.seek(stream: vi, to: target)
+            avcodec_flush_buffers(dec.ctx)
+            guard let frame = try firstFrame(dmx, dec, vi, pkt) else { continue }
+            let (mean, sd) = try lumaStats(frame)
+            let t = Double(frame.f.pointee.best_effort_timestamp - start) * tb.double
+            let usable = mean > 24 && mean < 232 && sd > 10
+            if usable, best == nil || sd > best!.score { best = (sd, frame, t) }
+            if fallback == nil || sd > fallback!.score { fallback = (sd, frame, t) }
+        }
+        guard let chosen = best ?? fallback else {
+            throw ClipFlowError.badInput("'\(path)': no picture could be decoded for a cover")
+        }
+        let f = chosen.frame.f.pointee
+        // Display size: pixel aspect applied, then the turn.
+        var dw = Double(f.width), dh = Double(f.height)
+        let sar = f.sample_aspect_ratio
+        if sar.num > 0 && sar.den > 0 && sar.num != sar.den { dw = dw * Double(sar.num) / Double(sar.den) }
+        let turned = rotation == 90 || rotation == 270
+        let (ow, oh) = (limit ?? ThumbnailSize(maxWidth: 1 << 20, maxHeight: 1 << 20))
+            .fit(width: Int(turned ? dh : dw), height: Int(turned ? dw : dh))
+        let (sw, sh) = turned ? (oh, ow) : (ow, oh)    // size before turning
+        let scaled = try Frame()
+        scaled.f.pointee.width = Int32(sw)
+        scaled.f.pointee.height = Int32(sh)
+        scaled.f.pointee.format = AV_PIX_FMT_YUVJ420P.rawValue
+        try FF.check(av_frame_get_buffer(scaled.f, 0), "allocating the cover")
+        let scaler = try Scaler(srcW: f.width, srcH: f.height, srcFormat: AVPixelFormat(rawValue: f.format),
+                                dstW: Int32(sw), dstH: Int32(sh), dstFormat: AV_PIX_FMT_YUVJ420P)
+        try scaler.scale(chosen.frame, into: scaled)
+        let upright = try turn(scaled, clockwise: rotation)
+        let jpeg = try encodeJPEG(upright)
+
+        let out = try AtomicOutput(target: url, label: "cover")
+        guard FileManager.default.createFile(atPath: out.temporary.path, contents: jpeg) else {
+            throw ClipFlowError.output("cannot write cover '\(url.path)'")
+        }
+        try out.commit()
+        return Result(width: Int(upright.f.pointee.width), height: Int(upright.f.pointee.height), time: chosen.time)
+    }
+
+    private func firstFrame(_ dmx: Demuxer, _ dec: CodecContext, _ vi: Int, _ pkt: Packet) throws -> Frame? {
+        let frame = try Frame()
+        var sent = 0
+        while try dmx.read(into: pkt) {
+            guard Int(pkt.p.pointee.stream_index) == vi else { continue }
+            _ = try dec.send(pkt)
+            sent += 1
+            if try dec.receive(frame) { return frame }
+            if sent > 64 { break }
+        }
+        _ = try dec.send(nil)
+        if try dec.receive(frame) { avcodec_flush_buffers(dec.ctx); return frame }
+        return nil
+    }
+
+    /// Mean and standard deviation of luma on a 64x36 grey copy.
+    private func lumaStats(_ frame: Frame) throws -> (Double, Double) {
+        let f = frame.f.pointee
+        let g = try Frame()
+        g.f.pointee.width = 64; g.f.pointee.height = 36
+        g.f.pointee.format = AV_PIX_FMT_GRAY8.rawValue
+        try FF.check(av_frame_get_buffer(g.f, 0), "allocating")
+        try Scaler(srcW: f.width, srcH: f.height, srcFormat: AVPixelFormat(rawValue: f.format),
+                   dstW: 64, dstH: 36, dstFormat: AV_PIX_FMT_GRAY8).scale(frame, into: g)
+        var sum = 0.0, sq = 0.0
+        guard let d = g.data(0) else { return (0, 0) }
+        let ls = g.linesize(0)
+        for y in 0..<36 { for x in 0..<64 { let v = Double(d[y * ls + x]); sum += v; sq += v * v } }
+        let n = 64.0 * 36.0
+        let mean = sum / n
+        return (mean, (max(0, sq / n - mean * mean)).squareRoot())
+    }
+
+    /// Turns a YUV 4:2:0 picture clockwise by 0/90/180/270 degrees.
+    private func turn(_ src: Frame, clockwise deg: Int) throws -> Frame {
+        if deg == 0 { return src }
+        let w = Int(src.f.pointee.width), h = Int(src.f.pointee.height)
+        let dst = try Frame()
+        dst.f.pointee.width = Int32(deg == 180 ? w : h)
+        dst.f.pointee.height = Int32(deg == 180 ? h : w)
+        dst.f.pointee.format = src.f.pointee.format
+        try FF.check(av_frame_get_buffer(dst.f, 0), "allocating the cover")
+        for plane in 0..<3 {
+            let pw = plane == 0 ? w : w / 2, ph = plane == 0 ? h : h / 2
+            guard let s = src.data(plane), let d = dst.data(plane) else { continue }
+            let sl = src.linesize(plane), dl = dst.linesize(plane)
+            let ow = deg == 180 ? pw : ph, oh = deg == 180 ? ph : pw
+            for y in 0..<oh {
+                for x in 0..<ow {
+                    let (sx, sy): (Int, Int)
+                    switch deg {
+                    case 90: (sx, sy) = (y, ph - 1 - x)
+                    case 180: (sx, sy) = (pw - 1 - x, ph - 1 - y)
+                    default: (sx, sy) = (pw - 1 - y, x)
+                    }
+                    d[y * dl + x] = s[sy * sl + sx]
+                }
+            }
+        }
+        return dst
+    }
+
+    private func encodeJPEG(_ frame: Frame) throws -> Data {
+        let w = frame.f.pointee.width, h = frame.f.pointee.height
+        let enc = try CodecContext.encoder(named: "mjpeg", what: "encoding the cover JPEG") { c in
+            c.pointee.width = w
+            c.pointee.height = h
+            c.pointee.pix_fmt = AV_PIX_FMT_YUVJ420P
+            c.pointee.time_base = AVRational(num: 1, den: 25)
+            c.pointee.flags |= AV_CODEC_FLAG_QSCALE
+            c.pointee.global_quality = FF_QP2LAMBDA * 3
+        }
+        frame.f.pointee.pts = 0
+        frame.f.pointee.quality = FF_QP2LAMBDA * 3
+        try enc.send(frame: frame)
+        try enc.send(frame: nil)
+        let pkt = try Packet()
+        var data = Data()
+        while try enc.receive(packet: pkt) {
+            data.append(pkt.p.pointee.data, count: Int(pkt.p.pointee.size))
+            pkt.unref()
+        }
+        guard !data.isEmpty else { throw ClipFlowError.failure("the JPEG encoder produced nothing") }
+        return data
+    }
+}

@@ -34,8 +34,10 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // Test helpers: fixtures made with the ffmpeg CLI and oracles (ffprobe, ffmpeg, mediainfo).
+        .target(name: "ClipFlowTestSupport", path: "Tests/ClipFlowTestSupport"),
         .testTarget(name: "ClipFlowCoreTests", dependencies: ["ClipFlowCore"]),
-        .testTarget(name: "ClipFlowMediaTests", dependencies: ["ClipFlowMedia", "ClipFlowCore"]),
-        .testTarget(name: "ClipFlowCLITests", dependencies: ["clipflow"]),
+        .testTarget(name: "ClipFlowMediaTests", dependencies: ["ClipFlowMedia", "ClipFlowCore", "ClipFlowTestSupport"]),
+        .testTarget(name: "ClipFlowCLITests", dependencies: ["clipflow", "ClipFlowTestSupport"]),
     ]
 )

@@ -121,7 +121,9 @@ struct AudioRegionRenderer {
             c.pointee.sample_rate = sampleRate
             c.pointee.sample_fmt = AV_SAMPLE_FMT_FLTP
             av_channel_layout_default(&c.pointee.ch_layout, channels)
-            c.pointee.bit_rate = bitRate > 0 ? bitRate : Int64(64_000 * channels)
+            // A few frames only: spend bits freely (twice the clip's rate, within AAC LC's range).
+            let perChannel = Int64(channels)
+            c.pointee.bit_rate = min(max(2 * bitRate, 128_000 * perChannel), 256_000 * perChannel)
             c.pointee.time_base = AVRational(num: 1, den: sampleRate)
             c.pointee.profile = FF_PROFILE_AAC_LOW
         }

@@ -131,8 +131,11 @@ public enum ClipProbe {
         let vtb = vst.time_base
         var vstart = vst.start_time
         if vstart == FF.noPTS { vstart = 0 }
-        let vdur = vst.duration
-        if vdur == FF.noPTS || vdur <= 0 {
+        // The container's track duration can be shorter than the last frame's presentation end
+        // (variable frame rate with B-frames), so read the last frames' timestamps instead.
+        let vend = try presentationEnd(dmx, vi)
+        let vdur = vend - vstart
+        if vdur <= 0 {
             throw ClipFlowError.badInput("input '\(path)': the video track has no duration")
         }
         let pixfmt = vpar.format >= 0 ? av_get_pix_fmt_name(AVPixelFormat(rawValue: vpar.format)).map { String(cString: $0) } : nil
@@ -181,6 +184,34 @@ public enum ClipProbe {
                 "input '\(path)' is truncated: its sample table points to byte \(dataEnd) but the file has \(fileSize) bytes")
         }
         return ClipInfo(path: path, fileSize: fileSize, container: fmt, video: video, audio: audio)
+    }
+
+    /// max(pts + duration) over the video track: seeks to the last 16 frames in decode order (the
+    /// deepest H.264/H.265 reordering) and reads only those packets.
+    private static func presentationEnd(_ dmx: Demuxer, _ vi: Int) throws -> Int64 {
+        let st = dmx.stream(vi)
+        let n = Int(avformat_index_get_entries_count(st))
+        guard n > 0, let e = avformat_index_get_entry(st, Int32(max(0, n - 16))) else { return 0 }
+        var saved: [AVDiscard] = []
+        for i in 0..<dmx.streamCount {
+            saved.append(dmx.stream(i).pointee.discard)
+            if i != vi { dmx.stream(i).pointee.discard = AVDISCARD_ALL }
+        }
+        defer { for i in 0..<dmx.streamCount { dmx.stream(i).pointee.discard = saved[i] } }
+        try FF.check(av_seek_frame(dmx.ctx, Int32(vi), e.pointee.timestamp, AVSEEK_FLAG_ANY | AVSEEK_FLAG_BACKWARD),
+                     "input '\(dmx.path)': seeking to its last frames", kind: .badInput)
+        let pkt = try Packet()
+        var end = Int64.min
+        while try dmx.read(into: pkt) {
+            guard Int(pkt.p.pointee.stream_index) == vi else { continue }
+            let pts = pkt.p.pointee.pts
+            if pts != FF.noPTS { end = max(end, pts + max(0, pkt.p.pointee.duration)) }
+        }
+        guard end != Int64.min else {
+            throw ClipFlowError.badInput("input '\(dmx.path)': its last video frames could not be read (truncated?)")
+        }
+        try FF.check(av_seek_frame(dmx.ctx, -1, Int64.min, AVSEEK_FLAG_BACKWARD), "rewinding '\(dmx.path)'")
+        return end
     }
 
     /// True if the index's decode order differs from presentation order somewhere (B-frames).

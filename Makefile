@@ -1,0 +1,26 @@
+# clipflow: `make demo` runs the main job on inputs it makes itself; `make test` runs the tests.
+# Both install missing system packages first (Debian 12).
+SWIFT ?= swift
+
+.PHONY: deps build release demo test bench clean
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release
+
+demo: build
+	@bash scripts/demo.sh
+
+test: deps
+	$(SWIFT) test
+
+bench: deps
+	@bash benchmarks/merge
+
+clean:
+	rm -rf .build out

@@ -1,0 +1,179 @@
+import Foundation
+
+/// Runs a program and captures its output. Used to make fixtures with the ffmpeg CLI and to judge
+/// outputs with tools we did not write (ffprobe, ffmpeg, mediainfo).
+public struct Run {
+    public var status: Int32
+    public var stdout: Data
+    public var stderr: String
+    public var out: String { String(decoding: stdout, as: UTF8.self) }
+
+    @discardableResult
+    public static func run(_ args: [String], env: [String: String] = [:], check: Bool = true) throws -> Run {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = args
+        var e = ProcessInfo.processInfo.environment
+        for (k, v) in env { e[k] = v }
+        p.environment = e
+        let o = Pipe(), er = Pipe()
+        p.standardOutput = o
+        p.standardError = er
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        // Read both pipes concurrently so neither fills up.
+        final class Box: @unchecked Sendable { var data = Data() }
+        let errBox = Box()
+        let g = DispatchGroup()
+        g.enter()
+        DispatchQueue.global().async { errBox.data = er.fileHandleForReading.readDataToEndOfFile(); g.leave() }
+        let outData = o.fileHandleForReading.readDataToEndOfFile()
+        g.wait()
+        let errData = errBox.data
+        p.waitUntilExit()
+        let r = Run(status: p.terminationStatus, stdout: outData, stderr: String(decoding: errData, as: UTF8.self))
+        if check && r.status != 0 {
+            throw NSError(domain: "Run", code: Int(r.status), userInfo: [NSLocalizedDescriptionKey:
+                "\(args.joined(separator: " ")) exited \(r.status): \(r.stderr.suffix(2000))"])
+        }
+        return r
+    }
+}
+
+public enum Probe {
+    /// Number of decodable video frames (ffprobe counts frames by decoding).
+    public static func videoFrames(_ path: String) throws -> Int {
+        let r = try Run.run(["ffprobe", "-v", "error", "-count_frames", "-select_streams", "v:0",
+                             "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", path])
+        let first = r.out.split(whereSeparator: { $0 == "\n" || $0 == "," }).first ?? ""
+        return Int(first.trimmingCharacters(in: .whitespaces)) ?? -1
+    }
+
+    /// Presentation timestamps (seconds) of the video packets, in presentation order.
+    public static func videoPTS(_ path: String) throws -> [Double] {
+        let r = try Run.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+                             "packet=pts_time", "-of", "csv=p=0", path])
+        return r.out.split(separator: "\n").compactMap { Double($0.trimmingCharacters(in: .whitespaces)) }.sorted()
+    }
+
+    /// A stream field from ffprobe (e.g. "duration", "nb_frames", "width").
+    public static func stream(_ path: String, _ selector: String, _ field: String) throws -> String {
+        let r = try Run.run(["ffprobe", "-v", "error", "-select_streams", selector, "-show_entries",
+                             "stream=\(field)", "-of", "csv=p=0", path])
+        return r.out.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Rotation reported by ffprobe from the display matrix (FFmpeg's sign convention).
+    public static func rotation(_ path: String) throws -> Int? {
+        let r = try Run.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+                             "stream_side_data=rotation", "-of", "csv=p=0", path])
+        return Int(r.out.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "\n").first ?? "")
+    }
+
+    /// Errors printed by ffmpeg while decoding every stream fully (empty = clean).
+    public static func decodeErrors(_ path: String) throws -> String {
+        let r = try Run.run(["ffmpeg", "-v", "error", "-i", path, "-f", "null", "-"], check: false)
+        return r.status == 0 ? r.stderr : "exit \(r.status): \(r.stderr)"
+    }
+
+    /// Decoded audio as mono float samples (ffmpeg decodes; edit lists honoured as ffmpeg does).
+    public static func audioSamples(_ path: String, mono: Bool = true) throws -> [Float] {
+        var args = ["ffmpeg", "-v", "error", "-i", path, "-map", "0:a:0", "-f", "f32le"]
+        if mono { args += ["-ac", "1"] }
+        let r = try Run.run(args + ["-"])
+        return r.stdout.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+    }
+
+    /// Top-level boxes in file order, as ffprobe's trace log names them.
+    public static func topLevelBoxes(_ path: String) throws -> [String] {
+        let r = try Run.run(["ffprobe", "-v", "trace", "-i", path], check: false)
+        var boxes: [String] = []
+        for line in r.stderr.split(separator: "\n") where line.contains("parent:'root'") {
+            if let a = line.range(of: "type:'") {
+                let rest = line[a.upperBound...]
+                if let b = rest.firstIndex(of: "'") { boxes.append(String(rest[..<b])) }
+            }
+        }
+        return boxes
+    }
+
+    /// A decoded picture (first frame, display orientation applied by ffmpeg) as grey pixels.
+    public static func greyPicture(_ path: String, at seconds: Double = 0) throws -> (w: Int, h: Int, px: [UInt8]) {
+        let size = try Run.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+                                "stream=width,height", "-of", "csv=p=0", path]).out
+            .trimmingCharacters(in: .whitespacesAndNewlines).split(separator: ",").compactMap { Int($0) }
+        var w = size[0], h = size[1]
+        if let rot = try? rotation(path), abs(rot) == 90 || abs(rot) == 270 { swap(&w, &h) }
+        let seek = seconds > 0 ? ["-ss", String(seconds)] : []
+        let r = try Run.run(["ffmpeg", "-v", "error"] + seek + ["-i", path, "-frames:v", "1",
+                             "-f", "rawvideo", "-pix_fmt", "gray", "-"])
+        return (w, h, [UInt8](r.stdout))
+    }
+
+    /// Which quarter-corner of a grey picture is brightest ("TL", "TR", "BL", "BR").
+    public static func brightestCorner(w: Int, h: Int, px: [UInt8]) -> String {
+        guard px.count >= w * h, w >= 4, h >= 4 else { return "no picture (\(px.count) bytes for \(w)x\(h))" }
+        func mean(_ x0: Int, _ y0: Int) -> Double {
+            var s = 0.0
+            for y in y0..<(y0 + h / 4) { for x in x0..<(x0 + w / 4) { s += Double(px[y * w + x]) } }
+            return s / Double((w / 4) * (h / 4))
+        }
+        let c = ["TL": mean(0, 0), "TR": mean(w - w / 4, 0), "BL": mean(0, h - h / 4), "BR": mean(w - w / 4, h - h / 4)]
+        return c.max { $0.value < $1.value }!.key
+    }
+
+    public static func mediainfo(_ path: String, _ field: String) throws -> String {
+        let r = try Run.run(["mediainfo", "--Inform=General;%\(field)%", path])
+        return r.out.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
+
+/// Fixture clips made with the ffmpeg CLI into a per-process temporary folder (never committed;
+/// the committed fixtures/ folder holds only tiny files).
+public final class Fixtures: @unchecked Sendable {
+    public static let shared = Fixtures()
+    public let dir: URL
+    private let lock = NSLock()
+    private var made: [String: String] = [:]
+
+    private init() {
+        dir = FileManager.default.temporaryDirectory.appendingPathComponent("clipflow-fixtures-\(getpid())")
+        try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        chmod(dir.path, 0o777)
+    }
+
+    /// A fresh empty folder for one test's outputs.
+    public func scratch(_ name: String) -> URL {
+        let d = dir.appendingPathComponent("out-\(name)-\(UInt32.random(in: 0...UInt32.max))")
+        try? FileManager.default.createDirectory(at: d, withIntermediateDirectories: true)
+        chmod(d.path, 0o777)
+        return d
+    }
+
+    /// Makes (once) a clip with `ffmpeg` arguments and returns its path.
+    public func clip(_ name: String, _ args: [String]) throws -> String {
+        lock.lock(); defer { lock.unlock() }
+        if let p = made[name] { return p }
+        let path = dir.appendingPathComponent(name).path
+        try Run.run(["ffmpeg", "-v", "error", "-y"] + args + [path])
+        made[name] = path
+        return path
+    }
+
+    public static let x264 = ["-c:v", "libx264", "-preset", "ultrafast", "-g", "30", "-bf", "2", "-pix_fmt", "yuv420p"]
+
+    /// Clip i of a continuous recording cut into `seconds`-long pieces: a moving test picture at
+    /// `fps` and a 440 Hz tone that continues exactly across clips (so joins can be checked).
+    public func toneClip(_ i: Int, seconds: Double = 4, fps: Int = 30, size: String = "320x240",
+                         rate: Int = 48000, channels: Int = 1, audioSeconds: Double? = nil,
+                         extra: [String] = [], tag: String = "") throws -> String {
+        let start = Double(i) * seconds
+        let frames = Int((seconds * Double(fps)).rounded())
+        let ad = audioSeconds ?? seconds
+        let layout = channels == 2 ? "|0.2*sin(2*PI*660*(t+\(start)))" : ""
+        return try clip("tone\(i)-\(seconds)-\(fps)-\(size)-\(rate)-\(channels)-\(ad)\(tag).mp4", [
+            "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=\(fps),trim=start_frame=\(i * frames):end_frame=\(i * frames + frames),setpts=PTS-STARTPTS",
+            "-f", "lavfi", "-i", "aevalsrc=0.25*sin(2*PI*440*(t+\(start)))\(layout):s=\(rate):d=\(ad)",
+        ] + Fixtures.x264 + ["-c:a", "aac", "-b:a", "192k"] + extra)
+    }
+}

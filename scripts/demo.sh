@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The main job on inputs it makes itself: three phone-style clip fragments (H.264 + AAC, cut from
+# one continuous recording) are joined losslessly, turned 90 degrees (portrait), made fast-start,
+# and given a cover image. Outputs go to out/demo/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=.build/debug/clipflow
+dir=out/demo
+mkdir -p "$dir"
+for i in 0 1 2; do
+  f="$dir/fragment$i.mp4"
+  [ -s "$f" ] && continue
+  ffmpeg -v error -y \
+    -f lavfi -i "testsrc2=size=640x360:rate=30,trim=start_frame=$((i*90)):end_frame=$((i*90+90)),setpts=PTS-STARTPTS" \
+    -f lavfi -i "aevalsrc=0.3*sin(2*PI*440*(t+$((i*3)))):s=48000:d=3" \
+    -c:v libx264 -preset veryfast -g 30 -bf 2 -pix_fmt yuv420p -c:a aac -b:a 128k -shortest "$f"
+done
+"$bin" merge --rotate 90 -o "$dir/merged.mp4" --thumbnail "$dir/cover.jpg" "$dir"/fragment{0,1,2}.mp4
+echo "--- ffprobe of $dir/merged.mp4"
+ffprobe -v error -show_entries stream=codec_name,width,height,nb_frames,duration:stream_side_data=rotation \
+  -of compact=p=0 "$dir/merged.mp4"
+echo "--- top-level boxes (moov before mdat = fast start)"
+ffprobe -v trace "$dir/merged.mp4" 2>&1 | grep -o "type:'[a-z]*' parent:'root'" | tr '\n' ' '; echo
+echo "--- cover"
+ffprobe -v error -show_entries stream=width,height -of csv=p=0 "$dir/cover.jpg"

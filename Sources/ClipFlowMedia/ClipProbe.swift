@@ -119,6 +119,13 @@ public enum ClipProbe {
         }
         let vstats = dmx.indexStats(vi)
         guard vstats.count > 0 else { throw ClipFlowError.badInput("input '\(path)': the video track has no frames") }
+        // Truncation: the sample tables point past the end of the file.
+        var dataEnd = vstats.endOfData
+        if let ai = audioIdx { dataEnd = max(dataEnd, dmx.indexStats(ai).endOfData) }
+        if dataEnd > fileSize {
+            throw ClipFlowError.badInput(
+                "input '\(path)' is truncated: its sample table points to byte \(dataEnd) but the file has \(fileSize) bytes")
+        }
         var rotation = 0
         let rot = cf_stream_display_rotation(dmx.stream(vi))
         if !rot.isNaN {
@@ -151,7 +158,6 @@ public enum ClipProbe {
 
         // Audio
         var audio: ClipInfo.Audio? = nil
-        var dataEnd = vstats.endOfData
         if let ai = audioIdx {
             let apar = dmx.codecpar(ai).pointee
             let ast = dmx.stream(ai).pointee
@@ -160,7 +166,6 @@ public enum ClipProbe {
                 throw ClipFlowError.badInput("input '\(path)': audio codec '\(acodec)' is not supported; merge takes AAC audio (or none)")
             }
             let astats = dmx.indexStats(ai)
-            dataEnd = max(dataEnd, astats.endOfData)
             let atb = ast.time_base
             var astart = ast.start_time
             if astart == FF.noPTS { astart = 0 }
@@ -178,10 +183,6 @@ public enum ClipProbe {
                     packets: astats.count, bytes: astats.bytes, bitRate: apar.bit_rate,
                     durationRuns: astats.durationRuns)
             }
-        }
-        if dataEnd > fileSize {
-            throw ClipFlowError.badInput(
-                "input '\(path)' is truncated: its sample table points to byte \(dataEnd) but the file has \(fileSize) bytes")
         }
         return ClipInfo(path: path, fileSize: fileSize, container: fmt, video: video, audio: audio)
     }

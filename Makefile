@@ -17,7 +17,7 @@ demo: build
 	@bash scripts/demo.sh
 
 test: deps
-	$(SWIFT) test
+	$(SWIFT) test --disable-swift-testing
 
 bench: deps
 	@bash benchmarks/merge

@@ -188,7 +188,8 @@ public enum ClipProbe {
     }
 
     /// max(pts + duration) over the video track: seeks to the last 16 frames in decode order (the
-    /// deepest H.264/H.265 reordering) and reads only those packets.
+    /// deepest H.264/H.265 reordering) and reads only those packets. Leaves the demuxer positioned
+    /// near the end: callers read nothing else from it.
     private static func presentationEnd(_ dmx: Demuxer, _ vi: Int) throws -> Int64 {
         let st = dmx.stream(vi)
         let n = Int(avformat_index_get_entries_count(st))
@@ -211,7 +212,6 @@ public enum ClipProbe {
         guard end != Int64.min else {
             throw ClipFlowError.badInput("input '\(dmx.path)': its last video frames could not be read (truncated?)")
         }
-        try FF.check(av_seek_frame(dmx.ctx, -1, Int64.min, AVSEEK_FLAG_BACKWARD), "rewinding '\(dmx.path)'")
         return end
     }
 

@@ -150,6 +150,12 @@ public final class Merger {
     final class RegionResults: @unchecked Sendable {
         private var results: [Result<[Packet], Error>?]
         private let cond = NSCondition()
+        private var abandonedFlag = false
+        /// Set when the merge stops early, so the renderer does no more work.
+        var abandoned: Bool {
+            get { cond.lock(); defer { cond.unlock() }; return abandonedFlag }
+            set { cond.lock(); abandonedFlag = newValue; cond.unlock() }
+        }
         init(count: Int) { results = Array(repeating: nil, count: count) }
         func put(_ i: Int, _ r: Result<[Packet], Error>) {
             cond.lock(); results[i] = r; cond.broadcast(); cond.unlock()
@@ -180,12 +186,15 @@ public final class Merger {
             let cancel = self.cancel
             DispatchQueue.global(qos: .userInitiated).async {
                 for (i, region) in plan.regions.enumerated() {
-                    if cancel.isCancelled { results.put(i, .failure(ClipFlowError.interrupted)); continue }
+                    if cancel.isCancelled || results.abandoned {
+                        results.put(i, .failure(ClipFlowError.interrupted)); continue
+                    }
                     results.put(i, Result { try renderer.render(region) })
                 }
             }
             reencoded = plan.regions.reduce(0) { $0 + Int64($1.frames.count) }
         }
+        defer { regionResults?.abandoned = true }
 
         let mux = try OutputMuxer(path: path)
         let vst = try mux.addStream(copying: first, video: true)

@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <malloc.h>
 
 double cf_stream_display_rotation(const AVStream *st) {
 #if LIBAVFORMAT_VERSION_MAJOR < 61
@@ -48,4 +49,11 @@ void cf_log_take_last(char *buf, int size) {
     if (size <= 0) return;
     snprintf(buf, (size_t)size, "%s", cf_last_msg);
     cf_last_msg[0] = 0;
+}
+
+void cf_tune_malloc(void) {
+#ifdef M_MMAP_THRESHOLD
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
 }

@@ -322,6 +322,7 @@ public final class Merger {
 final class OutputMuxer {
     let ctx: UnsafeMutablePointer<AVFormatContext>
     let path: String
+    private let sink: FileSink
     private var ioOpen = false
     private var headerWritten = false
     private var trailerWritten = false
@@ -333,14 +334,24 @@ final class OutputMuxer {
         try FF.check(avformat_alloc_output_context2(&c, nil, "mp4", path), "creating the MP4 muxer")
         guard let c else { throw ClipFlowError.failure("creating the MP4 muxer failed") }
         ctx = c
-        let rc = avio_open(&ctx.pointee.pb, path, AVIO_FLAG_WRITE)
-        if rc < 0 { throw ClipFlowError.output("cannot write '\(path)': \(FF.describe(rc))") }
+        sink = try FileSink(path: path)
+        guard let buf = av_malloc(FileSink.bufferSize)?.assumingMemoryBound(to: UInt8.self) else {
+            throw ClipFlowError.failure("out of memory for the output buffer")
+        }
+        let opaque = Unmanaged.passUnretained(sink).toOpaque()
+        guard let pb = avio_alloc_context(buf, Int32(FileSink.bufferSize), 1, opaque, nil, fileSinkWrite, fileSinkSeek) else {
+            av_free(buf)
+            throw ClipFlowError.failure("out of memory for the output")
+        }
+        // Writes go out in 1 MiB pieces (fewer, page-aligned writes were measured faster on tmpfs
+        // than writing each packet directly).
+        ctx.pointee.pb = pb
         ioOpen = true
     }
 
     deinit {
         if headerWritten && !trailerWritten { _ = av_write_trailer(ctx) }
-        if ioOpen { avio_closep(&ctx.pointee.pb) }
+        if ioOpen { freeIO() }
         avformat_free_context(ctx)
     }
 
@@ -392,11 +403,71 @@ final class OutputMuxer {
 
     func close() throws {
         if ioOpen {
-            let rc = avio_closep(&ctx.pointee.pb)
-            ioOpen = false
-            if rc < 0 { throw ClipFlowError.output("closing '\(path)' failed: \(FF.describe(rc))") }
+            avio_flush(ctx.pointee.pb)
+            let err = ctx.pointee.pb.pointee.error
+            freeIO()
+            if err < 0 { throw ClipFlowError.output("writing '\(path)' failed: \(FF.describe(err))") }
+            try sink.close()
         }
     }
+
+    private func freeIO() {
+        ioOpen = false
+        if let pb = ctx.pointee.pb {
+            av_freep(&pb.pointee.buffer)
+            var p: UnsafeMutablePointer<AVIOContext>? = pb
+            avio_context_free(&p)
+            ctx.pointee.pb = nil
+        }
+    }
+}
+
+/// The output file descriptor behind the muxer's AVIOContext. Owned by one OutputMuxer.
+final class FileSink {
+    static let bufferSize = 1 << 20
+    let fd: Int32
+    let path: String
+    private var closed = false
+
+    init(path: String) throws {
+        self.path = path
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        if fd < 0 { throw ClipFlowError.output("cannot write '\(path)': \(String(cString: strerror(errno)))") }
+    }
+    func close() throws {
+        guard !closed else { return }
+        closed = true
+        if Glibc.close(fd) != 0 {
+            throw ClipFlowError.output("closing '\(path)' failed: \(String(cString: strerror(errno)))")
+        }
+    }
+    deinit { if !closed { _ = Glibc.close(fd) } }
+}
+
+private func fileSinkWrite(_ opaque: UnsafeMutableRawPointer?, _ buf: UnsafeMutablePointer<UInt8>?, _ size: Int32) -> Int32 {
+    guard let opaque, let buf else { return cf_averror(EINVAL) }
+    let sink = Unmanaged<FileSink>.fromOpaque(opaque).takeUnretainedValue()
+    var done = 0
+    while done < Int(size) {
+        let n = write(sink.fd, buf + done, Int(size) - done)
+        if n < 0 {
+            if errno == EINTR { continue }
+            return cf_averror(errno)
+        }
+        done += n
+    }
+    return size
+}
+
+private func fileSinkSeek(_ opaque: UnsafeMutableRawPointer?, _ offset: Int64, _ whence: Int32) -> Int64 {
+    guard let opaque else { return Int64(cf_averror(EINVAL)) }
+    let sink = Unmanaged<FileSink>.fromOpaque(opaque).takeUnretainedValue()
+    if whence == AVSEEK_SIZE {
+        var st = stat()
+        return fstat(sink.fd, &st) == 0 ? Int64(st.st_size) : Int64(cf_averror(errno))
+    }
+    let r = lseek(sink.fd, off_t(offset), whence & ~AVSEEK_FORCE)
+    return r < 0 ? Int64(cf_averror(errno)) : Int64(r)
 }
 
 func fourcc(_ s: String) -> UInt32 {

@@ -62,6 +62,7 @@ struct Merge: ParsableCommand {
     }
 
     func run() throws {
+        MediaProcess.tuneAllocator()
         let ui = Terminal(quiet: flags.quiet)
         let cancel = SignalHandling.install()
         var opts = MergeOptions(output: URL(fileURLWithPath: output), rotate: rotate)

@@ -36,4 +36,7 @@ void cf_log_install(void);
 /// Copies the last captured message of this thread into buf (NUL-terminated) and clears it.
 void cf_log_take_last(char *buf, int size);
 
+/// Keeps freed packet-sized blocks in the heap (glibc mallopt), see ClipFlowMedia.tuneAllocator.
+void cf_tune_malloc(void);
+
 #endif

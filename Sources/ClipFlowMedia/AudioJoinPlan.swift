@@ -43,8 +43,13 @@ public struct AudioJoinPlan: Equatable, Sendable {
     }
 
     /// Output frames re-encoded from PCM. Output raw sample r shows timeline sample
-    /// r - priming - shift(r), where shift is `leftShift` up to raw `frames.lowerBound*1024`,
-    /// `rightShift` from raw `(frames.upperBound-1)*1024`, and linear in between.
+    /// r - priming - shift(r), where shift is `leftShift` before raw `(frames.lowerBound+1)*1024`,
+    /// `rightShift` from raw `(frames.upperBound-1)*1024`, and moves between the two in the rest
+    /// (the renderer splices where the waveform matches and slides only the remainder). The
+    /// re-encoded frames next to each seam overlap the copied frames' MDCT windows; keeping the
+    /// copied clips' own shifts over one frame each side of a seam makes the aliasing cancel
+    /// (measured: sliding within them left a 7 % loudness ripple at the seam, without it 3 %, the
+    /// same as a 256-sample RMS of the steady tone).
     public struct Region: Equatable, Sendable {
         public var frames: Range<Int64>
         public var leftShift: Int64
@@ -52,9 +57,15 @@ public struct AudioJoinPlan: Equatable, Sendable {
         /// Clips whose audio appears in the region.
         public var clips: ClosedRange<Int>
 
+        /// Raw range over which the shift may change.
+        public var slideZone: Range<Int64> {
+            (frames.lowerBound + 1) * AudioJoinPlan.frameSize ..< (frames.upperBound - 1) * AudioJoinPlan.frameSize
+        }
+
+        /// The plain linear slide (no splice).
         public func shift(atRaw r: Double) -> Double {
-            let z0 = Double(frames.lowerBound * AudioJoinPlan.frameSize)
-            let z1 = Double((frames.upperBound - 1) * AudioJoinPlan.frameSize)
+            let z0 = Double(slideZone.lowerBound)
+            let z1 = Double(slideZone.upperBound)
             if r <= z0 || z1 <= z0 { return Double(r <= z0 ? leftShift : rightShift) }
             if r >= z1 { return Double(rightShift) }
             return Double(leftShift) + Double(rightShift - leftShift) * (r - z0) / (z1 - z0)
@@ -76,9 +87,8 @@ public struct AudioJoinPlan: Equatable, Sendable {
 
     /// - Parameters:
     ///   - clips: in order; `start` must be non-decreasing and the first must be 0.
-    ///   - maxRateChange: largest speed change in a region (0.03 = 3%).
-    ///   - minRegionFrames: smallest region (frames), also used for joins that need no slide.
-    public init(clips: [Clip], maxRateChange: Double = 0.03, minRegionFrames: Int64 = 3) throws {
+    ///   - regionFrames: frames re-encoded around a join (at least 4: two seam frames and a slide zone).
+    public init(clips: [Clip], regionFrames: Int64 = 6) throws {
         let F = Self.frameSize
         guard let first = clips.first else { throw ClipFlowError.failure("no audio to plan") }
         self.clips = clips
@@ -125,9 +135,7 @@ public struct AudioJoinPlan: Equatable, Sendable {
         for i in 1..<max(1, clips.count) where clips.count > 1 {
             let A = hi[i - 1] + 1          // first out frame not copied from the left clip
             let B = lo[i]                  // first out frame copied from the right clip
-            let g = abs(shifts[i] - shifts[i - 1])
-            let slide = Int64((Double(g) / (maxRateChange * Double(F))).rounded(.up))
-            let need = max(minRegionFrames, slide + 1)
+            let need = max(4, regionFrames)
             var a = min(A, B), b = max(A, B)
             if b - a < need {
                 let extra = need - (b - a)

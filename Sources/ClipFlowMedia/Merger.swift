@@ -185,12 +185,8 @@ public final class Merger {
                                                channels: a0.channels, bitRate: a0.bitRate)
             let cancel = self.cancel
             DispatchQueue.global(qos: .userInitiated).async {
-                for (i, region) in plan.regions.enumerated() {
-                    if cancel.isCancelled || results.abandoned {
-                        results.put(i, .failure(ClipFlowError.interrupted)); continue
-                    }
-                    results.put(i, Result { try renderer.render(region) })
-                }
+                renderer.renderAll(shouldStop: { cancel.isCancelled || results.abandoned },
+                                   deliver: { i, r in results.put(i, r) })
             }
             reencoded = plan.regions.reduce(0) { $0 + Int64($1.frames.count) }
         }

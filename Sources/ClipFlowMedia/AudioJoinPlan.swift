@@ -61,15 +61,6 @@ public struct AudioJoinPlan: Equatable, Sendable {
         public var slideZone: Range<Int64> {
             (frames.lowerBound + 1) * AudioJoinPlan.frameSize ..< (frames.upperBound - 1) * AudioJoinPlan.frameSize
         }
-
-        /// The plain linear slide (no splice).
-        public func shift(atRaw r: Double) -> Double {
-            let z0 = Double(slideZone.lowerBound)
-            let z1 = Double(slideZone.upperBound)
-            if r <= z0 || z1 <= z0 { return Double(r <= z0 ? leftShift : rightShift) }
-            if r >= z1 { return Double(rightShift) }
-            return Double(leftShift) + Double(rightShift - leftShift) * (r - z0) / (z1 - z0)
-        }
     }
 
     public var priming: Int64

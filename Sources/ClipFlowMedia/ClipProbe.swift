@@ -25,7 +25,6 @@ public struct ClipInfo: Sendable {
         public var keyframes: Int
         public var bytes: Int64
         public var durationRuns: Int
-        public var hasBFrames: Bool
         /// Clockwise turn a player applies when showing the picture (0, 90, 180, 270).
         public var rotation: Int
         public var sampleAspect: Rational
@@ -153,7 +152,6 @@ public enum ClipProbe {
             extradata: bytes(vpar.extradata, Int(vpar.extradata_size)),
             timeBase: .init(vtb), start: vstart, duration: vdur,
             packets: vstats.count, keyframes: vstats.keyframes, bytes: vstats.bytes, durationRuns: vstats.durationRuns,
-            hasBFrames: vpar.video_delay > 0 || hasCompositionOffsets(dmx, vi),
             rotation: rotation, sampleAspect: .init(vpar.sample_aspect_ratio))
 
         // Audio
@@ -213,13 +211,6 @@ public enum ClipProbe {
             throw ClipFlowError.badInput("input '\(dmx.path)': its last video frames could not be read (truncated?)")
         }
         return end
-    }
-
-    /// True if the index's decode order differs from presentation order somewhere (B-frames).
-    private static func hasCompositionOffsets(_ dmx: Demuxer, _ i: Int) -> Bool {
-        // The index holds decode timestamps only; the demuxer marks streams with reordering via
-        // has_b_frames when known. Assume reordering if the codec parameters say so.
-        return dmx.codecpar(i).pointee.video_delay > 0
     }
 
     private static func bytes(_ p: UnsafeMutablePointer<UInt8>?, _ n: Int) -> [UInt8] {

@@ -192,7 +192,7 @@ public final class Merger {
         }
         defer { regionResults?.abandoned = true }
 
-        let mux = try OutputMuxer(path: path)
+        let mux = try OutputMuxer(path: path, shownAs: options.output.path)
         let vst = try mux.addStream(copying: first, video: true)
         try FF.check(cf_stream_set_display_rotation(vst, Double(layout.rotation)), "writing the orientation")
         var ast: UnsafeMutablePointer<AVStream>? = nil
@@ -318,19 +318,20 @@ public final class Merger {
 final class OutputMuxer {
     let ctx: UnsafeMutablePointer<AVFormatContext>
     let path: String
+    /// The name errors use: the target, not the hidden temporary file being written.
+    let shownAs: String
     private let sink: FileSink
     private var ioOpen = false
-    private var headerWritten = false
-    private var trailerWritten = false
 
-    init(path: String) throws {
+    init(path: String, shownAs: String) throws {
         _ = FF.setup
         self.path = path
+        self.shownAs = shownAs
         var c: UnsafeMutablePointer<AVFormatContext>? = nil
         try FF.check(avformat_alloc_output_context2(&c, nil, "mp4", path), "creating the MP4 muxer")
         guard let c else { throw ClipFlowError.failure("creating the MP4 muxer failed") }
         ctx = c
-        sink = try FileSink(path: path)
+        sink = try FileSink(path: path, shownAs: shownAs)
         guard let buf = av_malloc(FileSink.bufferSize)?.assumingMemoryBound(to: UInt8.self) else {
             throw ClipFlowError.failure("out of memory for the output buffer")
         }
@@ -345,8 +346,9 @@ final class OutputMuxer {
         ioOpen = true
     }
 
+    /// An output abandoned before its trailer is freed without writing one (its temporary file is
+    /// discarded by the caller); avformat_free_context releases the muxer's state.
     deinit {
-        if headerWritten && !trailerWritten { _ = av_write_trailer(ctx) }
         if ioOpen { freeIO() }
         avformat_free_context(ctx)
     }
@@ -382,19 +384,17 @@ final class OutputMuxer {
         defer { av_dict_free(&opts) }
         if let moovReserve { av_dict_set(&opts, "moov_size", String(moovReserve), 0) }
         if fastStartSecondPass { av_dict_set(&opts, "movflags", "+faststart", 0) }
-        try FF.check(avformat_write_header(ctx, &opts), "writing the MP4 header", kind: .output)
-        headerWritten = true
+        try FF.check(avformat_write_header(ctx, &opts), "writing the MP4 header of '\(shownAs)'", kind: .output)
     }
 
     /// Writes (and takes the data of) a packet, interleaving by decode time.
     func write(_ pkt: Packet) throws {
         let rc = av_interleaved_write_frame(ctx, pkt.p)
-        if rc < 0 { throw ClipFlowError.output("writing '\(path)' failed: \(FF.describe(rc))") }
+        if rc < 0 { throw ClipFlowError.output("writing '\(shownAs)' failed: \(FF.describe(rc))") }
     }
 
     func writeTrailer() -> Int32 {
-        trailerWritten = true
-        return av_write_trailer(ctx)
+        av_write_trailer(ctx)
     }
 
     func close() throws {
@@ -402,7 +402,7 @@ final class OutputMuxer {
             avio_flush(ctx.pointee.pb)
             let err = ctx.pointee.pb.pointee.error
             freeIO()
-            if err < 0 { throw ClipFlowError.output("writing '\(path)' failed: \(FF.describe(err))") }
+            if err < 0 { throw ClipFlowError.output("writing '\(shownAs)' failed: \(FF.describe(err))") }
             try sink.close()
         }
     }
@@ -422,19 +422,19 @@ final class OutputMuxer {
 final class FileSink {
     static let bufferSize = 1 << 20
     let fd: Int32
-    let path: String
+    let shownAs: String
     private var closed = false
 
-    init(path: String) throws {
-        self.path = path
+    init(path: String, shownAs: String) throws {
+        self.shownAs = shownAs
         fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        if fd < 0 { throw ClipFlowError.output("cannot write '\(path)': \(String(cString: strerror(errno)))") }
+        if fd < 0 { throw ClipFlowError.output("cannot write '\(shownAs)': \(String(cString: strerror(errno)))") }
     }
     func close() throws {
         guard !closed else { return }
         closed = true
         if Glibc.close(fd) != 0 {
-            throw ClipFlowError.output("closing '\(path)' failed: \(String(cString: strerror(errno)))")
+            throw ClipFlowError.output("closing '\(shownAs)' failed: \(String(cString: strerror(errno)))")
         }
     }
     deinit { if !closed { _ = Glibc.close(fd) } }

@@ -208,6 +208,11 @@ final class CodecContext: @unchecked Sendable {
         for (k, v) in options { av_dict_set(&dict, k, v, 0) }
         defer { av_dict_free(&dict) }
         try FF.check(avcodec_open2(c.ctx, codec, &dict), "\(what): opening encoder")
+        // Options the encoder did not take are left in the dictionary: a typo, or an FFmpeg
+        // without them. Either way the encoder would not be what we measured.
+        if let left = av_dict_get(dict, "", nil, AV_DICT_IGNORE_SUFFIX), let key = left.pointee.key {
+            throw ClipFlowError.failure("\(what): the '\(name)' encoder has no option '\(String(cString: key))'")
+        }
         return c
     }
 

@@ -1,0 +1,225 @@
+import Foundation
+import Synchronization
+
+/// A connection between two stages: `from`'s output feeds input number `input` of `to`.
+public struct Edge: Sendable, Equatable {
+    public var from: String
+    public var to: String
+    public var limits: LinkLimits
+    public var policy: OverflowPolicy
+    public init(from: String, to: String, limits: LinkLimits = LinkLimits(), policy: OverflowPolicy = .block) {
+        self.from = from
+        self.to = to
+        self.limits = limits
+        self.policy = policy
+    }
+}
+
+/// How a graph run ended.
+public enum GraphOutcome: Sendable, Equatable {
+    case completed
+    /// Stopped by `stop()` or `cancel()` (SIGINT/SIGTERM).
+    case interrupted
+    /// A stage failed; the error message names the stage.
+    case failed(stage: String, error: ClipFlowError)
+
+    public var exitCode: Int32 {
+        switch self {
+        case .completed: return 0
+        case .interrupted: return 130
+        case .failed(_, let e): return e.exitCode
+        }
+    }
+}
+
+/// Runs a DAG of stages, each on its own serial Dispatch queue, linked by bounded `Link`s.
+///
+/// ```
+///   files ──▶[link]──┐                      ┌─▶[link]──▶ thumbnail
+///                    ├──▶ merge ──▶ (fan-out)┤
+///   files ──▶[link]──┘                      └─▶[link]──▶ directory
+/// ```
+///
+/// - Fan-in: a stage with several inputs takes them in order (input 0 to its end, then input 1).
+/// - Fan-out: a stage's pushes go to every consumer; a full blocking link holds the producer.
+/// - A failing stage stops the graph: every stage is told to stop, links are flushed so nobody
+///   waits forever, and `finish` runs everywhere with the outcome.
+/// - `stop()` (first SIGINT): sources stop, end of stream flows through, stages finalise or
+///   discard what is in progress. `cancel()` (second signal, deadline): abandon everything.
+///
+/// Threading: `run()` blocks its caller until every stage has finished; `stop`, `cancel` may be
+/// called from any thread (a signal source).
+public final class GraphRunner: @unchecked Sendable {
+    public let stages: [any Stage]
+    public let edges: [Edge]
+    private let clock: Clock
+    private let sink: EventSink
+    private let cancelFlag = CancellationFlag()
+    private let stopped = Atomic<Bool>(false)
+    private let lock = NSLock()
+    private var failure: (stage: String, error: ClipFlowError)?
+    private var contexts: [String: StageContext] = [:]
+    private var links: [Link] = []
+
+    public init(stages: [any Stage], edges: [Edge], clock: Clock = SystemClock(), sink: EventSink) throws {
+        self.stages = stages
+        self.edges = edges
+        self.clock = clock
+        self.sink = sink
+        let ids = stages.map(\.id)
+        guard Set(ids).count == ids.count else { throw ClipFlowError.failure("internal: duplicate stage ids \(ids)") }
+        for e in edges where !ids.contains(e.from) || !ids.contains(e.to) {
+            throw ClipFlowError.failure("internal: edge \(e.from) -> \(e.to) names an unknown stage")
+        }
+    }
+
+    /// Per link, after `run()`: its peak depth and drops.
+    public private(set) var linkStats: [(from: String, to: String, stats: Link.Stats)] = []
+
+    /// Graceful stop: sources stop; end of stream flows; after `deadline` seconds, cancel.
+    public func stop(deadline: Double? = nil) {
+        if stopped.exchange(true, ordering: .acquiringAndReleasing) { return }
+        lock.lock(); let ctxs = Array(contexts.values); lock.unlock()
+        for c in ctxs { c.requestStop() }
+        for s in stages { (s as? StoppableStage)?.stop() }
+        if let d = deadline {
+            DispatchQueue.global().asyncAfter(deadline: .now() + d) { [weak self] in self?.cancel() }
+        }
+    }
+
+    /// Hard cancel: every stage abandons its work; links are flushed.
+    public func cancel() {
+        stopped.store(true, ordering: .releasing)
+        cancelFlag.cancel()
+        lock.lock(); let ls = links; let ctxs = Array(contexts.values); lock.unlock()
+        for c in ctxs { c.requestStop() }
+        for l in ls { l.flush() }
+        for s in stages { s.cancel() }
+    }
+
+    private func fail(_ stage: String, _ error: Error) {
+        let e = (error as? ClipFlowError) ?? ClipFlowError.failure(String(describing: error))
+        lock.lock()
+        let first = failure == nil && !(e.kind == .interrupted && (cancelFlag.isCancelled || stopped.load(ordering: .acquiring)))
+        if first { failure = (stage, e) }
+        let ls = links; let ctxs = Array(contexts.values)
+        lock.unlock()
+        guard first else { return }
+        for c in ctxs { c.requestStop() }
+        for l in ls { l.flush() }
+        for s in stages where s.id != stage { s.cancel() }
+    }
+
+    private var isFailed: Bool { lock.lock(); defer { lock.unlock() }; return failure != nil }
+
+    /// Runs the graph to the end. Call once.
+    public func run() -> GraphOutcome {
+        // Links, in edge order; each stage's inputs in the order of its edges.
+        var inputs: [String: [Link]] = [:], outputs: [String: [Link]] = [:]
+        var made: [Link] = []
+        for e in edges {
+            let l = Link(from: e.from, to: e.to, limits: e.limits, policy: e.policy)
+            made.append(l)
+            inputs[e.to, default: []].append(l)
+            outputs[e.from, default: []].append(l)
+        }
+        lock.lock()
+        links = made
+        for s in stages {
+            contexts[s.id] = StageContext(stageID: s.id, clock: clock, outputs: outputs[s.id] ?? [], sink: sink, cancel: cancelFlag)
+        }
+        let ctx = contexts
+        lock.unlock()
+        if stopped.load(ordering: .acquiring) { for c in ctx.values { c.requestStop() } }
+
+        // Prepare everything before anything runs.
+        for s in stages {
+            do { try s.prepare(ctx[s.id]!) } catch {
+                fail(s.id, error)
+                break
+            }
+        }
+        if isFailed {
+            for s in stages { finishStage(s, ctx[s.id]!, ran: false) }
+            return outcome(made)
+        }
+
+        let group = DispatchGroup()
+        for s in stages {
+            let q = DispatchQueue(label: "clipflow.stage.\(s.id)")
+            let c = ctx[s.id]!
+            let ins = inputs[s.id] ?? []
+            let outs = outputs[s.id] ?? []
+            q.async(group: group) { [self] in
+                c.emit(.started)
+                do {
+                    if ins.isEmpty {
+                        try s.produce(c)
+                    } else {
+                        var reportedDrops = 0
+                        inputLoop: for (n, link) in ins.enumerated() {
+                            while let item = link.pull() {
+                                let drops = link.stats.dropped
+                                if drops != reportedDrops { reportedDrops = drops; c.emit(.dropped(count: totalDrops(ins))) }
+                                let r = try s.receive(item, input: n, c)
+                                switch r {
+                                case .ok: continue
+                                case .endOfStream: link.consumerDone(); continue inputLoop
+                                case .flushing: break inputLoop
+                                case .error(let m): throw ClipFlowError.failure(m)
+                                }
+                            }
+                        }
+                        let total = totalDrops(ins)
+                        if total != reportedDrops { c.emit(.dropped(count: total)) }
+                    }
+                    if !cancelFlag.isCancelled && !isFailed { try s.drain(c) }
+                } catch {
+                    fail(s.id, error)
+                }
+                for l in outs { l.endOfStream() }
+                // Inputs this stage no longer reads: release their producers.
+                for l in ins { l.consumerDone() }
+                finishStage(s, c, ran: true)
+            }
+        }
+        group.wait()
+        return outcome(made)
+    }
+
+    private func totalDrops(_ ins: [Link]) -> Int { ins.reduce(0) { $0 + $1.stats.dropped } }
+
+    private func finishStage(_ s: any Stage, _ c: StageContext, ran: Bool) {
+        lock.lock(); let f = failure; lock.unlock()
+        let result: StageOutcome
+        if let f {
+            result = f.stage == s.id ? .failed : .cancelled
+        } else if cancelFlag.isCancelled {
+            result = .cancelled
+        } else if stopped.load(ordering: .acquiring) {
+            result = .stopped
+        } else {
+            result = .completed
+        }
+        s.finish(c, outcome: result)
+        switch result {
+        case .completed: c.emit(.finished)
+        case .stopped, .cancelled: c.emit(f == nil ? .interrupted : .failed("stopped because stage '\(f!.stage)' failed"))
+        case .failed: c.emit(.failed(f?.error.message ?? "failed"))
+        }
+    }
+
+    private func outcome(_ made: [Link]) -> GraphOutcome {
+        linkStats = made.map { ($0.from, $0.to, $0.stats) }
+        lock.lock(); let f = failure; lock.unlock()
+        if let f { return .failed(stage: f.stage, error: f.error) }
+        if stopped.load(ordering: .acquiring) || cancelFlag.isCancelled { return .interrupted }
+        return .completed
+    }
+}
+
+/// A stage that reacts to a graceful stop beyond polling `stopRequested` (a merge abandons its
+/// output; a recorder closes its open fragment). Called from the signal thread.
+public protocol StoppableStage: Stage {
+    func stop()
+}

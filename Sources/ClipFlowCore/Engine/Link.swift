@@ -1,0 +1,162 @@
+import Foundation
+
+/// The kind of data on a port, checked when a pipeline is validated.
+public enum PortType: String, Sendable, CaseIterable, Codable {
+    /// Clip fragments to be joined (MP4/MOV files).
+    case clips
+    /// A finished video file.
+    case video
+    /// An image file (cover, contact sheet).
+    case image
+    /// Raw media buffers (synthetic data, frames).
+    case buffers
+}
+
+/// One unit travelling over a link.
+public struct Item: Sendable {
+    public enum Payload: Sendable, Equatable {
+        /// A file on disk (a clip, a merged video, a cover).
+        case file(path: String)
+        /// An opaque buffer of `bytes` bytes (synthetic sources, raw frames).
+        case buffer(sequence: Int64, bytes: Int)
+    }
+    public var payload: Payload
+    public var type: PortType
+    /// Size the link accounts for (a file item counts its path, not its contents).
+    public var bytes: Int64
+    /// Presentation time in seconds, for links limited by time.
+    public var time: Double?
+    /// Items were dropped just before this one (set by the link).
+    public var discontinuity = false
+    /// Keeps a buffer's memory alive while it is queued (benchmarks measure that it is bounded).
+    public var storage: Data?
+
+    public init(payload: Payload, type: PortType, bytes: Int64 = 0, time: Double? = nil, storage: Data? = nil) {
+        self.payload = payload
+        self.type = type
+        self.bytes = bytes
+        self.time = time
+        self.storage = storage
+    }
+
+    public static func file(_ path: String, type: PortType) -> Item {
+        Item(payload: .file(path: path), type: type, bytes: Int64(path.utf8.count))
+    }
+
+    public var path: String? {
+        if case .file(let p) = payload { return p }
+        return nil
+    }
+}
+
+/// A bounded queue between two stages. Thread-safe: one producer stage pushes, one consumer stage
+/// pulls, and the runner may `flush` from any thread. All policy lives in `LinkState`; this class
+/// adds the lock, the waiting and the items themselves.
+public final class Link: @unchecked Sendable {
+    public let from: String
+    public let to: String
+    private let cond = NSCondition()
+    private var state: LinkState
+    private var items: [Item] = []
+    private var head = 0
+
+    public init(from: String, to: String, limits: LinkLimits, policy: OverflowPolicy) {
+        self.from = from
+        self.to = to
+        state = LinkState(limits: limits, policy: policy)
+    }
+
+    /// Pushes an item; under `block` waits while the link is full. Returns promptly with
+    /// `.flushing` when the graph stops and `.endOfStream` when the consumer has ended.
+    public func push(_ item: Item) -> FlowResult {
+        cond.lock()
+        defer { cond.unlock() }
+        let entry = LinkState.Entry(bytes: item.bytes, time: item.time)
+        while true {
+            switch state.offer(entry) {
+            case .accept(let dropped):
+                if dropped > 0 {
+                    head += dropped
+                    compact()
+                }
+                state.append(entry)
+                var it = item
+                it.discontinuity = state.entries.last?.gap ?? false
+                items.append(it)
+                if dropped > 0, head < items.count { items[head].discontinuity = true }
+                cond.broadcast()
+                return .ok
+            case .dropArriving:
+                return .ok
+            case .wait:
+                cond.wait()
+            case .refuse(let r):
+                return r
+            }
+        }
+    }
+
+    /// Takes the next item, waiting for one. nil at end of stream or when flushing.
+    public func pull() -> Item? {
+        cond.lock()
+        defer { cond.unlock() }
+        while true {
+            switch state.take() {
+            case .item(_, let wake):
+                let it = items[head]
+                head += 1
+                compact()
+                if wake { cond.broadcast() }
+                return it
+            case .endOfStream, .flushing:
+                return nil
+            case .wait:
+                cond.wait()
+            }
+        }
+    }
+
+    /// Takes the next item if one is queued; never waits (harnesses, tests).
+    public func tryPull() -> Item? {
+        cond.lock()
+        defer { cond.unlock() }
+        guard head < items.count else { return nil }
+        guard case .item(_, let wake) = state.take() else { return nil }
+        let it = items[head]
+        head += 1
+        compact()
+        if wake { cond.broadcast() }
+        return it
+    }
+
+    private func compact() {
+        if head > 64 && head * 2 > items.count {
+            items.removeFirst(head)
+            head = 0
+        }
+    }
+
+    /// The producer has finished: the consumer gets end of stream after the queued items.
+    public func endOfStream() {
+        cond.lock(); state.endProducer(); cond.broadcast(); cond.unlock()
+    }
+    /// The consumer wants no more: the producer's next push returns `.endOfStream`.
+    public func consumerDone() {
+        cond.lock(); state.endConsumer(); items.removeAll(); head = 0; cond.broadcast(); cond.unlock()
+    }
+    /// Stop now: waiting pushes and pulls return; queued items are discarded.
+    public func flush() {
+        cond.lock(); state.flush(); items.removeAll(); head = 0; cond.broadcast(); cond.unlock()
+    }
+
+    public struct Stats: Sendable, Equatable {
+        public var queued: Int
+        public var peakItems: Int
+        public var peakBytes: Int64
+        public var dropped: Int
+    }
+    public var stats: Stats {
+        cond.lock(); defer { cond.unlock() }
+        return Stats(queued: state.count, peakItems: state.peakItems, peakBytes: state.peakBytes, dropped: state.dropped)
+    }
+}

@@ -1,0 +1,170 @@
+import Foundation
+
+/// The type of a stage parameter, as the validator, `clipflow stages` and the JSON Schema see it.
+public enum ParamType: Sendable, Equatable {
+    case string
+    /// A file or directory path (variables allowed).
+    case path
+    case integer(min: Int?, max: Int?)
+    case number(min: Double?, max: Double?)
+    case boolean
+    /// One of these strings.
+    case choice([String])
+    /// One of these integers.
+    case integerChoice([Int])
+    /// A list of paths.
+    case pathList
+
+    public var describe: String {
+        switch self {
+        case .string: return "a string"
+        case .path: return "a path (string)"
+        case .integer(let lo, let hi): return "an integer" + Self.range(lo.map(Double.init), hi.map(Double.init), integer: true)
+        case .number(let lo, let hi): return "a number" + Self.range(lo, hi, integer: false)
+        case .boolean: return "true or false"
+        case .choice(let c): return "one of " + c.map { "\"\($0)\"" }.joined(separator: ", ")
+        case .integerChoice(let c): return "one of " + c.map(String.init).joined(separator: ", ")
+        case .pathList: return "a list of paths (strings)"
+        }
+    }
+
+    private static func range(_ lo: Double?, _ hi: Double?, integer: Bool) -> String {
+        func f(_ v: Double) -> String { integer || v == v.rounded() ? String(Int64(v)) : String(v) }
+        switch (lo, hi) {
+        case let (l?, h?): return " from \(f(l)) to \(f(h))"
+        case let (l?, nil): return " of at least \(f(l))"
+        case let (nil, h?): return " of at most \(f(h))"
+        default: return ""
+        }
+    }
+}
+
+public struct ParamSpec: Sendable {
+    public var name: String
+    public var type: ParamType
+    public var required: Bool
+    /// Default when absent (nil: absent means "not set").
+    public var defaultValue: JSONValue?
+    public var help: String
+    /// Never printed back (tokens, keys).
+    public var secret: Bool
+
+    public init(_ name: String, _ type: ParamType, required: Bool = false, default defaultValue: JSONValue? = nil,
+                secret: Bool = false, help: String) {
+        self.name = name
+        self.type = type
+        self.required = required
+        self.defaultValue = defaultValue
+        self.help = help
+        self.secret = secret
+    }
+}
+
+/// Parameters of one stage after variables and defaults, with typed accessors. Values were
+/// checked against the kind's `ParamSpec`s, so accessors do not fail for declared names.
+public struct StageParams: Sendable {
+    public var values: [String: JSONValue]
+    public init(_ values: [String: JSONValue]) { self.values = values }
+
+    public func string(_ k: String) -> String? { if case .string(let s)? = values[k] { return s }; return nil }
+    public func int(_ k: String) -> Int? { if case .number(let n)? = values[k] { return Int(n) }; return nil }
+    public func double(_ k: String) -> Double? { if case .number(let n)? = values[k] { return n }; return nil }
+    public func bool(_ k: String) -> Bool? { if case .bool(let b)? = values[k] { return b }; return nil }
+    public func strings(_ k: String) -> [String]? {
+        guard case .array(let a)? = values[k] else { return nil }
+        return a.compactMap { if case .string(let s) = $0.value { return s }; return nil }
+    }
+}
+
+/// A problem found in a pipeline: where (JSON path, and line/column when known) and what is
+/// expected. `description` is what `clipflow validate` prints.
+public struct PipelineIssue: Sendable, Equatable, CustomStringConvertible {
+    public var path: String
+    public var message: String
+    public var line: Int
+    public var column: Int
+    public init(_ path: String, _ message: String, line: Int = 0, column: Int = 0) {
+        self.path = path
+        self.message = message
+        self.line = line
+        self.column = column
+    }
+    public var description: String {
+        let at = line > 0 ? "\(line):\(column): " : ""
+        return path.isEmpty ? "\(at)\(message)" : "\(at)\(path): \(message)"
+    }
+}
+
+/// Checks a stage kind makes beyond types (readable inputs, a glob that matches, ...). It gets
+/// the resolved parameters and reports issues at `path + "." + parameter`.
+public typealias StageCheck = @Sendable (_ params: StageParams, _ path: String) -> [PipelineIssue]
+public typealias StageFactory = @Sendable (_ id: String, _ params: StageParams) throws -> any Stage
+
+/// A kind of stage that pipelines can name: its parameters, ports and factory. Modules register
+/// their kinds in a `StageRegistry`; the CLI wires the registries together.
+public struct StageKind: Sendable {
+    public var name: String
+    public var summary: String
+    /// Accepted input types; empty for a source.
+    public var inputs: Set<PortType>
+    public var minInputs: Int
+    public var maxInputs: Int?
+    public var output: PortType?
+    public var params: [ParamSpec]
+    /// The queue on this stage's inputs unless the pipeline says otherwise.
+    public var queue: LinkLimits
+    public var policy: OverflowPolicy
+    public var check: StageCheck?
+    public var make: StageFactory
+
+    public init(name: String, summary: String, inputs: Set<PortType> = [], minInputs: Int = 0, maxInputs: Int? = nil,
+                output: PortType?, params: [ParamSpec], queue: LinkLimits = LinkLimits(), policy: OverflowPolicy = .block,
+                check: StageCheck? = nil, make: @escaping StageFactory) {
+        self.name = name
+        self.summary = summary
+        self.inputs = inputs
+        self.minInputs = minInputs
+        self.maxInputs = maxInputs
+        self.output = output
+        self.params = params
+        self.queue = queue
+        self.policy = policy
+        self.check = check
+        self.make = make
+    }
+
+    public var isSource: Bool { inputs.isEmpty }
+}
+
+public final class StageRegistry: @unchecked Sendable {
+    private var byName: [String: StageKind] = [:]
+    public init() {}
+    public func register(_ kind: StageKind) {
+        precondition(byName[kind.name] == nil, "stage kind '\(kind.name)' registered twice")
+        byName[kind.name] = kind
+    }
+    public func kind(_ name: String) -> StageKind? { byName[name] }
+    public var kinds: [StageKind] { byName.values.sorted { $0.name < $1.name } }
+}
+
+/// Levenshtein distance, for "did you mean" suggestions.
+func editDistance(_ a: String, _ b: String) -> Int {
+    let x = Array(a.lowercased()), y = Array(b.lowercased())
+    if x.isEmpty { return y.count }
+    if y.isEmpty { return x.count }
+    var prev = Array(0...y.count)
+    for i in 1...x.count {
+        var cur = [i] + Array(repeating: 0, count: y.count)
+        for j in 1...y.count {
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x[i - 1] == y[j - 1] ? 0 : 1))
+        }
+        prev = cur
+    }
+    return prev[y.count]
+}
+
+func suggestion(for word: String, in candidates: [String]) -> String {
+    let best = candidates.map { ($0, editDistance(word, $0)) }.min { $0.1 < $1.1 }
+    guard let (name, d) = best, d <= max(2, word.count / 3) else { return "" }
+    return " (did you mean '\(name)'?)"
+}

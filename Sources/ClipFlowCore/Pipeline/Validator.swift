@@ -1,0 +1,370 @@
+import Foundation
+
+/// A validated pipeline: stages in file order with resolved parameters, and the links between
+/// them. Made only by `PipelineValidator`; everything a run needs has been checked.
+public struct Pipeline: Sendable {
+    public struct StageSpec: Sendable {
+        public var id: String
+        public var kind: String
+        public var inputs: [String]
+        public var params: StageParams
+        public var queue: LinkLimits
+        public var policy: OverflowPolicy
+    }
+    public var description: String?
+    public var stages: [StageSpec]
+
+    public var edges: [Edge] {
+        stages.flatMap { s in s.inputs.map { Edge(from: $0, to: s.id, limits: s.queue, policy: s.policy) } }
+    }
+
+    /// Instantiates the stages (in file order) with the registry's factories.
+    public func makeStages(_ registry: StageRegistry) throws -> [any Stage] {
+        try stages.map { s in
+            guard let k = registry.kind(s.kind) else { throw ClipFlowError.failure("internal: unknown kind \(s.kind)") }
+            do { return try k.make(s.id, s.params) } catch let e as ClipFlowError {
+                throw ClipFlowError(e.kind, "stage '\(s.id)': \(e.message)")
+            }
+        }
+    }
+}
+
+/// Checks a pipeline document against the registry and reports every problem it finds, each
+/// at its JSON path with what is expected.
+///
+/// Variables: `${NAME}` inside a string is replaced by `--set NAME=value` or else the environment
+/// variable NAME; `$$` is a literal `$`. A parameter that takes a number or boolean may be given as
+/// a string that is exactly one variable reference (`"rotate": "${ROTATE}"`).
+public struct PipelineValidator {
+    public let registry: StageRegistry
+    public let variables: [String: String]
+    public let environment: [String: String]
+    /// Run the kinds' own checks (readable inputs, ...). Off for schema-only comparisons.
+    public var runChecks = true
+
+    public static let idPattern = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+    static let common: Set<String> = ["id", "kind", "inputs", "queue", "description"]
+    static let queueKeys = ["max-items", "max-bytes", "max-time", "low-watermark", "policy"]
+
+    public init(registry: StageRegistry, variables: [String: String] = [:],
+                environment: [String: String] = ProcessInfo.processInfo.environment) {
+        self.registry = registry
+        self.variables = variables
+        self.environment = environment
+    }
+
+    public enum Result {
+        case valid(Pipeline)
+        case invalid([PipelineIssue])
+    }
+
+    public func validate(text: String) -> Result {
+        let root: JSONNode
+        do { root = try JSONParser.parse(text) } catch let e as JSONSyntaxError {
+            return .invalid([PipelineIssue("", "JSON syntax error: \(e.message)", line: e.line, column: e.column)])
+        } catch {
+            return .invalid([PipelineIssue("", "JSON syntax error: \(error)")])
+        }
+        return validate(root: root)
+    }
+
+    public func validate(root: JSONNode) -> Result {
+        var issues: [PipelineIssue] = []
+        func issue(_ path: String, _ node: JSONNode?, _ m: String) {
+            issues.append(PipelineIssue(path, m, line: node?.line ?? 0, column: node?.column ?? 0))
+        }
+        guard case .object(let top) = root.value else {
+            issue("", root, "expected an object with \"version\" and \"stages\", got \(root.value.typeName)")
+            return .invalid(issues)
+        }
+        var seenTop = Set<String>()
+        for (k, v) in top {
+            if !seenTop.insert(k).inserted { issue(k, v, "duplicate key") }
+            if !["version", "stages", "description"].contains(k) {
+                issue(k, v, "unknown key\(suggestion(for: k, in: ["version", "stages", "description"])); expected \"version\", \"stages\" and optionally \"description\"")
+            }
+        }
+        if let v = root["version"] {
+            if v.value != .number(1) { issue("version", v, "expected 1 (the only format version), got \(v.value.serialized)") }
+        } else {
+            issue("version", root, "missing; expected \"version\": 1")
+        }
+        var description: String?
+        if let d = root["description"] {
+            if case .string(let s) = d.value { description = s } else { issue("description", d, "expected a string, got \(d.value.typeName)") }
+        }
+        guard let stagesNode = root["stages"] else {
+            issue("stages", root, "missing; expected a list of stages")
+            return .invalid(issues)
+        }
+        guard case .array(let list) = stagesNode.value else {
+            issue("stages", stagesNode, "expected a list of stages, got \(stagesNode.value.typeName)")
+            return .invalid(issues)
+        }
+        if list.isEmpty { issue("stages", stagesNode, "expected at least one stage") }
+
+        // Pass 1: ids and kinds, so inputs can be checked against all of them.
+        var ids: [String: Int] = [:]
+        var kinds: [Int: StageKind] = [:]
+        for (i, node) in list.enumerated() {
+            let p = "stages[\(i)]"
+            guard case .object = node.value else { issue(p, node, "expected an object (a stage), got \(node.value.typeName)"); continue }
+            if let idn = node["id"] {
+                if case .string(let id) = idn.value {
+                    if id.range(of: Self.idPattern, options: .regularExpression) == nil {
+                        issue("\(p).id", idn, "\"\(id)\" is not a valid id; expected letters, digits, '_', '.', '-', starting with a letter or digit")
+                    } else if let other = ids[id] {
+                        issue("\(p).id", idn, "duplicate id \"\(id)\" (also stages[\(other)].id)")
+                    } else {
+                        ids[id] = i
+                    }
+                } else { issue("\(p).id", idn, "expected a string, got \(idn.value.typeName)") }
+            } else { issue("\(p).id", node, "missing; every stage needs an \"id\"") }
+            if let kn = node["kind"] {
+                if case .string(let k) = kn.value {
+                    if let kind = registry.kind(k) { kinds[i] = kind } else {
+                        issue("\(p).kind", kn, "unknown stage kind \"\(k)\"\(suggestion(for: k, in: registry.kinds.map(\.name))); known kinds: \(registry.kinds.map(\.name).joined(separator: ", "))")
+                    }
+                } else { issue("\(p).kind", kn, "expected a string, got \(kn.value.typeName)") }
+            } else { issue("\(p).kind", node, "missing; expected one of: \(registry.kinds.map(\.name).joined(separator: ", "))") }
+        }
+
+        // Pass 2: inputs, parameters, queues.
+        var specs: [Pipeline.StageSpec?] = Array(repeating: nil, count: list.count)
+        var inputsOf: [Int: [Int]] = [:]
+        for (i, node) in list.enumerated() {
+            let p = "stages[\(i)]"
+            guard case .object(let members) = node.value else { continue }
+            let kind = kinds[i]
+            var seen = Set<String>()
+            for (k, v) in members where !seen.insert(k).inserted { issue("\(p).\(k)", v, "duplicate key") }
+
+            // inputs
+            var inputIDs: [String] = []
+            var inputIdx: [Int] = []
+            if let inNode = node["inputs"] {
+                if case .array(let arr) = inNode.value {
+                    for (j, e) in arr.enumerated() {
+                        let ip = "\(p).inputs[\(j)]"
+                        guard case .string(let ref) = e.value else { issue(ip, e, "expected a stage id (string), got \(e.value.typeName)"); continue }
+                        if inputIDs.contains(ref) { issue(ip, e, "\"\(ref)\" is listed twice"); continue }
+                        guard let src = ids[ref] else {
+                            issue(ip, e, "unknown stage id \"\(ref)\"\(suggestion(for: ref, in: Array(ids.keys))); known ids: \(ids.keys.sorted().joined(separator: ", "))")
+                            continue
+                        }
+                        if src == i { issue(ip, e, "a stage cannot be its own input"); continue }
+                        inputIDs.append(ref)
+                        inputIdx.append(src)
+                        // Connection types.
+                        if let kind, let up = kinds[src] {
+                            if kind.isSource {
+                                issue(ip, e, "a \(kind.name) stage is a source and takes no inputs")
+                            } else if let out = up.output {
+                                if !kind.inputs.contains(out) {
+                                    issue(ip, e, "stage \"\(ref)\" (\(up.name)) produces \(out.rawValue), but \(kind.name) takes \(kind.inputs.map(\.rawValue).sorted().joined(separator: " or "))")
+                                }
+                            } else {
+                                issue(ip, e, "stage \"\(ref)\" (\(up.name)) is a sink and produces nothing to connect")
+                            }
+                        }
+                    }
+                } else { issue("\(p).inputs", inNode, "expected a list of stage ids, got \(inNode.value.typeName)") }
+            }
+            inputsOf[i] = inputIdx
+            if let kind, !kind.isSource {
+                if inputIDs.count < kind.minInputs && node["inputs"].map({ if case .array = $0.value { return true }; return false }) ?? true {
+                    issue("\(p).inputs", node["inputs"] ?? node, node["inputs"] == nil
+                          ? "missing; a \(kind.name) stage needs at least \(kind.minInputs) input(s) (stage ids producing \(kind.inputs.map(\.rawValue).sorted().joined(separator: " or ")))"
+                          : "a \(kind.name) stage needs at least \(kind.minInputs) input(s)")
+                }
+                if let mx = kind.maxInputs, inputIDs.count > mx {
+                    issue("\(p).inputs", node["inputs"], "a \(kind.name) stage takes at most \(mx) input(s), got \(inputIDs.count)")
+                }
+            }
+
+            guard let kind else { continue }
+            // Parameters.
+            var values: [String: JSONValue] = [:]
+            let known = kind.params.map(\.name)
+            for (k, v) in members where !Self.common.contains(k) && !known.contains(k) {
+                issue("\(p).\(k)", v, "unknown parameter for a \(kind.name) stage\(suggestion(for: k, in: known + ["inputs", "queue"])); \(known.isEmpty ? "it takes none" : "it takes: " + known.joined(separator: ", "))")
+            }
+            if let d = node["description"], d.value.typeName != "a string" { issue("\(p).description", d, "expected a string, got \(d.value.typeName)") }
+            for spec in kind.params {
+                let pp = "\(p).\(spec.name)"
+                guard let raw = node[spec.name] else {
+                    if spec.required { issue(pp, node, "missing; expected \(spec.type.describe) (\(spec.help))") }
+                    else if let d = spec.defaultValue { values[spec.name] = d }
+                    continue
+                }
+                if let v = check(raw, spec, pp, &issues) { values[spec.name] = v }
+            }
+            var limits = kind.queue, policy = kind.policy
+            if let q = node["queue"] {
+                if kind.isSource { issue("\(p).queue", q, "a source has no input queue") }
+                parseQueue(q, "\(p).queue", &limits, &policy, &issues)
+            }
+            let params = StageParams(values)
+            if runChecks, let check = kind.check, !issues.contains(where: { $0.path.hasPrefix(p + ".") && !$0.path.hasPrefix(p + ".inputs") }) {
+                issues += check(params, p).map { var x = $0; if x.line == 0 { x.line = node.line; x.column = node.column }; return x }
+            }
+            if case .string(let id)? = node["id"]?.value {
+                specs[i] = Pipeline.StageSpec(id: id, kind: kind.name, inputs: inputIDs, params: params, queue: limits, policy: policy)
+            }
+        }
+
+        // Cycles (inputs are edges from input to stage).
+        var state = Array(repeating: 0, count: list.count) // 0 new, 1 on stack, 2 done
+        var reported = Set<Int>()
+        func visit(_ i: Int, _ stack: [Int]) {
+            state[i] = 1
+            for j in inputsOf[i] ?? [] {
+                if state[j] == 1 {
+                    let cyc = Array(stack[(stack.firstIndex(of: j) ?? 0)...]) + [i]
+                    if !reported.contains(j) {
+                        reported.insert(j)
+                        let names = cyc.map { specs[$0]?.id ?? "stages[\($0)]" }
+                        issue("stages[\(i)].inputs", list[i]["inputs"], "cycle: \(names.joined(separator: " -> ")) -> \(names[0]); a pipeline must flow one way")
+                    }
+                } else if state[j] == 0 {
+                    visit(j, stack + [i])
+                }
+            }
+            state[i] = 2
+        }
+        for i in list.indices where state[i] == 0 { visit(i, []) }
+
+        if !issues.isEmpty { return .invalid(issues) }
+        return .valid(Pipeline(description: description, stages: specs.compactMap { $0 }))
+    }
+
+    // MARK: values
+
+    /// Expands variables in a string; reports unknown ones.
+    func expand(_ s: String, _ path: String, _ node: JSONNode, _ issues: inout [PipelineIssue], secret: Bool) -> String? {
+        guard s.contains("$") else { return s }
+        var out = ""
+        var ok = true
+        var it = s.startIndex
+        while it < s.endIndex {
+            let c = s[it]
+            if c == "$" {
+                let next = s.index(after: it)
+                if next < s.endIndex, s[next] == "$" { out.append("$"); it = s.index(after: next); continue }
+                if next < s.endIndex, s[next] == "{", let close = s[next...].firstIndex(of: "}") {
+                    let name = String(s[s.index(after: next)..<close])
+                    if name.range(of: "^[A-Za-z_][A-Za-z0-9_]*$", options: .regularExpression) == nil {
+                        issues.append(PipelineIssue(path, "\"${\(name)}\" is not a valid variable name (letters, digits, '_')", line: node.line, column: node.column))
+                        ok = false
+                    } else if let v = variables[name] ?? environment[name] {
+                        out += v
+                    } else {
+                        issues.append(PipelineIssue(path, "variable ${\(name)} is not set; pass --set \(name)=VALUE or export \(name)", line: node.line, column: node.column))
+                        ok = false
+                    }
+                    it = s.index(after: close)
+                    continue
+                }
+                issues.append(PipelineIssue(path, "'$' must start ${NAME} (write $$ for a literal '$')", line: node.line, column: node.column))
+                return nil
+            }
+            out.append(c)
+            it = s.index(after: it)
+        }
+        _ = secret
+        return ok ? out : nil
+    }
+
+    static let wholeVariable = #"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$"#
+
+    func check(_ raw: JSONNode, _ spec: ParamSpec, _ path: String, _ issues: inout [PipelineIssue]) -> JSONValue? {
+        func bad(_ got: String) -> JSONValue? {
+            issues.append(PipelineIssue(path, "expected \(spec.type.describe), got \(got)", line: raw.line, column: raw.column))
+            return nil
+        }
+        func shown(_ v: JSONValue) -> String { spec.secret ? v.typeName : v.serialized }
+        var value = raw.value
+        // A number or boolean given as one variable reference.
+        if case .string(let s) = value, s.range(of: Self.wholeVariable, options: .regularExpression) != nil {
+            switch spec.type {
+            case .integer, .number, .boolean, .integerChoice:
+                guard let e = expand(s, path, raw, &issues, secret: spec.secret) else { return nil }
+                if let d = Double(e) { value = .number(d) } else if e == "true" || e == "false" { value = .bool(e == "true") } else {
+                    return bad(spec.secret ? "a variable that is not a number" : "\"\(e)\" (from \(s))")
+                }
+            default: break
+            }
+        }
+        switch spec.type {
+        case .string, .path:
+            guard case .string(let s) = value else { return bad(shown(value)) }
+            guard let e = expand(s, path, raw, &issues, secret: spec.secret) else { return nil }
+            if spec.type == .path && e.isEmpty { return bad("an empty string") }
+            return .string(e)
+        case .choice(let options):
+            guard case .string(let s) = value else { return bad(shown(value)) }
+            guard let e = expand(s, path, raw, &issues, secret: spec.secret) else { return nil }
+            guard options.contains(e) else { return bad("\"\(e)\"\(suggestion(for: e, in: options))") }
+            return .string(e)
+        case .boolean:
+            guard case .bool = value else { return bad(shown(value)) }
+            return value
+        case .integer(let lo, let hi):
+            guard case .number(let n) = value, n == n.rounded() else { return bad(shown(value)) }
+            if let lo, n < Double(lo) { return bad(shown(value)) }
+            if let hi, n > Double(hi) { return bad(shown(value)) }
+            return value
+        case .number(let lo, let hi):
+            guard case .number(let n) = value else { return bad(shown(value)) }
+            if let lo, n < lo { return bad(shown(value)) }
+            if let hi, n > hi { return bad(shown(value)) }
+            return value
+        case .integerChoice(let options):
+            guard case .number(let n) = value, n == n.rounded(), options.contains(Int(n)) else { return bad(shown(value)) }
+            return value
+        case .pathList:
+            guard case .array(let arr) = value else { return bad(shown(value)) }
+            if arr.isEmpty { return bad("an empty list") }
+            var out: [JSONNode] = []
+            var ok = true
+            for (j, e) in arr.enumerated() {
+                guard case .string(let s) = e.value, !s.isEmpty else {
+                    issues.append(PipelineIssue("\(path)[\(j)]", "expected a path (non-empty string), got \(e.value.typeName)", line: e.line, column: e.column))
+                    ok = false
+                    continue
+                }
+                guard let x = expand(s, "\(path)[\(j)]", e, &issues, secret: false) else { ok = false; continue }
+                out.append(JSONNode(.string(x), line: e.line, column: e.column))
+            }
+            return ok ? .array(out) : nil
+        }
+    }
+
+    func parseQueue(_ q: JSONNode, _ path: String, _ limits: inout LinkLimits, _ policy: inout OverflowPolicy,
+                    _ issues: inout [PipelineIssue]) {
+        guard case .object(let members) = q.value else {
+            issues.append(PipelineIssue(path, "expected an object with \(Self.queueKeys.joined(separator: ", ")), got \(q.value.typeName)", line: q.line, column: q.column))
+            return
+        }
+        for (k, v) in members {
+            let p = "\(path).\(k)"
+            func bad(_ what: String) { issues.append(PipelineIssue(p, "expected \(what), got \(v.value.serialized)", line: v.line, column: v.column)) }
+            switch k {
+            case "max-items":
+                if case .number(let n) = v.value, n == n.rounded(), n >= 1, n <= 1_000_000 { limits.maxItems = Int(n) } else { bad("an integer from 1 to 1000000") }
+            case "max-bytes":
+                if case .number(let n) = v.value, n == n.rounded(), n >= 1 { limits.maxBytes = Int64(n) } else { bad("an integer of at least 1") }
+            case "max-time":
+                if case .number(let n) = v.value, n > 0 { limits.maxDuration = n } else { bad("a number of seconds above 0") }
+            case "low-watermark":
+                if case .number(let n) = v.value, n >= 0, n < 1 { limits.lowWatermark = n } else { bad("a number from 0 up to (not including) 1") }
+            case "policy":
+                if case .string(let s) = v.value, let pol = OverflowPolicy(rawValue: s) { policy = pol } else {
+                    bad("one of " + OverflowPolicy.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))
+                }
+            default:
+                issues.append(PipelineIssue(p, "unknown queue setting\(suggestion(for: k, in: Self.queueKeys)); expected \(Self.queueKeys.joined(separator: ", "))", line: v.line, column: v.column))
+            }
+        }
+    }
+}

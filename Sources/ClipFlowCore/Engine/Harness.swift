@@ -19,7 +19,7 @@ public final class EventRecorder: EventSink, @unchecked Sendable {
 ///
 /// The output link is unbounded-ish (`outputLimit` items, block policy never reached in normal
 /// use) so a stage under test never blocks on its own output.
-public final class StageHarness {
+public final class StageHarness: @unchecked Sendable {
     public let stage: any Stage
     public let clock: ManualClock
     public let recorder = EventRecorder()

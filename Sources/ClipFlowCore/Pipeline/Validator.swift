@@ -172,7 +172,9 @@ public struct PipelineValidator {
             }
             inputsOf[i] = inputIdx
             if let kind, !kind.isSource {
-                if inputIDs.count < kind.minInputs && node["inputs"].map({ if case .array = $0.value { return true }; return false }) ?? true {
+                var listed = 0
+                if case .array(let arr)? = node["inputs"]?.value { listed = arr.count }
+                if listed < kind.minInputs && node["inputs"].map({ if case .array = $0.value { return true }; return false }) ?? true {
                     issue("\(p).inputs", node["inputs"] ?? node, node["inputs"] == nil
                           ? "missing; a \(kind.name) stage needs at least \(kind.minInputs) input(s) (stage ids producing \(kind.inputs.map(\.rawValue).sorted().joined(separator: " or ")))"
                           : "a \(kind.name) stage needs at least \(kind.minInputs) input(s)")
@@ -193,7 +195,7 @@ public struct PipelineValidator {
             for spec in kind.params {
                 let pp = "\(p).\(spec.name)"
                 guard let raw = node[spec.name] else {
-                    if spec.required { issue(pp, node, "missing; expected \(spec.type.describe) (\(spec.help))") }
+                    if spec.required { issue(pp, node, "missing; expected \(spec.type.describe): \(spec.help)") }
                     else if let d = spec.defaultValue { values[spec.name] = d }
                     continue
                 }
@@ -234,7 +236,13 @@ public struct PipelineValidator {
         }
         for i in list.indices where state[i] == 0 { visit(i, []) }
 
-        if !issues.isEmpty { return .invalid(issues) }
+        if !issues.isEmpty {
+            // In reading order (stable: several issues at one place keep their order).
+            let sorted = issues.enumerated().sorted { a, b in
+                (a.element.line, a.element.column, a.offset) < (b.element.line, b.element.column, b.offset)
+            }.map(\.element)
+            return .invalid(sorted)
+        }
         return .valid(Pipeline(description: description, stages: specs.compactMap { $0 }))
     }
 
@@ -278,8 +286,9 @@ public struct PipelineValidator {
     static let wholeVariable = #"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$"#
 
     func check(_ raw: JSONNode, _ spec: ParamSpec, _ path: String, _ issues: inout [PipelineIssue]) -> JSONValue? {
+        var from = ""
         func bad(_ got: String) -> JSONValue? {
-            issues.append(PipelineIssue(path, "expected \(spec.type.describe), got \(got)", line: raw.line, column: raw.column))
+            issues.append(PipelineIssue(path, "expected \(spec.type.describe), got \(got)\(from)", line: raw.line, column: raw.column))
             return nil
         }
         func shown(_ v: JSONValue) -> String { spec.secret ? v.typeName : v.serialized }
@@ -289,8 +298,9 @@ public struct PipelineValidator {
             switch spec.type {
             case .integer, .number, .boolean, .integerChoice:
                 guard let e = expand(s, path, raw, &issues, secret: spec.secret) else { return nil }
+                from = " (from \(s))"
                 if let d = Double(e) { value = .number(d) } else if e == "true" || e == "false" { value = .bool(e == "true") } else {
-                    return bad(spec.secret ? "a variable that is not a number" : "\"\(e)\" (from \(s))")
+                    return bad(spec.secret ? "a value that is not a number" : "\"\(e)\"")
                 }
             default: break
             }

@@ -1,0 +1,200 @@
+import XCTest
+import Foundation
+import ClipFlowTestSupport
+
+/// `clipflow run | validate | stages | schema` as a user runs them, on the pipelines in the repo.
+final class PipelineCLITests: XCTestCase {
+    let fx = Fixtures.shared
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
+    }
+
+    func clipflow(_ args: [String]) throws -> Run { try Run.run([binary] + args, check: false) }
+
+    func files(_ dir: String, _ ext: String) throws -> [String] {
+        let d = Self.root.appendingPathComponent(dir)
+        return try FileManager.default.contentsOfDirectory(atPath: d.path).filter { $0.hasSuffix(ext) }.sorted().map { d.appendingPathComponent($0).path }
+    }
+
+    /// Three fragments of one recording, named as the example pipelines expect.
+    func fragments() throws -> String {
+        let dir = fx.scratch("fragments")
+        for i in 0..<3 {
+            try FileManager.default.copyItem(atPath: try fx.toneClip(i, seconds: 2), toPath: dir.appendingPathComponent("fragment\(i).mp4").path)
+        }
+        return dir.path
+    }
+
+    /// Every invalid fixture: exit 1, every problem reported at its line, column and JSON path,
+    /// exactly as in its .expected file, and nothing run.
+    func testInvalidPipelinesReportEveryProblemAtItsPath() throws {
+        let all = try files("fixtures/pipelines/invalid", ".json") + files("fixtures/pipelines/invalid-semantic", ".json")
+        XCTAssertGreaterThanOrEqual(all.count, 15)
+        for f in all {
+            let expected = try String(contentsOfFile: String(f.dropLast(5)) + ".expected", encoding: .utf8)
+                .split(separator: "\n").map { "\(f):\($0)" }
+            for cmd in ["validate", "run"] {
+                let r = try clipflow([cmd, "--set", "CLIPFLOW_TEST_ROTATE=45", f])
+                XCTAssertEqual(r.status, 1, "\(cmd) \(f)")
+                var lines = r.stderr.split(separator: "\n").map(String.init)
+                let last = lines.popLast() ?? ""
+                XCTAssertEqual(lines, expected, "\(cmd) \(f)")
+                XCTAssertEqual(last, "error: \(f): \(expected.count) problem\(expected.count == 1 ? "" : "s") found; nothing was run")
+            }
+        }
+    }
+
+    func testUsageErrors() throws {
+        var r = try clipflow(["validate", "/nonexistent/p.json"])
+        XCTAssertEqual(r.status, 1)
+        XCTAssertEqual(r.stderr, "error: pipeline '/nonexistent/p.json': no such file\n")
+        r = try clipflow(["run", "--set", "=x", Self.root.appendingPathComponent("pipelines/backpressure.json").path])
+        XCTAssertNotEqual(r.status, 0)
+        XCTAssertTrue(r.stderr.contains("--set expects KEY=VALUE (got '=x')"), r.stderr)
+    }
+
+    /// The committed schema is the one the binary generates from its registry.
+    func testCommittedSchemaIsTheGeneratedOne() throws {
+        let r = try clipflow(["schema"])
+        XCTAssertEqual(r.status, 0)
+        let committed = try String(contentsOfFile: Self.root.appendingPathComponent("schema/pipeline.schema.json").path, encoding: .utf8)
+        XCTAssertEqual(r.out, committed, "run `clipflow schema > schema/pipeline.schema.json` after changing a stage kind")
+    }
+
+    /// The schema, checked by an independent validator (Python jsonschema), agrees with ours:
+    /// every example passes both; every invalid fixture fails both; the semantic fixtures (what
+    /// a schema cannot express: ids, cycles, connections, files, variables) pass the schema and
+    /// fail ours.
+    func testSchemaAndValidatorAgree() throws {
+        let schema = Self.root.appendingPathComponent("schema/pipeline.schema.json").path
+        func schemaAccepts(_ f: String) throws -> Bool {
+            let code = """
+            import json, sys, jsonschema
+            schema = json.load(open(sys.argv[1]))
+            jsonschema.Draft202012Validator.check_schema(schema)
+            try:
+                doc = json.load(open(sys.argv[2]))
+            except ValueError:
+                sys.exit(3)
+            errors = list(jsonschema.Draft202012Validator(schema).iter_errors(doc))
+            sys.exit(0 if not errors else 3)
+            """
+            let r = try Run.run(["python3", "-c", code, schema, f], check: false)
+            XCTAssertTrue(r.status == 0 || r.status == 3, r.stderr)
+            return r.status == 0
+        }
+        let clips = try fragments(), out = fx.scratch("schema-agree").path
+        for f in try files("pipelines", ".json") {
+            XCTAssertTrue(try schemaAccepts(f), "schema rejects example \(f)")
+            let r = try clipflow(["validate", "--set", "CLIPS=\(clips)", "--set", "OUT=\(out)", "--set", "ROTATE=90", "--set", "COUNT=10", f])
+            XCTAssertEqual(r.status, 0, "validator rejects example \(f): \(r.stderr)")
+        }
+        for f in try files("fixtures/pipelines/invalid", ".json") {
+            XCTAssertFalse(try schemaAccepts(f), "schema accepts invalid \(f)")
+            XCTAssertEqual(try clipflow(["validate", f]).status, 1)
+        }
+        for f in try files("fixtures/pipelines/invalid-semantic", ".json") {
+            XCTAssertTrue(try schemaAccepts(f), "semantic fixture \(f) should be beyond the schema")
+            XCTAssertEqual(try clipflow(["validate", "--set", "CLIPFLOW_TEST_ROTATE=45", f]).status, 1)
+        }
+    }
+
+    func testStagesListsEveryKindWithDefaults() throws {
+        let r = try clipflow(["stages"])
+        XCTAssertEqual(r.status, 0)
+        for k in ["files", "merge", "thumbnail", "directory", "synthetic", "null"] {
+            XCTAssertTrue(r.out.contains("\n\(k) - ") || r.out.hasPrefix("\(k) - "), "missing kind \(k)")
+        }
+        XCTAssertTrue(r.out.contains("rotate: one of 0, 90, 180, 270 (default 0)"), r.out)
+        XCTAssertTrue(r.out.contains("output: a path (string) (required)"), r.out)
+    }
+
+    /// Every example in pipelines/ runs end to end; outputs judged by ffprobe.
+    func testEveryExamplePipelineRuns() throws {
+        let clips = try fragments()
+        let sum = try (0..<3).map { try Probe.videoFrames("\(clips)/fragment\($0).mp4") }.reduce(0, +)
+        var ran = Set<String>()
+        for f in try files("pipelines", ".json") {
+            let name = (f as NSString).lastPathComponent
+            let out = fx.scratch("example-\(name)").path
+            let r = try clipflow(["run", "--events", "json", "--set", "CLIPS=\(clips)", "--set", "OUT=\(out)",
+                                  "--set", "ROTATE=90", "--set", "COUNT=200", f])
+            XCTAssertEqual(r.status, 0, "\(name): \(r.stderr)")
+            let events = r.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            XCTAssertFalse(events.isEmpty, name)
+            XCTAssertFalse(events.contains { $0["event"] as? String == "failed" }, name)
+            ran.insert(name)
+            switch name {
+            case "fragments-to-folder.json":
+                for m in ["\(out)/merged.mp4", "\(out)/publish/merged.mp4"] {
+                    XCTAssertEqual(try Probe.videoFrames(m), sum)
+                    XCTAssertEqual(try Probe.rotation(m), -90)
+                    XCTAssertEqual(try Probe.topLevelBoxes(m).filter { $0 == "moov" || $0 == "mdat" }, ["moov", "mdat"])
+                    XCTAssertEqual(try Probe.decodeErrors(m), "")
+                }
+                // 320x240 turned 90 degrees: an upright 240x320 cover.
+                XCTAssertEqual(try Probe.stream("\(out)/publish/cover.jpg", "v:0", "width"), "240")
+                XCTAssertEqual(try Probe.stream("\(out)/cover.jpg", "v:0", "height"), "320")
+                XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: "\(out)/publish").sorted(), ["cover.jpg", "merged.mp4"])
+            case "two-cameras.json":
+                XCTAssertEqual(try Probe.videoFrames("\(out)/joined.mp4"), sum)
+                XCTAssertEqual(try Probe.rotation("\(out)/joined.mp4"), -90)
+                XCTAssertEqual(try Probe.videoFrames("\(out)/archive/joined.mp4"), sum)
+                XCTAssertEqual(try Probe.stream("\(out)/joined.jpg", "v:0", "width"), "240")
+            case "backpressure.json":
+                let done = events.last { $0["stage"] as? String == "slow" && $0["event"] as? String == "progress" }
+                XCTAssertEqual(done?["completed"] as? Int, 200)
+                XCTAssertFalse(events.contains { $0["event"] as? String == "dropped" })
+            case "live-preview.json":
+                let received = events.last { $0["stage"] as? String == "preview" && $0["event"] as? String == "progress" }?["completed"] as? Int
+                let dropped = events.last { $0["stage"] as? String == "preview" && $0["event"] as? String == "dropped" }?["count"] as? Int
+                XCTAssertGreaterThan(dropped ?? 0, 0, "a 50/s consumer behind a 100/s source drops")
+                XCTAssertEqual((received ?? 0) + (dropped ?? 0), 200, "received + dropped == produced")
+            default:
+                XCTFail("no checks written for example \(name)")
+            }
+        }
+        XCTAssertEqual(ran.count, try files("pipelines", ".json").count)
+    }
+
+    /// SIGINT during a run: exit 130, the merge in progress leaves nothing, no temporary files.
+    func testInterruptDuringAPipelineLeavesNoPartialOutput() throws {
+        let clip = try fx.toneClip(0)
+        let dir = fx.scratch("pipe-sigint")
+        let out = dir.appendingPathComponent("out").path
+        let pipeline = dir.appendingPathComponent("p.json").path
+        let list = Array(repeating: "\"\(clip)\"", count: 600).joined(separator: ",")
+        try """
+        {"version": 1, "stages": [
+          {"id": "clips", "kind": "files", "paths": [\(list)]},
+          {"id": "joined", "kind": "merge", "inputs": ["clips"], "output": "\(out)/joined.mp4"},
+          {"id": "cover", "kind": "thumbnail", "inputs": ["joined"], "output": "\(out)/cover.jpg"},
+          {"id": "publish", "kind": "directory", "inputs": ["joined", "cover"], "path": "\(out)/publish"}
+        ]}
+        """.write(toFile: pipeline, atomically: true, encoding: .utf8)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: binary)
+        p.arguments = ["run", "--events", "json", pipeline]
+        let o = Pipe()
+        p.standardOutput = o
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        var seen = Data()
+        while !String(decoding: seen, as: UTF8.self).contains("\"stage\":\"joined\",\"event\":\"progress\"") {
+            let d = o.fileHandleForReading.availableData
+            if d.isEmpty { break }
+            seen += d
+        }
+        kill(p.processIdentifier, SIGINT)
+        let rest = o.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        let text = String(decoding: seen + rest, as: UTF8.self)
+        XCTAssertFalse(text.contains("\"event\":\"output\",\"path\":\"\(out)/joined.mp4\""), "the merge finished before the signal")
+        XCTAssertEqual(p.terminationStatus, 130, text)
+        XCTAssertTrue(text.contains("\"stage\":\"joined\",\"event\":\"interrupted\""), text)
+        let left = (FileManager.default.enumerator(atPath: out)?.allObjects as? [String]) ?? []
+        XCTAssertEqual(left.filter { !$0.hasSuffix("publish") }, [], "no output, no temporary file: \(left)")
+    }
+}

@@ -197,6 +197,9 @@ final class JSONEventWriter: EventSink, @unchecked Sendable {
         case .output(let p): fields += [("event", .string("output")), ("path", .string(p))]
         case .dropped(let n): fields += [("event", .string("dropped")), ("count", .number(Double(n)))]
         case .notice(let m): fields += [("event", .string("notice")), ("message", .string(m))]
+        case .queue(let from, let items, let bytes, let dropped):
+            fields += [("event", .string("queue")), ("from", .string(from)), ("peak_items", .number(Double(items))),
+                       ("peak_bytes", .number(Double(bytes))), ("dropped", .number(Double(dropped)))]
         case .finished: fields.append(("event", .string("finished")))
         case .failed(let m): fields += [("event", .string("failed")), ("message", .string(m))]
         case .interrupted: fields.append(("event", .string("interrupted")))
@@ -237,8 +240,13 @@ final class TextEventWriter: EventSink, @unchecked Sendable {
                 state[e.stage] = "\(c) \(u)"
             }
         case .output(let p): line = "\(e.stage): wrote \(p)"
-        case .dropped(let n): state[e.stage] = "dropped \(n)"; line = isTTY ? nil : "\(e.stage): \(n) item(s) dropped so far"
+        case .dropped(let n):
+            // The first drop is worth a line; the total comes with the queue summary at the end.
+            state[e.stage] = "dropped \(n)"
+            if n > 0 && (lastDecile["drop:" + e.stage] ?? 0) == 0 { lastDecile["drop:" + e.stage] = 1; line = "\(e.stage): input queue full, dropping items" }
         case .notice(let m): line = "\(e.stage): \(m)"
+        case .queue(let from, let items, _, let dropped):
+            if dropped > 0 || isTTY == false { line = "\(e.stage): queue from \(from): at most \(items) queued, \(dropped) dropped" }
         case .finished: state[e.stage] = "done"
         case .failed(let m): state[e.stage] = "failed"; line = "\(e.stage): failed: \(m)"
         case .interrupted: state[e.stage] = "stopped"; line = "\(e.stage): stopped"

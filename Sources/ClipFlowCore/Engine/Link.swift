@@ -76,6 +76,7 @@ public final class Link: @unchecked Sendable {
             switch state.offer(entry) {
             case .accept(let dropped):
                 if dropped > 0 {
+                    for k in head..<(head + dropped) { items[k].storage = nil }
                     head += dropped
                     compact()
                 }
@@ -103,9 +104,7 @@ public final class Link: @unchecked Sendable {
         while true {
             switch state.take() {
             case .item(_, let wake):
-                let it = items[head]
-                head += 1
-                compact()
+                let it = takeFront()
                 if wake { cond.broadcast() }
                 return it
             case .endOfStream, .flushing:
@@ -122,10 +121,18 @@ public final class Link: @unchecked Sendable {
         defer { cond.unlock() }
         guard head < items.count else { return nil }
         guard case .item(_, let wake) = state.take() else { return nil }
+        let it = takeFront()
+        if wake { cond.broadcast() }
+        return it
+    }
+
+    /// Removes the front item. Its slot stays until the next compaction, so the buffer it keeps
+    /// alive is released now (a taken item must not hold memory the queue no longer accounts for).
+    private func takeFront() -> Item {
         let it = items[head]
+        items[head].storage = nil
         head += 1
         compact()
-        if wake { cond.broadcast() }
         return it
     }
 

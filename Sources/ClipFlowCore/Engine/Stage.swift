@@ -46,6 +46,9 @@ public struct PipelineEvent: Sendable, Equatable {
         case dropped(count: Int)
         /// A non-fatal notice.
         case notice(String)
+        /// At the end of a run, for each input link of the stage: the deepest it got and what it
+        /// dropped.
+        case queue(from: String, peakItems: Int, peakBytes: Int64, dropped: Int)
         case finished
         case failed(String)
         case interrupted

@@ -21,6 +21,7 @@ test: deps
 
 bench: deps
 	@bash benchmarks/merge
+	@bash benchmarks/backpressure
 
 clean:
 	rm -rf .build out

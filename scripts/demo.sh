@@ -23,3 +23,7 @@ echo "--- top-level boxes (moov before mdat = fast start)"
 ffprobe -v trace "$dir/merged.mp4" 2>&1 | grep -o "type:'[a-z]*' parent:'root'" | tr '\n' ' '; echo
 echo "--- cover"
 ffprobe -v error -show_entries stream=width,height -of csv=p=0 "$dir/cover.jpg"
+echo "--- the same job as a pipeline: pipelines/fragments-to-folder.json"
+rm -rf "$dir/pipeline"
+"$bin" run --set CLIPS="$dir" --set OUT="$dir/pipeline" pipelines/fragments-to-folder.json
+ls -l "$dir/pipeline/publish"

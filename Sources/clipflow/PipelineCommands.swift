@@ -233,8 +233,10 @@ final class TextEventWriter: EventSink, @unchecked Sendable {
         case .started: state[e.stage] = "running"
         case .progress(let c, let t, let u):
             if t > 0 {
-                let pct = Int(min(1, Double(c) / Double(t)) * 100)
-                state[e.stage] = "\(pct)%"
+                let frac = min(1, Double(c) / Double(t))
+                let pct = Int(frac * 100)
+                let filled = Int(frac * 12)
+                state[e.stage] = "[" + String(repeating: "#", count: filled) + String(repeating: "-", count: 12 - filled) + "] \(pct)%"
                 if pct / 10 != lastDecile[e.stage] ?? -1 { lastDecile[e.stage] = pct / 10; if !isTTY { line = "\(e.stage): \(pct)% (\(c) of \(t) \(u))" } }
             } else {
                 state[e.stage] = "\(c) \(u)"

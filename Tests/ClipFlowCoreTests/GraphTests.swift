@@ -123,6 +123,19 @@ final class GraphTests: XCTestCase {
         XCTAssertTrue(events.events.contains { $0.stage == "camera" && $0.kind == .interrupted })
     }
 
+    /// A graceful stop that does not finish in time is escalated to cancel by its deadline.
+    func testStopDeadlineEscalatesToCancel() throws {
+        let src = SyntheticSource(id: "src", count: 0, size: 16, rate: 0)
+        let sink = NullSink(id: "busy", delay: 30)
+        let start = Date()
+        let (outcome, _, _) = try run([src, sink], [Edge(from: "src", to: "busy")], timeout: 10) { runner in
+            usleep(100_000)
+            runner.stop(deadline: 0.3)
+        }
+        XCTAssertEqual(outcome, .interrupted)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 5, "the 30 s item was abandoned at the deadline")
+    }
+
     /// Cancel releases a producer blocked on a full link and a consumer waiting on an empty one.
     func testCancelReleasesBlockedStages() throws {
         let src = SyntheticSource(id: "fast", count: 0, size: 16, rate: 0)

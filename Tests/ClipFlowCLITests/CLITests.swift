@@ -137,26 +137,10 @@ final class CLITests: XCTestCase {
         let inputs = Array(repeating: clip, count: 600)
         let dir = fx.scratch("sigint")
         let out = dir.appendingPathComponent("big.mp4").path
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: binary)
-        p.arguments = ["merge", "-o", out] + inputs
-        let err = Pipe()
-        p.standardError = err
-        p.standardOutput = FileHandle.nullDevice
-        try p.run()
-        // Wait for the first progress line, so the merge is really under way, then interrupt.
-        var seen = Data()
-        while !String(decoding: seen, as: UTF8.self).contains("merge: ") {
-            let d = err.fileHandleForReading.availableData
-            if d.isEmpty { break }
-            seen += d
-        }
-        kill(p.processIdentifier, SIGINT)
-        let rest = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        let text = String(decoding: seen + rest, as: UTF8.self)
+        // Interrupt once the first progress line shows the merge is really under way.
+        let (status, text) = try Run.interrupt(binary, ["merge", "-o", out] + inputs, after: "merge: ")
         XCTAssertFalse(text.contains("merged 600 clips"), "the merge finished before the signal; make it longer")
-        XCTAssertEqual(p.terminationStatus, 130, text)
+        XCTAssertEqual(status, 130, text)
         XCTAssertTrue(text.contains("interrupted"), text)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), [], "nothing left behind")
     }

@@ -174,25 +174,10 @@ final class PipelineCLITests: XCTestCase {
           {"id": "publish", "kind": "directory", "inputs": ["joined", "cover"], "path": "\(out)/publish"}
         ]}
         """.write(toFile: pipeline, atomically: true, encoding: .utf8)
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: binary)
-        p.arguments = ["run", "--events", "json", pipeline]
-        let o = Pipe()
-        p.standardOutput = o
-        p.standardError = FileHandle.nullDevice
-        try p.run()
-        var seen = Data()
-        while !String(decoding: seen, as: UTF8.self).contains("\"stage\":\"joined\",\"event\":\"progress\"") {
-            let d = o.fileHandleForReading.availableData
-            if d.isEmpty { break }
-            seen += d
-        }
-        kill(p.processIdentifier, SIGINT)
-        let rest = o.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        let text = String(decoding: seen + rest, as: UTF8.self)
+        let (status, text) = try Run.interrupt(binary, ["run", "--events", "json", pipeline],
+                                               after: "\"stage\":\"joined\",\"event\":\"progress\"", watchStdout: true)
         XCTAssertFalse(text.contains("\"event\":\"output\",\"path\":\"\(out)/joined.mp4\""), "the merge finished before the signal")
-        XCTAssertEqual(p.terminationStatus, 130, text)
+        XCTAssertEqual(status, 130, text)
         XCTAssertTrue(text.contains("\"stage\":\"joined\",\"event\":\"interrupted\""), text)
         let left = (FileManager.default.enumerator(atPath: out)?.allObjects as? [String]) ?? []
         XCTAssertEqual(left.filter { !$0.hasSuffix("publish") }, [], "no output, no temporary file: \(left)")

@@ -40,6 +40,31 @@ public struct Run {
     }
 }
 
+extension Run {
+    /// Starts `binary args`, waits until `marker` appears on the watched stream (stdout when
+    /// `watchStdout`, else stderr), sends SIGINT, and returns the exit status and everything the
+    /// watched stream printed. The other stream is discarded.
+    public static func interrupt(_ binary: String, _ args: [String], after marker: String, watchStdout: Bool = false) throws -> (status: Int32, text: String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: binary)
+        p.arguments = args
+        let pipe = Pipe()
+        if watchStdout { p.standardOutput = pipe; p.standardError = FileHandle.nullDevice } else { p.standardError = pipe; p.standardOutput = FileHandle.nullDevice }
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        var seen = Data()
+        while !String(decoding: seen, as: UTF8.self).contains(marker) {
+            let d = pipe.fileHandleForReading.availableData
+            if d.isEmpty { break }
+            seen += d
+        }
+        kill(p.processIdentifier, SIGINT)
+        let rest = pipe.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return (p.terminationStatus, String(decoding: seen + rest, as: UTF8.self))
+    }
+}
+
 public enum Probe {
     /// Number of decodable video frames (ffprobe counts frames by decoding).
     public static func videoFrames(_ path: String) throws -> Int {

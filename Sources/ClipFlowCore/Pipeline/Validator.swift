@@ -39,8 +39,6 @@ public struct PipelineValidator {
     public let registry: StageRegistry
     public let variables: [String: String]
     public let environment: [String: String]
-    /// Run the kinds' own checks (readable inputs, ...). Off for schema-only comparisons.
-    public var runChecks = true
 
     public static let idPattern = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
     static let common: Set<String> = ["id", "kind", "inputs", "queue", "description"]
@@ -207,7 +205,7 @@ public struct PipelineValidator {
                 parseQueue(q, "\(p).queue", &limits, &policy, &issues)
             }
             let params = StageParams(values)
-            if runChecks, let check = kind.check, !issues.contains(where: { $0.path.hasPrefix(p + ".") && !$0.path.hasPrefix(p + ".inputs") }) {
+            if let check = kind.check, !issues.contains(where: { $0.path.hasPrefix(p + ".") && !$0.path.hasPrefix(p + ".inputs") }) {
                 issues += check(params, p).map { var x = $0; if x.line == 0 { x.line = node.line; x.column = node.column }; return x }
             }
             if case .string(let id)? = node["id"]?.value {

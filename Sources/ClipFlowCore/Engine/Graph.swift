@@ -1,7 +1,8 @@
 import Foundation
 import Synchronization
 
-/// A connection between two stages: `from`'s output feeds input number `input` of `to`.
+/// A connection between two stages: `from`'s output feeds `to`. A stage's inputs are numbered in
+/// the order of its edges.
 public struct Edge: Sendable, Equatable {
     public var from: String
     public var to: String
@@ -140,7 +141,7 @@ public final class GraphRunner: @unchecked Sendable {
             }
         }
         if isFailed {
-            for s in stages { finishStage(s, ctx[s.id]!, ran: false) }
+            for s in stages { finishStage(s, ctx[s.id]!) }
             return outcome(made)
         }
 
@@ -156,11 +157,17 @@ public final class GraphRunner: @unchecked Sendable {
                     if ins.isEmpty {
                         try s.produce(c)
                     } else {
+                        // Drop counts are read only on links that can drop (a lock per item otherwise).
+                        let dropping = ins.contains { $0.policy != .block }
                         var reportedDrops = 0
+                        func reportDrops() {
+                            guard dropping else { return }
+                            let total = ins.reduce(0) { $0 + $1.stats.dropped }
+                            if total != reportedDrops { reportedDrops = total; c.emit(.dropped(count: total)) }
+                        }
                         inputLoop: for (n, link) in ins.enumerated() {
                             while let item = link.pull() {
-                                let drops = link.stats.dropped
-                                if drops != reportedDrops { reportedDrops = drops; c.emit(.dropped(count: totalDrops(ins))) }
+                                reportDrops()
                                 let r = try s.receive(item, input: n, c)
                                 switch r {
                                 case .ok: continue
@@ -170,8 +177,7 @@ public final class GraphRunner: @unchecked Sendable {
                                 }
                             }
                         }
-                        let total = totalDrops(ins)
-                        if total != reportedDrops { c.emit(.dropped(count: total)) }
+                        reportDrops()
                     }
                     if !cancelFlag.isCancelled && !isFailed { try s.drain(c) }
                 } catch {
@@ -180,16 +186,14 @@ public final class GraphRunner: @unchecked Sendable {
                 for l in outs { l.endOfStream() }
                 // Inputs this stage no longer reads: release their producers.
                 for l in ins { l.consumerDone() }
-                finishStage(s, c, ran: true)
+                finishStage(s, c)
             }
         }
         group.wait()
         return outcome(made)
     }
 
-    private func totalDrops(_ ins: [Link]) -> Int { ins.reduce(0) { $0 + $1.stats.dropped } }
-
-    private func finishStage(_ s: any Stage, _ c: StageContext, ran: Bool) {
+    private func finishStage(_ s: any Stage, _ c: StageContext) {
         lock.lock(); let f = failure; lock.unlock()
         let result: StageOutcome
         if let f {

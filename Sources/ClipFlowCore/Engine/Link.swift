@@ -55,6 +55,7 @@ public struct Item: Sendable {
 public final class Link: @unchecked Sendable {
     public let from: String
     public let to: String
+    public let policy: OverflowPolicy
     private let cond = NSCondition()
     private var state: LinkState
     private var items: [Item] = []
@@ -63,6 +64,7 @@ public final class Link: @unchecked Sendable {
     public init(from: String, to: String, limits: LinkLimits, policy: OverflowPolicy) {
         self.from = from
         self.to = to
+        self.policy = policy
         state = LinkState(limits: limits, policy: policy)
     }
 

@@ -189,7 +189,7 @@ public struct PipelineValidator {
             for (k, v) in members where !Self.common.contains(k) && !known.contains(k) {
                 issue("\(p).\(k)", v, "unknown parameter for a \(kind.name) stage\(suggestion(for: k, in: known + ["inputs", "queue"])); \(known.isEmpty ? "it takes none" : "it takes: " + known.joined(separator: ", "))")
             }
-            if let d = node["description"], d.value.typeName != "a string" { issue("\(p).description", d, "expected a string, got \(d.value.typeName)") }
+            if let d = node["description"], !{ if case .string = d.value { return true }; return false }() { issue("\(p).description", d, "expected a string, got \(d.value.typeName)") }
             for spec in kind.params {
                 let pp = "\(p).\(spec.name)"
                 guard let raw = node[spec.name] else {
@@ -247,7 +247,7 @@ public struct PipelineValidator {
     // MARK: values
 
     /// Expands variables in a string; reports unknown ones.
-    func expand(_ s: String, _ path: String, _ node: JSONNode, _ issues: inout [PipelineIssue], secret: Bool) -> String? {
+    func expand(_ s: String, _ path: String, _ node: JSONNode, _ issues: inout [PipelineIssue]) -> String? {
         guard s.contains("$") else { return s }
         var out = ""
         var ok = true
@@ -277,7 +277,6 @@ public struct PipelineValidator {
             out.append(c)
             it = s.index(after: it)
         }
-        _ = secret
         return ok ? out : nil
     }
 
@@ -295,7 +294,7 @@ public struct PipelineValidator {
         if case .string(let s) = value, s.range(of: Self.wholeVariable, options: .regularExpression) != nil {
             switch spec.type {
             case .integer, .number, .boolean, .integerChoice:
-                guard let e = expand(s, path, raw, &issues, secret: spec.secret) else { return nil }
+                guard let e = expand(s, path, raw, &issues) else { return nil }
                 from = " (from \(s))"
                 if let d = Double(e) { value = .number(d) } else if e == "true" || e == "false" { value = .bool(e == "true") } else {
                     return bad(spec.secret ? "a value that is not a number" : "\"\(e)\"")
@@ -306,12 +305,12 @@ public struct PipelineValidator {
         switch spec.type {
         case .string, .path:
             guard case .string(let s) = value else { return bad(shown(value)) }
-            guard let e = expand(s, path, raw, &issues, secret: spec.secret) else { return nil }
+            guard let e = expand(s, path, raw, &issues) else { return nil }
             if spec.type == .path && e.isEmpty { return bad("an empty string") }
             return .string(e)
         case .choice(let options):
             guard case .string(let s) = value else { return bad(shown(value)) }
-            guard let e = expand(s, path, raw, &issues, secret: spec.secret) else { return nil }
+            guard let e = expand(s, path, raw, &issues) else { return nil }
             guard options.contains(e) else { return bad("\"\(e)\"\(suggestion(for: e, in: options))") }
             return .string(e)
         case .boolean:
@@ -341,7 +340,7 @@ public struct PipelineValidator {
                     ok = false
                     continue
                 }
-                guard let x = expand(s, "\(path)[\(j)]", e, &issues, secret: false) else { ok = false; continue }
+                guard let x = expand(s, "\(path)[\(j)]", e, &issues) else { ok = false; continue }
                 out.append(JSONNode(.string(x), line: e.line, column: e.column))
             }
             return ok ? .array(out) : nil

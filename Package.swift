@@ -2,7 +2,8 @@
 import PackageDescription
 
 // Module layout (see ../shared/ENGINEERING.md):
-//   clipflow (CLI) -> ClipFlowMedia -> CClipFlowFFmpeg (the only importer of FFmpeg)
+//   clipflow (CLI) -> ClipFlowMedia   -> CClipFlowFFmpeg (the only importer of FFmpeg)
+//                  -> ClipFlowCapture -> CClipFlowV4L2   (the only importer of the V4L2 headers)
 //                  \-> ClipFlowCore (imports no C)
 let package = Package(
     name: "clipflow",
@@ -11,6 +12,7 @@ let package = Package(
         .executable(name: "clipflow", targets: ["clipflow"]),
         .library(name: "ClipFlowCore", targets: ["ClipFlowCore"]),
         .library(name: "ClipFlowMedia", targets: ["ClipFlowMedia"]),
+        .library(name: "ClipFlowCapture", targets: ["ClipFlowCapture"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -24,12 +26,14 @@ let package = Package(
                 .linkedLibrary("swscale"), .linkedLibrary("avutil"),
             ]
         ),
+        .target(name: "CClipFlowV4L2"),
         .target(name: "ClipFlowCore"),
         .target(name: "ClipFlowMedia", dependencies: ["ClipFlowCore", "CClipFlowFFmpeg"]),
+        .target(name: "ClipFlowCapture", dependencies: ["ClipFlowCore", "ClipFlowMedia", "CClipFlowV4L2"]),
         .executableTarget(
             name: "clipflow",
             dependencies: [
-                "ClipFlowCore", "ClipFlowMedia",
+                "ClipFlowCore", "ClipFlowMedia", "ClipFlowCapture",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -38,6 +42,7 @@ let package = Package(
         .target(name: "ClipFlowTestSupport", path: "Tests/ClipFlowTestSupport"),
         .testTarget(name: "ClipFlowCoreTests", dependencies: ["ClipFlowCore"]),
         .testTarget(name: "ClipFlowMediaTests", dependencies: ["ClipFlowMedia", "ClipFlowCore", "ClipFlowTestSupport"]),
+        .testTarget(name: "ClipFlowCaptureTests", dependencies: ["ClipFlowCapture", "ClipFlowMedia", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowCLITests", dependencies: ["clipflow", "ClipFlowTestSupport"]),
     ]
 )

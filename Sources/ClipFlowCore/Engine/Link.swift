@@ -8,8 +8,10 @@ public enum PortType: String, Sendable, CaseIterable, Codable {
     case video
     /// An image file (cover, contact sheet).
     case image
-    /// Raw media buffers (synthetic data, frames).
+    /// Raw media buffers (synthetic data).
     case buffers
+    /// Raw pictures and audio samples from a capture source (see `MediaFrame`).
+    case frames
 }
 
 /// One unit travelling over a link.
@@ -30,6 +32,8 @@ public struct Item: Sendable {
     public var discontinuity = false
     /// Keeps a buffer's memory alive while it is queued (benchmarks measure that it is bounded).
     public var storage: Data?
+    /// A raw picture or audio run (port type `frames`); released with the item.
+    public var media: MediaFrame?
 
     public init(payload: Payload, type: PortType, bytes: Int64 = 0, time: Double? = nil, storage: Data? = nil) {
         self.payload = payload
@@ -78,7 +82,7 @@ public final class Link: @unchecked Sendable {
             switch state.offer(entry) {
             case .accept(let dropped):
                 if dropped > 0 {
-                    for k in head..<(head + dropped) { items[k].storage = nil }
+                    for k in head..<(head + dropped) { items[k].storage = nil; items[k].media = nil }
                     head += dropped
                     compact()
                 }
@@ -133,6 +137,7 @@ public final class Link: @unchecked Sendable {
     private func takeFront() -> Item {
         let it = items[head]
         items[head].storage = nil
+        items[head].media = nil
         head += 1
         compact()
         return it

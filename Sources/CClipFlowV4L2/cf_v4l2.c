@@ -1,0 +1,1 @@
+#include "cf_v4l2.h"

@@ -1,0 +1,93 @@
+import Foundation
+
+// Raw media travelling between a capture source and an encoder (port type `frames`). Plain data:
+// the core knows no codec library. Frames are immutable once pushed; the link that carries one
+// owns it until the consumer takes it (an ownership transfer between stage queues).
+
+/// Pixel layouts a source can deliver. Planes are stored one after another, without padding.
+public enum PixelFormat: String, Sendable, CaseIterable, Codable {
+    /// 8-bit Y plane, then U and V at half width and half height.
+    case yuv420p
+    /// 8-bit Y plane, then one interleaved UV plane at half width and half height.
+    case nv12
+    /// Packed 4:2:2, Y0 U Y1 V (V4L2 YUYV).
+    case yuyv422
+    /// One compressed JPEG picture (V4L2 MJPEG).
+    case mjpeg
+
+    /// Bytes of one uncompressed picture (nil for compressed formats).
+    public func frameBytes(width: Int, height: Int) -> Int? {
+        switch self {
+        case .yuv420p, .nv12: return width * height + 2 * ((width + 1) / 2) * ((height + 1) / 2)
+        case .yuyv422: return ((width + 1) / 2) * 4 * height
+        case .mjpeg: return nil
+        }
+    }
+}
+
+/// One picture. `time` is seconds since the stream started (from the source's clock or the
+/// kernel's buffer timestamp); `sequence` counts frames the source delivered, so a gap means a
+/// frame was lost before it reached us.
+public final class VideoFrame: @unchecked Sendable {
+    public let width: Int
+    public let height: Int
+    public let format: PixelFormat
+    public let data: Data
+    public let time: Double
+    public let sequence: Int64
+
+    public init(width: Int, height: Int, format: PixelFormat, data: Data, time: Double, sequence: Int64) {
+        self.width = width
+        self.height = height
+        self.format = format
+        self.data = data
+        self.time = time
+        self.sequence = sequence
+    }
+}
+
+/// A run of interleaved 32-bit float samples. `firstSample` is the index of the first sample
+/// frame since the stream started (time = firstSample / sampleRate).
+public final class AudioChunk: @unchecked Sendable {
+    public let sampleRate: Int
+    public let channels: Int
+    public let samples: [Float]
+    public let firstSample: Int64
+
+    public init(sampleRate: Int, channels: Int, samples: [Float], firstSample: Int64) {
+        self.sampleRate = sampleRate
+        self.channels = channels
+        self.samples = samples
+        self.firstSample = firstSample
+    }
+    public var frameCount: Int { channels > 0 ? samples.count / channels : 0 }
+    public var time: Double { Double(firstSample) / Double(sampleRate) }
+}
+
+public enum MediaFrame: Sendable {
+    case video(VideoFrame)
+    case audio(AudioChunk)
+
+    public var time: Double {
+        switch self {
+        case .video(let v): return v.time
+        case .audio(let a): return a.time
+        }
+    }
+    public var bytes: Int {
+        switch self {
+        case .video(let v): return v.data.count
+        case .audio(let a): return a.samples.count * 4
+        }
+    }
+}
+
+extension Item {
+    /// An item carrying one raw frame (port type `frames`), accounted by its size and time.
+    public static func frame(_ f: MediaFrame) -> Item {
+        var it = Item(payload: .buffer(sequence: 0, bytes: f.bytes), type: .frames, bytes: Int64(f.bytes), time: f.time)
+        if case .video(let v) = f { it.payload = .buffer(sequence: v.sequence, bytes: f.bytes) }
+        it.media = f
+        return it
+    }
+}

@@ -6,6 +6,7 @@ public enum MediaStages {
     public static func register(into r: StageRegistry) {
         r.register(MergeStage.kind)
         r.register(ThumbnailStage.kind)
+        r.register(RecordStage.kind)
     }
 }
 
@@ -17,12 +18,16 @@ private struct StageProgress: ProgressReporter, @unchecked Sendable {
 }
 
 /// Joins every clip it receives (inputs in order, clips in arrival order) into one fast-start
-/// MP4 at end of stream, then passes the file on. On a graceful stop before or during the merge
-/// it writes nothing (a merge is all or nothing); the output never exists half-written.
+/// MP4 at end of stream, then passes the file on. On a graceful stop (first SIGINT) it writes
+/// nothing when `onStop` is "discard" (a merge is all or nothing), or joins the clips that
+/// arrived when it is "finish" (a recording pipeline: stopping the recording still yields the
+/// video). The output never exists half-written.
 public final class MergeStage: StoppableStage, @unchecked Sendable {
     public let id: String
     public let output: String
     public let rotate: Int
+    /// "discard" or "finish": what a graceful stop does (see above).
+    public let onStop: String
     private var clips: [String] = []
     private let cancelFlag = CancellationFlag()
     public var inputTypes: Set<PortType> { [.clips] }
@@ -35,6 +40,8 @@ public final class MergeStage: StoppableStage, @unchecked Sendable {
             ParamSpec("output", .path, required: true, help: "the merged MP4 (written under a temporary name, renamed when complete)"),
             ParamSpec("rotate", .integerChoice([0, 90, 180, 270]), default: .number(0),
                       help: "turn the displayed picture clockwise (display matrix; pixels untouched)"),
+            ParamSpec("on-stop", .choice(["discard", "finish"]), default: .string("discard"),
+                      help: "on a graceful stop (first SIGINT): write nothing, or join the clips that arrived (use finish after a recorder)"),
         ],
         // Clips are small items (paths): a queue of 1024 never holds the files themselves.
         queue: LinkLimits(maxItems: 1024, maxBytes: 1 << 20),
@@ -51,12 +58,13 @@ public final class MergeStage: StoppableStage, @unchecked Sendable {
             }
             return []
         },
-        make: { id, p in MergeStage(id: id, output: p.string("output")!, rotate: p.int("rotate") ?? 0) })
+        make: { id, p in MergeStage(id: id, output: p.string("output")!, rotate: p.int("rotate") ?? 0, onStop: p.string("on-stop") ?? "discard") })
 
-    public init(id: String, output: String, rotate: Int = 0) {
+    public init(id: String, output: String, rotate: Int = 0, onStop: String = "discard") {
         self.id = id
         self.output = output
         self.rotate = rotate
+        self.onStop = onStop
     }
 
     public func prepare(_ context: StageContext) throws {
@@ -74,7 +82,7 @@ public final class MergeStage: StoppableStage, @unchecked Sendable {
     }
 
     public func drain(_ context: StageContext) throws {
-        if context.stopRequested {
+        if context.stopRequested && onStop == "discard" {
             context.emit(.notice("stopped before merging; no output written"))
             return
         }
@@ -92,7 +100,7 @@ public final class MergeStage: StoppableStage, @unchecked Sendable {
         context.push(.file(output, type: .video))
     }
 
-    public func stop() { cancelFlag.cancel() }
+    public func stop() { if onStop == "discard" { cancelFlag.cancel() } }
     public func cancel() { cancelFlag.cancel() }
 }
 
@@ -140,4 +148,119 @@ public final class ThumbnailStage: Stage, @unchecked Sendable {
     }
 
     public func cancel() { cancelFlag.cancel() }
+}
+
+/// Commands for a running record stage, from any thread (a terminal, a signal, a test). Applied
+/// on the stage's queue before the next frame.
+public final class RecordControl: @unchecked Sendable {
+    public enum Command: Sendable, Equatable { case pause, resume, split }
+    private let lock = NSLock()
+    private var pending: [Command] = []
+    public init() {}
+    public func send(_ c: Command) { lock.lock(); pending.append(c); lock.unlock() }
+    func take() -> [Command] { lock.lock(); defer { lock.unlock() }; let c = pending; pending = []; return c }
+}
+
+/// Encodes raw frames into clip fragments (see `FragmentRecorder`) and passes each fragment on
+/// the moment it is closed. On a graceful stop, a cancel or a failure upstream, the open fragment
+/// is finalised: what was recorded is kept and playable.
+public final class RecordStage: Stage, @unchecked Sendable {
+    public let id: String
+    public let options: RecordOptions
+    public let control: RecordControl
+    public private(set) var recorder: FragmentRecorder?
+    private var lastProgress = -1
+    public var inputTypes: Set<PortType> { [.frames] }
+    public var outputType: PortType? { .clips }
+
+    public static let kind = StageKind(
+        name: "record", summary: "encode raw frames (H.264 + AAC) into clip fragments, each a complete MP4 when closed",
+        inputs: [.frames], minInputs: 1, maxInputs: 1, output: .clips,
+        params: [
+            ParamSpec("directory", .path, required: true, help: "where fragments go (<prefix>-NNNN.mp4, numbered on from what is there)"),
+            ParamSpec("prefix", .string, default: .string("clip"), help: "fragment file name prefix"),
+            ParamSpec("segment", .number(min: 0, max: nil), default: .number(0), help: "seconds per fragment (0: one fragment until stopped)"),
+            ParamSpec("max-duration", .number(min: 0, max: nil), default: .number(0), help: "stop once the directory's fragments reach this many seconds (0: no cap)"),
+            ParamSpec("preset", .choice(RecordOptions.presets), default: .string("veryfast"), help: "libx264 preset (ultrafast for 1080p30 on 2 cores)"),
+            ParamSpec("crf", .integer(min: 0, max: 51), default: .number(23), help: "libx264 quality (lower: better, bigger)"),
+            ParamSpec("keyframe-interval", .number(min: 0.04, max: 60), default: .number(2), help: "longest run between keyframes, seconds"),
+        ],
+        // Raw pictures are large: at most 32 frames (about 1 s of video with its audio) or 128 MiB.
+        queue: LinkLimits(maxItems: 64, maxBytes: 128 << 20),
+        check: { p, path in
+            guard let d = p.string("directory") else { return [] }
+            var isDir: ObjCBool = false
+            if FileManager.default.fileExists(atPath: d, isDirectory: &isDir) {
+                if !isDir.boolValue { return [PipelineIssue("\(path).directory", "'\(d)' exists and is not a directory")] }
+                if !FileManager.default.isWritableFile(atPath: d) { return [PipelineIssue("\(path).directory", "'\(d)': permission denied (cannot write there)")] }
+            }
+            return []
+        },
+        make: { id, p in
+            var o = RecordOptions(directory: p.string("directory")!)
+            o.prefix = p.string("prefix") ?? "clip"
+            o.segmentSeconds = p.double("segment") ?? 0
+            o.maxSeconds = p.double("max-duration") ?? 0
+            o.preset = p.string("preset") ?? "veryfast"
+            o.crf = p.int("crf") ?? 23
+            o.keyframeSeconds = p.double("keyframe-interval") ?? 2
+            return RecordStage(id: id, options: o)
+        })
+
+    public init(id: String, options: RecordOptions, control: RecordControl = RecordControl()) {
+        self.id = id
+        self.options = options
+        self.control = control
+    }
+
+    public func prepare(_ context: StageContext) throws {
+        let r = try FragmentRecorder(options: options)
+        r.onClosed = { clip in
+            context.emit(.output(path: clip.path))
+            context.emit(.notice(String(format: "%@: %d pictures, %.2f s, %lld audio samples",
+                                        (clip.path as NSString).lastPathComponent, clip.videoFrames, clip.seconds, clip.audioSamples)))
+            context.push(.file(clip.path, type: .clips))
+        }
+        if r.full { context.emit(.notice("the directory already holds \(options.maxSeconds) s of clips (max-duration); nothing will be recorded")) }
+        recorder = r
+    }
+
+    public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
+        guard let r = recorder, let media = item.media else { return .ok }
+        for c in control.take() {
+            switch c {
+            case .pause: try r.pause(); context.emit(.notice("paused"))
+            case .resume: r.resume(); context.emit(.notice("recording"))
+            case .split: if !r.paused { try r.pause(); r.resume() }
+            }
+        }
+        if !(try r.append(media)) {
+            context.emit(.notice(String(format: "reached the maximum record time (%.1f s)", options.maxSeconds)))
+            return .endOfStream
+        }
+        let secs = Int(r.totalSeconds)
+        if secs != lastProgress {
+            lastProgress = secs
+            context.progress(Int64(secs), of: Int64(options.maxSeconds), unit: "seconds")
+        }
+        return .ok
+    }
+
+    public func drain(_ context: StageContext) throws {
+        try recorder?.finish()
+        reportMissing(context)
+    }
+
+    public func finish(_ context: StageContext, outcome: StageOutcome) {
+        // Failed or cancelled elsewhere: still finalise the open fragment (recorded data is kept).
+        if outcome != .completed, let r = recorder {
+            if (try? r.finish()) == nil { r.abandon() }
+        }
+    }
+
+    private func reportMissing(_ context: StageContext) {
+        if let r = recorder, r.missingPictures > 0 {
+            context.emit(.notice("\(r.missingPictures) pictures were missing from the source (sequence gaps); timing kept from timestamps"))
+        }
+    }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ClipFlowCore
+import ClipFlowCapture
 import ClipFlowMedia
 import Foundation
 #if canImport(Glibc)
@@ -11,6 +12,7 @@ func makeRegistry() -> StageRegistry {
     let r = StageRegistry()
     CoreStages.register(into: r)
     MediaStages.register(into: r)
+    CaptureStages.register(into: r)
     return r
 }
 

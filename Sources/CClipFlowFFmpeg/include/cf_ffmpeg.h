@@ -24,6 +24,15 @@ static inline int64_t cf_nopts(void) { return AV_NOPTS_VALUE; }
 static inline uint8_t *cf_frame_data(const AVFrame *f, int i) { return f->data[i]; }
 static inline int cf_frame_linesize(const AVFrame *f, int i) { return f->linesize[i]; }
 
+/// Points frame->data/linesize at a packed picture in `buf` (no copy; the caller keeps `buf`
+/// alive while the frame is used). Returns the picture size or a negative AVERROR.
+static inline int cf_frame_wrap(AVFrame *f, const uint8_t *buf, enum AVPixelFormat fmt, int w, int h) {
+    f->format = fmt; f->width = w; f->height = h;
+    return av_image_fill_arrays(f->data, f->linesize, buf, fmt, w, h, 1);
+}
+/// Pointer to channel plane `i` of an audio frame (extended_data).
+static inline float *cf_frame_plane_f32(const AVFrame *f, int i) { return (float *)f->extended_data[i]; }
+
 /// Rotation of the stream's display matrix in FFmpeg's convention
 /// (av_display_rotation_get: degrees counter-clockwise), or NAN if the stream has none.
 double cf_stream_display_rotation(const AVStream *st);

@@ -35,14 +35,18 @@ public final class VideoFrame: @unchecked Sendable {
     public let data: Data
     public let time: Double
     public let sequence: Int64
+    /// The rate the source was set to (frames per second), if it has one. Encoders use it, not
+    /// measured intervals, so every fragment of a recording gets identical parameters.
+    public let nominalRate: Double?
 
-    public init(width: Int, height: Int, format: PixelFormat, data: Data, time: Double, sequence: Int64) {
+    public init(width: Int, height: Int, format: PixelFormat, data: Data, time: Double, sequence: Int64, nominalRate: Double? = nil) {
         self.width = width
         self.height = height
         self.format = format
         self.data = data
         self.time = time
         self.sequence = sequence
+        self.nominalRate = nominalRate
     }
 }
 

@@ -1,0 +1,454 @@
+internal import CClipFlowFFmpeg
+import ClipFlowCore
+import Foundation
+
+/// How raw pictures and audio become clip fragments.
+public struct RecordOptions: Sendable, Equatable {
+    /// Where fragments go (created if missing). Fragments are named `<prefix>-NNNN.mp4`, numbered
+    /// on from the highest number already there.
+    public var directory: String
+    public var prefix = "clip"
+    /// Start a new fragment every this many seconds (at the next picture; it starts on a
+    /// keyframe). 0: one fragment until stopped or paused.
+    public var segmentSeconds: Double = 0
+    /// Stop recording once the fragments in the directory (earlier ones included, as the phone
+    /// app's "max record time" counts every clip of the recording) reach this many seconds. 0: no cap.
+    public var maxSeconds: Double = 0
+    /// libx264 preset. "veryfast" keeps 720p30 in real time on 2 cores; "ultrafast" for 1080p30.
+    public var preset = "veryfast"
+    /// libx264 constant rate factor (lower: better and bigger).
+    public var crf = 23
+    /// Longest run between keyframes inside a fragment.
+    public var keyframeSeconds: Double = 2
+    public var audioBitRate = 128_000
+    /// Encoder threads (0: libx264 chooses).
+    public var threads = 0
+
+    public init(directory: String) { self.directory = directory }
+
+    public var problem: String? {
+        if segmentSeconds < 0 || !segmentSeconds.isFinite { return "segment length \(segmentSeconds) must be 0 or more seconds" }
+        if maxSeconds < 0 || !maxSeconds.isFinite { return "max duration \(maxSeconds) must be 0 or more seconds" }
+        if !(0...51).contains(crf) { return "crf \(crf) is out of range (0 to 51)" }
+        if !Self.presets.contains(preset) { return "unknown preset '\(preset)' (one of \(Self.presets.joined(separator: ", ")))" }
+        if prefix.isEmpty || prefix.contains("/") { return "prefix '\(prefix)' must be a non-empty file name part" }
+        if !(keyframeSeconds > 0) { return "keyframe interval must be above 0 seconds" }
+        return nil
+    }
+
+    public static let presets = ["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"]
+}
+
+/// A finished fragment.
+public struct RecordedClip: Sendable, Equatable {
+    public var path: String
+    public var index: Int
+    public var videoFrames: Int
+    /// Seconds of video (first picture to the end of the last one).
+    public var seconds: Double
+    public var audioSamples: Int64
+}
+
+/// Encodes raw pictures (H.264, libx264) and audio (AAC) into clip fragments, each a complete MP4
+/// (written under a temporary name, renamed when closed).
+///
+/// Each fragment has its own encoders, so it starts on a keyframe with its own AAC priming and
+/// edit list, exactly like a phone's clip fragments, and `merge` joins them sample-accurately. The
+/// encoders use identical settings, so the fragments' parameters match and merge without
+/// re-encoding. No B-frames: a camera recorder gains little from them at real time, and every
+/// picture is then a clean cut point.
+///
+/// Audio is cut at the picture that starts a fragment: samples before it close the old fragment,
+/// the rest start the new one, so no sample is lost or doubled between fragments.
+///
+/// Not thread-safe: one owner (the record stage's queue).
+public final class FragmentRecorder {
+    public let options: RecordOptions
+    /// Fragments closed by this recorder, in order.
+    public private(set) var clips: [RecordedClip] = []
+    /// Called when a fragment is closed (complete and renamed into place).
+    public var onClosed: ((RecordedClip) -> Void)?
+    /// Pictures missing according to the sources' sequence numbers (lost before they reached us).
+    public private(set) var missingPictures: Int64 = 0
+    public private(set) var picturesEncoded: Int64 = 0
+    public private(set) var paused = false
+    /// True once the total reached `maxSeconds`; further input is ignored.
+    public private(set) var full = false
+
+    private var segment: Segment?
+    private var nextIndex: Int
+    private var lastSequence: Int64?
+    /// Seconds already in the directory when recording started (counts against `maxSeconds`).
+    private let earlierSeconds: Double
+    // Audio not yet given to a fragment: interleaved samples starting at sample `audioFirst`.
+    private var audio: [Float] = []
+    private var audioFirst: Int64 = 0
+    private var audioFormat: (rate: Int, channels: Int)?
+    private var lastVideoTime: Double?
+    private var nominalFrame: Double = 1.0 / 30
+
+    public init(options: RecordOptions) throws {
+        _ = FF.setup
+        if let p = options.problem { throw ClipFlowError.badInput("record: \(p)") }
+        self.options = options
+        do { try FileManager.default.createDirectory(atPath: options.directory, withIntermediateDirectories: true) } catch {
+            throw ClipFlowError.output("cannot create the recording directory '\(options.directory)': \(error.localizedDescription)")
+        }
+        guard access(options.directory, W_OK) == 0 else {
+            throw ClipFlowError.output("cannot write into the recording directory '\(options.directory)' (permission denied)")
+        }
+        let existing = ClipStore(directory: options.directory, prefix: options.prefix).clipFiles()
+        nextIndex = (existing.map(\.index).max() ?? 0) + 1
+        earlierSeconds = options.maxSeconds > 0 ? existing.reduce(0) { $0 + ((try? ClipProbe.probe($1.path).videoSeconds) ?? 0) } : 0
+        if options.maxSeconds > 0, earlierSeconds >= options.maxSeconds { full = true }
+    }
+
+    /// Seconds recorded so far, fragments already in the directory included.
+    public var totalSeconds: Double {
+        earlierSeconds + clips.reduce(0) { $0 + $1.seconds } + (segment.map { ($0.lastTime ?? $0.startTime) - $0.startTime + nominalFrame } ?? 0)
+    }
+
+    /// Takes one picture or audio run. Returns false once the maximum total time is reached
+    /// (the open fragment is then closed and nothing more is taken).
+    @discardableResult
+    public func append(_ frame: MediaFrame) throws -> Bool {
+        if full { return false }
+        switch frame {
+        case .audio(let a): try takeAudio(a)
+        case .video(let v): try takeVideo(v)
+        }
+        return !full
+    }
+
+    /// Closes the open fragment; pictures and audio are ignored until `resume`.
+    public func pause() throws {
+        paused = true
+        try closeSegment(end: nil)
+    }
+
+    /// Starts a new fragment at the next picture.
+    public func resume() { paused = false }
+
+    /// Closes the open fragment (end of recording). The recorder can take no more input.
+    public func finish() throws {
+        try closeSegment(end: nil)
+        full = true
+    }
+
+    /// Abandons the open fragment (its temporary file is removed); closed fragments stay.
+    public func abandon() {
+        segment?.output.discard()
+        segment = nil
+    }
+
+    // MARK: input
+
+    private func takeAudio(_ a: AudioChunk) throws {
+        if let f = audioFormat, f != (a.sampleRate, a.channels) {
+            throw ClipFlowError.badInput("record: audio changed from \(f.rate) Hz x\(f.channels) to \(a.sampleRate) Hz x\(a.channels) mid-stream")
+        }
+        if audioFormat == nil { audioFormat = (a.sampleRate, a.channels); audioFirst = a.firstSample }
+        // Append, closing any gap with silence (the timeline stays exact) and skipping overlap.
+        let end = audioFirst + Int64(audio.count / a.channels)
+        if a.firstSample > end {
+            audio += [Float](repeating: 0, count: Int(a.firstSample - end) * a.channels)
+            audio += a.samples
+        } else {
+            let skip = Int(end - a.firstSample)
+            if skip < a.frameCount { audio += a.samples[(skip * a.channels)...] }
+        }
+        try feedAudio(upTo: lastVideoTime.map { sampleIndex($0) })
+    }
+
+    private func takeVideo(_ v: VideoFrame) throws {
+        if let last = lastSequence, v.sequence > last + 1 { missingPictures += v.sequence - last - 1 }
+        lastSequence = v.sequence
+        if let r = v.nominalRate, r > 0 { nominalFrame = 1 / r } else if let last = lastVideoTime, v.time > last { nominalFrame = min(1, v.time - last) }
+        if paused {
+            lastVideoTime = v.time
+            dropAudio(before: sampleIndex(v.time))
+            return
+        }
+        if let s = segment, options.segmentSeconds > 0, v.time - s.startTime >= options.segmentSeconds - nominalFrame / 2 {
+            try closeSegment(end: v.time)
+        }
+        if options.maxSeconds > 0, totalSeconds + nominalFrame > options.maxSeconds + 1e-6 {
+            try closeSegment(end: v.time)
+            full = true
+            return
+        }
+        if segment == nil {
+            dropAudio(before: sampleIndex(v.time))
+            segment = try Segment(recorder: self, first: v, index: nextIndex)
+            nextIndex += 1
+        }
+        lastVideoTime = v.time
+        try segment!.encode(v)
+        picturesEncoded += 1
+        try feedAudio(upTo: sampleIndex(v.time))
+    }
+
+    private func sampleIndex(_ t: Double) -> Int64 {
+        guard let f = audioFormat else { return 0 }
+        return Int64((t * Double(f.rate)).rounded())
+    }
+
+    private func dropAudio(before index: Int64) {
+        guard let f = audioFormat, index > audioFirst else { return }
+        let n = min(Int(index - audioFirst), audio.count / f.channels)
+        audio.removeFirst(n * f.channels)
+        audioFirst += Int64(n)
+        if audio.isEmpty { audioFirst = index }
+    }
+
+    /// Gives the open fragment's audio encoder whole AAC frames of the samples before `limit`.
+    private func feedAudio(upTo limit: Int64?, flush: Bool = false) throws {
+        guard let seg = segment, let f = audioFormat, let limit else { return }
+        if seg.audioStart == nil { seg.audioStart = max(audioFirst, sampleIndex(seg.startTime)) }
+        dropAudio(before: seg.audioStart! + seg.audioSent)
+        let available = Int(min(limit, audioFirst + Int64(audio.count / f.channels)) - audioFirst)
+        guard available > 0 else { return }
+        var used = 0
+        while available - used >= 1024 || (flush && used < available) {
+            let n = min(1024, available - used)
+            try seg.encodeAudio(audio, offset: used * f.channels, frames: n, format: f)
+            used += n
+        }
+        audio.removeFirst(used * f.channels)
+        audioFirst += Int64(used)
+    }
+
+    private func closeSegment(end: Double?) throws {
+        guard let seg = segment else { return }
+        let endTime = end ?? ((lastVideoTime ?? seg.startTime) + nominalFrame)
+        if audioFormat != nil { try feedAudio(upTo: sampleIndex(endTime), flush: true) }
+        segment = nil
+        let clip = try seg.close(endTime: endTime)
+        clips.append(clip)
+        onClosed?(clip)
+    }
+
+    // MARK: one fragment
+
+    fileprivate final class Segment {
+        let index: Int
+        let path: String
+        let output: AtomicOutput
+        let mux: OutputMuxer
+        let venc: CodecContext
+        let vstream: UnsafeMutablePointer<AVStream>
+        var aenc: CodecContext?
+        var astream: UnsafeMutablePointer<AVStream>?
+        let startTime: Double
+        var lastTime: Double?
+        var audioStart: Int64?
+        var audioSent: Int64 = 0
+        var frames = 0
+        let width: Int, height: Int
+        private let picture: Frame
+        private var scaler: Scaler?
+        private let packet: Packet
+        private var held: Packet?
+        private var lastPTS: Int64 = -1
+        private var headerWritten = false
+        private let audioFrame: Frame
+        static let videoTimeBase = AVRational(num: 1, den: 90_000)
+
+        init(recorder r: FragmentRecorder, first: VideoFrame, index: Int) throws {
+            let o = r.options
+            self.index = index
+            path = (o.directory as NSString).appendingPathComponent(String(format: "%@-%04d.mp4", o.prefix, index))
+            output = try AtomicOutput(target: URL(fileURLWithPath: path), label: "clip")
+            mux = try OutputMuxer(path: output.temporary.path, shownAs: path)
+            startTime = first.time
+            width = first.width
+            height = first.height
+            picture = try Frame()
+            packet = try Packet()
+            audioFrame = try Frame()
+            // The source's nominal rate (not a measured interval): every fragment gets the same
+            // encoder settings, hence the same SPS, and merges without re-encoding.
+            let rate = first.nominalRate ?? 30
+            let fps = av_d2q(rate, 100_000)
+            let gop = Int32(max(1, (o.keyframeSeconds * rate).rounded()))
+            let muxFlags = mux.ctx.pointee.oformat.pointee.flags
+            venc = try CodecContext.encoder(
+                named: "libx264", what: "H.264 encoder",
+                options: ["preset": o.preset, "crf": String(o.crf)]) { c in
+                    c.pointee.width = Int32(first.width)
+                    c.pointee.height = Int32(first.height)
+                    c.pointee.pix_fmt = AV_PIX_FMT_YUV420P
+                    c.pointee.time_base = Segment.videoTimeBase
+                    c.pointee.framerate = fps
+                    c.pointee.gop_size = gop
+                    c.pointee.max_b_frames = 0
+                    c.pointee.thread_count = Int32(o.threads)
+                    if muxFlags & AVFMT_GLOBALHEADER != 0 { c.pointee.flags |= AV_CODEC_FLAG_GLOBAL_HEADER }
+                }
+            guard let vs = avformat_new_stream(mux.ctx, nil) else { throw ClipFlowError.failure("out of memory adding a stream") }
+            vstream = vs
+            try FF.check(avcodec_parameters_from_context(vs.pointee.codecpar, venc.ctx), "video stream parameters")
+            vs.pointee.time_base = Segment.videoTimeBase
+            if let f = r.audioFormat {
+                let enc = try CodecContext.encoder(named: "aac", what: "AAC encoder") { c in
+                    c.pointee.sample_fmt = AV_SAMPLE_FMT_FLTP
+                    c.pointee.sample_rate = Int32(f.rate)
+                    av_channel_layout_default(&c.pointee.ch_layout, Int32(f.channels))
+                    c.pointee.bit_rate = Int64(o.audioBitRate)
+                    c.pointee.time_base = AVRational(num: 1, den: Int32(f.rate))
+                    if muxFlags & AVFMT_GLOBALHEADER != 0 { c.pointee.flags |= AV_CODEC_FLAG_GLOBAL_HEADER }
+                }
+                guard let st = avformat_new_stream(mux.ctx, nil) else { throw ClipFlowError.failure("out of memory adding a stream") }
+                try FF.check(avcodec_parameters_from_context(st.pointee.codecpar, enc.ctx), "audio stream parameters")
+                st.pointee.time_base = AVRational(num: 1, den: Int32(f.rate))
+                aenc = enc
+                astream = st
+            }
+            try mux.writeHeader(moovReserve: nil, fastStartSecondPass: false)
+            headerWritten = true
+        }
+
+        func encode(_ v: VideoFrame) throws {
+            guard v.width == width, v.height == height else {
+                throw ClipFlowError.badInput("record: picture size changed from \(width)x\(height) to \(v.width)x\(v.height) mid-fragment")
+            }
+            let fmt: AVPixelFormat
+            switch v.format {
+            case .yuv420p: fmt = AV_PIX_FMT_YUV420P
+            case .nv12: fmt = AV_PIX_FMT_NV12
+            case .yuyv422: fmt = AV_PIX_FMT_YUYV422
+            case .mjpeg: throw ClipFlowError.badInput("record: MJPEG pictures must be decoded before recording")
+            }
+            guard let need = v.format.frameBytes(width: width, height: height), v.data.count >= need else {
+                throw ClipFlowError.badInput("record: picture \(v.sequence) has \(v.data.count) bytes, too few for \(width)x\(height) \(v.format.rawValue)")
+            }
+            var pts = Int64(((v.time - startTime) * 90_000).rounded())
+            if pts <= lastPTS { pts = lastPTS + 1 }
+            lastPTS = pts
+            lastTime = v.time
+            try v.data.withUnsafeBytes { raw in
+                let src = try Frame()
+                try FF.check(cf_frame_wrap(src.f, raw.bindMemory(to: UInt8.self).baseAddress, fmt, Int32(width), Int32(height)), "wrapping a picture")
+                picture.unref()
+                picture.f.pointee.format = AV_PIX_FMT_YUV420P.rawValue
+                picture.f.pointee.width = Int32(width)
+                picture.f.pointee.height = Int32(height)
+                try FF.check(av_frame_get_buffer(picture.f, 0), "allocating a picture")
+                if scaler == nil {
+                    scaler = try Scaler(srcW: Int32(width), srcH: Int32(height), srcFormat: fmt,
+                                        dstW: Int32(width), dstH: Int32(height), dstFormat: AV_PIX_FMT_YUV420P)
+                }
+                try scaler!.scale(src, into: picture)
+            }
+            picture.f.pointee.pts = pts
+            try venc.send(frame: picture)
+            frames += 1
+            try drainVideo()
+        }
+
+        private func drainVideo() throws {
+            while try venc.receive(packet: packet) {
+                packet.p.pointee.stream_index = vstream.pointee.index
+                if let h = held {
+                    h.p.pointee.duration = max(1, packet.p.pointee.pts - h.p.pointee.pts)
+                    try writeVideo(h)
+                }
+                let keep = try packet.clone()
+                packet.unref()
+                held = keep
+            }
+        }
+
+        private func writeVideo(_ p: Packet) throws {
+            av_packet_rescale_ts(p.p, Segment.videoTimeBase, vstream.pointee.time_base)
+            try mux.write(p)
+        }
+
+        func encodeAudio(_ samples: [Float], offset: Int, frames n: Int, format f: (rate: Int, channels: Int)) throws {
+            guard let aenc, let astream else { return }
+            audioFrame.unref()
+            audioFrame.f.pointee.format = AV_SAMPLE_FMT_FLTP.rawValue
+            audioFrame.f.pointee.nb_samples = Int32(n)
+            audioFrame.f.pointee.sample_rate = Int32(f.rate)
+            av_channel_layout_default(&audioFrame.f.pointee.ch_layout, Int32(f.channels))
+            try FF.check(av_frame_get_buffer(audioFrame.f, 0), "allocating audio")
+            for c in 0..<f.channels {
+                let plane = cf_frame_plane_f32(audioFrame.f, Int32(c))!
+                for i in 0..<n { plane[i] = samples[offset + i * f.channels + c] }
+            }
+            audioFrame.f.pointee.pts = audioSent
+            audioSent += Int64(n)
+            try aenc.send(frame: audioFrame)
+            try drainAudio(aenc, astream)
+        }
+
+        private func drainAudio(_ enc: CodecContext, _ st: UnsafeMutablePointer<AVStream>) throws {
+            while try enc.receive(packet: packet) {
+                packet.p.pointee.stream_index = st.pointee.index
+                av_packet_rescale_ts(packet.p, enc.ctx.pointee.time_base, st.pointee.time_base)
+                try mux.write(packet)
+            }
+        }
+
+        /// Flushes both encoders, writes the index and renames the fragment into place.
+        func close(endTime: Double) throws -> RecordedClip {
+            try venc.send(frame: nil)
+            try drainVideo()
+            if let h = held {
+                let end = Int64(((endTime - startTime) * 90_000).rounded())
+                h.p.pointee.duration = max(1, end - h.p.pointee.pts)
+                try writeVideo(h)
+                held = nil
+            }
+            if let aenc, let astream {
+                try aenc.send(frame: nil)
+                try drainAudio(aenc, astream)
+            }
+            let rc = mux.writeTrailer()
+            if rc < 0 { throw ClipFlowError.output("finishing clip '\(path)' failed: \(FF.describe(rc))") }
+            try mux.close()
+            try output.commit()
+            return RecordedClip(path: path, index: index, videoFrames: frames, seconds: max(0, endTime - startTime), audioSamples: audioSent)
+        }
+    }
+}
+
+/// The fragments in a recording directory: `<prefix>-NNNN.mp4`, in number order. Listing and
+/// deleting the last clip (the phone app's "delete last clip").
+public struct ClipStore: Sendable {
+    public let directory: String
+    public let prefix: String
+
+    public init(directory: String, prefix: String = "clip") {
+        self.directory = directory
+        self.prefix = prefix
+    }
+
+    public struct Entry: Sendable, Equatable {
+        public var path: String
+        public var index: Int
+    }
+
+    /// Fragment files in number order (temporary files of a recording in progress are not listed).
+    public func clipFiles() -> [Entry] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        var out: [Entry] = []
+        for n in names where n.hasPrefix(prefix + "-") && n.hasSuffix(".mp4") {
+            let mid = n.dropFirst(prefix.count + 1).dropLast(4)
+            if let i = Int(mid), mid.allSatisfy(\.isNumber) {
+                out.append(Entry(path: (directory as NSString).appendingPathComponent(n), index: i))
+            }
+        }
+        return out.sorted { $0.index < $1.index }
+    }
+
+    /// Removes the highest-numbered fragment and returns its path (nil if there is none).
+    @discardableResult
+    public func deleteLast() throws -> String? {
+        guard let last = clipFiles().last else { return nil }
+        guard unlink(last.path) == 0 else {
+            throw ClipFlowError.output("cannot delete '\(last.path)': \(String(cString: strerror(errno)))")
+        }
+        return last.path
+    }
+}

@@ -1,0 +1,196 @@
+import ArgumentParser
+import ClipFlowCapture
+import ClipFlowCore
+import ClipFlowMedia
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `clipflow record`: a camera (or the test pattern) into clip fragments.
+struct Record: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Record clip fragments from a camera (V4L2) or the test pattern.",
+        discussion: """
+        Pictures are encoded to H.264 (libx264) and audio to AAC, into fragments DIR/<prefix>-NNNN.mp4, \
+        each a complete MP4 the moment it is closed. --segment starts a new fragment every N seconds \
+        (on a keyframe); --max-duration caps the total over every clip in DIR. SIGINT/SIGTERM (or \
+        the camera being unplugged) finalises the open fragment; earlier ones are untouched. With \
+        --interactive, type on standard input: p pause (closes the clip), r resume (starts a new one), \
+        s split, d delete the last clip, l list, q stop.
+        """)
+
+    enum Source: String, ExpressibleByArgument { case testpattern }
+
+    @Option(name: .shortAndLong, help: "Directory for the fragments (created if missing).")
+    var output: String
+    @Option(help: "Where pictures come from: testpattern or v4l2.")
+    var source: Source = .testpattern
+    @Option(help: "V4L2 device (--source v4l2).")
+    var device = "/dev/video0"
+    @Option(help: "Picture size WxH.")
+    var size = "1280x720"
+    @Option(help: "Frames per second.")
+    var fps: Double = 30
+    @Option(help: "Pixel format: testpattern yuv420p|nv12|yuyv422; v4l2 auto|yuyv|nv12|yuv420|mjpeg.")
+    var format: String?
+    @Option(help: "Seconds to record (0: until stopped).")
+    var duration: Double = 0
+    @Option(help: "Seconds per fragment (0: one fragment until stopped or paused).")
+    var segment: Double = 0
+    @Option(help: "Stop when the clips in the directory reach this many seconds (0: no cap).")
+    var maxDuration: Double = 0
+    @Option(help: "libx264 preset (ultrafast ... veryslow). veryfast keeps 720p30 in real time on 2 cores; use ultrafast for 1080p30.")
+    var preset = "veryfast"
+    @Option(help: "libx264 quality, 0-51 (lower: better and bigger).")
+    var crf = 23
+    @Option(help: "Fragment name prefix.")
+    var prefix = "clip"
+    @Flag(help: "Test pattern: produce as fast as the encoder takes it instead of in real time.")
+    var fast = false
+    @Flag(help: "Test pattern: no audio.")
+    var noAudio = false
+    @Flag(help: "Read commands from standard input (p, r, s, d, l, q).")
+    var interactive = false
+    @Option(help: "Progress format: text (stderr) or json (one event per line on stdout).")
+    var events: Run.EventFormat = .text
+    @OptionGroup var flags: OutputFlags
+
+    func validate() throws {
+        guard parseSize(size) != nil else { throw ValidationError("--size expects WxH with positive even numbers (got '\(size)')") }
+        if fast && duration == 0 && source == .testpattern { throw ValidationError("--fast needs --duration (an unpaced test pattern would never end)") }
+    }
+
+    func run() throws {
+        MediaProcess.tuneAllocator()
+        let sink: EventSink & Sendable = events == .json ? JSONEventWriter() : TextEventWriter(quiet: flags.quiet)
+        do {
+            let (w, h) = parseSize(size)!
+            let src: any Stage
+            switch source {
+            case .testpattern:
+                let fmt = PixelFormat(rawValue: format ?? "yuv420p")
+                guard let fmt, fmt != .mjpeg else { throw ClipFlowError.badInput("--format '\(format ?? "")': the test pattern makes yuv420p, nv12 or yuyv422") }
+                var s = TestPatternSettings(width: w, height: h, fps: fps, format: fmt)
+                if noAudio { s.sampleRate = 0 }
+                src = TestPatternSource(id: "camera", settings: s, realtime: !fast, duration: duration)
+            }
+            var o = RecordOptions(directory: output)
+            o.prefix = prefix
+            o.segmentSeconds = segment
+            o.maxSeconds = maxDuration
+            o.preset = preset
+            o.crf = crf
+            if let p = o.problem { throw ClipFlowError.badInput(p) }
+            let rec = RecordStage(id: "record", options: o)
+            let runner = try GraphRunner(stages: [src, rec], edges: [Edge(from: "camera", to: "record", limits: RecordStage.kind.queue)], sink: sink)
+            PipelineSignals.install(runner: runner, grace: 10)
+            let quit = QuitFlag()
+            if interactive { startCommandReader(rec.control, store: ClipStore(directory: output, prefix: prefix), runner: runner, quit: quit) }
+            let outcome = runner.run()
+            (sink as? TextEventWriter)?.end()
+            let clips = rec.recorder?.clips ?? []
+            let total = clips.reduce(0) { $0 + $1.seconds }
+            let summary = String(format: "recorded %d clip%@, %.2f s, into %@", clips.count, clips.count == 1 ? "" : "s", total, output)
+            switch outcome {
+            case .completed:
+                if !flags.quiet { FileHandle.standardError.write("\(summary)\n".data(using: .utf8)!) }
+            case .interrupted where quit.isSet:
+                if !flags.quiet { FileHandle.standardError.write("\(summary)\n".data(using: .utf8)!) }
+            case .interrupted:
+                FileHandle.standardError.write("stopped: \(summary); the open clip was finalised\n".data(using: .utf8)!)
+                throw ExitCode(130)
+            case .failed(let stage, let e):
+                FileHandle.standardError.write("error: \(stage): \(e.description)\n".data(using: .utf8)!)
+                if !clips.isEmpty { FileHandle.standardError.write("kept: \(summary)\n".data(using: .utf8)!) }
+                throw ExitCode(e.exitCode)
+            }
+        } catch let e as ClipFlowError {
+            FileHandle.standardError.write("error: \(e.description)\n".data(using: .utf8)!)
+            throw ExitCode(e.exitCode)
+        }
+    }
+
+    /// Reads commands from standard input on a background thread.
+    private func startCommandReader(_ control: RecordControl, store: ClipStore, runner: GraphRunner, quit: QuitFlag) {
+        let t = Thread {
+            while let line = readLine() {
+                switch line.trimmingCharacters(in: .whitespaces).lowercased() {
+                case "p", "pause": control.send(.pause)
+                case "r", "resume", "record": control.send(.resume)
+                case "s", "split": control.send(.split)
+                case "d", "delete":
+                    do {
+                        if let p = try store.deleteLast() { print("deleted \(p)") } else { print("no clip to delete") }
+                    } catch { print("error: \(error)") }
+                case "l", "list": printClips(store)
+                case "q", "quit", "stop": quit.set(); runner.stop(deadline: 10)
+                case "": continue
+                default: print("commands: p pause, r resume, s split, d delete last clip, l list, q stop")
+                }
+                fflush(nil)
+            }
+        }
+        t.start()
+    }
+}
+
+final class QuitFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    func set() { lock.lock(); value = true; lock.unlock() }
+    var isSet: Bool { lock.lock(); defer { lock.unlock() }; return value }
+}
+
+/// `clipflow clips DIR`: the fragments of a recording; `--delete-last` removes the last one.
+struct Clips: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List the recorded clips in a directory, or delete the last one.")
+
+    @Argument(help: "Recording directory.") var directory: String
+    @Option(help: "Fragment name prefix.") var prefix = "clip"
+    @Flag(help: "Delete the last clip (the app's \"delete last clip\").") var deleteLast = false
+
+    func run() throws {
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDir), isDir.boolValue else {
+            FileHandle.standardError.write("error: '\(directory)' is not a directory\n".data(using: .utf8)!)
+            throw ExitCode(1)
+        }
+        let store = ClipStore(directory: directory, prefix: prefix)
+        if deleteLast {
+            do {
+                if let p = try store.deleteLast() { print("deleted \(p)") } else {
+                    FileHandle.standardError.write("error: no clips (\(prefix)-NNNN.mp4) in '\(directory)'\n".data(using: .utf8)!)
+                    throw ExitCode(1)
+                }
+            } catch let e as ClipFlowError {
+                FileHandle.standardError.write("error: \(e.description)\n".data(using: .utf8)!)
+                throw ExitCode(1)
+            }
+            return
+        }
+        printClips(store)
+    }
+}
+
+func printClips(_ store: ClipStore) {
+    var total = 0.0
+    let files = store.clipFiles()
+    for e in files {
+        let name = (e.path as NSString).lastPathComponent
+        if let info = try? ClipProbe.probe(e.path) {
+            total += info.videoSeconds
+            print(String(format: "%@  %7.2f s  %dx%d  %d frames%@", name, info.videoSeconds, info.video.width, info.video.height,
+                         info.video.packets, info.audio == nil ? "  no audio" : ""))
+        } else {
+            print("\(name)  unreadable")
+        }
+    }
+    print(String(format: "%d clip%@, %.2f s", files.count, files.count == 1 ? "" : "s", total))
+}
+
+func parseSize(_ s: String) -> (Int, Int)? {
+    let p = s.lowercased().split(separator: "x").compactMap { Int($0) }
+    guard p.count == 2, p[0] > 0, p[1] > 0, p[0] % 2 == 0, p[1] % 2 == 0 else { return nil }
+    return (p[0], p[1])
+}

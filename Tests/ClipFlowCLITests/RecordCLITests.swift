@@ -1,0 +1,108 @@
+import XCTest
+import Foundation
+import ClipFlowTestSupport
+
+/// `clipflow record` and `clipflow clips` as a user runs them.
+final class RecordCLITests: XCTestCase {
+    let fx = Fixtures.shared
+    var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
+    }
+    func clipflow(_ args: [String]) throws -> Run { try Run.run([binary] + args, check: false) }
+
+    func hiddenFiles(_ dir: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).filter { $0.hasPrefix(".") }
+    }
+
+    /// SIGINT while recording until stopped: exit 130, every fragment (the open one included) is a
+    /// complete, decodable MP4, and no temporary file is left.
+    func testSigintFinalisesTheOpenFragment() throws {
+        let dir = fx.scratch("cli-record-sigint").path
+        let (status, text) = try Run.interrupt(binary, ["record", "-o", dir, "--size", "320x240", "--segment", "1"],
+                                               after: "clip-0002.mp4: 30 pictures")
+        XCTAssertEqual(status, 130, text)
+        XCTAssertTrue(text.contains("the open clip was finalised"), text)
+        let clips = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasSuffix(".mp4") }.sorted()
+        XCTAssertGreaterThanOrEqual(clips.count, 3, "two closed fragments and the open one: \(clips)")
+        XCTAssertEqual(hiddenFiles(dir), [])
+        for c in clips {
+            let p = (dir as NSString).appendingPathComponent(c)
+            XCTAssertEqual(try Probe.decodeErrors(p), "", c)
+            XCTAssertGreaterThan(try Probe.videoFrames(p), 0, c)
+            XCTAssertEqual(try Probe.stream(p, "a:0", "codec_name"), "aac", c)
+        }
+    }
+
+    func testClipsListsAndDeletesTheLastClip() throws {
+        let dir = fx.scratch("cli-clips").path
+        let r = try clipflow(["record", "-o", dir, "--size", "320x240", "--duration", "2", "--segment", "1", "--fast", "--quiet"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let list = try clipflow(["clips", dir])
+        XCTAssertEqual(list.status, 0)
+        XCTAssertEqual(list.out, """
+            clip-0001.mp4     1.00 s  320x240  30 frames
+            clip-0002.mp4     1.00 s  320x240  30 frames
+            2 clips, 2.00 s
+
+            """)
+        let del = try clipflow(["clips", dir, "--delete-last"])
+        XCTAssertEqual(del.out, "deleted \(dir)/clip-0002.mp4\n")
+        XCTAssertEqual(try clipflow(["clips", dir]).out.split(separator: "\n").last, "1 clip, 1.00 s")
+        // Recording again numbers on after what is there.
+        XCTAssertEqual(try clipflow(["record", "-o", dir, "--size", "320x240", "--duration", "1", "--fast", "--quiet"]).status, 0)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: "\(dir)/clip-0002.mp4"))
+        XCTAssertEqual(try clipflow(["clips", dir, "--delete-last"]).status, 0)
+        XCTAssertEqual(try clipflow(["clips", dir, "--delete-last"]).status, 0)
+        let none = try clipflow(["clips", dir, "--delete-last"])
+        XCTAssertEqual(none.status, 1)
+        XCTAssertEqual(none.stderr, "error: no clips (clip-NNNN.mp4) in '\(dir)'\n")
+    }
+
+    func testBadOptionsAreRefusedBeforeRecording() throws {
+        let dir = fx.scratch("cli-record-bad").path
+        let size = try clipflow(["record", "-o", dir, "--size", "321x240"])
+        XCTAssertNotEqual(size.status, 0)
+        XCTAssertTrue(size.stderr.contains("--size expects WxH with positive even numbers (got '321x240')"), size.stderr)
+        let preset = try clipflow(["record", "-o", dir, "--preset", "warp", "--duration", "1"])
+        XCTAssertEqual(preset.status, 1)
+        XCTAssertTrue(preset.stderr.contains("unknown preset 'warp'"), preset.stderr)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), [])
+    }
+
+    /// Interactive start/stop: pause closes the clip, resume starts the next, q ends normally.
+    func testInteractivePauseResumeQuit() throws {
+        let dir = fx.scratch("cli-record-interactive").path
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: binary)
+        p.arguments = ["record", "-o", dir, "--size", "320x240", "--interactive"]
+        let input = Pipe(), err = Pipe()
+        p.standardInput = input
+        p.standardError = err
+        p.standardOutput = FileHandle.nullDevice
+        try p.run()
+        var seen = ""
+        func waitFor(_ marker: String) {
+            while !seen.contains(marker) {
+                let d = err.fileHandleForReading.availableData
+                if d.isEmpty { return }
+                seen += String(decoding: d, as: UTF8.self)
+            }
+        }
+        func send(_ s: String) { input.fileHandleForWriting.write((s + "\n").data(using: .utf8)!) }
+        waitFor("camera: test pattern")
+        usleep(1_000_000)
+        send("p"); waitFor("clip-0001.mp4")
+        usleep(300_000)
+        send("r"); waitFor("record: recording")
+        usleep(700_000)
+        send("q")
+        let rest = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        seen += String(decoding: rest, as: UTF8.self)
+        XCTAssertEqual(p.terminationStatus, 0, seen)
+        let clips = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasSuffix(".mp4") }.sorted()
+        XCTAssertEqual(clips, ["clip-0001.mp4", "clip-0002.mp4"], seen)
+        XCTAssertTrue(seen.contains("recorded 2 clips"), seen)
+        for c in clips { XCTAssertEqual(try Probe.decodeErrors("\(dir)/\(c)"), "") }
+    }
+}

@@ -95,7 +95,8 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
                 return
             case .frame(let f):
                 quiet = 0
-                if duration > 0, f.time >= duration { finishStream(cam, context); return }
+                // Kernel timestamps have microsecond resolution: compare within half of one.
+                if duration > 0, f.time >= duration - 5e-7 { finishStream(cam, context); return }
                 if cam.droppedFrames != droppedFrames {
                     droppedFrames = cam.droppedFrames
                     context.emit(.dropped(count: droppedFrames))

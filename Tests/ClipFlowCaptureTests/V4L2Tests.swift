@@ -314,4 +314,43 @@ final class V4L2Tests: XCTestCase {
         XCTAssertEqual(h.finish().count, 4)
         XCTAssertEqual(emu.liveMappings, 0)
     }
+
+    // MARK: the real kernel (no camera here: errors only)
+
+    func testRealSyscallsReportMissingNodesAndNonV4L2Files() {
+        let linux = LinuxV4L2Syscalls()
+        XCTAssertTrue(message { _ = try V4L2Device(path: "/dev/video-clipflow-none", syscalls: linux) }
+            .hasPrefix("camera '/dev/video-clipflow-none': no such device; is the camera plugged in?"))
+        // /dev/null opens but does not answer VIDIOC_QUERYCAP (ENOTTY).
+        XCTAssertEqual(message { _ = try V4L2Device(path: "/dev/null", syscalls: linux) },
+                       "'/dev/null' is not a Video4Linux device (it does not answer VIDIOC_QUERYCAP)")
+    }
+
+    func testSourceStageReportsDropsWhenItFallsBehind() throws {
+        // The first wait oversleeps by ten frame intervals (a stalled consumer): frames 0-3 fill
+        // the four buffers, frames 4-10 find none queued and are dropped.
+        let clock = OversleepingClock(lag: 10.0 / 30)
+        let emu = EmulatedVivid(clock: clock)
+        let stage = V4L2Source(id: "cam", request: CaptureRequest(width: 320, height: 240, fps: 30, format: .yuyv), frames: 5, syscalls: emu)
+        let h = StageHarness(stage, clock: ManualClock())
+        try h.prepare()
+        try h.produce()
+        let seqs = h.finish().compactMap { item -> Int64? in if case .video(let f)? = item.media { return f.sequence }; return nil }
+        XCTAssertEqual(seqs, [0, 1, 2, 3, 11])
+        XCTAssertEqual(stage.droppedFrames, 7)
+        XCTAssertTrue(h.events.contains { $0.kind == .dropped(count: 7) })
+    }
+}
+
+/// A manual clock whose first sleep overshoots its deadline by `lag` seconds.
+private final class OversleepingClock: Clock, @unchecked Sendable {
+    private let inner = ManualClock()
+    private let lock = NSLock()
+    private var lag: Double
+    init(lag: Double) { self.lag = lag }
+    func now() -> Double { inner.now() }
+    func sleep(until deadline: Double, stop: () -> Bool) {
+        lock.lock(); let extra = lag; lag = 0; lock.unlock()
+        inner.sleep(until: deadline + extra, stop: stop)
+    }
 }

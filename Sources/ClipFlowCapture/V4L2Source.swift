@@ -1,0 +1,135 @@
+import ClipFlowCore
+import Foundation
+
+/// Source: frames from a V4L2 camera (port type `frames`), as `Item.frame(.video(...))`.
+///
+/// `prepare` opens the camera and negotiates the format (so a missing, busy or unsuitable camera
+/// fails before anything runs) and emits a notice with what was agreed. `produce` streams until
+/// `frames` frames were pushed, a frame's time reaches `duration`, the graph stops, or the
+/// camera is unplugged: then it emits a notice, sets `deviceLost` and ends the stream normally so
+/// that downstream stages finalise what was recorded. Frames the driver dropped are counted from
+/// gaps in the kernel's sequence numbers and reported as `.dropped` events.
+///
+/// Runs on its stage queue; owns the `V4L2Device` from `prepare` to `finish`.
+public final class V4L2Source: StoppableStage, @unchecked Sendable {
+    public let id: String
+    public let device: String
+    public let request: CaptureRequest
+    /// Seconds of video to capture (0: until stopped).
+    public let duration: Double
+    /// Frames to capture (0: unlimited).
+    public let frameLimit: Int
+    private let syscalls: (any V4L2Syscalls)?
+    private var camera: V4L2Device?
+    private let stopFlag = CancellationFlag()
+
+    public private(set) var negotiated: NegotiatedFormat?
+    public private(set) var framesPushed = 0
+    public private(set) var droppedFrames = 0
+    /// The camera went away mid-stream.
+    public private(set) var deviceLost = false
+
+    public var inputTypes: Set<PortType> { [] }
+    public var outputType: PortType? { .frames }
+
+    /// How long `produce` waits without a frame before failing (a camera that stopped sending).
+    static let stallSeconds = 5.0
+    static let pollMs: Int32 = 100
+
+    public static let kind = StageKind(
+        name: "v4l2", summary: "source: frames from a Video4Linux2 camera",
+        output: .frames,
+        params: [
+            ParamSpec("device", .path, default: .string("/dev/video0"), help: "camera device node ('clipflow devices' lists them)"),
+            ParamSpec("width", .integer(min: 16, max: 8192), default: .number(1280), help: "picture width (the camera may adjust it)"),
+            ParamSpec("height", .integer(min: 16, max: 8192), default: .number(720), help: "picture height (the camera may adjust it)"),
+            ParamSpec("fps", .number(min: 1, max: 240), default: .number(30), help: "frames per second to ask for"),
+            ParamSpec("format", .choice(["auto", "yuyv", "nv12", "yuv420", "mjpeg"]), default: .string("auto"),
+                      help: "camera pixel format; auto: the best raw format offering the size, else MJPEG (decoded to yuv420p)"),
+            ParamSpec("duration", .number(min: 0, max: nil), default: .number(0), help: "seconds to capture (0: until stopped)"),
+            ParamSpec("frames", .integer(min: 0, max: nil), default: .number(0), help: "frames to capture (0: unlimited)"),
+        ],
+        make: { id, p in
+            let f = p.string("format") ?? "auto"
+            return V4L2Source(id: id, device: p.string("device") ?? "/dev/video0",
+                              request: CaptureRequest(width: p.int("width") ?? 1280, height: p.int("height") ?? 720,
+                                                      fps: p.double("fps") ?? 30, format: CameraFormat(rawValue: f)),
+                              duration: p.double("duration") ?? 0, frames: p.int("frames") ?? 0)
+        })
+
+    /// `syscalls` nil: the process-wide default (`V4L2System.defaultSyscalls()`).
+    public init(id: String, device: String = "/dev/video0", request: CaptureRequest = CaptureRequest(),
+                duration: Double = 0, frames: Int = 0, syscalls: (any V4L2Syscalls)? = nil) {
+        self.id = id
+        self.device = device
+        self.request = request
+        self.duration = duration
+        frameLimit = frames
+        self.syscalls = syscalls
+    }
+
+    public func prepare(_ context: StageContext) throws {
+        let cam = try V4L2Device(path: device, syscalls: syscalls ?? V4L2System.defaultSyscalls())
+        let n = try cam.configure(request)
+        camera = cam
+        negotiated = n
+        context.emit(.notice("camera \(device) (\(cam.card)): \(n.summary)"))
+    }
+
+    public func produce(_ context: StageContext) throws {
+        guard let cam = camera else { throw ClipFlowError.failure("v4l2 source '\(id)': produce before prepare") }
+        if stopping(context) { return }
+        try cam.start()
+        var quiet = 0.0
+        loop: while !stopping(context) {
+            switch try cam.read(timeoutMs: Self.pollMs) {
+            case .timeout:
+                quiet += Double(Self.pollMs) / 1000
+                if quiet >= Self.stallSeconds {
+                    throw ClipFlowError.failure("camera \(device) sent no frame for \(Int(Self.stallSeconds)) seconds; is it covered by another program, or broken?")
+                }
+            case .deviceLost:
+                deviceLost = true
+                context.emit(.notice("camera \(device) was unplugged after \(framesPushed) frames; ending the recording there"))
+                finishStream(cam, context)
+                return
+            case .frame(let f):
+                quiet = 0
+                // Kernel timestamps have microsecond resolution: compare within half of one.
+                if duration > 0, f.time >= duration - 5e-7 { finishStream(cam, context); return }
+                if cam.droppedFrames != droppedFrames {
+                    droppedFrames = cam.droppedFrames
+                    context.emit(.dropped(count: droppedFrames))
+                }
+                let r = context.push(.frame(.video(f)))
+                framesPushed += 1
+                if framesPushed % 30 == 0 { report(context) }
+                if r != .ok || (frameLimit > 0 && framesPushed >= frameLimit) { break loop }
+            }
+        }
+        finishStream(cam, context)
+    }
+
+    private func stopping(_ context: StageContext) -> Bool { context.stopRequested || stopFlag.isCancelled }
+
+    private func report(_ context: StageContext) {
+        context.progress(Int64(framesPushed), of: Int64(frameLimit), unit: "frames")
+    }
+
+    private func finishStream(_ cam: V4L2Device, _ context: StageContext) {
+        if cam.droppedFrames != droppedFrames {
+            droppedFrames = cam.droppedFrames
+            context.emit(.dropped(count: droppedFrames))
+        }
+        report(context)
+        cam.stop()
+    }
+
+    public func stop() { stopFlag.cancel() }
+    public func cancel() { stopFlag.cancel() }
+
+    public func finish(_ context: StageContext, outcome: StageOutcome) {
+        camera?.close()
+        camera = nil
+    }
+}

@@ -5,6 +5,7 @@ import Foundation
 public enum CaptureStages {
     public static func register(into r: StageRegistry) {
         r.register(TestPatternSource.kind)
+        r.register(V4L2Source.kind)
     }
 }
 

@@ -543,13 +543,18 @@ public final class V4L2Device: @unchecked Sendable {
             if n.format == .mjpeg {
                 let jpeg = try decoder ?? JPEGDecoder()
                 decoder = jpeg
-                do { frame = try jpeg.decode(picture, time: time, sequence: Int64(seq)) } catch {
+                do {
+                    let d = try jpeg.decode(picture, time: time, sequence: Int64(seq))
+                    frame = VideoFrame(width: d.width, height: d.height, format: d.format, data: d.data, time: time,
+                                       sequence: Int64(seq), nominalRate: n.fps > 0 ? n.fps : nil)
+                } catch {
                     corruptFrames += 1
                     if deviceLost { return .deviceLost }
                     continue
                 }
             } else {
-                frame = VideoFrame(width: n.width, height: n.height, format: n.format.output, data: picture, time: time, sequence: Int64(seq))
+                frame = VideoFrame(width: n.width, height: n.height, format: n.format.output, data: picture, time: time, sequence: Int64(seq),
+                                   nominalRate: n.fps > 0 ? n.fps : nil)
             }
             framesRead += 1
             return .frame(frame)

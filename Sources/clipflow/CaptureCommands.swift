@@ -20,7 +20,7 @@ struct Record: ParsableCommand {
         s split, d delete the last clip, l list, q stop.
         """)
 
-    enum Source: String, ExpressibleByArgument { case testpattern }
+    enum Source: String, ExpressibleByArgument { case testpattern, v4l2 }
 
     @Option(name: .shortAndLong, help: "Directory for the fragments (created if missing).")
     var output: String
@@ -74,6 +74,13 @@ struct Record: ParsableCommand {
                 var s = TestPatternSettings(width: w, height: h, fps: fps, format: fmt)
                 if noAudio { s.sampleRate = 0 }
                 src = TestPatternSource(id: "camera", settings: s, realtime: !fast, duration: duration)
+            case .v4l2:
+                let f = format ?? "auto"
+                guard f == "auto" || CameraFormat(rawValue: f) != nil else {
+                    throw ClipFlowError.badInput("--format '\(f)': a V4L2 camera takes auto, yuyv, nv12, yuv420 or mjpeg")
+                }
+                src = V4L2Source(id: "camera", device: device, request: CaptureRequest(width: w, height: h, fps: fps, format: CameraFormat(rawValue: f)),
+                                 duration: duration)
             }
             var o = RecordOptions(directory: output)
             o.prefix = prefix
@@ -94,6 +101,10 @@ struct Record: ParsableCommand {
             let summary = String(format: "recorded %d clip%@, %.2f s, into %@", clips.count, clips.count == 1 ? "" : "s", total, output)
             switch outcome {
             case .completed:
+                if let v = src as? V4L2Source, v.deviceLost {
+                    FileHandle.standardError.write("error: \(device): the camera went away (unplugged?); \(summary); the open clip was finalised\n".data(using: .utf8)!)
+                    throw ExitCode(1)
+                }
                 if !flags.quiet { FileHandle.standardError.write("\(summary)\n".data(using: .utf8)!) }
             case .interrupted where quit.isSet:
                 if !flags.quiet { FileHandle.standardError.write("\(summary)\n".data(using: .utf8)!) }
@@ -193,4 +204,22 @@ func parseSize(_ s: String) -> (Int, Int)? {
     let p = s.lowercased().split(separator: "x").compactMap { Int($0) }
     guard p.count == 2, p[0] > 0, p[1] > 0, p[0] % 2 == 0, p[1] % 2 == 0 else { return nil }
     return (p[0], p[1])
+}
+
+/// `clipflow devices`: the cameras, their formats, sizes and rates.
+struct Devices: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List V4L2 cameras with their formats, sizes and frame rates.",
+        discussion: "Set CLIPFLOW_V4L2_EMULATE=1 to see the emulated vivid camera used by the tests.")
+
+    func run() throws {
+        do {
+            let cams = V4L2Devices.list(syscalls: try V4L2System.defaultSyscalls())
+            if cams.isEmpty { print("no cameras found (/dev/video*)"); return }
+            for c in cams { print(c.description) }
+        } catch let e as ClipFlowError {
+            FileHandle.standardError.write("error: \(e.description)\n".data(using: .utf8)!)
+            throw ExitCode(e.exitCode)
+        }
+    }
 }

@@ -105,4 +105,38 @@ final class RecordCLITests: XCTestCase {
         XCTAssertTrue(seen.contains("recorded 2 clips"), seen)
         for c in clips { XCTAssertEqual(try Probe.decodeErrors("\(dir)/\(c)"), "") }
     }
+
+    func runWithEnv(_ args: [String], _ env: [String: String]) throws -> Run { try Run.run([binary] + args, env: env, check: false) }
+
+    func testDevicesListsTheEmulatedCamera() throws {
+        let r = try runWithEnv(["devices"], ["CLIPFLOW_V4L2_EMULATE": "1"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertTrue(r.out.hasPrefix("/dev/video0: vivid (driver vivid"), r.out)
+        XCTAssertTrue(r.out.contains("MJPG [mjpeg]: 320x240 (60, 30, 15 fps)"), r.out)
+        let bad = try runWithEnv(["devices"], ["CLIPFLOW_V4L2_EMULATE": "warp"])
+        XCTAssertNotEqual(bad.status, 0)
+        XCTAssertTrue(bad.stderr.contains("CLIPFLOW_V4L2_EMULATE"), bad.stderr)
+    }
+
+    /// The camera unplugged mid-recording (ENODEV): the open fragment is finalised and playable,
+    /// earlier ones are untouched, and the exit status says it went wrong.
+    func testUnpluggedCameraFinalisesWhatWasRecorded() throws {
+        let dir = fx.scratch("cli-record-unplug").path
+        let r = try runWithEnv(["record", "--source", "v4l2", "-o", dir, "--size", "640x480", "--format", "mjpeg", "--segment", "1"],
+                               ["CLIPFLOW_V4L2_EMULATE": "unplug-after=45"])
+        XCTAssertEqual(r.status, 1, r.stderr)
+        XCTAssertTrue(r.stderr.contains("error: /dev/video0: the camera went away (unplugged?); recorded 2 clips, 1.50 s"), r.stderr)
+        XCTAssertEqual(try Probe.videoFrames("\(dir)/clip-0001.mp4"), 30)
+        XCTAssertEqual(try Probe.videoFrames("\(dir)/clip-0002.mp4"), 15)
+        for c in ["clip-0001.mp4", "clip-0002.mp4"] { XCTAssertEqual(try Probe.decodeErrors("\(dir)/\(c)"), "") }
+        XCTAssertEqual(hiddenFiles(dir), [])
+    }
+
+    func testMissingCameraIsAClearError() throws {
+        let dir = fx.scratch("cli-record-missing").path
+        let r = try runWithEnv(["record", "--source", "v4l2", "--device", "/dev/video7", "-o", dir], ["CLIPFLOW_V4L2_EMULATE": "1"])
+        XCTAssertEqual(r.status, 1, r.stderr)
+        XCTAssertTrue(r.stderr.contains("/dev/video7"), r.stderr)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), [])
+    }
 }

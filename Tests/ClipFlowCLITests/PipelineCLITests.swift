@@ -88,7 +88,8 @@ final class PipelineCLITests: XCTestCase {
         let clips = try fragments(), out = fx.scratch("schema-agree").path
         for f in try files("pipelines", ".json") {
             XCTAssertTrue(try schemaAccepts(f), "schema rejects example \(f)")
-            let r = try clipflow(["validate", "--set", "CLIPS=\(clips)", "--set", "OUT=\(out)", "--set", "ROTATE=90", "--set", "COUNT=10", f])
+            let r = try clipflow(["validate", "--set", "CLIPS=\(clips)", "--set", "OUT=\(out)", "--set", "ROTATE=90", "--set", "COUNT=10",
+                                   "--set", "DURATION=2", "--set", "DEVICE=/dev/video0", f])
             XCTAssertEqual(r.status, 0, "validator rejects example \(f): \(r.stderr)")
         }
         for f in try files("fixtures/pipelines/invalid", ".json") {
@@ -119,8 +120,10 @@ final class PipelineCLITests: XCTestCase {
         for f in try files("pipelines", ".json") {
             let name = (f as NSString).lastPathComponent
             let out = fx.scratch("example-\(name)").path
-            let r = try clipflow(["run", "--events", "json", "--set", "CLIPS=\(clips)", "--set", "OUT=\(out)",
-                                  "--set", "ROTATE=90", "--set", "COUNT=200", f])
+            // The webcam example records from the emulated vivid camera (there is no camera here).
+            let r = try Run.run([binary, "run", "--events", "json", "--set", "CLIPS=\(clips)", "--set", "OUT=\(out)",
+                                 "--set", "ROTATE=90", "--set", "COUNT=200", "--set", "DURATION=2", "--set", "DEVICE=/dev/video0", f],
+                                env: ["CLIPFLOW_V4L2_EMULATE": "1"], check: false)
             XCTAssertEqual(r.status, 0, "\(name): \(r.stderr)")
             let events = r.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
             XCTAssertFalse(events.isEmpty, name)
@@ -152,6 +155,23 @@ final class PipelineCLITests: XCTestCase {
                 let dropped = events.last { $0["stage"] as? String == "preview" && $0["event"] as? String == "dropped" }?["count"] as? Int
                 XCTAssertGreaterThan(dropped ?? 0, 0, "a 50/s consumer behind a 100/s source drops")
                 XCTAssertEqual((received ?? 0) + (dropped ?? 0), 200, "received + dropped == produced")
+            case "testpattern-to-upload.json", "webcam-to-upload.json":
+                // 2 s at 30 fps in 2-second fragments: one clip of 60 pictures, joined, turned, covered.
+                let clipFiles = try FileManager.default.contentsOfDirectory(atPath: "\(out)/clips").sorted()
+                XCTAssertEqual(clipFiles, ["clip-0001.mp4"], name)
+                for v in ["\(out)/video.mp4", "\(out)/upload/video.mp4"] {
+                    XCTAssertEqual(try Probe.videoFrames(v), 60, name)
+                    XCTAssertEqual(try Probe.rotation(v), -90, name)
+                    XCTAssertEqual(try Probe.topLevelBoxes(v).filter { $0 == "moov" || $0 == "mdat" }, ["moov", "mdat"], name)
+                    XCTAssertEqual(try Probe.decodeErrors(v), "", name)
+                }
+                XCTAssertEqual(try Probe.stream("\(out)/upload/cover.jpg", "v:0", "width"), "406", "720p turned upright, 720 on the long side")
+                XCTAssertEqual(try Probe.stream("\(out)/upload/cover.jpg", "v:0", "height"), "720")
+                if name == "testpattern-to-upload.json" {
+                    XCTAssertEqual(try Probe.stream("\(out)/video.mp4", "a:0", "codec_name"), "aac")
+                    let pic = try Probe.greyPicture("\(out)/video.mp4", at: 0.5)
+                    XCTAssertEqual(Probe.brightestCorner(w: pic.w, h: pic.h, px: pic.px), "TR", "the marker, top-left when recorded, turned clockwise")
+                }
             default:
                 XCTFail("no checks written for example \(name)")
             }

@@ -22,6 +22,7 @@ test: deps
 bench: deps
 	@bash benchmarks/merge
 	@bash benchmarks/backpressure
+	@bash benchmarks/record
 
 clean:
 	rm -rf .build out

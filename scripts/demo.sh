@@ -27,3 +27,10 @@ echo "--- the same job as a pipeline: pipelines/fragments-to-folder.json"
 rm -rf "$dir/pipeline"
 "$bin" run --set CLIPS="$dir" --set OUT="$dir/pipeline" pipelines/fragments-to-folder.json
 ls -l "$dir/pipeline/publish"
+echo "--- the capture flow: pipelines/testpattern-to-upload.json (6 s of the test pattern, recorded in real time)"
+rm -rf "$dir/capture"
+"$bin" run --set DURATION=6 --set OUT="$dir/capture" pipelines/testpattern-to-upload.json
+"$bin" clips "$dir/capture/clips"
+ffprobe -v error -show_entries stream=codec_name,width,height,nb_frames:stream_side_data=rotation \
+  -of compact=p=0 "$dir/capture/video.mp4"
+ls -l "$dir/capture/upload"

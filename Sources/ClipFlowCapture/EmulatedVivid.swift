@@ -28,25 +28,8 @@ import Foundation
 /// Deviation from the kernel: DQBUF never blocks (the driver code always opens O_NONBLOCK).
 /// Thread-safe (one lock; never held while sleeping).
 public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
-    public enum Format: String, Sendable, CaseIterable {
-        case yuyv, nv12, yuv420, mjpeg
-        var fourcc: UInt32 {
-            switch self {
-            case .yuyv: return cf_V4L2_PIX_FMT_YUYV
-            case .nv12: return cf_V4L2_PIX_FMT_NV12
-            case .yuv420: return cf_V4L2_PIX_FMT_YUV420
-            case .mjpeg: return cf_V4L2_PIX_FMT_MJPEG
-            }
-        }
-        var description: String {
-            switch self {
-            case .yuyv: return "YUYV 4:2:2"
-            case .nv12: return "Y/UV 4:2:0"
-            case .yuv420: return "Planar YUV 4:2:0"
-            case .mjpeg: return "Motion-JPEG"
-            }
-        }
-    }
+    /// The emulated formats are the ones the driver code reads (same fourccs).
+    public typealias Format = CameraFormat
 
     /// What the emulated camera offers and which faults it injects.
     public struct Configuration: Sendable {
@@ -346,7 +329,7 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
         d.pointee.type = type
         d.pointee.pixelformat = f.fourcc
         d.pointee.flags = f == .mjpeg ? UInt32(V4L2_FMT_FLAG_COMPRESSED) : 0
-        copyString(f.description, into: &d.pointee.description)
+        copyString(f.kernelDescription, into: &d.pointee.description)
     }
 
     private func enumSizes(_ s: UnsafeMutablePointer<v4l2_frmsizeenum>) throws(SyscallErrno) {
@@ -638,5 +621,17 @@ private final class PictureGenerator {
         guard picture.count <= capacity else { return -1 }
         picture.withUnsafeBytes { src in if let b = src.baseAddress { dst.copyMemory(from: b, byteCount: src.count) } }
         return picture.count
+    }
+}
+
+extension CameraFormat {
+    /// The kernel's description string for ENUM_FMT, as vivid reports it.
+    var kernelDescription: String {
+        switch self {
+        case .yuyv: return "YUYV 4:2:2"
+        case .nv12: return "Y/UV 4:2:0"
+        case .yuv420: return "Planar YUV 4:2:0"
+        case .mjpeg: return "Motion-JPEG"
+        }
     }
 }

@@ -246,7 +246,10 @@ public final class FragmentRecorder {
         var frames = 0
         let width: Int, height: Int
         private let picture: Frame
+        /// Points at the current source picture's bytes during `encode` (owns no buffer).
+        private let wrapper: Frame
         private var scaler: Scaler?
+        private var scalerFormat: AVPixelFormat?
         private let packet: Packet
         private var held: Packet?
         private var lastPTS: Int64 = -1
@@ -264,6 +267,11 @@ public final class FragmentRecorder {
             width = first.width
             height = first.height
             picture = try Frame()
+            wrapper = try Frame()
+            picture.f.pointee.format = AV_PIX_FMT_YUV420P.rawValue
+            picture.f.pointee.width = Int32(first.width)
+            picture.f.pointee.height = Int32(first.height)
+            try FF.check(av_frame_get_buffer(picture.f, 0), "allocating a picture")
             packet = try Packet()
             audioFrame = try Frame()
             // The source's nominal rate (not a measured interval): every fragment gets the same
@@ -326,19 +334,18 @@ public final class FragmentRecorder {
             if pts <= lastPTS { pts = lastPTS + 1 }
             lastPTS = pts
             lastTime = v.time
+            // One picture buffer per fragment, reused: the encoder copies what it keeps, and
+            // av_frame_make_writable only reallocates if it ever holds a reference.
+            try FF.check(av_frame_make_writable(picture.f), "preparing a picture")
+            if scaler == nil || scalerFormat != fmt {
+                scaler = try Scaler(srcW: Int32(width), srcH: Int32(height), srcFormat: fmt,
+                                    dstW: Int32(width), dstH: Int32(height), dstFormat: AV_PIX_FMT_YUV420P)
+                scalerFormat = fmt
+            }
             try v.data.withUnsafeBytes { raw in
-                let src = try Frame()
-                try FF.check(cf_frame_wrap(src.f, raw.bindMemory(to: UInt8.self).baseAddress, fmt, Int32(width), Int32(height)), "wrapping a picture")
-                picture.unref()
-                picture.f.pointee.format = AV_PIX_FMT_YUV420P.rawValue
-                picture.f.pointee.width = Int32(width)
-                picture.f.pointee.height = Int32(height)
-                try FF.check(av_frame_get_buffer(picture.f, 0), "allocating a picture")
-                if scaler == nil {
-                    scaler = try Scaler(srcW: Int32(width), srcH: Int32(height), srcFormat: fmt,
-                                        dstW: Int32(width), dstH: Int32(height), dstFormat: AV_PIX_FMT_YUV420P)
-                }
-                try scaler!.scale(src, into: picture)
+                // The source picture is wrapped in place (no copy), valid inside this closure only.
+                try FF.check(cf_frame_wrap(wrapper.f, raw.bindMemory(to: UInt8.self).baseAddress, fmt, Int32(width), Int32(height)), "wrapping a picture")
+                try scaler!.scale(wrapper, into: picture)
             }
             picture.f.pointee.pts = pts
             try venc.send(frame: picture)

@@ -1,0 +1,30 @@
+// C shim for libcurl: only what Swift cannot import (the variadic curl_easy_setopt and
+// curl_easy_getinfo), as typed non-variadic wrappers. Every name is prefixed cf_. Imported only by
+// ClipFlowUpload (internal import).
+#ifndef CF_CURL_H
+#define CF_CURL_H
+#include <curl/curl.h>
+
+typedef size_t (*cf_curl_data_cb)(char *ptr, size_t size, size_t nmemb, void *userdata);
+typedef int (*cf_curl_xferinfo_cb)(void *userdata, curl_off_t dltotal, curl_off_t dlnow,
+                                   curl_off_t ultotal, curl_off_t ulnow);
+typedef int (*cf_curl_seek_cb)(void *userdata, curl_off_t offset, int origin);
+
+CURLcode cf_curl_setopt_long(CURL *h, CURLoption opt, long value);
+CURLcode cf_curl_setopt_off(CURL *h, CURLoption opt, curl_off_t value);
+CURLcode cf_curl_setopt_string(CURL *h, CURLoption opt, const char *value);
+CURLcode cf_curl_setopt_pointer(CURL *h, CURLoption opt, void *value);
+CURLcode cf_curl_setopt_slist(CURL *h, CURLoption opt, struct curl_slist *value);
+CURLcode cf_curl_setopt_data_cb(CURL *h, CURLoption opt, cf_curl_data_cb cb);
+CURLcode cf_curl_setopt_xferinfo_cb(CURL *h, cf_curl_xferinfo_cb cb);
+CURLcode cf_curl_setopt_seek_cb(CURL *h, cf_curl_seek_cb cb);
+
+CURLcode cf_curl_getinfo_long(CURL *h, CURLINFO info, long *out);
+CURLcode cf_curl_getinfo_off(CURL *h, CURLINFO info, curl_off_t *out);
+CURLcode cf_curl_getinfo_string(CURL *h, CURLINFO info, const char **out);
+
+// Return values of callbacks that are #defines built from casts.
+extern const size_t cf_CURL_READFUNC_ABORT;
+extern const int cf_CURL_SEEKFUNC_OK;
+extern const int cf_CURL_SEEKFUNC_FAIL;
+#endif

@@ -29,7 +29,7 @@ let package = Package(
             ]
         ),
         .target(name: "CClipFlowV4L2"),
-        .target(name: "CClipFlowCurl", linkerSettings: [.linkedLibrary("curl")]),
+        .target(name: "CClipFlowCurl", linkerSettings: [.linkedLibrary("curl"), .linkedLibrary("crypto")]),
         .target(name: "ClipFlowCore"),
         .target(name: "ClipFlowMedia", dependencies: ["ClipFlowCore", "CClipFlowFFmpeg"]),
         .target(name: "ClipFlowCapture", dependencies: ["ClipFlowCore", "ClipFlowMedia", "CClipFlowV4L2"]),

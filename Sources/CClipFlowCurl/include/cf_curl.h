@@ -1,9 +1,13 @@
-// C shim for libcurl: only what Swift cannot import (the variadic curl_easy_setopt and
+// C shim for libcurl (and libcrypto's digests): only what Swift cannot import (the variadic curl_easy_setopt and
 // curl_easy_getinfo), as typed non-variadic wrappers. Every name is prefixed cf_. Imported only by
 // ClipFlowUpload (internal import).
 #ifndef CF_CURL_H
 #define CF_CURL_H
 #include <curl/curl.h>
+// Digests (TUS checksums, SigV4, resume fingerprints) come from OpenSSL's libcrypto, which libcurl
+// already links; its EVP/HMAC functions import into Swift as they are.
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 typedef size_t (*cf_curl_data_cb)(char *ptr, size_t size, size_t nmemb, void *userdata);
 typedef int (*cf_curl_xferinfo_cb)(void *userdata, curl_off_t dltotal, curl_off_t dlnow,

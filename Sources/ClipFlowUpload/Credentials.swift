@@ -1,0 +1,164 @@
+import Foundation
+import ClipFlowCore
+
+/// Credentials an upload presents. Every secret field is registered with `Secrets.shared` when
+/// the value is made, so it is redacted from every message from then on.
+public enum Credentials: Sendable, Equatable {
+    /// A bearer token (Gcore-style hosting API), with an optional refresh token.
+    case bearer(token: String, refreshToken: String?)
+    /// AWS/OSS-style keys; `sessionToken` for STS temporary credentials.
+    case aws(AWSCredentials)
+
+    public var aws: AWSCredentials? { if case .aws(let c) = self { return c } else { return nil } }
+}
+
+public struct AWSCredentials: Sendable, Equatable {
+    public var accessKeyID: String
+    public var secretAccessKey: String
+    public var sessionToken: String?
+    /// When the STS credentials expire, if known.
+    public var expiration: Date?
+
+    public init(accessKeyID: String, secretAccessKey: String, sessionToken: String? = nil, expiration: Date? = nil) {
+        self.accessKeyID = accessKeyID
+        self.secretAccessKey = secretAccessKey
+        self.sessionToken = sessionToken
+        self.expiration = expiration
+        Secrets.shared.register(secretAccessKey)
+        Secrets.shared.register(sessionToken)
+    }
+}
+
+/// Supplies fresh credentials when the server refuses the current ones (401/403/ExpiredToken).
+/// Called on the upload's worker thread; may block (runs a command, calls a URL).
+public protocol CredentialProvider: Sendable {
+    /// Returns fresh credentials. `reason` says why (for the provider's logs; never a secret).
+    func refresh(reason: String) throws -> Credentials
+}
+
+/// Parses the JSON a credential command or URL returns. Accepted shapes (keys case-insensitive):
+/// - STS style: `{"AccessKeyId", "SecretAccessKey", "SessionToken", "Expiration"}`, also nested in
+///   `{"Credentials": {...}}` (the `aws sts assume-role` output);
+/// - snake case: `{"access_key_id", "secret_access_key", "session_token", "expiration"}`;
+/// - bearer: `{"token"|"access"|"access_token", "refresh"|"refresh_token"}`.
+public func parseCredentials(_ data: Data, source: String) throws -> Credentials {
+    guard let top = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+        throw UploadError(code: "credentials", message: "\(source): did not return a JSON object with credentials")
+    }
+    var object = top
+    if let nested = lowerKeys(top)["credentials"] as? [String: Any] { object = nested }
+    let o = lowerKeys(object).mapValues { $0 as? String }
+    func field(_ names: String...) -> String? {
+        for n in names { if let v = o[n] ?? nil, !v.isEmpty { return v } }
+        return nil
+    }
+    if let key = field("accesskeyid", "access_key_id"), let secret = field("secretaccesskey", "secret_access_key") {
+        var expiration: Date? = nil
+        if let e = field("expiration") {
+            let f = ISO8601DateFormatter()
+            expiration = f.date(from: e)
+            if expiration == nil {
+                f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+                expiration = f.date(from: e)
+            }
+        }
+        return .aws(AWSCredentials(accessKeyID: key, secretAccessKey: secret,
+                                   sessionToken: field("sessiontoken", "session_token", "securitytoken"), expiration: expiration))
+    }
+    if let token = field("token", "access", "access_token") {
+        let refresh = field("refresh", "refresh_token")
+        Secrets.shared.register(token)
+        Secrets.shared.register(refresh)
+        return .bearer(token: token, refreshToken: refresh)
+    }
+    throw UploadError(code: "credentials", message: "\(source): the JSON has no credentials (expected AccessKeyId/SecretAccessKey[/SessionToken] or token)")
+}
+
+private func lowerKeys(_ d: [String: Any]) -> [String: Any] {
+    var out: [String: Any] = [:]
+    for (k, v) in d { out[k.lowercased()] = v }
+    return out
+}
+
+/// Runs a command (argv, no shell) and reads credentials JSON from its standard output. Its
+/// standard error is passed through (redacted) only in the failure message.
+public struct CommandCredentialProvider: CredentialProvider {
+    public var command: [String]
+    public var timeout: Double
+
+    public init(command: [String], timeout: Double = 60) {
+        self.command = command
+        self.timeout = timeout
+    }
+
+    public func refresh(reason: String) throws -> Credentials {
+        guard let exe = command.first else {
+            throw UploadError(code: "credentials", message: "credential command is empty")
+        }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: exe.contains("/") ? exe : "/usr/bin/env")
+        p.arguments = exe.contains("/") ? Array(command.dropFirst()) : command
+        var env = ProcessInfo.processInfo.environment
+        env["CLIPFLOW_REFRESH_REASON"] = reason
+        p.environment = env
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        p.standardInput = FileHandle.nullDevice
+        do { try p.run() } catch {
+            throw UploadError(code: "credentials", message: "credential command \(exe): cannot run: \(error.localizedDescription)")
+        }
+        final class Box: @unchecked Sendable { var out = Data(); var err = Data() }
+        let box = Box()
+        let group = DispatchGroup()
+        group.enter()
+        DispatchQueue.global().async { box.out = out.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+        group.enter()
+        DispatchQueue.global().async { box.err = err.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+        if group.wait(timeout: .now() + timeout) == .timedOut {
+            p.terminate()
+            throw UploadError(code: "credentials", message: "credential command \(exe): no answer within \(Int(timeout)) s")
+        }
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else {
+            let text = String(decoding: box.err.prefix(400), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            throw UploadError(code: "credentials", message: "credential command \(exe) failed (exit \(p.terminationStatus)): \(text)")
+        }
+        return try parseCredentials(box.out, source: "credential command \(exe)")
+    }
+}
+
+/// GETs credentials JSON from a URL (e.g. an app server that calls STS AssumeRole for us).
+public struct URLCredentialProvider: CredentialProvider {
+    public var url: String
+    public var headers: [(name: String, value: String)]
+    public var settings: TransportSettings
+
+    public init(url: String, headers: [(name: String, value: String)] = [], settings: TransportSettings = TransportSettings()) {
+        self.url = url
+        self.headers = headers
+        self.settings = settings
+    }
+
+    public func refresh(reason: String) throws -> Credentials {
+        let transport = try CurlTransport(settings: settings)
+        let response: HTTPResponse
+        do {
+            response = try transport.perform(HTTPRequest(method: "GET", url: url, headers: headers))
+        } catch let e as TransportError {
+            throw UploadError(code: "credentials", message: "credential URL \(displayURL(url)): \(e.message)", retryable: e.isRetryable)
+        }
+        guard response.isSuccess else {
+            throw UploadError(code: "credentials", message: "credential URL \(displayURL(url)) answered HTTP \(response.status)",
+                              retryable: isRetryableStatus(response.status))
+        }
+        return try parseCredentials(response.body, source: "credential URL \(displayURL(url))")
+    }
+}
+
+/// A fixed answer (library users who manage credentials themselves; tests).
+public struct StaticCredentialProvider: CredentialProvider {
+    public var credentials: Credentials
+    public init(_ credentials: Credentials) { self.credentials = credentials }
+    public func refresh(reason: String) throws -> Credentials { credentials }
+}

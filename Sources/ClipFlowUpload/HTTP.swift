@@ -1,0 +1,155 @@
+import Foundation
+import ClipFlowCore
+
+/// One HTTP request as the upload protocols build it. A value; no connection state.
+public struct HTTPRequest: Sendable {
+    public var method: String
+    public var url: String
+    /// Header lines in order. Names are sent as given.
+    public var headers: [(name: String, value: String)]
+    public var body: HTTPBody
+
+    public init(method: String, url: String, headers: [(name: String, value: String)] = [], body: HTTPBody = .empty) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+    }
+
+    /// Sets (replaces) a header, matching names case-insensitively.
+    public mutating func setHeader(_ name: String, _ value: String) {
+        headers.removeAll { $0.name.lowercased() == name.lowercased() }
+        headers.append((name, value))
+    }
+}
+
+/// What a request sends. `.file` streams `length` bytes starting at `offset` straight from the file
+/// (read in small blocks by the transport; never loaded whole), so memory stays bounded whatever
+/// the size.
+public enum HTTPBody: Sendable {
+    case empty
+    case bytes(Data)
+    case file(path: String, offset: Int64, length: Int64)
+
+    public var length: Int64 {
+        switch self {
+        case .empty: return 0
+        case .bytes(let d): return Int64(d.count)
+        case .file(_, _, let length): return length
+        }
+    }
+}
+
+/// A response. Header names are lower-cased; repeated headers are joined with ", ". The body is
+/// kept up to `HTTPResponse.maxBody` bytes (upload protocols only read small JSON/XML bodies).
+public struct HTTPResponse: Sendable {
+    public static let maxBody = 4 << 20
+    public var status: Int
+    public var headers: [String: String]
+    public var body: Data
+    /// Request-body bytes curl sent (not necessarily stored by the server).
+    public var bytesSent: Int64
+
+    public init(status: Int, headers: [String: String] = [:], body: Data = Data(), bytesSent: Int64 = 0) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.bytesSent = bytesSent
+    }
+
+    public func header(_ name: String) -> String? { headers[name.lowercased()] }
+    public var text: String { String(decoding: body, as: UTF8.self) }
+    public var isSuccess: Bool { (200..<300).contains(status) }
+}
+
+/// A request that got no HTTP response: the connection failed, was cut, stalled, or was cancelled.
+/// `message` never contains credentials (it is built from curl's error text and the host only).
+public struct TransportError: Error, CustomStringConvertible, Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        /// Could not connect / resolve / TLS handshake failed or certificate rejected.
+        case connect
+        /// TLS verification failed (certificate untrusted, wrong host). Not retried.
+        case tls
+        /// Connection dropped or reset mid-transfer, or an empty reply.
+        case network
+        /// No byte moved in either direction for the stall timeout.
+        case stalled
+        /// Cancelled or paused by the caller.
+        case cancelled
+        /// The request's body file could not be read (or shrank while being sent).
+        case fileRead
+        /// A URL or option curl refused: a programming or configuration error. Not retried.
+        case invalid
+    }
+    public var kind: Kind
+    public var message: String
+    public var bytesSent: Int64
+
+    public init(_ kind: Kind, _ message: String, bytesSent: Int64 = 0) {
+        self.kind = kind
+        self.message = message
+        self.bytesSent = bytesSent
+    }
+
+    public var description: String { message }
+
+    /// Whether trying again later can help.
+    public var isRetryable: Bool {
+        switch kind {
+        case .connect, .network, .stalled: return true
+        case .tls, .cancelled, .fileRead, .invalid: return false
+        }
+    }
+}
+
+/// Timeouts and TLS settings for a transport.
+public struct TransportSettings: Sendable, Equatable {
+    /// Seconds to establish a connection.
+    public var connectTimeout: Double = 15
+    /// A transfer that moves no byte (either direction) for this many seconds is abandoned as
+    /// stalled.
+    public var stallTimeout: Int = 30
+    /// Verify the server's TLS certificate and host name. On by default; turning it off is for
+    /// test servers with self-signed certificates only.
+    public var verifyTLS: Bool = true
+    /// Extra CA bundle (PEM file) to trust, e.g. a private CA.
+    public var caBundle: String? = nil
+    /// curl's upload buffer (bytes read from a file per callback). Larger is faster on fast links.
+    public var uploadBufferSize: Int = 1 << 20
+
+    public init() {}
+}
+
+/// Sends HTTP requests. One transport belongs to one upload at a time (it keeps a connection open
+/// between requests) and is used from one thread at a time.
+public protocol HTTPTransport: AnyObject {
+    /// Performs `request`. `onSent` is called with the cumulative request-body bytes handed to the
+    /// network (for rate display only; servers acknowledge bytes separately). Throws
+    /// `TransportError` when no HTTP response arrived; any response (including 4xx/5xx) returns.
+    func perform(_ request: HTTPRequest, onSent: ((Int64) -> Void)?) throws -> HTTPResponse
+}
+
+extension HTTPTransport {
+    public func perform(_ request: HTTPRequest) throws -> HTTPResponse {
+        try perform(request, onSent: nil)
+    }
+}
+
+/// Resolves `reference` (absolute, scheme-relative or path-relative, as TUS servers return in
+/// `Location`) against `base`.
+public func resolveURL(_ reference: String, against base: String) -> String {
+    if let url = URL(string: reference), url.scheme != nil { return reference }
+    guard let baseURL = URL(string: base), let resolved = URL(string: reference, relativeTo: baseURL) else {
+        return reference
+    }
+    return resolved.absoluteString
+}
+
+/// The host part of a URL for messages (never the query, which can carry signatures).
+public func displayURL(_ url: String) -> String {
+    guard var comps = URLComponents(string: url) else { return Secrets.shared.redact(url) }
+    comps.query = nil
+    comps.user = nil
+    comps.password = nil
+    return Secrets.shared.redact(comps.string ?? url)
+}

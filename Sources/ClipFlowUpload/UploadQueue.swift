@@ -137,16 +137,16 @@ public final class UploadQueue: @unchecked Sendable {
             }
             let e = entries[i]
             if e.state == .running {
-                if e.owner == getpid() { return (e, false) }
+                // The runner (this process or another) applies the request on its next pass.
                 entries[i].request = "cancel"
                 return (e, true)
             }
             if e.state != .finished { entries[i].state = .cancelled; entries[i].updated = Date() }
             return (entries[i], false)
         }
-        if entry.state == .running && !runningElsewhere {
+        if entry.state == .running {
             controls.withLock { $0[id] }?.cancel()
-        } else if entry.state == .cancelled {
+        } else if entry.state == .cancelled && !runningElsewhere {
             if let uploader = try? makeUploader(entry.destination, resumeStore) { try? uploader.discard(file: entry.file) }
             observer.upload(.cancelled(id: id))
         }
@@ -160,7 +160,7 @@ public final class UploadQueue: @unchecked Sendable {
                 throw UploadError(code: "bad-input", message: "no upload with id \(id) (see `clipflow upload list`)")
             }
             switch entries[i].state {
-            case .running where entries[i].owner != getpid(): entries[i].request = "pause"
+            case .running: entries[i].request = "pause"
             case .queued, .failed: entries[i].state = .paused; entries[i].updated = Date()
             default: break
             }
@@ -319,6 +319,9 @@ public final class UploadQueue: @unchecked Sendable {
         }
         if case .failure(let e) = outcome {
             if e.code == "cancelled" {
+                // Uploaders delete a cancelled upload themselves; this also covers one cancelled
+                // before it reached the server.
+                if let uploader = try? makeUploader(entry.destination, resumeStore) { try? uploader.discard(file: entry.file) }
                 observer.upload(.cancelled(id: entry.id))
             } else if e.code == "paused" {
                 observer.upload(.paused(id: entry.id))

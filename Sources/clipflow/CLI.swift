@@ -13,7 +13,7 @@ struct ClipFlow: ParsableCommand {
         commandName: "clipflow",
         abstract: "Turn camera recordings and clip fragments into upload-ready videos.",
         version: "0.1.0",
-        subcommands: [Merge.self, Record.self, Clips.self, Devices.self, Run.self, Validate.self, Stages.self, Schema.self]
+        subcommands: [Merge.self, Record.self, Clips.self, Devices.self, Upload.self, Run.self, Validate.self, Stages.self, Schema.self]
     )
 }
 

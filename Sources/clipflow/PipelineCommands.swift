@@ -1,5 +1,6 @@
 import ArgumentParser
 import ClipFlowCore
+import ClipFlowUpload
 import ClipFlowCapture
 import ClipFlowMedia
 import Foundation
@@ -13,6 +14,7 @@ func makeRegistry() -> StageRegistry {
     CoreStages.register(into: r)
     MediaStages.register(into: r)
     CaptureStages.register(into: r)
+    UploadStages.register(into: r)
     return r
 }
 

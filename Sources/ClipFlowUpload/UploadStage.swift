@@ -1,0 +1,190 @@
+import Foundation
+import ClipFlowCore
+
+public enum UploadStages {
+    public static func register(into r: StageRegistry) {
+        r.register(UploadStage.kind)
+    }
+
+    /// Reads an `UploadDestination` and metadata from stage parameters (shared with the CLI's
+    /// flag names: the same words in both places).
+    static func destination(_ p: StageParams) -> UploadDestination {
+        let method = UploadDestination.Method(rawValue: p.string("method") ?? "tus") ?? .tus
+        var d = UploadDestination(method: method, endpoint: p.string("endpoint") ?? "")
+        d.bucket = p.string("bucket")
+        d.region = p.string("region")
+        d.keyPrefix = p.string("key-prefix")
+        d.addressing = p.string("addressing")
+        d.uploadURLTemplate = p.string("upload-url")
+        d.chunkSize = p.int("chunk-size").map(Int64.init)
+        d.minimumPartSize = p.int("min-part-size").map(Int64.init)
+        d.checksum = p.string("checksum")
+        d.stallTimeout = p.int("stall-timeout")
+        d.maxRetries = p.int("retries")
+        d.retryDelay = p.double("retry-delay")
+        d.verifyTLS = p.bool("verify-tls")
+        d.caBundle = p.string("ca-bundle")
+        d.credentials = CredentialSource(command: p.string("credentials-command").map { ["/bin/sh", "-c", $0] },
+                                         url: p.string("credentials-url"))
+        return d
+    }
+
+    static func metadata(_ p: StageParams) -> [String: String] {
+        var m: [String: String] = [:]
+        for k in ["title", "description", "category", "cover-url"] { if let v = p.string(k) { m[k] = v } }
+        if let tags = p.strings("tags"), !tags.isEmpty { m["tags"] = tags.joined(separator: ",") }
+        return m
+    }
+}
+
+/// Sink: uploads every file it receives (the merged video, its cover) through the persistent
+/// upload queue, resumably, and reports progress, retries and results as pipeline events. When the
+/// pipeline is stopped (SIGINT) the uploads pause and stay queued: `clipflow upload run` (or the
+/// next pipeline run) continues them where the server stopped.
+public final class UploadStage: Stage, @unchecked Sendable {
+    public let id: String
+    public let destination: UploadDestination
+    public let metadata: [String: String]
+    public let queueDirectory: String
+    public let concurrency: Int
+    public let wait: Bool
+    private let makeUploader: @Sendable (UploadDestination, ResumeStore) throws -> FileUploader
+    private var queue: UploadQueue?
+    private var ids: [String] = []
+    public private(set) var results: [UploadResult] = []
+    public var inputTypes: Set<PortType> { [.video, .image, .clips] }
+    public var outputType: PortType? { nil }
+
+    public static let kind = StageKind(
+        name: "upload", summary: "sink: upload every file it receives (TUS, Gcore-style hosting, S3/OSS multipart), resumably, through the upload queue",
+        inputs: [.video, .image, .clips], minInputs: 1, output: nil,
+        params: [
+            ParamSpec("method", .choice(UploadDestination.Method.allCases.map(\.rawValue)), required: true,
+                      help: "tus: a TUS 1.0 server; gcore: Gcore-style video hosting API, then TUS; s3: S3/OSS multipart"),
+            ParamSpec("endpoint", .string, required: true,
+                      help: "tus: the creation URL (https://host/files); gcore: the API base URL; s3: the service URL"),
+            ParamSpec("bucket", .string, help: "s3: the bucket"),
+            ParamSpec("region", .string, help: "s3: the signing region (default us-east-1)"),
+            ParamSpec("key-prefix", .string, help: "s3: prefix of object keys (the key is prefix + file name)"),
+            ParamSpec("addressing", .choice(["path", "virtual"]), help: "s3: path style (endpoint/bucket/key, default) or virtual-hosted (bucket.endpoint/key)"),
+            ParamSpec("upload-url", .string, help: "gcore: TUS URL template, {hostname} replaced (default https://{hostname}/upload)"),
+            ParamSpec("chunk-size", .integer(min: 1, max: nil), help: "TUS chunk / S3 part size in bytes (default: automatic)"),
+            ParamSpec("min-part-size", .integer(min: 1, max: nil), help: "s3: the backend's smallest part (S3 5242880, OSS 102400)"),
+            ParamSpec("checksum", .choice(["auto", "off", "sha1", "sha256"]), help: "TUS checksum per chunk when the server offers it (default auto)"),
+            ParamSpec("stall-timeout", .integer(min: 1, max: nil), help: "seconds without a byte moving before a request is retried (default 30)"),
+            ParamSpec("retries", .integer(min: 0, max: nil), help: "failed requests in a row without progress before giving up (default 8)"),
+            ParamSpec("retry-delay", .number(min: 0, max: nil), help: "first retry delay in seconds, doubled per failure, jittered (default 0.5)"),
+            ParamSpec("verify-tls", .boolean, help: "verify the server's TLS certificate (default true)"),
+            ParamSpec("ca-bundle", .path, help: "extra CA certificates (PEM) to trust"),
+            ParamSpec("credentials-command", .string,
+                      help: "shell command printing credentials JSON, run at start and whenever they expire (default: from the environment)"),
+            ParamSpec("credentials-url", .string, help: "URL returning credentials JSON, called at start and whenever they expire"),
+            ParamSpec("title", .string, help: "metadata: title (gcore: the video name; default the file name)"),
+            ParamSpec("description", .string, help: "metadata: description"),
+            ParamSpec("tags", .pathList, help: "metadata: tags (a list of strings)"),
+            ParamSpec("category", .string, help: "metadata: category"),
+            ParamSpec("cover-url", .string, help: "metadata: cover image URL"),
+            ParamSpec("queue", .path, help: "upload queue directory (default $XDG_STATE_HOME/clipflow/uploads)"),
+            ParamSpec("concurrency", .integer(min: 1, max: 16), default: .number(2), help: "uploads at once"),
+            ParamSpec("wait", .boolean, default: .bool(true),
+                      help: "wait for the uploads to finish (false: leave them queued for `clipflow upload run`)"),
+        ],
+        check: { p, path in
+            UploadStages.destination(p).problems().map { PipelineIssue("\(path).\($0.field)", $0.message) }
+        },
+        make: { id, p in
+            UploadStage(id: id, destination: UploadStages.destination(p), metadata: UploadStages.metadata(p),
+                        queueDirectory: p.string("queue") ?? UploadQueue.defaultDirectory,
+                        concurrency: p.int("concurrency") ?? 2, wait: p.bool("wait") ?? true)
+        })
+
+    public init(id: String, destination: UploadDestination, metadata: [String: String] = [:],
+                queueDirectory: String = UploadQueue.defaultDirectory, concurrency: Int = 2, wait: Bool = true,
+                makeUploader: @escaping @Sendable (UploadDestination, ResumeStore) throws -> FileUploader = { try $0.makeUploader(store: $1) }) {
+        self.id = id
+        self.destination = destination
+        self.metadata = metadata
+        self.queueDirectory = queueDirectory
+        self.concurrency = concurrency
+        self.wait = wait
+        self.makeUploader = makeUploader
+    }
+
+    public func prepare(_ context: StageContext) throws {
+        do {
+            queue = try UploadQueue(directory: queueDirectory, concurrency: concurrency,
+                                    observer: StageUploadObserver(context: context),
+                                    cancellation: context.cancellation, makeUploader: makeUploader)
+        } catch let e as UploadError {
+            throw ClipFlowError.output(e.message)
+        }
+    }
+
+    public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
+        guard let path = item.path, let queue else { return .ok }
+        do {
+            let entry = try queue.add(file: path, destination: destination, metadata: metadata)
+            ids.append(entry.id)
+            context.emit(.notice("queued \((path as NSString).lastPathComponent) for upload (\(destination.name)), id \(entry.id)"))
+        } catch let e as UploadError {
+            throw ClipFlowError.badInput(e.message)
+        }
+        return .ok
+    }
+
+    public func drain(_ context: StageContext) throws {
+        guard let queue, !ids.isEmpty else { return }
+        guard wait else {
+            context.emit(.notice("\(ids.count) upload(s) left in the queue \(queueDirectory); run `clipflow upload run --queue \(queueDirectory)`"))
+            return
+        }
+        let ended: [QueueEntry]
+        do { ended = try queue.run(ids: Set(ids)) } catch let e as UploadError { throw ClipFlowError.failure(e.message) }
+        var failures: [String] = []
+        for e in ended {
+            switch e.state {
+            case .finished:
+                if let r = e.result {
+                    results.append(r)
+                    context.emit(.output(path: r.url ?? e.file))
+                }
+            case .queued, .paused, .running:
+                context.emit(.notice("upload \(e.id) of \((e.file as NSString).lastPathComponent) paused at \(e.acknowledged) of \(e.total) bytes; `clipflow upload run --queue \(queueDirectory)` continues it"))
+            case .cancelled:
+                failures.append("\((e.file as NSString).lastPathComponent): cancelled")
+            case .failed:
+                failures.append("\((e.file as NSString).lastPathComponent): \(e.errorMessage ?? "failed") (kept in the queue as \(e.id); `clipflow upload resume \(e.id)` retries it)")
+            }
+        }
+        if context.cancellation.isCancelled { throw ClipFlowError.interrupted }
+        if !failures.isEmpty { throw ClipFlowError.failure("upload failed: " + failures.joined(separator: "; ")) }
+    }
+
+    public func cancel() { queue?.stopAll() }
+}
+
+/// Turns upload events into pipeline events: progress, and notices for retries and credential
+/// refreshes (already redacted).
+private struct StageUploadObserver: UploadObserver, @unchecked Sendable {
+    let context: StageContext
+    func upload(_ event: UploadEvent) {
+        switch event {
+        case .progress(_, let p):
+            context.progress(p.acknowledged, of: p.total)
+        case .started(let id, let file, let bytes, let at):
+            context.emit(.notice("upload \(id) started: \((file as NSString).lastPathComponent), \(bytes) bytes" + (at > 0 ? ", resuming at \(at)" : "")))
+        case .retryStarted(let id, let attempt, let delay, let reason):
+            context.emit(.notice("upload \(id): retry \(attempt) in \(String(format: "%.1f", delay)) s: \(reason)"))
+        case .retryResumed(let id, _, let offset):
+            context.emit(.notice("upload \(id): resumed at byte \(offset)"))
+        case .credentialsExpired(let id):
+            context.emit(.notice("upload \(id): credentials expired; refreshing"))
+        case .finished(let id, let r):
+            context.emit(.notice("upload \(id) finished: \(r.url ?? "")" + (r.videoID.map { " (video \($0))" } ?? "")))
+        case .failed(let id, let code, let message):
+            context.emit(.notice("upload \(id) failed (\(code)): \(message)"))
+        case .paused, .cancelled:
+            break
+        }
+    }
+}

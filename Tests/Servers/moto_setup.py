@@ -24,6 +24,19 @@ counts as one "action" until INITIAL_NO_AUTH_ACTION_COUNT is reached, then each 
 CreateAccessKey, CreateRole, PutRolePolicy, AssumeRole; +1 per extra bucket): starting moto with
 INITIAL_NO_AUTH_ACTION_COUNT=7 leaves every later request checked. The Swift harness instead
 starts moto with a large count and passes --lock, which does not depend on the count.
+
+What moto 5.2.1 enforces once checking is on (measured, see ServerHarnessTests):
+  - the SigV4 signature over method, path, query, the signed headers and x-amz-content-sha256:
+    wrong secret -> 403 SignatureDoesNotMatch; unknown key -> 403 InvalidAccessKeyId;
+  - the session token of STS credentials: missing -> 403 InvalidAccessKeyId, wrong -> 400 InvalidToken;
+  - NOT the body against x-amz-content-sha256 (any claimed hash, or UNSIGNED-PAYLOAD, is accepted
+    as long as it is the one signed), NOT X-Amz-Date skew (a 2-day-old date passes), NOT the
+    expiry of session credentials (they never expire: fake ExpiredToken with the proxy);
+  - a request without x-amz-content-sha256 is hashed by moto from its own idea of the body, which
+    for a GET is not the empty string's hash: sign and send the header on every request;
+  - an unsigned request (no Authorization) gets a 500, not a 403;
+  - a PUT body sent with Content-Type application/x-www-form-urlencoded is stored EMPTY (flask
+    takes it as a form).
 """
 
 import argparse

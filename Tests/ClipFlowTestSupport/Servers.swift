@@ -65,7 +65,7 @@ public final class ServerProcess: @unchecked Sendable {
         let fm = FileManager.default
         // Append: a restart keeps the earlier run's output.
         for u in [stdoutURL, stderrURL] where !fm.fileExists(atPath: u.path) {
-            fm.createFile(atPath: u.path, contents: nil)
+            _ = fm.createFile(atPath: u.path, contents: nil)
         }
         let out = try FileHandle(forWritingTo: stdoutURL), err = try FileHandle(forWritingTo: stderrURL)
         out.seekToEndOfFile(); err.seekToEndOfFile()

@@ -65,7 +65,7 @@ public final class ServerProcess: @unchecked Sendable {
         let fm = FileManager.default
         // Append: a restart keeps the earlier run's output.
         for u in [stdoutURL, stderrURL] where !fm.fileExists(atPath: u.path) {
-            fm.createFile(atPath: u.path, contents: nil)
+            _ = fm.createFile(atPath: u.path, contents: nil)
         }
         let out = try FileHandle(forWritingTo: stdoutURL), err = try FileHandle(forWritingTo: stderrURL)
         out.seekToEndOfFile(); err.seekToEndOfFile()
@@ -373,7 +373,7 @@ public final class MotoServer: @unchecked Sendable {
     /// the sha256 of the downloaded file by sha256sum.
     public func objectSHA256(key: String, bucket: String? = nil, out: URL? = nil) throws -> String {
         let file = out ?? process.logDirectory.appendingPathComponent("get-\(UInt32.random(in: 0...UInt32.max))")
-        try helper(["get", "--bucket", bucket ?? self.bucket, "--key", key, "--out", file.path])
+        _ = try helper(["get", "--bucket", bucket ?? self.bucket, "--key", key, "--out", file.path])
         defer { if out == nil { try? FileManager.default.removeItem(at: file) } }
         return try sha256(ofFile: file)
     }

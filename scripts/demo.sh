@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on inputs it makes itself: three phone-style clip fragments (H.264 + AAC, cut from
 # one continuous recording) are joined losslessly, turned 90 degrees (portrait), made fast-start,
-# and given a cover image. Outputs go to out/demo/.
+# and given a cover image; then the capture flow records the test pattern and uploads the result by TUS
+# to a local TUS server. Outputs go to out/demo/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=.build/debug/clipflow
@@ -27,10 +28,28 @@ echo "--- the same job as a pipeline: pipelines/fragments-to-folder.json"
 rm -rf "$dir/pipeline"
 "$bin" run --set CLIPS="$dir" --set OUT="$dir/pipeline" pipelines/fragments-to-folder.json
 ls -l "$dir/pipeline/publish"
-echo "--- the capture flow: pipelines/testpattern-to-upload.json (6 s of the test pattern, recorded in real time)"
-rm -rf "$dir/capture"
-"$bin" run --set DURATION=6 --set OUT="$dir/capture" pipelines/testpattern-to-upload.json
+echo "--- the capture flow: pipelines/testpattern-to-upload.json (6 s of the test pattern, recorded in real time,"
+echo "    uploaded by TUS to a local resumable-upload server on 127.0.0.1; a real one is https://host/files)"
+rm -rf "$dir/capture" "$dir/tus"
+mkdir -p "$dir/tus"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+python3 Tests/Servers/supervise.py --max-seconds 300 -- python3 -m resumable_upload serve --host 127.0.0.1 --port "$port" \
+  --upload-dir "$dir/tus" --db-path "$dir/tus/db.sqlite" --checksum-algorithms sha1,sha256 --log-level ERROR &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1',$port)))" 2>/dev/null && break
+  sleep 0.1
+done
+"$bin" run --set DURATION=6 --set OUT="$dir/capture" --set TUS_ENDPOINT="http://127.0.0.1:$port/files" pipelines/testpattern-to-upload.json
 "$bin" clips "$dir/capture/clips"
 ffprobe -v error -show_entries stream=codec_name,width,height,nb_frames:stream_side_data=rotation \
   -of compact=p=0 "$dir/capture/video.mp4"
-ls -l "$dir/capture/upload"
+echo "--- the upload queue after the run"
+"$bin" upload list --queue "$dir/capture/upload-queue"
+echo "--- sha256 of the video here and of what the server stored"
+sha256sum "$dir/capture/video.mp4" | cut -c1-64
+for f in "$dir"/tus/*; do
+  case "$f" in *.sqlite*|*.json) continue ;; esac
+  if [ "$(stat -c %s "$f")" = "$(stat -c %s "$dir/capture/video.mp4")" ]; then sha256sum "$f" | cut -c1-64; fi
+done

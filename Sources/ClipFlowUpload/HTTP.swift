@@ -120,6 +120,30 @@ public struct TransportSettings: Sendable, Equatable {
     public init() {}
 }
 
+/// Decodes missing keys as their defaults, so a config can name only what it changes.
+extension TransportSettings: Codable {
+    private enum CodingKeys: String, CodingKey { case connectTimeout, stallTimeout, verifyTLS, caBundle, uploadBufferSize }
+
+    public init(from decoder: Decoder) throws {
+        self.init()
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        connectTimeout = try c.decodeIfPresent(Double.self, forKey: .connectTimeout) ?? connectTimeout
+        stallTimeout = try c.decodeIfPresent(Int.self, forKey: .stallTimeout) ?? stallTimeout
+        verifyTLS = try c.decodeIfPresent(Bool.self, forKey: .verifyTLS) ?? verifyTLS
+        caBundle = try c.decodeIfPresent(String.self, forKey: .caBundle)
+        uploadBufferSize = try c.decodeIfPresent(Int.self, forKey: .uploadBufferSize) ?? uploadBufferSize
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(connectTimeout, forKey: .connectTimeout)
+        try c.encode(stallTimeout, forKey: .stallTimeout)
+        try c.encode(verifyTLS, forKey: .verifyTLS)
+        try c.encodeIfPresent(caBundle, forKey: .caBundle)
+        try c.encode(uploadBufferSize, forKey: .uploadBufferSize)
+    }
+}
+
 /// Sends HTTP requests. One transport belongs to one upload at a time (it keeps a connection open
 /// between requests) and is used from one thread at a time.
 public protocol HTTPTransport: AnyObject {

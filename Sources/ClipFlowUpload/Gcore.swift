@@ -1,0 +1,241 @@
+import Foundation
+import ClipFlowCore
+import Synchronization
+
+// Gcore-style video hosting: the hosting API makes a video and hands out an upload server and a
+// one-off token; the bytes then go by TUS with the token in Upload-Metadata.
+//
+//   POST {api}/videos {"name","description"?}       -> video {id, hls_url, ...}     (once per file; id kept in the resume record)
+//   GET  {api}/videos/{id}/upload                    -> {servers[].hostname, video{client_id}, token}
+//   TUS  uploadURLTemplate({hostname})  metadata: filename, client_id, video_id, token (a secret)
+//
+// API calls carry `Authorization: Bearer <access>`; a 401 refreshes the access token once (by the
+// refresh token when there is one, else by asking the credential provider again) and repeats the call.
+
+/// Options of a Gcore destination. No secrets (those come from the `CredentialProvider`).
+public struct GcoreOptions: Codable, Sendable, Equatable {
+    public var apiBase: String
+    /// The TUS creation URL; `{hostname}` is replaced by the upload server the API names.
+    public var uploadURLTemplate: String = "https://{hostname}/upload"
+    /// The video's name (default: metadata "title", else the file name).
+    public var name: String?
+    public var description: String?
+    /// TUS settings (chunk size, checksum, retries, transport). Its `endpoint` is not used.
+    public var tus: TUSOptions = TUSOptions(endpoint: "")
+
+    public init(apiBase: String, uploadURLTemplate: String = "https://{hostname}/upload", name: String? = nil,
+                description: String? = nil, tus: TUSOptions = TUSOptions(endpoint: "")) {
+        self.apiBase = apiBase
+        self.uploadURLTemplate = uploadURLTemplate
+        self.name = name
+        self.description = description
+        self.tus = tus
+    }
+
+    private enum CodingKeys: String, CodingKey { case apiBase, uploadURLTemplate, name, description, tus }
+
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(apiBase: try c.decode(String.self, forKey: .apiBase))
+        uploadURLTemplate = try c.decodeIfPresent(String.self, forKey: .uploadURLTemplate) ?? uploadURLTemplate
+        name = try c.decodeIfPresent(String.self, forKey: .name)
+        description = try c.decodeIfPresent(String.self, forKey: .description)
+        tus = try c.decodeIfPresent(TUSOptions.self, forKey: .tus) ?? tus
+    }
+}
+
+/// Bearer credentials for the hosting API: the current access token, refreshed on demand.
+/// Thread-safe; one per destination, shared by its uploads.
+public final class GcoreAuth: Sendable {
+    public let apiBase: String
+    private let provider: CredentialProvider
+    private let settings: TransportSettings
+    private let current = Mutex<(access: String, refresh: String?)?>(nil)
+    private let refreshes = Atomic<Int>(0)
+
+    public init(apiBase: String, provider: CredentialProvider, settings: TransportSettings = TransportSettings()) {
+        self.apiBase = apiBase
+        self.provider = provider
+        self.settings = settings
+    }
+
+    /// Times the access token was renewed after a refusal.
+    public var refreshCount: Int { refreshes.load(ordering: .relaxed) }
+
+    /// The access token, asking the provider the first time.
+    public func accessToken() throws -> String {
+        if let c = current.withLock({ $0 }) { return c.access }
+        return try adopt(provider.refresh(reason: "first use"))
+    }
+
+    /// Renews the access token after the API refused `rejected`: POST {api}/auth/refresh with the
+    /// refresh token when there is one, else (or when that fails) the provider again.
+    public func refresh(rejected: String, reason: String) throws -> String {
+        refreshes.add(1, ordering: .relaxed)
+        let held = current.withLock { $0 }
+        if let held, held.access != rejected { return held.access }  // another upload already renewed it
+        if let r = held?.refresh, let access = try? refreshByToken(r) {
+            current.withLock { $0 = (access, r) }
+            return access
+        }
+        return try adopt(provider.refresh(reason: reason))
+    }
+
+    private func adopt(_ c: Credentials) throws -> String {
+        guard case .bearer(let token, let refresh) = c else {
+            throw UploadError(code: "credentials", message: "Gcore API \(displayURL(apiBase)) needs a bearer token; the credential provider returned AWS keys")
+        }
+        Secrets.shared.register(token)
+        Secrets.shared.register(refresh)
+        current.withLock { $0 = (token, refresh) }
+        return token
+    }
+
+    private func refreshByToken(_ refresh: String) throws -> String {
+        let t = try CurlTransport(settings: settings)
+        let body = try JSONSerialization.data(withJSONObject: ["refresh": refresh])
+        let r = try t.perform(HTTPRequest(method: "POST", url: apiBase + "/auth/refresh",
+                                          headers: [("Content-Type", "application/json")], body: .bytes(body)))
+        guard r.isSuccess, let obj = try? JSONSerialization.jsonObject(with: r.body) as? [String: Any],
+              let access = (obj["access"] ?? obj["access_token"]) as? String, !access.isEmpty else {
+            throw UploadError(code: "credentials", message: "Gcore API \(displayURL(apiBase)): token refresh answered HTTP \(r.status)")
+        }
+        Secrets.shared.register(access)
+        return access
+    }
+}
+
+/// Uploads a file as a Gcore video (hosting API + TUS). Resumes through the `ResumeStore`: the
+/// record keeps the video id, so a resumed or re-created upload never makes a second video.
+public final class GcoreUploader: FileUploader, Sendable {
+    public let options: GcoreOptions
+    public let auth: GcoreAuth
+    public let store: ResumeStore
+    public let tus: TUSUploader
+    public var destination: String { tus.destination }
+
+    public init(options: GcoreOptions, store: ResumeStore, credentials: CredentialProvider) {
+        self.options = options
+        self.store = store
+        auth = GcoreAuth(apiBase: options.apiBase, provider: credentials, settings: options.tus.transport)
+        var t = options.tus
+        t.endpoint = ""
+        tus = TUSUploader(options: t, store: store, headers: nil, destination: "gcore:" + options.apiBase, method: "gcore")
+    }
+
+    public func upload(file: String, id: String, metadata: [String: String], control: UploadControl,
+                       observer: UploadObserver) throws -> UploadResult {
+        let name = options.name ?? metadata["title"] ?? (file as NSString).lastPathComponent
+        let description = options.description ?? metadata["description"]
+        let api = API(uploader: self, id: id, control: control, observer: observer)
+        let fileName = (file as NSString).lastPathComponent
+        let store = self.store
+        let destination = self.destination
+        return try tus.run(file: file, id: id, metadata: [:], control: control, observer: observer, target: { previous in
+            var video: [String: Any]
+            if let vid = previous?["video_id"] {
+                video = ["id": vid, "hls_url": previous?["hls_url"] ?? ""]
+            } else {
+                var body: [String: Any] = ["name": name]
+                if let description { body["description"] = description }
+                video = try api.call("POST", "/videos", body)
+                // Remember the video at once: a crash before the TUS creation must not make a second one.
+                if let vid = jsonString(video["id"]) {
+                    let fp = try FileFingerprint.of(file)
+                    try store.save(ResumeRecord(method: "gcore", fingerprint: fp, destination: destination,
+                                                extra: ["video_id": vid, "hls_url": jsonString(video["hls_url"]) ?? ""]))
+                }
+            }
+            guard let vid = jsonString(video["id"]) else {
+                throw UploadError(code: "protocol", message: "Gcore API \(displayURL(self.options.apiBase)): POST /videos answered without a video id")
+            }
+            let info = try api.call("GET", "/videos/\(vid)/upload", nil)
+            guard let servers = info["servers"] as? [[String: Any]], let host = servers.first.flatMap({ jsonString($0["hostname"]) }),
+                  let token = jsonString(info["token"]) else {
+                throw UploadError(code: "protocol", message: "Gcore API \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload answered without servers[].hostname and token")
+            }
+            Secrets.shared.register(token)
+            let clientID = (info["video"] as? [String: Any]).flatMap { jsonString($0["client_id"]) } ?? jsonString(video["client_id"]) ?? ""
+            var meta = ["filename": fileName, "video_id": vid, "token": token]
+            if !clientID.isEmpty { meta["client_id"] = clientID }
+            let endpoint = self.options.uploadURLTemplate.replacingOccurrences(of: "{hostname}", with: host)
+            return TUSTarget(endpoint: endpoint, metadata: meta,
+                             extra: ["video_id": vid, "hls_url": jsonString(video["hls_url"]) ?? previous?["hls_url"] ?? ""])
+        }, finish: { result, record in
+            result.method = "gcore"
+            result.videoID = record.extra["video_id"]
+            let hls = record.extra["hls_url"] ?? ""
+            result.playbackURL = hls.isEmpty ? nil : hls
+        })
+    }
+
+    public func discard(file: String) throws { try tus.discard(file: file) }
+
+    /// Hosting API calls of one upload: bearer auth, one refresh on 401, retries on network
+    /// errors and retryable statuses per the TUS retry policy.
+    fileprivate struct API {
+        let uploader: GcoreUploader
+        let id: String
+        let control: UploadControl
+        let observer: UploadObserver
+
+        func call(_ method: String, _ path: String, _ body: [String: Any]?) throws -> [String: Any] {
+            let base = uploader.options.apiBase
+            let transport = try CurlTransport(settings: uploader.options.tus.transport, shouldAbort: { [control] in control.shouldStop })
+            var retry = RetryState(policy: uploader.options.tus.retry)
+            var refreshed = false
+            var token = try uploader.auth.accessToken()
+            while true {
+                try control.check()
+                var req = HTTPRequest(method: method, url: base + path,
+                                      headers: [("Authorization", "Bearer \(token)"), ("Accept", "application/json")])
+                if let body {
+                    req.body = .bytes(try JSONSerialization.data(withJSONObject: body))
+                    req.setHeader("Content-Type", "application/json")
+                }
+                let what = "Gcore API \(method) \(displayURL(base + path))"
+                var reason: String
+                var retryAfter: Double? = nil
+                do {
+                    let r = try transport.perform(req)
+                    if r.status == 401 && !refreshed {
+                        refreshed = true
+                        observer.upload(.credentialsExpired(id: id))
+                        token = try uploader.auth.refresh(rejected: token, reason: "\(what) answered 401")
+                        continue
+                    }
+                    if r.isSuccess {
+                        guard let obj = try? JSONSerialization.jsonObject(with: r.body) as? [String: Any] else {
+                            throw UploadError(code: "protocol", message: "\(what): the answer is not a JSON object")
+                        }
+                        return obj
+                    }
+                    let text = String(r.text.prefix(300)).trimmingCharacters(in: .whitespacesAndNewlines)
+                    reason = "\(what): HTTP \(r.status)\(text.isEmpty ? "" : " (\(text))")"
+                    guard isRetryableStatus(r.status) else {
+                        let hint = r.status == 401 ? "; the credentials were refused even after a refresh" : ""
+                        throw UploadError(code: "http-\(r.status)", message: reason + hint)
+                    }
+                    retryAfter = retryAfterSeconds(r)
+                } catch let e as TransportError {
+                    if e.kind == .cancelled { try control.check() }
+                    guard e.isRetryable else { throw UploadError(code: "transport", message: e.message) }
+                    reason = e.message
+                }
+                guard let delay = retry.failure(at: 0, retryAfter: retryAfter) else {
+                    throw UploadError(code: "api", message: "\(reason); gave up after \(retry.attempts) tries", retryable: true)
+                }
+                observer.upload(.retryStarted(id: id, attempt: retry.attempts, delay: delay, reason: Secrets.shared.redact(reason)))
+                try control.sleep(delay)
+            }
+        }
+    }
+}
+
+private func jsonString(_ v: Any?) -> String? {
+    switch v {
+    case let s as String: return s.isEmpty ? nil : s
+    case let n as NSNumber: return n.stringValue
+    default: return nil
+    }
+}

@@ -1,0 +1,139 @@
+import Foundation
+import XCTest
+@testable import ClipFlowUpload
+
+/// A credential provider that counts its calls (the first answer, and any re-asks).
+final class CountingProvider: CredentialProvider, @unchecked Sendable {
+    let lock = NSLock()
+    var calls = 0
+    let credentials: Credentials
+    init(_ c: Credentials) { credentials = c }
+    func refresh(reason: String) throws -> Credentials { lock.lock(); calls += 1; lock.unlock(); return credentials }
+}
+
+final class GcoreTests: XCTestCase {
+    var dir = ""
+    var tus: LocalTUS!
+    var api: LocalGcore!
+    let access = "acc-initial-\(UUID().uuidString.prefix(8))"
+    let refresh = "ref-initial-\(UUID().uuidString.prefix(8))"
+
+    override func setUpWithError() throws {
+        dir = NSTemporaryDirectory() + "gcore-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        tus = try LocalTUS(directory: dir + "/tus")
+        api = try LocalGcore(tusHost: tus.hostPort, directory: dir, access: access, refresh: refresh)
+    }
+
+    override func tearDownWithError() throws {
+        tus?.stop()
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    func makeFile(_ name: String, bytes: Int) throws -> String {
+        let path = dir + "/" + name
+        var data = Data(count: bytes)
+        for i in 0..<bytes { data[i] = UInt8(truncatingIfNeeded: i &* 2654435761 >> 7) }
+        try data.write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    func uploader(_ provider: CredentialProvider, store: String = "resume.json") throws -> GcoreUploader {
+        var t = TUSOptions(endpoint: "", chunkSize: 256 << 10, retry: .fast)
+        t.progressInterval = 0
+        let o = GcoreOptions(apiBase: api.apiBase, uploadURLTemplate: "http://{hostname}/files", description: "a test clip", tus: t)
+        return GcoreUploader(options: o, store: try ResumeStore(path: dir + "/" + store), credentials: provider)
+    }
+
+    /// POST /videos, GET upload info, TUS to the template URL with filename/client_id/video_id/token
+    /// metadata; the result names the video and its HLS URL; the upload token never shows in events.
+    func testUploadCreatesAVideoAndSendsTheBytesByTUSWithTokenMetadata() throws {
+        let file = try makeFile("holiday.mp4", bytes: 900_000)
+        let up = try uploader(StaticCredentialProvider(.bearer(token: access, refreshToken: refresh)))
+        let log = UploadEventLog()
+        let result = try up.upload(file: file, id: "g1", metadata: [:], control: UploadControl(), observer: log)
+
+        let state = try api.state()
+        let videos = state["videos"] as? [[String: Any]] ?? []
+        XCTAssertEqual(videos.count, 1)
+        let video = try XCTUnwrap(videos.first)
+        XCTAssertEqual(video["name"] as? String, "holiday.mp4")
+        XCTAssertEqual(video["description"] as? String, "a test clip")
+        let vid = "\(video["id"]!)"
+        XCTAssertEqual(result.method, "gcore")
+        XCTAssertEqual(result.videoID, vid)
+        XCTAssertEqual(result.playbackURL, video["hls_url"] as? String)
+        let url = try XCTUnwrap(result.url)
+        XCTAssertTrue(url.hasPrefix("http://\(tus.hostPort)/files/"), url)
+        XCTAssertEqual(try fileSHA256(tus.storedPath(url)), try fileSHA256(file))
+
+        let token = try XCTUnwrap((state["upload_tokens"] as? [String: String])?[vid])
+        let r = try CurlTransport().perform(HTTPRequest(method: "HEAD", url: url, headers: [("Tus-Resumable", "1.0.0")]))
+        let meta = decodeMetadata(r.header("upload-metadata") ?? "")
+        XCTAssertEqual(meta["filename"], "holiday.mp4")
+        XCTAssertEqual(meta["video_id"], vid)
+        XCTAssertEqual(meta["client_id"], "1234")
+        XCTAssertEqual(meta["token"], token)
+        XCTAssertEqual(Secrets.shared.redact("t=\(token)"), "t=***", "the upload token is a registered secret")
+        XCTAssertFalse(log.all.contains { "\($0)".contains(token) || "\($0)".contains(access) })
+        XCTAssertEqual(log.named("finished").count, 1)
+    }
+
+    /// The API refuses the access token (expired): the refresh token buys a new one, a
+    /// credentials-expired event is emitted and the call is repeated once.
+    func testExpiredAccessTokenIsRefreshedOnceAndTheCallRepeated() throws {
+        try api.expireAccess()
+        let provider = CountingProvider(.bearer(token: access, refreshToken: refresh))
+        let up = try uploader(provider)
+        let file = try makeFile("r.mp4", bytes: 300_000)
+        let log = UploadEventLog()
+        let result = try up.upload(file: file, id: "g2", metadata: [:], control: UploadControl(), observer: log)
+        let state = try api.state()
+        XCTAssertEqual(state["refreshes"] as? Int, 1, "one POST /auth/refresh")
+        XCTAssertEqual(log.named("credentials-expired").count, 1)
+        XCTAssertEqual(provider.calls, 1, "the refresh token sufficed; the provider was asked only at first use")
+        let requests = (state["requests"] as? [[Any]] ?? []).map { "\($0[0]) \($0[1]) \($0[2])" }
+        XCTAssertEqual(requests.filter { $0.hasPrefix("POST /videos") }, ["POST /videos 401", "POST /videos 201"])
+        XCTAssertEqual(try fileSHA256(tus.storedPath(result.url!)), try fileSHA256(file))
+    }
+
+    /// Without a refresh token the provider is asked again; a provider that still returns a
+    /// refused token makes the call fail with http-401 after one refresh.
+    func testRefusedAfterRefreshFailsWith401() throws {
+        try api.expireAccess()
+        let provider = CountingProvider(.bearer(token: access, refreshToken: nil))
+        let up = try uploader(provider)
+        let file = try makeFile("n.mp4", bytes: 1000)
+        let log = UploadEventLog()
+        XCTAssertThrowsError(try up.upload(file: file, id: "g3", metadata: [:], control: UploadControl(), observer: log)) { e in
+            XCTAssertEqual((e as? UploadError)?.code, "http-401")
+            XCTAssertFalse("\(e)".contains(self.access))
+        }
+        XCTAssertEqual(provider.calls, 2)
+        XCTAssertEqual(log.named("credentials-expired").count, 1)
+    }
+
+    /// A paused Gcore upload resumed by a new uploader continues the same TUS upload and never
+    /// makes a second video (the video id is in the resume record).
+    func testResumedUploadDoesNotCreateASecondVideo() throws {
+        let file = try makeFile("long.mp4", bytes: 2_000_000)
+        let control = UploadControl()
+        let up1 = try uploader(StaticCredentialProvider(.bearer(token: access, refreshToken: refresh)))
+        XCTAssertThrowsError(try up1.upload(file: file, id: "g4", metadata: [:], control: control, observer: Trigger(after: 400_000) { control.pause() }))
+        let record = try XCTUnwrap(try ResumeStore(path: dir + "/resume.json").all.first)
+        XCTAssertNotNil(record.extra["video_id"])
+        XCTAssertFalse(try String(contentsOfFile: dir + "/resume.json", encoding: .utf8).contains("token\""), "no token in the resume store")
+        let paused = try XCTUnwrap(tus.head(record.uploadURL!).offset)
+        XCTAssertLessThan(paused, 2_000_000)
+
+        let up2 = try uploader(StaticCredentialProvider(.bearer(token: access, refreshToken: refresh)))
+        let log = UploadEventLog()
+        let result = try up2.upload(file: file, id: "g4", metadata: [:], control: UploadControl(), observer: log)
+        XCTAssertEqual(result.url, record.uploadURL)
+        XCTAssertEqual(result.videoID, record.extra["video_id"])
+        guard case .started(_, _, _, let resumedAt) = log.all.first else { return XCTFail("no started") }
+        XCTAssertEqual(resumedAt, paused)
+        XCTAssertEqual((try api.state()["videos"] as? [Any])?.count, 1, "one video only")
+        XCTAssertEqual(try fileSHA256(tus.storedPath(result.url!)), try fileSHA256(file))
+    }
+}

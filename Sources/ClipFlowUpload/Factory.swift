@@ -1,8 +1,53 @@
 import Foundation
+import Synchronization
 
 extension UploadDestination {
-    /// The uploader for this destination.
+    /// TUS settings from these settings (shared by the plain TUS and the Gcore flow).
+    var tusOptions: TUSOptions {
+        var o = TUSOptions(endpoint: endpoint)
+        if let chunkSize { o.chunkSize = chunkSize }
+        switch checksum {
+        case "off": o.checksum = .off
+        default: o.checksum = .auto
+        }
+        o.retry = retryPolicy
+        o.transport = transportSettings
+        return o
+    }
+
+    /// The uploader for this destination. Credentials are not read here but when an upload needs
+    /// them (and again when the server refuses them).
     public func makeUploader(store: ResumeStore) throws -> FileUploader {
-        throw UploadError(code: "failure", message: "\(method.rawValue) uploads are not wired yet")
+        let settings = transportSettings
+        switch method {
+        case .tus:
+            // A plain TUS server may want a bearer token: from a command/URL when configured, or
+            // CLIPFLOW_UPLOAD_TOKEN when set; otherwise no Authorization header.
+            var headers: (@Sendable () throws -> [String: String])? = nil
+            if credentials.command != nil || credentials.url != nil
+                || EnvironmentCredentialProvider(method: .tus, environment: ProcessInfo.processInfo.environment).isAvailable,
+               let provider = credentials.provider(for: .tus, settings: settings) {
+                let cache = Mutex<String?>(nil)
+                headers = {
+                    if let token = cache.withLock({ $0 }) { return ["Authorization": "Bearer \(token)"] }
+                    guard case .bearer(let token, _) = try provider.refresh(reason: "TUS upload") else {
+                        throw UploadError(code: "credentials", message: "TUS upload: the credentials source gave keys, not a token")
+                    }
+                    cache.withLock { $0 = token }
+                    return ["Authorization": "Bearer \(token)"]
+                }
+            }
+            return TUSUploader(options: tusOptions, store: store, headers: headers)
+        case .gcore:
+            guard let provider = credentials.provider(for: .gcore, settings: settings) else {
+                throw UploadError(code: "credentials", message: "gcore upload: no credentials source")
+            }
+            var o = GcoreOptions(apiBase: endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint)
+            if let t = uploadURLTemplate { o.uploadURLTemplate = t }
+            o.tus = tusOptions
+            return GcoreUploader(options: o, store: store, credentials: provider)
+        case .s3:
+            throw UploadError(code: "failure", message: "s3 uploads are not wired yet")
+        }
     }
 }

@@ -116,14 +116,29 @@ final class PipelineCLITests: XCTestCase {
     func testEveryExamplePipelineRuns() throws {
         let clips = try fragments()
         let sum = try (0..<3).map { try Probe.videoFrames("\(clips)/fragment\($0).mp4") }.reduce(0, +)
+        // The upload examples upload for real: a TUS server, the Gcore-style API stand-in in front
+        // of it, and moto (S3, signature checks on, STS session credentials), all on 127.0.0.1.
+        let tus = try TUSServer.start(directory: fx.scratch("example-tus"))
+        defer { tus.stop() }
+        let gcore = try GcoreAPI.start(tusHost: tus.hostPort, access: "example-access", refresh: "example-refresh")
+        defer { gcore.stop() }
+        let s3 = try MotoServer.start(bucket: "examples")
+        defer { s3.process.stop() }
         var ran = Set<String>()
         for f in try files("pipelines", ".json") {
             let name = (f as NSString).lastPathComponent
             let out = fx.scratch("example-\(name)").path
             // The webcam example records from the emulated vivid camera (there is no camera here).
             let r = try Run.run([binary, "run", "--events", "json", "--set", "CLIPS=\(clips)", "--set", "OUT=\(out)",
-                                 "--set", "ROTATE=90", "--set", "COUNT=200", "--set", "DURATION=2", "--set", "DEVICE=/dev/video0", f],
-                                env: ["CLIPFLOW_V4L2_EMULATE": "1"], check: false)
+                                 "--set", "ROTATE=90", "--set", "COUNT=200", "--set", "DURATION=2", "--set", "DEVICE=/dev/video0",
+                                 "--set", "TUS_ENDPOINT=\(tus.baseURL)", "--set", "GCORE_API=\(gcore.url)",
+                                 "--set", "GCORE_UPLOAD_URL=http://{hostname}/files",
+                                 "--set", "S3_ENDPOINT=\(s3.endpoint)", "--set", "BUCKET=\(s3.bucket)", f],
+                                env: ["CLIPFLOW_V4L2_EMULATE": "1",
+                                      "CLIPFLOW_UPLOAD_TOKEN": "example-access", "CLIPFLOW_UPLOAD_REFRESH_TOKEN": "example-refresh",
+                                      "AWS_ACCESS_KEY_ID": s3.sessionCredentials.accessKeyID,
+                                      "AWS_SECRET_ACCESS_KEY": s3.sessionCredentials.secretAccessKey,
+                                      "AWS_SESSION_TOKEN": s3.sessionCredentials.sessionToken ?? ""], check: false)
             XCTAssertEqual(r.status, 0, "\(name): \(r.stderr)")
             let events = r.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
             XCTAssertFalse(events.isEmpty, name)
@@ -159,19 +174,39 @@ final class PipelineCLITests: XCTestCase {
                 // 2 s at 30 fps in 2-second fragments: one clip of 60 pictures, joined, turned, covered.
                 let clipFiles = try FileManager.default.contentsOfDirectory(atPath: "\(out)/clips").sorted()
                 XCTAssertEqual(clipFiles, ["clip-0001.mp4"], name)
-                for v in ["\(out)/video.mp4", "\(out)/upload/video.mp4"] {
-                    XCTAssertEqual(try Probe.videoFrames(v), 60, name)
-                    XCTAssertEqual(try Probe.rotation(v), -90, name)
-                    XCTAssertEqual(try Probe.topLevelBoxes(v).filter { $0 == "moov" || $0 == "mdat" }, ["moov", "mdat"], name)
-                    XCTAssertEqual(try Probe.decodeErrors(v), "", name)
-                }
-                XCTAssertEqual(try Probe.stream("\(out)/upload/cover.jpg", "v:0", "width"), "406", "720p turned upright, 720 on the long side")
-                XCTAssertEqual(try Probe.stream("\(out)/upload/cover.jpg", "v:0", "height"), "720")
+                let v = "\(out)/video.mp4"
+                XCTAssertEqual(try Probe.videoFrames(v), 60, name)
+                XCTAssertEqual(try Probe.rotation(v), -90, name)
+                XCTAssertEqual(try Probe.topLevelBoxes(v).filter { $0 == "moov" || $0 == "mdat" }, ["moov", "mdat"], name)
+                XCTAssertEqual(try Probe.decodeErrors(v), "", name)
+                XCTAssertEqual(try Probe.stream("\(out)/cover.jpg", "v:0", "width"), "406", "720p turned upright, 720 on the long side")
+                XCTAssertEqual(try Probe.stream("\(out)/cover.jpg", "v:0", "height"), "720")
+                // What the server stored is the video (and, for TUS, the cover) byte for byte.
+                let stored = Set(try tus.storedFiles().map { try sha256(ofFile: $0) })
+                XCTAssertTrue(stored.contains(try sha256(ofFile: v)), "\(name): the TUS server holds the video")
+                let outputs = events.filter { $0["stage"] as? String == "upload" && $0["event"] as? String == "output" }
                 if name == "testpattern-to-upload.json" {
-                    XCTAssertEqual(try Probe.stream("\(out)/video.mp4", "a:0", "codec_name"), "aac")
-                    let pic = try Probe.greyPicture("\(out)/video.mp4", at: 0.5)
+                    XCTAssertTrue(stored.contains(try sha256(ofFile: "\(out)/cover.jpg")), "the TUS server holds the cover")
+                    XCTAssertEqual(outputs.count, 2, "\(events)")
+                    XCTAssertEqual(try Probe.stream(v, "a:0", "codec_name"), "aac")
+                    let pic = try Probe.greyPicture(v, at: 0.5)
                     XCTAssertEqual(Probe.brightestCorner(w: pic.w, h: pic.h, px: pic.px), "TR", "the marker, top-left when recorded, turned clockwise")
+                } else {
+                    XCTAssertEqual(outputs.count, 1, "\(events)")
+                    let videos = try gcore.videos()
+                    XCTAssertEqual(videos.count, 1)
+                    XCTAssertEqual(videos.first?["name"] as? String, "Webcam /dev/video0")
                 }
+                let queue = try Run.run([binary, "upload", "list", "--json", "--queue", "\(out)/upload-queue"])
+                let entries = try JSONSerialization.jsonObject(with: queue.stdout) as? [[String: Any]] ?? []
+                XCTAssertEqual(entries.map { $0["state"] as? String }, Array(repeating: "finished", count: outputs.count))
+            case "fragments-to-s3.json":
+                XCTAssertEqual(try Probe.videoFrames("\(out)/merged.mp4"), sum)
+                XCTAssertEqual(try s3.objectSHA256(key: "videos/merged.mp4"), try sha256(ofFile: "\(out)/merged.mp4"))
+                XCTAssertEqual(try s3.objectSHA256(key: "videos/cover.jpg"), try sha256(ofFile: "\(out)/cover.jpg"))
+                let meta = try s3.objectMetadata(key: "videos/merged.mp4")
+                XCTAssertEqual(meta["title"], "Fragments", "\(meta)")
+                XCTAssertFalse(r.out.contains(s3.sessionCredentials.secretAccessKey) || r.stderr.contains(s3.sessionCredentials.secretAccessKey))
             default:
                 XCTFail("no checks written for example \(name)")
             }

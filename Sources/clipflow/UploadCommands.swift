@@ -162,9 +162,9 @@ struct UploadRun: ParsableCommand {
         let stop = SignalHandling.install()
         try printer.reportingErrors {
             let q = try queue.makeQueue(observer: printer, cancellation: stop)
+            let before = Set(try q.list().filter { [.queued, .running].contains($0.state) }.map(\.id))
             let ended = try q.run()
-            try printer.conclude(ended.filter { $0.state != .finished || $0.updated > Date().addingTimeInterval(-86400 * 365) },
-                                 queue: queue.path, interrupted: stop.isCancelled)
+            try printer.conclude(ended.filter { before.contains($0.id) }, queue: queue.path, interrupted: stop.isCancelled)
         }
     }
 }
@@ -318,18 +318,19 @@ final class UploadPrinter: UploadObserver, @unchecked Sendable {
         err(s)
     }
 
-    /// Exit status from how the uploads ended: 0 all finished, 130 interrupted, 1 otherwise.
+    /// Exit status from how the uploads ended: 0 when none failed (uploads paused or cancelled on
+    /// request are not failures), 130 when interrupted, 1 otherwise.
     func conclude(_ ended: [QueueEntry], queue: String, interrupted: Bool) throws {
-        let unfinished = ended.filter { $0.state != .finished }
+        let unfinished = ended.filter { $0.state == .queued || $0.state == .running || $0.state == .paused }
         if interrupted {
             err("interrupted: \(unfinished.count) upload(s) paused and kept in the queue; `clipflow upload run --queue \(queue)` continues them")
             throw ExitCode(130)
         }
-        let failed = unfinished.filter { $0.state == .failed }
+        let failed = ended.filter { $0.state == .failed }
         for e in failed {
-            err("error: \(e.file): \(e.errorMessage ?? "upload failed") (id \(e.id); `clipflow upload resume \(e.id)` retries)")
+            err("error: \(e.file): \(e.errorMessage ?? "upload failed") (id \(e.id); `clipflow upload resume \(e.id) --queue \(queue)` retries)")
         }
-        if !unfinished.isEmpty { throw ExitCode(1) }
+        if !failed.isEmpty { throw ExitCode(1) }
     }
 
     func reportingErrors(_ body: () throws -> Void) throws {

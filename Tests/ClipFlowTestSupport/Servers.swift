@@ -1,0 +1,533 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+// Real servers on 127.0.0.1 for the upload tests, started by a test's setup and stopped after it
+// (or in deinit). The servers are programs we did not write (resumable-upload's TUS server,
+// moto_server) or small standard-library Python stand-ins in Tests/Servers (faultproxy.py,
+// gcore_api.py). Each one also stops by itself after `maxSeconds` or when the test process dies.
+
+public struct ServerError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// One server process: stdout and stderr go to files in its own temporary folder (never pipes that
+/// can fill up); `start` returns once the port accepts TCP connections.
+public final class ServerProcess: @unchecked Sendable {
+    /// Tests/Servers, next to this file's folder.
+    public static let scriptsDirectory: URL = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Servers")
+
+    public static func script(_ name: String) -> String {
+        scriptsDirectory.appendingPathComponent(name).path
+    }
+
+    public let name: String
+    public let arguments: [String]
+    public let environment: [String: String]
+    /// The folder holding stdout.log, stderr.log (and the port file, if any).
+    public let logDirectory: URL
+    /// The port: given, or read from the port file once the server wrote it.
+    public private(set) var port: Int
+    private let portFile: URL?
+    private var process: Process?
+    private let lock = NSLock()
+
+    /// `arguments` run through `/usr/bin/env` (so `python3` comes from PATH). Give either the
+    /// `port` the server will listen on or a `portFile` it writes its port into.
+    public init(name: String, arguments: [String], environment: [String: String] = [:],
+                port: Int? = nil, portFile: URL? = nil, logDirectory: URL? = nil) {
+        self.name = name
+        self.arguments = arguments
+        self.environment = environment
+        self.port = port ?? 0
+        self.portFile = portFile
+        self.logDirectory = logDirectory ?? FileManager.default.temporaryDirectory
+            .appendingPathComponent("clipflow-server-\(name)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try? FileManager.default.createDirectory(at: self.logDirectory, withIntermediateDirectories: true)
+    }
+
+    deinit { stop() }
+
+    public var stdoutURL: URL { logDirectory.appendingPathComponent("stdout.log") }
+    public var stderrURL: URL { logDirectory.appendingPathComponent("stderr.log") }
+    public var stderrText: String { (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? "" }
+    public var stdoutText: String { (try? String(contentsOf: stdoutURL, encoding: .utf8)) ?? "" }
+    public var isRunning: Bool { lock.withLock { process?.isRunning ?? false } }
+    public var pid: Int32? { lock.withLock { process?.processIdentifier } }
+
+    /// Starts the process and waits until its port accepts connections.
+    public func start(timeout: TimeInterval = 20) throws {
+        stop()
+        if let portFile { try? FileManager.default.removeItem(at: portFile) }
+        let fm = FileManager.default
+        // Append: a restart keeps the earlier run's output.
+        for u in [stdoutURL, stderrURL] where !fm.fileExists(atPath: u.path) {
+            _ = fm.createFile(atPath: u.path, contents: nil)
+        }
+        let out = try FileHandle(forWritingTo: stdoutURL), err = try FileHandle(forWritingTo: stderrURL)
+        out.seekToEndOfFile(); err.seekToEndOfFile()
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = arguments
+        var e = ProcessInfo.processInfo.environment
+        for (k, v) in environment { e[k] = v }
+        e["PYTHONUNBUFFERED"] = "1"
+        p.environment = e
+        p.standardInput = FileHandle.nullDevice
+        p.standardOutput = out
+        p.standardError = err
+        try p.run()
+        try? out.close(); try? err.close()
+        lock.withLock { process = p }
+
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if !p.isRunning {
+                p.waitUntilExit()
+                throw ServerError("\(name) exited with status \(p.terminationStatus) before listening "
+                    + "(\(arguments.joined(separator: " "))):\n\(stderrText.suffix(3000))")
+            }
+            if let portFile, port == 0,
+               let s = try? String(contentsOf: portFile, encoding: .utf8),
+               let n = Int(s.trimmingCharacters(in: .whitespacesAndNewlines)) {
+                port = n
+            }
+            if port != 0 && Self.acceptsConnections(port: port) { return }
+            usleep(50_000)
+        }
+        stop()
+        throw ServerError("\(name) did not listen within \(Int(timeout)) s "
+            + "(\(arguments.joined(separator: " "))):\n\(stderrText.suffix(3000))")
+    }
+
+    /// SIGTERM, then SIGKILL after 3 s; waits for the process to end.
+    public func stop() {
+        guard let p = lock.withLock({ () -> Process? in defer { process = nil }; return process }) else { return }
+        if p.isRunning {
+            kill(p.processIdentifier, SIGTERM)
+            let deadline = Date().addingTimeInterval(3)
+            while p.isRunning && Date() < deadline { usleep(20_000) }
+            if p.isRunning { kill(p.processIdentifier, SIGKILL) }
+        }
+        p.waitUntilExit()
+    }
+
+    /// A port that was free a moment ago (bound to 127.0.0.1:0 and released).
+    public static func freePort() -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return 0 }
+        defer { close(fd) }
+        var addr = loopback(port: 0)
+        let ok = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard ok == 0 else { return 0 }
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+        }
+        return Int(UInt16(bigEndian: addr.sin_port))
+    }
+
+    /// True when 127.0.0.1:`port` accepts a TCP connection.
+    public static func acceptsConnections(port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var addr = loopback(port: port)
+        return withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        } == 0
+    }
+
+    private static func loopback(port: Int) -> sockaddr_in {
+        var a = sockaddr_in()
+        a.sin_family = sa_family_t(AF_INET)
+        a.sin_port = UInt16(port).bigEndian
+        a.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return a
+    }
+
+    /// `python3 supervise.py --max-seconds S -- command...`: for servers that cannot watch their
+    /// parent themselves, so they never outlive the test process.
+    public static func supervised(_ command: [String], maxSeconds: Int) -> [String] {
+        ["python3", script("supervise.py"), "--max-seconds", String(maxSeconds), "--"] + command
+    }
+}
+
+// MARK: - Small HTTP client for control calls
+
+public struct HTTPReply: Sendable {
+    public var status: Int
+    public var headers: [String: String]
+    public var body: Data
+    public var text: String { String(decoding: body, as: UTF8.self) }
+    public func json() throws -> Any { try JSONSerialization.jsonObject(with: body) }
+    public func header(_ name: String) -> String? {
+        headers.first { $0.key.lowercased() == name.lowercased() }?.value
+    }
+}
+
+public enum HTTP {
+    /// One synchronous request (for control endpoints and oracles, not for the code under test).
+    public static func request(_ method: String, _ url: String, headers: [String: String] = [:],
+                               body: Data? = nil, json: Any? = nil, timeout: TimeInterval = 20) throws -> HTTPReply {
+        guard let u = URL(string: url) else { throw ServerError("bad URL \(url)") }
+        var r = URLRequest(url: u, timeoutInterval: timeout)
+        r.httpMethod = method
+        for (k, v) in headers { r.setValue(v, forHTTPHeaderField: k) }
+        if let json {
+            r.httpBody = try JSONSerialization.data(withJSONObject: json)
+            r.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        } else if let body {
+            r.httpBody = body
+        }
+        let config = URLSessionConfiguration.ephemeral
+        config.connectionProxyDictionary = [:]
+        let session = URLSession(configuration: config)
+        defer { session.finishTasksAndInvalidate() }
+        final class Box: @unchecked Sendable { var reply: HTTPReply?; var error: Error? }
+        let box = Box()
+        let done = DispatchSemaphore(value: 0)
+        session.dataTask(with: r) { data, response, error in
+            if let h = response as? HTTPURLResponse {
+                var hs: [String: String] = [:]
+                for (k, v) in h.allHeaderFields { hs["\(k)"] = "\(v)" }
+                box.reply = HTTPReply(status: h.statusCode, headers: hs, body: data ?? Data())
+            } else {
+                box.error = error ?? ServerError("no response from \(method) \(url)")
+            }
+            done.signal()
+        }.resume()
+        done.wait()
+        if let reply = box.reply { return reply }
+        throw box.error!
+    }
+}
+
+/// sha256 of a file by `/usr/bin/sha256sum`: an independent oracle, not our code.
+public func sha256(ofFile url: URL) throws -> String {
+    let r = try Run.run(["/usr/bin/sha256sum", "--", url.path])
+    return String(r.out.prefix(while: { $0 != " " }))
+}
+
+public func sha256(ofFile path: String) throws -> String {
+    try sha256(ofFile: URL(fileURLWithPath: path))
+}
+
+// MARK: - TUS: resumable-upload (PyPI resumable-upload 0.3.0)
+
+/// The real TUS 1.0 server of the `resumable-upload` package. Its state is in `directory`
+/// (db.sqlite plus one file per upload, named by the upload id), so `restart()` on the same port
+/// keeps every upload. Its Location headers are relative (`/files/<id>`).
+public final class TUSServer: @unchecked Sendable {
+    public let directory: URL
+    public let process: ServerProcess
+    public var port: Int { process.port }
+    /// http://127.0.0.1:P/files
+    public var baseURL: String { "http://127.0.0.1:\(port)/files" }
+    /// 127.0.0.1:P (what the Gcore stand-in hands out as the upload server's hostname).
+    public var hostPort: String { "127.0.0.1:\(port)" }
+
+    /// `extraArgs` are more `resumable-upload serve` flags, e.g. ["--upload-expiry", "60"],
+    /// ["--max-size", "1000000"], ["--lock-wait", "1"].
+    public static func start(directory: URL, port: Int? = nil, extraArgs: [String] = [],
+                             maxSeconds: Int = 600) throws -> TUSServer {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let p = port ?? ServerProcess.freePort()
+        let cmd = ["python3", "-m", "resumable_upload", "serve", "--host", "127.0.0.1", "--port", String(p),
+                   "--upload-dir", directory.path, "--db-path", directory.appendingPathComponent("db.sqlite").path,
+                   "--checksum-algorithms", "sha1,sha256,md5"] + extraArgs
+        let proc = ServerProcess(name: "tus", arguments: ServerProcess.supervised(cmd, maxSeconds: maxSeconds),
+                                 port: p, logDirectory: directory.appendingPathComponent("logs"))
+        try proc.start()
+        return TUSServer(directory: directory, process: proc)
+    }
+
+    private init(directory: URL, process: ServerProcess) {
+        self.directory = directory
+        self.process = process
+    }
+
+    public func stop() { process.stop() }
+
+    /// Stops and starts again on the same port with the same database: uploads persist.
+    public func restart() throws {
+        process.stop()
+        try process.start()
+    }
+
+    /// The upload files the server stores (every file of the directory but the database).
+    public func storedFiles() -> [URL] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+        return names.filter { !$0.hasPrefix("db.sqlite") && $0 != "logs" }.sorted()
+            .map { directory.appendingPathComponent($0) }
+    }
+
+    /// The upload id: the last path component of an upload URL (absolute or relative).
+    public static func uploadID(of uploadURL: String) -> String {
+        let path = uploadURL.split(separator: "?").first.map(String.init) ?? uploadURL
+        return path.split(separator: "/").last.map(String.init) ?? ""
+    }
+
+    /// Where the server stores the bytes of the upload at `uploadURL`.
+    public func storedFile(for uploadURL: String) -> URL {
+        directory.appendingPathComponent(Self.uploadID(of: uploadURL))
+    }
+
+    public func storedSHA256(for uploadURL: String) throws -> String {
+        try sha256(ofFile: storedFile(for: uploadURL))
+    }
+
+    /// HEAD on the upload (straight to the server, not through any proxy): Upload-Offset, or nil
+    /// when the server does not know the upload (404/410).
+    public func offset(of uploadURL: String) throws -> Int? {
+        let r = try HTTP.request("HEAD", "http://127.0.0.1:\(port)/files/\(Self.uploadID(of: uploadURL))",
+                                 headers: ["Tus-Resumable": "1.0.0"])
+        guard r.status == 200 else { return nil }
+        return r.header("Upload-Offset").flatMap { Int($0) }
+    }
+
+    /// HEAD on the upload: all response headers (Upload-Offset, Upload-Length, Upload-Metadata...).
+    public func head(_ uploadURL: String) throws -> HTTPReply {
+        try HTTP.request("HEAD", "http://127.0.0.1:\(port)/files/\(Self.uploadID(of: uploadURL))",
+                         headers: ["Tus-Resumable": "1.0.0"])
+    }
+}
+
+// MARK: - S3: moto_server
+
+public struct AWSCredentials: Sendable, Equatable {
+    public var accessKeyID: String
+    public var secretAccessKey: String
+    public var sessionToken: String?
+}
+
+/// moto 5 in server mode with signature checking on for every request after the setup
+/// (moto_setup.py --lock): a bucket, an IAM user with a key, a role, and STS session credentials.
+public final class MotoServer: @unchecked Sendable {
+    public let process: ServerProcess
+    public let bucket: String
+    public let region: String
+    /// AssumeRole credentials (access key, secret, session token) to give the client under test.
+    public let sessionCredentials: AWSCredentials
+    /// The IAM user's long-term key (no session token); the oracles below sign with it.
+    public let userCredentials: AWSCredentials
+    public let expiration: String
+    public var port: Int { process.port }
+    /// http://127.0.0.1:P
+    public var endpoint: String { "http://127.0.0.1:\(port)" }
+
+    /// `partMinSize` sets S3_UPLOAD_PART_MIN_SIZE (moto's 5 MiB minimum for every part but the last).
+    public static func start(bucket: String, partMinSize: Int? = nil, maxSeconds: Int = 600) throws -> MotoServer {
+        let p = ServerProcess.freePort()
+        // Large count: no checking during setup; moto_setup.py --lock then turns it on for every
+        // later request (setup itself makes 7 counted requests for one bucket).
+        var env = ["INITIAL_NO_AUTH_ACTION_COUNT": "1000000"]
+        if let partMinSize { env["S3_UPLOAD_PART_MIN_SIZE"] = String(partMinSize) }
+        let proc = ServerProcess(name: "moto",
+                                 arguments: ServerProcess.supervised(["moto_server", "-H", "127.0.0.1", "-p", String(p)],
+                                                                     maxSeconds: maxSeconds),
+                                 environment: env, port: p)
+        try proc.start()
+        let r = try Run.run(["python3", ServerProcess.script("moto_setup.py"), "setup",
+                             "--endpoint", "http://127.0.0.1:\(p)", "--bucket", bucket, "--lock"])
+        guard let j = try JSONSerialization.jsonObject(with: r.stdout) as? [String: Any],
+              let ak = j["access_key_id"] as? String, let sk = j["secret_access_key"] as? String,
+              let tok = j["session_token"] as? String, let uak = j["user_access_key_id"] as? String,
+              let usk = j["user_secret_access_key"] as? String else {
+            throw ServerError("moto_setup.py printed no credentials: \(r.out) \(r.stderr)")
+        }
+        return MotoServer(process: proc, bucket: bucket, region: (j["region"] as? String) ?? "us-east-1",
+                          session: AWSCredentials(accessKeyID: ak, secretAccessKey: sk, sessionToken: tok),
+                          user: AWSCredentials(accessKeyID: uak, secretAccessKey: usk, sessionToken: nil),
+                          expiration: (j["expiration"] as? String) ?? "")
+    }
+
+    private init(process: ServerProcess, bucket: String, region: String, session: AWSCredentials,
+                 user: AWSCredentials, expiration: String) {
+        self.process = process
+        self.bucket = bucket
+        self.region = region
+        self.sessionCredentials = session
+        self.userCredentials = user
+        self.expiration = expiration
+    }
+
+    public func stop() { process.stop() }
+
+    private func helper(_ args: [String]) throws -> Run {
+        try Run.run(["python3", ServerProcess.script("moto_setup.py")] + args
+                    + ["--endpoint", endpoint, "--access-key", userCredentials.accessKeyID,
+                       "--secret-key", userCredentials.secretAccessKey])
+    }
+
+    /// Downloads the object (boto3, user's key) to `out` (a temporary file if nil) and returns
+    /// the sha256 of the downloaded file by sha256sum.
+    public func objectSHA256(key: String, bucket: String? = nil, out: URL? = nil) throws -> String {
+        let file = out ?? process.logDirectory.appendingPathComponent("get-\(UInt32.random(in: 0...UInt32.max))")
+        _ = try helper(["get", "--bucket", bucket ?? self.bucket, "--key", key, "--out", file.path])
+        defer { if out == nil { try? FileManager.default.removeItem(at: file) } }
+        return try sha256(ofFile: file)
+    }
+
+    /// HEAD of the object: {"etag", "size", "content_type", "metadata": {...}} as printed by the helper.
+    public func objectHead(key: String, bucket: String? = nil) throws -> [String: Any] {
+        let r = try helper(["head", "--bucket", bucket ?? self.bucket, "--key", key])
+        return (try JSONSerialization.jsonObject(with: r.stdout) as? [String: Any]) ?? [:]
+    }
+
+    /// The object's user metadata (x-amz-meta-*, names without the prefix, lowercased by S3).
+    public func objectMetadata(key: String, bucket: String? = nil) throws -> [String: String] {
+        (try objectHead(key: key, bucket: bucket)["metadata"] as? [String: String]) ?? [:]
+    }
+
+    /// Upload ids of the multipart uploads still in progress in the bucket.
+    public func listMultipartUploads(bucket: String? = nil) throws -> [String] {
+        let r = try helper(["list-uploads", "--bucket", bucket ?? self.bucket])
+        let list = (try JSONSerialization.jsonObject(with: r.stdout) as? [[String: Any]]) ?? []
+        return list.compactMap { $0["upload_id"] as? String }
+    }
+}
+
+// MARK: - Fault-injecting proxy
+
+/// What the proxy saw: one [method, target, outcome] per request, where outcome is the upstream
+/// status (Int) or a fault ("cut", "drop_response", "stall", "status:503", "error:...").
+public struct ProxyStats: @unchecked Sendable {
+    public struct Entry: Sendable, Equatable {
+        public var method: String
+        public var target: String
+        /// The upstream status as text ("204") or the fault ("cut", "status:503"...).
+        public var outcome: String
+        public var status: Int? { Int(outcome) }
+    }
+    public var requests: [Entry]
+    public var faultsApplied: Int
+    public var bytesForwarded: Int
+
+    public func count(_ method: String? = nil, pathContains: String? = nil, outcome: String? = nil) -> Int {
+        requests.filter {
+            (method == nil || $0.method == method) && (pathContains == nil || $0.target.contains(pathContains!))
+                && (outcome == nil || $0.outcome == outcome)
+        }.count
+    }
+}
+
+/// Tests/Servers/faultproxy.py in front of an upstream. Rules are JSON dictionaries
+/// (see faultproxy.py), e.g. `["method": "PATCH", "action": "cut", "after_bytes": 100_000]`.
+public final class FaultProxy: @unchecked Sendable {
+    public let process: ServerProcess
+    public let upstream: String
+    public var port: Int { process.port }
+    /// http://127.0.0.1:P
+    public var url: String { "http://127.0.0.1:\(port)" }
+
+    public static func start(upstream: String, maxSeconds: Int = 600) throws -> FaultProxy {
+        let dir = FileManager.default.temporaryDirectory
+            .appendingPathComponent("clipflow-server-faultproxy-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        let portFile = dir.appendingPathComponent("port")
+        let proc = ServerProcess(name: "faultproxy",
+                                 arguments: ["python3", ServerProcess.script("faultproxy.py"), "--upstream", upstream,
+                                             "--port", "0", "--port-file", portFile.path,
+                                             "--max-seconds", String(maxSeconds)],
+                                 portFile: portFile, logDirectory: dir)
+        try proc.start()
+        return FaultProxy(process: proc, upstream: upstream)
+    }
+
+    private init(process: ServerProcess, upstream: String) {
+        self.process = process
+        self.upstream = upstream
+    }
+
+    public func stop() { process.stop() }
+
+    /// Replaces the rules.
+    public func setRules(_ rules: [[String: Any]]) throws {
+        let r = try HTTP.request("POST", url + "/__proxy/rules", json: rules)
+        guard r.status == 200 else { throw ServerError("faultproxy refused rules: \(r.status) \(r.text)") }
+    }
+
+    public func clearRules() throws {
+        _ = try HTTP.request("DELETE", url + "/__proxy/rules")
+    }
+
+    public func resetStats() throws {
+        _ = try HTTP.request("POST", url + "/__proxy/reset-stats")
+    }
+
+    public func stats() throws -> ProxyStats {
+        let r = try HTTP.request("GET", url + "/__proxy/stats")
+        guard let j = try r.json() as? [String: Any] else { throw ServerError("bad stats: \(r.text)") }
+        let reqs = (j["requests"] as? [[Any]]) ?? []
+        return ProxyStats(
+            requests: reqs.map { e in
+                ProxyStats.Entry(method: "\(e.count > 0 ? e[0] : "")", target: "\(e.count > 1 ? e[1] : "")",
+                                 outcome: "\(e.count > 2 ? e[2] : "")")
+            },
+            faultsApplied: (j["faults_applied"] as? Int) ?? 0,
+            bytesForwarded: (j["bytes_forwarded"] as? Int) ?? 0)
+    }
+}
+
+// MARK: - Gcore video API stand-in
+
+/// Tests/Servers/gcore_api.py: login/refresh, bearer tokens, POST /videos, GET /videos/{id}/upload
+/// (servers[0].hostname = `tusHost`). Starts with `access`/`refresh` already valid.
+public final class GcoreAPI: @unchecked Sendable {
+    public let process: ServerProcess
+    public let access: String
+    public let refresh: String
+    public let username = "user@example.com"
+    public let password = "secret"
+    public var port: Int { process.port }
+    /// http://127.0.0.1:P
+    public var url: String { "http://127.0.0.1:\(port)" }
+
+    public static func start(tusHost: String, access: String = "test-access-token",
+                             refresh: String = "test-refresh-token", maxSeconds: Int = 600) throws -> GcoreAPI {
+        let dir = FileManager.default.temporaryDirectory
+            .appendingPathComponent("clipflow-server-gcore-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        let portFile = dir.appendingPathComponent("port")
+        let proc = ServerProcess(name: "gcore",
+                                 arguments: ["python3", ServerProcess.script("gcore_api.py"), "--port", "0",
+                                             "--port-file", portFile.path, "--tus-host", tusHost,
+                                             "--max-seconds", String(maxSeconds), "--access", access,
+                                             "--refresh", refresh],
+                                 portFile: portFile, logDirectory: dir)
+        try proc.start()
+        return GcoreAPI(process: proc, access: access, refresh: refresh)
+    }
+
+    private init(process: ServerProcess, access: String, refresh: String) {
+        self.process = process
+        self.access = access
+        self.refresh = refresh
+    }
+
+    public func stop() { process.stop() }
+
+    /// Every access token issued so far expires: the next authorized call gets 401.
+    public func expireAccess() throws {
+        let r = try HTTP.request("POST", url + "/__control/expire-access")
+        guard r.status == 200 else { throw ServerError("expire-access: \(r.status) \(r.text)") }
+    }
+
+    /// {"videos": [...], "refreshes": N, "logins": N, "upload_tokens": {...}, "requests": [[m, p, s]]}
+    public func state() throws -> [String: Any] {
+        let r = try HTTP.request("GET", url + "/__control/state")
+        return (try r.json() as? [String: Any]) ?? [:]
+    }
+
+    public func refreshCount() throws -> Int { (try state()["refreshes"] as? Int) ?? 0 }
+
+    public func videos() throws -> [[String: Any]] { (try state()["videos"] as? [[String: Any]]) ?? [] }
+}

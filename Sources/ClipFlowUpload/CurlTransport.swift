@@ -31,7 +31,7 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
 
     public func perform(_ request: HTTPRequest, onSent: ((Int64) -> Void)?) throws -> HTTPResponse {
         curl_easy_reset(handle)
-        let ctx = TransferContext(shouldAbort: shouldAbort, onSent: onSent)
+        let ctx = TransferContext(shouldAbort: shouldAbort, onSent: onSent, stallTimeout: Double(settings.stallTimeout))
         defer { ctx.closeFile() }
         var headerList: UnsafeMutablePointer<curl_slist>? = nil
         defer { if let headerList { curl_slist_free_all(headerList) } }
@@ -109,6 +109,8 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
             return TransportError(.fileRead, fileError, bytesSent: sent)
         }
         switch code {
+        case CURLE_ABORTED_BY_CALLBACK where ctx.stalled:
+            return TransportError(.stalled, "\(target): no data moved for \(settings.stallTimeout) s (stalled)", bytesSent: sent)
         case CURLE_ABORTED_BY_CALLBACK:
             return TransportError(.cancelled, "\(target): cancelled", bytesSent: sent)
         case CURLE_OPERATION_TIMEDOUT:
@@ -154,6 +156,14 @@ private final class TransferContext {
     var connected = false
     var fileError: String?
     var lastSent: Int64 = -1
+    var lastReceived: Int64 = -1
+    /// Our own stall clock: curl's LOW_SPEED check averages the speed over a ~5 s window, so with a
+    /// 1 byte/s limit a dead connection is noticed only after about 5 s + LOW_SPEED_TIME (measured:
+    /// 7.2 s for a 1 s setting). The progress callback (called at least once a second) aborts when
+    /// no byte moved either way for `stallTimeout` seconds.
+    let stallTimeout: Double
+    var lastMove = ProcessInfo.processInfo.systemUptime
+    var stalled = false
 
     // Body source.
     var fd: Int32 = -1
@@ -163,9 +173,10 @@ private final class TransferContext {
     var bytes = Data()
     var position: Int64 = 0
 
-    init(shouldAbort: @escaping @Sendable () -> Bool, onSent: ((Int64) -> Void)?) {
+    init(shouldAbort: @escaping @Sendable () -> Bool, onSent: ((Int64) -> Void)?, stallTimeout: Double) {
         self.shouldAbort = shouldAbort
         self.onSent = onSent
+        self.stallTimeout = stallTimeout
     }
 
     var pointer: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
@@ -230,6 +241,7 @@ private final class TransferContext {
     }
 
     func header(_ line: String) {
+        lastMove = ProcessInfo.processInfo.systemUptime
         let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
         if trimmed.hasPrefix("HTTP/") {
             // A new response (after 100 Continue or an interim response): start over.
@@ -249,15 +261,26 @@ private final class TransferContext {
 
     func write(_ data: UnsafeRawBufferPointer) {
         connected = true
+        lastMove = ProcessInfo.processInfo.systemUptime
         let room = HTTPResponse.maxBody - body.count
         if room > 0 { body.append(contentsOf: data.prefix(room)) }
     }
 
-    func progress(sent: Int64) -> Bool {
+    func progress(sent: Int64, received: Int64) -> Bool {
         if sent > 0 { connected = true }
+        let now = ProcessInfo.processInfo.systemUptime
         if sent != lastSent {
             lastSent = sent
+            lastMove = now
             onSent?(sent)
+        }
+        if received != lastReceived {
+            lastReceived = received
+            lastMove = now
+        }
+        if stallTimeout > 0 && now - lastMove >= stallTimeout {
+            stalled = true
+            return true
         }
         return shouldAbort()
     }
@@ -292,6 +315,6 @@ private let transferWrite: cf_curl_data_cb = { buffer, size, count, user in
     return n
 }
 
-private let transferProgress: cf_curl_xferinfo_cb = { user, _, _, _, ulnow in
-    context(user).progress(sent: Int64(ulnow)) ? 1 : 0
+private let transferProgress: cf_curl_xferinfo_cb = { user, _, dlnow, _, ulnow in
+    context(user).progress(sent: Int64(ulnow), received: Int64(dlnow)) ? 1 : 0
 }

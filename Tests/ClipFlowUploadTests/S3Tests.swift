@@ -498,6 +498,29 @@ final class S3Tests: XCTestCase {
         assertNoSecrets(texts(log), secrets: [initial.secretAccessKey, initial.sessionToken!, fresh.secretAccessKey, fresh.sessionToken!])
     }
 
+    /// A session token moto does not know (its real answer: 400 InvalidToken) counts as expired:
+    /// without a provider the upload fails with `credentials-expired` and no token in the message;
+    /// with one, the refreshed session completes the upload.
+    func testUnknownSessionTokenFailsClearlyOrIsRefreshed() throws {
+        let file = try makeFile("tok.bin", size: 40_000)
+        let badToken = "NotARealToken" + UUID().uuidString
+        let bad = ClipFlowUpload.AWSCredentials(accessKeyID: session.accessKeyID, secretAccessKey: session.secretAccessKey, sessionToken: badToken)
+        let log = UploadEventLog()
+        XCTAssertThrowsError(try upload(S3Uploader(options: options(), store: try store(), credentials: bad), file, observer: log)) { error in
+            XCTAssertEqual((error as? UploadError)?.code, "credentials-expired")
+            XCTAssertTrue("\(error)".contains("InvalidToken"), "\(error)")
+            assertNoSecrets(texts(log, error), secrets: [badToken, session.secretAccessKey])
+        }
+        let counter = dir + "/count"
+        let up = S3Uploader(options: options(), store: try store(), credentials: bad,
+                            provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter)))
+        let log2 = UploadEventLog()
+        _ = try upload(up, file, observer: log2)
+        XCTAssertEqual(lines(counter), 1)
+        XCTAssertEqual(log2.named("credentials-expired").count, 1)
+        try assertObjectMatches("t/testUnknownSessionTokenFailsClearlyOrIsRefreshed/tok.bin", file)
+    }
+
     /// Credentials whose `expiration` is within the margin are refreshed before the first request.
     func testCredentialsCloseToExpirationAreRefreshedFirst() throws {
         let counter = dir + "/count"

@@ -47,7 +47,19 @@ extension UploadDestination {
             o.tus = tusOptions
             return GcoreUploader(options: o, store: store, credentials: provider)
         case .s3:
-            throw UploadError(code: "failure", message: "s3 uploads are not wired yet")
+            guard let provider = credentials.provider(for: .s3, settings: settings) else {
+                throw UploadError(code: "credentials", message: "s3 upload: no credentials source")
+            }
+            var o = S3Options(endpoint: endpoint, region: region ?? "us-east-1", bucket: bucket ?? "", keyPrefix: keyPrefix ?? "",
+                              addressingStyle: addressing == "virtual" ? .virtual : .path, partSize: chunkSize,
+                              minimumPartSize: minimumPartSize ?? S3Options.awsMinimumPartSize, retry: retryPolicy)
+            o.network = S3Options.Network(connectTimeout: settings.connectTimeout, stallTimeout: settings.stallTimeout,
+                                          verifyTLS: settings.verifyTLS, caBundle: settings.caBundle)
+            // The first credentials come from the same source that refreshes them.
+            guard case .aws(let keys) = try provider.refresh(reason: "start of upload") else {
+                throw UploadError(code: "credentials", message: "s3 upload: the credentials source gave a token, not access keys")
+            }
+            return S3Uploader(options: o, store: store, credentials: keys, provider: provider)
         }
     }
 }

@@ -144,4 +144,37 @@ final class UploadCLITests: XCTestCase {
         XCTAssertTrue(down.stderr.contains("retry 1") && down.stderr.contains("127.0.0.1:\(port)") && down.stderr.contains("upload resume"), down.stderr)
         XCTAssertTrue(try Run.run([binary, "upload", "list", "--queue", queue]).out.contains("failed"))
     }
+
+    func testS3MultipartWithCredentialsFromACommand() throws {
+        let s3 = try MotoServer.start(bucket: "cli", partMinSize: 1_000_000)
+        defer { s3.process.stop() }
+        let creds = fx.scratch("upload-cli-s3").appendingPathComponent("creds.json")
+        let c = s3.sessionCredentials
+        try """
+        {"Credentials": {"AccessKeyId": "\(c.accessKeyID)", "SecretAccessKey": "\(c.secretAccessKey)", "SessionToken": "\(c.sessionToken ?? "")"}}
+        """.write(to: creds, atomically: true, encoding: .utf8)
+        let file = try makeFile("trip.mp4", bytes: 3_500_000)
+        let r = try Run.run([binary, "upload", file, "--to", "s3", "--endpoint", s3.endpoint, "--bucket", s3.bucket,
+                             "--key-prefix", "in/", "--chunk-size", "1000000", "--min-part-size", "1000000",
+                             "--credentials-command", "cat '\(creds.path)'", "--title", "Trip", "--tag", "x",
+                             "--queue", fx.scratch("upload-cli-q7").path, "--events", "json"], env: ["AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""],
+                            check: false)
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(try s3.objectSHA256(key: "in/trip.mp4"), try sha256(ofFile: file))
+        XCTAssertEqual(try s3.objectMetadata(key: "in/trip.mp4")["title"], "Trip")
+        let result = try XCTUnwrap(events(r.out).last { $0["event"] as? String == "finished" }?["result"] as? [String: Any])
+        XCTAssertTrue((result["etag"] as? String ?? "").contains("-4"), "4 parts: \(result)")
+        for secret in [c.secretAccessKey, c.sessionToken ?? "none"] {
+            XCTAssertFalse(r.out.contains(secret) || r.stderr.contains(secret))
+        }
+        // A wrong secret is refused with the server's reason and without the secret.
+        try """
+        {"AccessKeyId": "\(c.accessKeyID)", "SecretAccessKey": "wrong-secret-value-123", "SessionToken": "\(c.sessionToken ?? "")"}
+        """.write(to: creds, atomically: true, encoding: .utf8)
+        let bad = try Run.run([binary, "upload", file, "--to", "s3", "--endpoint", s3.endpoint, "--bucket", s3.bucket, "--key-prefix", "bad/",
+                               "--credentials-command", "cat '\(creds.path)'", "--queue", fx.scratch("upload-cli-q8").path], check: false)
+        XCTAssertEqual(bad.status, 1)
+        XCTAssertTrue(bad.stderr.contains("SignatureDoesNotMatch"), bad.stderr)
+        XCTAssertFalse(bad.stderr.contains("wrong-secret-value-123"), bad.stderr)
+    }
 }

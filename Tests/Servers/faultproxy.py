@@ -55,6 +55,8 @@ import threading
 import time
 from urllib.parse import urlsplit
 
+from lifetime import watchdog
+
 BUF = 256 * 1024
 MAX_HEAD = 64 * 1024
 IO_TIMEOUT = 300.0
@@ -462,15 +464,6 @@ def close_quietly(sock):
         sock.close()
     except OSError:
         pass
-
-
-def watchdog(max_seconds):
-    parent = os.getppid()
-    deadline = time.monotonic() + max_seconds
-    while True:
-        time.sleep(0.5)
-        if os.getppid() != parent or time.monotonic() > deadline:
-            os._exit(0)
 
 
 def main():

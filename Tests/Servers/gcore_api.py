@@ -32,6 +32,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from lifetime import watchdog
+
 
 class State:
     def __init__(self, tus_host, username, password):
@@ -168,15 +170,6 @@ class Handler(BaseHTTPRequestHandler):
                 "video": {"id": v["id"], "name": v["name"], "client_id": v["client_id"]},
                 "token": token})
         return self.reply(200, v)
-
-
-def watchdog(max_seconds):
-    parent = os.getppid()
-    deadline = time.monotonic() + max_seconds
-    while True:
-        time.sleep(0.5)
-        if os.getppid() != parent or time.monotonic() > deadline:
-            os._exit(0)
 
 
 def main():

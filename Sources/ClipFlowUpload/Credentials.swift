@@ -117,6 +117,10 @@ public struct CommandCredentialProvider: CredentialProvider {
         DispatchQueue.global().async { box.err = err.fileHandleForReading.readDataToEndOfFile(); group.leave() }
         if group.wait(timeout: .now() + timeout) == .timedOut {
             p.terminate()
+            // Its children may hold the pipes open: give the readers a moment, then go on (the
+            // reader threads end when the last writer exits).
+            _ = group.wait(timeout: .now() + 2)
+            p.waitUntilExit()
             throw UploadError(code: "credentials", message: "credential command \(exe): no answer within \(Int(timeout)) s")
         }
         p.waitUntilExit()

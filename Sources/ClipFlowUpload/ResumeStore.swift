@@ -1,6 +1,5 @@
 import Foundation
 import ClipFlowCore
-import Synchronization
 
 /// Identifies a file's content cheaply and safely: path, size, modification time and a SHA-256 of
 /// its first and last 64 KiB. A resume is allowed only when all of it matches, so a changed file
@@ -62,13 +61,14 @@ public struct ResumeRecord: Sendable, Equatable, Codable {
     }
 }
 
-/// A persistent map from (file fingerprint, destination) to `ResumeRecord`, one JSON file written
-/// atomically (temp + rename) on every change, so a crash never leaves it half-written.
-/// Thread-safe; several uploads of one process share one store. Two processes sharing a file is
-/// not supported (the queue runs in one process at a time).
+/// A persistent map from (file fingerprint, destination) to `ResumeRecord`: one JSON file shared
+/// by every process using the same state directory (a pipeline, `clipflow upload run`, `cancel`).
+/// Each lookup reads the file and each change is a locked read-modify-write (`SharedJSONFile`), so
+/// processes never overwrite each other's records and a crash never leaves the file half-written.
+/// Thread-safe.
 public final class ResumeStore: Sendable {
     public let path: String
-    private let records = Mutex<[String: ResumeRecord]>([:])
+    private let file: SharedJSONFile<[String: ResumeRecord]>
 
     /// The default location: `$XDG_STATE_HOME/clipflow/resume.json` (or `~/.local/state/...`).
     public static var defaultPath: String {
@@ -78,72 +78,32 @@ public final class ResumeStore: Sendable {
         return base.appendingPathComponent("clipflow/resume.json").path
     }
 
+    /// Opens (and checks) the store; a damaged file is refused with its path, never replaced.
     public init(path: String) throws {
         self.path = path
-        if let data = FileManager.default.contents(atPath: path), !data.isEmpty {
-            let decoder = JSONDecoder()
-            decoder.dateDecodingStrategy = .iso8601
-            do {
-                let loaded = try decoder.decode([String: ResumeRecord].self, from: data)
-                records.withLock { $0 = loaded }
-            } catch {
-                throw UploadError(code: "bad-input", message: "\(path): the resume store is not valid JSON (\(error)); move it away to start afresh")
-            }
-        }
+        file = try SharedJSONFile(path: path, what: "the resume store", empty: [:])
+        _ = try file.read()
     }
 
+    private var records: [String: ResumeRecord] { (try? file.read()) ?? [:] }
+
     public func record(for fingerprint: FileFingerprint, destination: String) -> ResumeRecord? {
-        records.withLock { $0[fingerprint.key(destination: destination)] }
+        records[fingerprint.key(destination: destination)]
     }
 
     /// Any record for this path and destination whose fingerprint no longer matches the file
     /// (the file changed since): the caller discards the stale server-side upload.
     public func staleRecords(path: String, destination: String, current: FileFingerprint) -> [ResumeRecord] {
-        records.withLock { all in
-            all.values.filter { $0.fingerprint.path == current.path && $0.destination == destination && $0.fingerprint != current }
-        }
+        records.values.filter { $0.fingerprint.path == current.path && $0.destination == destination && $0.fingerprint != current }
     }
 
     public func save(_ record: ResumeRecord) throws {
-        let snapshot = records.withLock { all -> [String: ResumeRecord] in
-            all[record.fingerprint.key(destination: record.destination)] = record
-            return all
-        }
-        try write(snapshot)
+        try file.modify { $0[record.fingerprint.key(destination: record.destination)] = record }
     }
 
     public func remove(_ record: ResumeRecord) throws {
-        let snapshot = records.withLock { all -> [String: ResumeRecord] in
-            all.removeValue(forKey: record.fingerprint.key(destination: record.destination))
-            return all
-        }
-        try write(snapshot)
+        try file.modify { _ = $0.removeValue(forKey: record.fingerprint.key(destination: record.destination)) }
     }
 
-    public var all: [ResumeRecord] { records.withLock { Array($0.values) } }
-
-    private let writeLock = Mutex<Void>(())
-    private func write(_ snapshot: [String: ResumeRecord]) throws {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        let data = try encoder.encode(snapshot)
-        try writeLock.withLock { _ in
-            let url = URL(fileURLWithPath: path)
-            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-            let tmp = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(getpid()).tmp")
-            do {
-                try data.write(to: tmp)
-                guard rename(tmp.path, url.path) == 0 else {
-                    throw UploadError(code: "output", message: "\(path): cannot save the resume store: \(String(cString: strerror(errno)))")
-                }
-            } catch let e as UploadError {
-                unlink(tmp.path)
-                throw e
-            } catch {
-                unlink(tmp.path)
-                throw UploadError(code: "output", message: "\(path): cannot save the resume store: \(error.localizedDescription)")
-            }
-        }
-    }
+    public var all: [ResumeRecord] { Array(records.values) }
 }

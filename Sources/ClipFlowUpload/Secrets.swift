@@ -7,15 +7,26 @@ import Synchronization
 /// query parameters and headers. Thread-safe; one shared instance per process (`Secrets.shared`).
 public final class Secrets: Sendable {
     public static let shared = Secrets()
-    private let values = Mutex<Set<String>>([])
+    /// Registered values, oldest first; at most `capacity` (old credentials have expired long
+    /// before 512 refreshes), so redaction stays cheap in a long-running process.
+    private let values = Mutex<[String]>([])
+    static let capacity = 512
 
     public init() {}
 
-    /// Registers a secret value. Values shorter than 4 characters are ignored (they would redact
-    /// ordinary text and are not credentials anyway).
+    /// Registers a secret value, with the forms it takes inside URLs and JSON (percent-encoded,
+    /// `/` escaped). Values shorter than 4 characters are ignored (they would redact ordinary text
+    /// and are not credentials anyway).
     public func register(_ value: String?) {
         guard let value, value.count >= 4 else { return }
-        values.withLock { _ = $0.insert(value) }
+        var forms = [value]
+        if let p = value.addingPercentEncoding(withAllowedCharacters: .alphanumerics), p != value { forms.append(p) }
+        let json = value.replacingOccurrences(of: "/", with: "\\/")
+        if json != value { forms.append(json) }
+        values.withLock { list in
+            for f in forms where !list.contains(f) { list.append(f) }
+            if list.count > Secrets.capacity { list.removeFirst(list.count - Secrets.capacity) }
+        }
     }
 
     /// Header names whose values are always secret.
@@ -34,7 +45,7 @@ public final class Secrets: Sendable {
     public func redact(_ text: String) -> String {
         var out = text
         // Longest first so a secret containing another is replaced whole.
-        let known = values.withLock { Array($0) }.sorted { $0.count > $1.count }
+        let known = values.withLock { $0 }.sorted { $0.count > $1.count }
         for secret in known where out.contains(secret) {
             out = out.replacingOccurrences(of: secret, with: "***")
         }

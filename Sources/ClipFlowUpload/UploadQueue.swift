@@ -59,7 +59,7 @@ public final class UploadQueue: @unchecked Sendable {
     private let wake = DispatchSemaphore(value: 0)
 
     private var queuePath: String { directory + "/queue.json" }
-    private var lockPath: String { directory + "/queue.lock" }
+    private let file: SharedJSONFile<QueueFile>
 
     /// The default directory: `$XDG_STATE_HOME/clipflow/uploads` (or `~/.local/state/...`).
     public static var defaultDirectory: String {
@@ -83,11 +83,7 @@ public final class UploadQueue: @unchecked Sendable {
         self.external = cancellation
         self.pollInterval = pollInterval
         self.makeUploader = makeUploader
-        do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        } catch {
-            throw UploadError(code: "output", message: "\(directory): cannot create the upload queue directory: \(error.localizedDescription)")
-        }
+        file = try SharedJSONFile(path: directory + "/queue.json", what: "the upload queue", empty: QueueFile(version: 1, uploads: []))
         resumeStore = try ResumeStore(path: directory + "/resume.json")
     }
 
@@ -118,7 +114,7 @@ public final class UploadQueue: @unchecked Sendable {
     }
 
     public func list() throws -> [QueueEntry] {
-        try withLock { try load() }
+        try load()
     }
 
     public func entry(_ id: String) throws -> QueueEntry {
@@ -231,8 +227,10 @@ public final class UploadQueue: @unchecked Sendable {
                     }
                     // A runner that died left its entries running: put them back.
                     if entries[i].state == .running, let o = entries[i].owner, o != me, kill(o, 0) != 0, errno == ESRCH {
-                        entries[i].state = .queued
+                        // A request made while it ran still holds.
+                        entries[i].state = entries[i].request == "cancel" ? .cancelled : entries[i].request == "pause" ? .paused : .queued
                         entries[i].owner = nil
+                        entries[i].request = nil
                     }
                     if entries[i].state == .running, entries[i].owner == me, !running.contains(entries[i].id) {
                         entries[i].state = .queued
@@ -267,14 +265,14 @@ public final class UploadQueue: @unchecked Sendable {
             }
             let active = controls.withLock { $0.count }
             if active == 0 && picked.isEmpty {
-                let entries = try withLock { try load() }
+                let entries = try load()
                 let pending = entries.contains { ($0.state == .queued) && (ids?.contains($0.id) ?? true) }
                 if stopping || !pending { break }
             }
             _ = wake.wait(timeout: .now() + pollInterval)
         }
         group.wait()
-        let entries = try withLock { try load() }
+        let entries = try load()
         return entries.filter { ids?.contains($0.id) ?? true }
     }
 
@@ -339,56 +337,16 @@ public final class UploadQueue: @unchecked Sendable {
 
     // MARK: - Storage
 
-    private func withLock<T>(_ body: () throws -> T) throws -> T {
-        let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
-        guard fd >= 0 else {
-            throw UploadError(code: "output", message: "\(lockPath): cannot open the queue lock: \(String(cString: strerror(errno)))")
-        }
-        defer { close(fd) }
-        while flock(fd, LOCK_EX) != 0 {
-            if errno != EINTR { throw UploadError(code: "output", message: "\(lockPath): cannot lock the queue: \(String(cString: strerror(errno)))") }
-        }
-        defer { flock(fd, LOCK_UN) }
-        return try body()
-    }
-
-    /// Loads, changes and saves the queue under the lock.
+    /// Loads, changes and saves the queue under its lock (`SharedJSONFile`).
     @discardableResult
     private func modify<T>(_ change: (inout [QueueEntry]) throws -> T) throws -> T {
-        try withLock {
-            var entries = try load()
-            let before = entries
-            let result = try change(&entries)
-            if entries != before { try save(entries) }
-            return result
-        }
+        try file.modify { (doc: inout QueueFile) in try change(&doc.uploads) }
     }
 
-    private func load() throws -> [QueueEntry] {
-        guard let data = FileManager.default.contents(atPath: queuePath), !data.isEmpty else { return [] }
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
-        do {
-            return try decoder.decode(QueueFile.self, from: data).uploads
-        } catch {
-            throw UploadError(code: "bad-input", message: "\(queuePath): the upload queue is damaged (\(error)); move it away to start a new queue")
-        }
-    }
-
-    private func save(_ entries: [QueueEntry]) throws {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        let data = try encoder.encode(QueueFile(version: 1, uploads: entries))
-        let tmp = queuePath + ".\(getpid()).tmp"
-        guard FileManager.default.createFile(atPath: tmp, contents: data), rename(tmp, queuePath) == 0 else {
-            unlink(tmp)
-            throw UploadError(code: "output", message: "\(queuePath): cannot save the upload queue: \(String(cString: strerror(errno)))")
-        }
-    }
+    private func load() throws -> [QueueEntry] { try file.read().uploads }
 }
 
-private struct QueueFile: Codable {
+struct QueueFile: Codable, Equatable, Sendable {
     var version: Int
     var uploads: [QueueEntry]
 }

@@ -182,7 +182,8 @@ struct UploadList: ParsableCommand {
                 let enc = JSONEncoder()
                 enc.outputFormatting = [.prettyPrinted, .sortedKeys]
                 enc.dateEncodingStrategy = .iso8601
-                print(String(decoding: try enc.encode(entries), as: UTF8.self))
+                // Secret-looking query parameters (e.g. in a credentials URL) are blanked.
+                print(Secrets.shared.redact(String(decoding: try enc.encode(entries), as: UTF8.self)))
                 return
             }
             if entries.isEmpty { print("the upload queue is empty (\(queue.path))"); return }

@@ -89,7 +89,10 @@ final class PipelineCLITests: XCTestCase {
         for f in try files("pipelines", ".json") {
             XCTAssertTrue(try schemaAccepts(f), "schema rejects example \(f)")
             let r = try clipflow(["validate", "--set", "CLIPS=\(clips)", "--set", "OUT=\(out)", "--set", "ROTATE=90", "--set", "COUNT=10",
-                                   "--set", "DURATION=2", "--set", "DEVICE=/dev/video0", f])
+                                   "--set", "DURATION=2", "--set", "DEVICE=/dev/video0",
+                                   "--set", "TUS_ENDPOINT=https://tus.example/files", "--set", "GCORE_API=https://api.example/streaming",
+                                   "--set", "GCORE_UPLOAD_URL=https://{hostname}/upload",
+                                   "--set", "S3_ENDPOINT=https://s3.example", "--set", "BUCKET=media", f])
             XCTAssertEqual(r.status, 0, "validator rejects example \(f): \(r.stderr)")
         }
         for f in try files("fixtures/pipelines/invalid", ".json") {

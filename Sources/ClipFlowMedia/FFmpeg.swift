@@ -110,6 +110,23 @@ final class Demuxer: @unchecked Sendable {
             if rc < 0 { throw ClipFlowError.badInput("input '\(path)': cannot read stream parameters: \(FF.describe(rc))") }
         }
     }
+    /// Opens a mapped clip through `reader` (custom I/O; the reader outlives the demuxer). The
+    /// packets' payloads are to be taken from the mapping, so no parser looks at them.
+    init(path: String, reader: MappedReader) throws {
+        _ = FF.setup
+        self.path = path
+        self.reader = reader
+        var c: UnsafeMutablePointer<AVFormatContext>? = avformat_alloc_context()
+        guard let alloc = c else { throw ClipFlowError.failure("out of memory opening '\(path)'") }
+        alloc.pointee.pb = reader.pb
+        alloc.pointee.flags |= AVFMT_FLAG_CUSTOM_IO | AVFMT_FLAG_NOPARSE
+        let rc = avformat_open_input(&c, path, nil, nil)   // frees the context on failure
+        if rc < 0 { throw ClipFlowError.badInput("input '\(path)' is not a video FFmpeg can read: \(FF.describe(rc))") }
+        guard let c else { throw ClipFlowError.failure("input '\(path)': demuxer did not open") }
+        ctx = c
+    }
+    private var reader: MappedReader? = nil
+
     deinit {
         var c: UnsafeMutablePointer<AVFormatContext>? = ctx
         avformat_close_input(&c)
@@ -142,6 +159,16 @@ final class Demuxer: @unchecked Sendable {
         var endOfData: Int64 = 0   // max(pos + size)
         var firstTimestamp: Int64 = 0
         var durationRuns = 0       // number of runs of equal dts deltas
+    }
+
+    /// Calls `body(position, size)` for every entry of a stream's index (its sample table).
+    func forEachIndexEntry(_ i: Int, _ body: (Int64, Int32) -> Void) {
+        let st = stream(i)
+        let n = avformat_index_get_entries_count(st)
+        for k in 0..<n {
+            guard let e = avformat_index_get_entry(st, k) else { continue }
+            body(e.pointee.pos, Int32(e.pointee.size))
+        }
     }
 
     /// Statistics of a stream's sample table (the demuxer's index), read without touching sample data.

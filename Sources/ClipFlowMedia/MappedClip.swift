@@ -1,0 +1,182 @@
+internal import CClipFlowFFmpeg
+import ClipFlowCore
+import Foundation
+
+// Zero-copy packet path of the merge (see Merger): the demuxer reads only sample tables, packets
+// point into a read-only mapping of their clip, and the output sink turns writes of mapped bytes
+// into `sendfile` from the clip's file descriptor. The payload never passes through user space.
+
+/// A clip file mapped read-only (MAP_SHARED), with one anonymous zero page after it so the
+/// AV_INPUT_BUFFER_PADDING_SIZE bytes after a packet that ends the file are readable.
+///
+/// Owner of the file descriptor, the mapping and an AVBufferRef over it. Packets hold further
+/// references (`ref()`); the AVBuffer keeps this object alive (it retains it until its free
+/// callback), so the mapping lives until both `release()` has been called and the last packet
+/// pointing into it is freed, even when the muxer holds packets of this clip for interleaving.
+/// Used on the merge thread only.
+final class MappedClip {
+    let path: String
+    let fd: Int32
+    let base: UnsafeMutableRawPointer
+    /// File size in bytes.
+    let size: Int64
+    private let mapLength: Int
+    private var buffer: UnsafeMutablePointer<AVBufferRef>?
+
+    init(path: String) throws {
+        self.path = path
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 { throw ClipFlowError.badInput("input '\(path)': \(String(cString: strerror(errno)))") }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_size > 0 else {
+            let reason = errno == 0 ? "it is empty" : String(cString: strerror(errno))
+            Glibc.close(fd)
+            throw ClipFlowError.badInput("input '\(path)': \(reason)")
+        }
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        let size = Int(st.st_size)
+        let fileSpan = (size + page - 1) / page * page
+        let length = fileSpan + page
+        // Reserve the whole span (file pages + one zero page), then map the file over its start.
+        guard let area = mmap(nil, length, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), area != MAP_FAILED else {
+            Glibc.close(fd)
+            throw ClipFlowError.failure("input '\(path)': cannot map it: \(String(cString: strerror(errno)))")
+        }
+        guard let m = mmap(area, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0), m != MAP_FAILED else {
+            let reason = String(cString: strerror(errno))
+            munmap(area, length)
+            Glibc.close(fd)
+            throw ClipFlowError.failure("input '\(path)': cannot map it: \(reason)")
+        }
+        self.fd = fd
+        self.base = m
+        self.size = Int64(size)
+        self.mapLength = length
+        let opaque = Unmanaged.passRetained(self).toOpaque()
+        guard let b = av_buffer_create(m.assumingMemoryBound(to: UInt8.self), size, mappedClipFree, opaque,
+                                       Int32(AV_BUFFER_FLAG_READONLY)) else {
+            Unmanaged<MappedClip>.fromOpaque(opaque).release()
+            throw ClipFlowError.failure("out of memory referencing '\(path)'")
+        }
+        buffer = b
+    }
+
+    deinit {
+        munmap(base, mapLength)
+        Glibc.close(fd)
+    }
+
+    /// True if `p` points into the mapped file.
+    func contains(_ p: UnsafeRawPointer) -> Bool {
+        p >= UnsafeRawPointer(base) && p < UnsafeRawPointer(base) + Int(size)
+    }
+
+    /// Makes `pkt` (read from this clip with its payload not copied) point at its bytes in the
+    /// mapping, holding a reference to it. Returns false if the packet is not a sample of this file.
+    func adopt(_ pkt: UnsafeMutablePointer<AVPacket>) throws -> Bool {
+        let pos = pkt.pointee.pos, n = Int64(pkt.pointee.size)
+        guard pos >= 0, n >= 0, pos + n <= size, let buffer else { return false }
+        guard let ref = av_buffer_ref(buffer) else { throw ClipFlowError.failure("out of memory referencing '\(path)'") }
+        av_buffer_unref(&pkt.pointee.buf)
+        pkt.pointee.buf = ref
+        pkt.pointee.data = base.assumingMemoryBound(to: UInt8.self) + Int(pos)
+        return true
+    }
+
+    /// Drops this owner's reference; the mapping goes when no packet refers to it any more.
+    func release() {
+        av_buffer_unref(&buffer)
+    }
+}
+
+private func mappedClipFree(_ opaque: UnsafeMutableRawPointer?, _ data: UnsafeMutablePointer<UInt8>?) {
+    guard let opaque else { return }
+    Unmanaged<MappedClip>.fromOpaque(opaque).release()
+}
+
+/// The input AVIOContext of a demuxer over a `MappedClip`: reads with pread (the mapping itself is
+/// not touched, so it adds nothing to the resident set), and once `skipPayloads` is set, a read of
+/// exactly one sample of the index (position and size) returns without copying anything: the
+/// packet's bytes are then taken from the mapping (`MappedClip.adopt`). Any other read (box
+/// headers, a sample read in pieces) is a real read. Owner of the AVIOContext; one thread.
+final class MappedReader {
+    let clip: MappedClip
+    private(set) var pb: UnsafeMutablePointer<AVIOContext>!
+    fileprivate var position: Int64 = 0
+    /// Sample position -> size, for the samples whose reads are skipped.
+    fileprivate var payloads: [Int64: Int32] = [:]
+    fileprivate var skipping = false
+    /// Reads skipped since the last `takeSkipped()`.
+    fileprivate var skipped = 0
+
+    static let bufferSize = 1 << 16
+
+    init(clip: MappedClip) throws {
+        self.clip = clip
+        guard let buf = av_malloc(Self.bufferSize)?.assumingMemoryBound(to: UInt8.self) else {
+            throw ClipFlowError.failure("out of memory for reading '\(clip.path)'")
+        }
+        let opaque = Unmanaged.passUnretained(self).toOpaque()
+        guard let pb = avio_alloc_context(buf, Int32(Self.bufferSize), 0, opaque, mappedRead, nil, mappedSeek) else {
+            av_free(buf)
+            throw ClipFlowError.failure("out of memory for reading '\(clip.path)'")
+        }
+        self.pb = pb
+    }
+
+    deinit {
+        av_freep(&pb.pointee.buffer)
+        avio_context_free(&pb)
+    }
+
+    /// From now on, reads of exactly one of these samples (position, size) copy nothing. Reads go
+    /// straight to the callback (AVIO direct mode) so a sample arrives as one read.
+    func skipPayloads(_ samples: [Int64: Int32]) {
+        payloads = samples
+        skipping = true
+        pb.pointee.direct = 1
+    }
+
+    func takeSkipped() -> Int {
+        defer { skipped = 0 }
+        return skipped
+    }
+
+    func isSample(pos: Int64, size: Int32) -> Bool { payloads[pos] == size }
+}
+
+private func mappedRead(_ opaque: UnsafeMutableRawPointer?, _ buf: UnsafeMutablePointer<UInt8>?, _ size: Int32) -> Int32 {
+    guard let opaque, let buf else { return cf_averror(EINVAL) }
+    let r = Unmanaged<MappedReader>.fromOpaque(opaque).takeUnretainedValue()
+    let left = r.clip.size - r.position
+    if left <= 0 { return cf_averror_eof() }
+    if r.skipping, let n = r.payloads[r.position], n == size {
+        r.position += Int64(size)
+        r.skipped += 1
+        return size
+    }
+    let want = Int(min(Int64(size), left))
+    while true {
+        let n = pread(r.clip.fd, buf, want, off_t(r.position))
+        if n < 0 {
+            if errno == EINTR { continue }
+            return cf_averror(errno)
+        }
+        if n == 0 { return cf_averror_eof() }
+        r.position += Int64(n)
+        return Int32(n)
+    }
+}
+
+private func mappedSeek(_ opaque: UnsafeMutableRawPointer?, _ offset: Int64, _ whence: Int32) -> Int64 {
+    guard let opaque else { return Int64(cf_averror(EINVAL)) }
+    let r = Unmanaged<MappedReader>.fromOpaque(opaque).takeUnretainedValue()
+    switch whence & ~AVSEEK_FORCE {
+    case AVSEEK_SIZE: return r.clip.size
+    case SEEK_SET: r.position = offset
+    case SEEK_CUR: r.position += offset
+    case SEEK_END: r.position = r.clip.size + offset
+    default: return Int64(cf_averror(EINVAL))
+    }
+    return r.position
+}

@@ -19,7 +19,10 @@ import Foundation
 /// whose MDCT windows lie wholly inside a region's own, unfaded input are kept. (A fresh encoder per region
 /// spent most of its time warming up.)
 ///
-/// Threading: `renderAll` runs on one background thread and owns every FFmpeg object it opens.
+/// Threading: `renderAll` runs on one background thread and owns the encoder; it starts a second
+/// thread that decodes and prepares the regions' PCM (and owns the decoders) one or two regions
+/// ahead, so preparing region i+1 overlaps encoding region i. The encoder gets the same input in
+/// the same order as when one thread did both, so its output is the same bit for bit.
 struct AudioRegionRenderer {
     let plan: AudioJoinPlan
     let clips: [ClipInfo]
@@ -35,7 +38,6 @@ struct AudioRegionRenderer {
     /// complete (packets' pts/dts are output frame indices). Stops when `shouldStop()` is true.
     func renderAll(shouldStop: () -> Bool, deliver: (Int, Result<[Packet], Error>) -> Void) {
         let F = AudioJoinPlan.frameSize
-        var decoders = DecoderCache(clips: clips, channels: Int(channels))
         let encoder: JoinEncoder
         do {
             encoder = try JoinEncoder(sampleRate: sampleRate, channels: channels, bitRate: bitRate)
@@ -65,14 +67,29 @@ struct AudioRegionRenderer {
             }
         }
 
+        // The inputs, prepared on another thread in region order.
+        let inputs = RegionInputs(capacity: 2)
+        let renderer = self
+        let preparer = Thread {
+            var decoders = DecoderCache(clips: renderer.clips, channels: Int(renderer.channels))
+            for region in renderer.plan.regions {
+                if inputs.cancelled { inputs.put(.failure(ClipFlowError.interrupted)); continue }
+                inputs.put(Result { try renderer.regionInput(region, decoders: &decoders) })
+            }
+            inputs.finish()
+        }
+        preparer.start()
+        defer { inputs.cancel(); inputs.waitFinished() }
+
         var inputPos: Int64 = 0
         for (i, region) in plan.regions.enumerated() {
             if failed || shouldStop() {
+                inputs.cancel()
                 deliver(i, .failure(failed ? ClipFlowError.failure("audio join rendering stopped") : ClipFlowError.interrupted))
                 continue
             }
             do {
-                let pcm = try regionInput(region, decoders: &decoders)
+                let pcm = try inputs.take().get()
                 // Input frames: fade-in (a-2), a-1 ..< b+1, fade-out (b+1).
                 pending.append((i, inputPos, region.frames, region.frames.lowerBound - 2))
                 take(try encoder.encode(pcm, at: inputPos))
@@ -200,6 +217,49 @@ struct AudioRegionRenderer {
     }
 }
 
+/// PCM of the regions, handed in order from the preparing thread to the encoding thread (at most
+/// `capacity` waiting). Ownership of each array passes with it.
+final class RegionInputs: @unchecked Sendable {
+    private let cond = NSCondition()
+    private var queue: [Result<[[Float]], Error>] = []
+    private let capacity: Int
+    private var cancelledFlag = false
+    private var finished = false
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    /// Set when the encoding side stops early: the preparer then does no more work.
+    var cancelled: Bool { cond.lock(); defer { cond.unlock() }; return cancelledFlag }
+
+    func put(_ r: Result<[[Float]], Error>) {
+        cond.lock()
+        while queue.count >= capacity && !cancelledFlag { cond.wait() }
+        if !cancelledFlag { queue.append(r) }
+        cond.broadcast()
+        cond.unlock()
+    }
+    func take() -> Result<[[Float]], Error> {
+        cond.lock()
+        defer { cond.unlock() }
+        while queue.isEmpty {
+            if cancelledFlag || finished { return .failure(ClipFlowError.interrupted) }
+            cond.wait()
+        }
+        let r = queue.removeFirst()
+        cond.broadcast()
+        return r
+    }
+    func cancel() {
+        cond.lock(); cancelledFlag = true; queue.removeAll(); cond.broadcast(); cond.unlock()
+    }
+    func finish() {
+        cond.lock(); finished = true; cond.broadcast(); cond.unlock()
+    }
+    func waitFinished() {
+        cond.lock(); while !finished { cond.wait() }; cond.unlock()
+    }
+}
+
 /// Decoders for the clips' audio, kept open while consecutive regions need the same clip.
 /// Owned by the rendering thread.
 struct DecoderCache {
@@ -237,7 +297,7 @@ struct DecoderCache {
         guard let a = clip.audio else { return }
         let (dmx, dec): (Demuxer, CodecContext)
         if let o = open[i] { (dmx, dec) = o } else {
-            let d = try Demuxer(path: clip.path)
+            let d = try Demuxer(path: clip.path, format: ClipProbe.demuxerName)
             let c = try CodecContext.decoder(for: d.codecpar(a.streamIndex), what: "decoding audio of '\(clip.path)'")
             for k in 0..<d.streamCount where k != a.streamIndex { d.stream(k).pointee.discard = AVDISCARD_ALL }
             open[i] = (d, c)

@@ -68,6 +68,10 @@ extension ClipInfo.Rational {
 }
 
 public enum ClipProbe {
+    /// The demuxer every accepted clip was probed as (FFmpeg's MOV/MP4 demuxer); later opens of
+    /// the same clip name it instead of probing the file again.
+    static let demuxerName = "mov"
+
     /// Reads a clip's parameters. Errors name the file and the problem (missing, empty, unreadable,
     /// not a video, truncated, unsupported codec).
     public static func probe(_ path: String) throws -> ClipInfo {
@@ -198,6 +202,9 @@ public enum ClipProbe {
             if i != vi { dmx.stream(i).pointee.discard = AVDISCARD_ALL }
         }
         defer { for i in 0..<dmx.streamCount { dmx.stream(i).pointee.discard = saved[i] } }
+        // Timestamps come from the sample table; the H.264/H.265 parser would only zero and scan
+        // a copy of every packet (av_fast_padded_malloc), most of the probe's time.
+        dmx.ctx.pointee.flags |= AVFMT_FLAG_NOPARSE
         try FF.check(av_seek_frame(dmx.ctx, Int32(vi), e.pointee.timestamp, AVSEEK_FLAG_ANY | AVSEEK_FLAG_BACKWARD),
                      "input '\(dmx.path)': seeking to its last frames", kind: .badInput)
         let pkt = try Packet()

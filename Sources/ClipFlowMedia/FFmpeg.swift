@@ -92,12 +92,13 @@ final class Demuxer: @unchecked Sendable {
     let ctx: UnsafeMutablePointer<AVFormatContext>
     let path: String
 
-    /// Opens `path`. Errors name the file and say what is wrong with it.
-    init(path: String, findStreamInfo: Bool = false) throws {
+    /// Opens `path`. Errors name the file and say what is wrong with it. `format` names the
+    /// demuxer when the file has been probed before (skips probing it again).
+    init(path: String, format: String? = nil, findStreamInfo: Bool = false) throws {
         _ = FF.setup
         self.path = path
         var c: UnsafeMutablePointer<AVFormatContext>? = nil
-        let rc = avformat_open_input(&c, path, nil, nil)
+        let rc = avformat_open_input(&c, path, format.flatMap { av_find_input_format($0) }, nil)
         if rc < 0 {
             if rc == FF.err(ENOENT) { throw ClipFlowError.badInput("input '\(path)': no such file") }
             if rc == FF.err(EACCES) { throw ClipFlowError.badInput("input '\(path)': permission denied (cannot read it)") }
@@ -112,7 +113,7 @@ final class Demuxer: @unchecked Sendable {
     }
     /// Opens a mapped clip through `reader` (custom I/O; the reader outlives the demuxer). The
     /// packets' payloads are to be taken from the mapping, so no parser looks at them.
-    init(path: String, reader: MappedReader) throws {
+    init(path: String, format: String, reader: MappedReader) throws {
         _ = FF.setup
         self.path = path
         self.reader = reader
@@ -120,7 +121,7 @@ final class Demuxer: @unchecked Sendable {
         guard let alloc = c else { throw ClipFlowError.failure("out of memory opening '\(path)'") }
         alloc.pointee.pb = reader.pb
         alloc.pointee.flags |= AVFMT_FLAG_CUSTOM_IO | AVFMT_FLAG_NOPARSE
-        let rc = avformat_open_input(&c, path, nil, nil)   // frees the context on failure
+        let rc = avformat_open_input(&c, path, av_find_input_format(format), nil)   // frees the context on failure
         if rc < 0 { throw ClipFlowError.badInput("input '\(path)' is not a video FFmpeg can read: \(FF.describe(rc))") }
         guard let c else { throw ClipFlowError.failure("input '\(path)': demuxer did not open") }
         ctx = c

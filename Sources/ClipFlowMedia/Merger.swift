@@ -251,7 +251,7 @@ public final class Merger {
             defer { mapped.release() }
             mux.sink.register(mapped)
             let reader = try MappedReader(clip: mapped)
-            let dmx = try Demuxer(path: clip.path, reader: reader)
+            let dmx = try Demuxer(path: clip.path, format: ClipProbe.demuxerName, reader: reader)
             let vtbIn = clip.video.timeBase.av
             let copy = layout.audio?.copies.first(where: { $0.clip == ci })
             let audioTB = clip.audio?.timeBase.av
@@ -380,7 +380,7 @@ final class OutputMuxer {
     /// Adds a stream copying the clip's video or audio parameters.
     func addStream(copying clip: ClipInfo, video: Bool) throws -> UnsafeMutablePointer<AVStream> {
         guard let st = avformat_new_stream(ctx, nil) else { throw ClipFlowError.failure("out of memory adding a stream") }
-        let dmx = try Demuxer(path: clip.path)
+        let dmx = try Demuxer(path: clip.path, format: ClipProbe.demuxerName)
         let idx = video ? clip.video.streamIndex : clip.audio!.streamIndex
         try FF.check(avcodec_parameters_copy(st.pointee.codecpar, dmx.codecpar(idx)), "copying stream parameters")
         let par = st.pointee.codecpar!

@@ -255,20 +255,29 @@ public final class Merger {
             let vtbIn = clip.video.timeBase.av
             let copy = layout.audio?.copies.first(where: { $0.clip == ci })
             let audioTB = clip.audio?.timeBase.av
-            var used = [clip.video.streamIndex]
-            if layout.audio != nil, let a = clip.audio { used.append(a.streamIndex) }
+            // Video samples stay in the file; audio samples are read into the shadow (the muxer
+            // looks at their first bytes, see MappedClip).
+            let audioIndex = layout.audio != nil ? clip.audio?.streamIndex : nil
             var samples: [Int64: Int32] = [:]
+            var shadowed: [(pos: Int64, size: Int32)] = []
             for i in 0..<dmx.streamCount {
-                guard used.contains(i) else { dmx.stream(i).pointee.discard = AVDISCARD_ALL; continue }
-                dmx.forEachIndexEntry(i) { pos, size in samples[pos] = size }
+                if i == clip.video.streamIndex {
+                    dmx.forEachIndexEntry(i) { pos, size in samples[pos] = size }
+                } else if i == audioIndex {
+                    dmx.forEachIndexEntry(i) { pos, size in shadowed.append((pos, size)) }
+                } else {
+                    dmx.stream(i).pointee.discard = AVDISCARD_ALL
+                }
             }
-            reader.skipPayloads(samples)
+            reader.skipPayloads(samples, shadowed: shadowed)
             while try dmx.read(into: pkt) {
                 try cancel.check()
                 let si = Int(pkt.p.pointee.stream_index)
                 let size = Int64(pkt.p.pointee.size)
                 let skipped = reader.takeSkipped()
-                let adopted = reader.isSample(pos: pkt.p.pointee.pos, size: pkt.p.pointee.size) ? try mapped.adopt(pkt.p) : false
+                let pos = pkt.p.pointee.pos
+                let adopted = reader.isSample(pos: pos, size: pkt.p.pointee.size)
+                    ? try mapped.adopt(pkt.p, shadowed: reader.isShadowed(pos: pos)) : false
                 if !adopted && skipped > 0 {
                     throw ClipFlowError.failure(
                         "internal: input '\(clip.path)': a packet at byte \(pkt.p.pointee.pos) is not one of its samples")
@@ -445,7 +454,8 @@ final class OutputMuxer {
 /// The output file descriptor behind the muxer's AVIOContext. Owned by one OutputMuxer; used on
 /// the merge thread only.
 ///
-/// Writes whose bytes lie in a registered `MappedClip` are not copied: consecutive ones that are
+/// Writes whose bytes lie in a registered `MappedClip` (its file mapping or its shadow, which
+/// hold the file's bytes at the same offsets) are not copied: consecutive ones that are
 /// also consecutive in the clip's file are gathered into one range and sent with `sendfile` (one
 /// copy, in the kernel, from the page cache; `copy_file_range` refuses most cross-filesystem
 /// pairs, e.g. ext4 to tmpfs). Any other write, a seek or closing sends the pending range first,
@@ -480,8 +490,7 @@ final class FileSink {
     /// Returns 0 or a negative AVERROR.
     func write(_ p: UnsafeRawPointer, _ n: Int) -> Int32 {
         for w in clips {
-            guard let c = w.clip, c.contains(p) else { continue }
-            let off = Int64(p - UnsafeRawPointer(c.base))
+            guard let c = w.clip, let off = c.fileOffset(of: p) else { continue }
             if pendingClip === c, pendingOffset + Int64(pendingLength) == off {
                 pendingLength += n
                 return 0

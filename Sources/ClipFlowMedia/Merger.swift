@@ -59,11 +59,14 @@ public final class Merger {
         for p in inputs where URL(fileURLWithPath: p).standardizedFileURL.path == outPath {
             throw ClipFlowError.badInput("output '\(outPath)' is also an input; inputs are never overwritten")
         }
-        var clips: [ClipInfo] = []
-        for p in inputs {
-            try cancel.check()
-            clips.append(try ClipProbe.probe(p))
+        // Probe on every core (nothing else runs yet); errors are reported for the first bad input
+        // in the order given, as a sequential probe would.
+        let probed = ProbeResults(count: inputs.count)
+        let inputs = self.inputs, cancel = self.cancel
+        DispatchQueue.concurrentPerform(iterations: inputs.count) { i in
+            probed.set(i, cancel.isCancelled ? .failure(ClipFlowError.interrupted) : Result { try ClipProbe.probe(inputs[i]) })
         }
+        let clips = try probed.all()
         try Compatibility.check(clips)
         let layout = try Layout(clips: clips, rotate: options.rotate)
 
@@ -88,6 +91,18 @@ public final class Merger {
     }
 
     struct MoovTooSmall: Error { let reserved: Int }
+
+    /// Probe results filled from concurrent probes, read once all are done.
+    final class ProbeResults: @unchecked Sendable {
+        private var results: [Result<ClipInfo, Error>?]
+        private let lock = NSLock()
+        init(count: Int) { results = Array(repeating: nil, count: count) }
+        func set(_ i: Int, _ r: Result<ClipInfo, Error>) { lock.lock(); results[i] = r; lock.unlock() }
+        func all() throws -> [ClipInfo] {
+            lock.lock(); defer { lock.unlock() }
+            return try results.map { try $0!.get() }
+        }
+    }
 
     /// Timing of every clip in the output, computed before anything is written.
     struct Layout {

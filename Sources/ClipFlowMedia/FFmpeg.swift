@@ -111,9 +111,10 @@ final class Demuxer: @unchecked Sendable {
             if rc < 0 { throw ClipFlowError.badInput("input '\(path)': cannot read stream parameters: \(FF.describe(rc))") }
         }
     }
-    /// Opens a mapped clip through `reader` (custom I/O; the reader outlives the demuxer). The
-    /// packets' payloads are to be taken from the mapping, so no parser looks at them.
-    init(path: String, format: String, reader: MappedReader) throws {
+    /// Opens a clip through `reader` (custom I/O; the reader outlives the demuxer). Payloads may
+    /// be skipped (taken from a mapping, or not needed), so no parser looks at them. `format`: as
+    /// in `init(path:format:)`.
+    init(path: String, format: String?, reader: MappedReader) throws {
         _ = FF.setup
         self.path = path
         self.reader = reader
@@ -121,7 +122,7 @@ final class Demuxer: @unchecked Sendable {
         guard let alloc = c else { throw ClipFlowError.failure("out of memory opening '\(path)'") }
         alloc.pointee.pb = reader.pb
         alloc.pointee.flags |= AVFMT_FLAG_CUSTOM_IO | AVFMT_FLAG_NOPARSE
-        let rc = avformat_open_input(&c, path, av_find_input_format(format), nil)   // frees the context on failure
+        let rc = avformat_open_input(&c, path, format.flatMap { av_find_input_format($0) }, nil)   // frees the context on failure
         if rc < 0 { throw ClipFlowError.badInput("input '\(path)' is not a video FFmpeg can read: \(FF.describe(rc))") }
         guard let c else { throw ClipFlowError.failure("input '\(path)': demuxer did not open") }
         ctx = c

@@ -139,7 +139,13 @@ private func mappedClipFree(_ opaque: UnsafeMutableRawPointer?, _ data: UnsafeMu
 /// (`MappedClip.adopt`). Any other read (box headers, a sample read in pieces) is a real read.
 /// Owner of the AVIOContext; one thread.
 final class MappedReader {
-    let clip: MappedClip
+    /// The mapped clip (packets are adopted into it), or nil for a reader that only reads
+    /// timestamps (`init(path:)`: its skipped payloads are never looked at).
+    let clip: MappedClip?
+    let fd: Int32
+    let size: Int64
+    let path: String
+    private let ownsFD: Bool
     private(set) var pb: UnsafeMutablePointer<AVIOContext>!
     fileprivate var position: Int64 = 0
     /// Sample position -> size, for the samples whose reads are skipped.
@@ -154,15 +160,38 @@ final class MappedReader {
 
     static let bufferSize = 1 << 16
 
-    init(clip: MappedClip) throws {
+    convenience init(clip: MappedClip) throws {
+        try self.init(clip: clip, fd: clip.fd, size: clip.size, path: clip.path, ownsFD: false)
+    }
+
+    /// A reader of the file itself, for sample tables and timestamps only (no mapping).
+    convenience init(path: String) throws {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 { throw ClipFlowError.badInput("input '\(path)': \(String(cString: strerror(errno)))") }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            let reason = String(cString: strerror(errno))
+            Glibc.close(fd)
+            throw ClipFlowError.badInput("input '\(path)': \(reason)")
+        }
+        try self.init(clip: nil, fd: fd, size: Int64(st.st_size), path: path, ownsFD: true)
+    }
+
+    private init(clip: MappedClip?, fd: Int32, size: Int64, path: String, ownsFD: Bool) throws {
         self.clip = clip
+        self.fd = fd
+        self.size = size
+        self.path = path
+        self.ownsFD = ownsFD
         guard let buf = av_malloc(Self.bufferSize)?.assumingMemoryBound(to: UInt8.self) else {
-            throw ClipFlowError.failure("out of memory for reading '\(clip.path)'")
+            if ownsFD { Glibc.close(fd) }
+            throw ClipFlowError.failure("out of memory for reading '\(path)'")
         }
         let opaque = Unmanaged.passUnretained(self).toOpaque()
         guard let pb = avio_alloc_context(buf, Int32(Self.bufferSize), 0, opaque, mappedRead, nil, mappedSeek) else {
             av_free(buf)
-            throw ClipFlowError.failure("out of memory for reading '\(clip.path)'")
+            if ownsFD { Glibc.close(fd) }
+            throw ClipFlowError.failure("out of memory for reading '\(path)'")
         }
         self.pb = pb
     }
@@ -170,6 +199,7 @@ final class MappedReader {
     deinit {
         av_freep(&pb.pointee.buffer)
         avio_context_free(&pb)
+        if ownsFD { Glibc.close(fd) }
     }
 
     /// From now on, reads of exactly one of these samples (position, size) copy nothing; the
@@ -207,11 +237,11 @@ final class MappedReader {
 private func mappedRead(_ opaque: UnsafeMutableRawPointer?, _ buf: UnsafeMutablePointer<UInt8>?, _ size: Int32) -> Int32 {
     guard let opaque, let buf else { return cf_averror(EINVAL) }
     let r = Unmanaged<MappedReader>.fromOpaque(opaque).takeUnretainedValue()
-    let left = r.clip.size - r.position
+    let left = r.size - r.position
     if left <= 0 { return cf_averror_eof() }
-    if r.skipping, let n = r.payloads[r.position], n == size {
-        if let end = r.runEnds[r.position], !r.loaded.contains(r.position) {
-            let rc = r.clip.loadShadow(from: r.position, to: min(end, r.clip.size))
+    if r.skipping, let n = r.payloads[r.position], n == size, Int64(size) <= left {
+        if let end = r.runEnds[r.position], !r.loaded.contains(r.position), let clip = r.clip {
+            let rc = clip.loadShadow(from: r.position, to: min(end, r.size))
             if rc < 0 { return rc }
             r.loaded = r.position..<end
         }
@@ -221,7 +251,7 @@ private func mappedRead(_ opaque: UnsafeMutableRawPointer?, _ buf: UnsafeMutable
     }
     let want = Int(min(Int64(size), left))
     while true {
-        let n = pread(r.clip.fd, buf, want, off_t(r.position))
+        let n = pread(r.fd, buf, want, off_t(r.position))
         if n < 0 {
             if errno == EINTR { continue }
             return cf_averror(errno)
@@ -236,10 +266,10 @@ private func mappedSeek(_ opaque: UnsafeMutableRawPointer?, _ offset: Int64, _ w
     guard let opaque else { return Int64(cf_averror(EINVAL)) }
     let r = Unmanaged<MappedReader>.fromOpaque(opaque).takeUnretainedValue()
     switch whence & ~AVSEEK_FORCE {
-    case AVSEEK_SIZE: return r.clip.size
+    case AVSEEK_SIZE: return r.size
     case SEEK_SET: r.position = offset
     case SEEK_CUR: r.position += offset
-    case SEEK_END: r.position = r.clip.size + offset
+    case SEEK_END: r.position = r.size + offset
     default: return Int64(cf_averror(EINVAL))
     }
     return r.position

@@ -226,6 +226,12 @@ final class MappedReader {
 
     func isShadowed(pos: Int64) -> Bool { runEnds[pos] != nil }
 
+    /// Every read goes straight to pread at its exact size (AVIO direct mode, nothing skipped):
+    /// for a demuxer that reads a few small samples between large ones it does not read.
+    func directReads() {
+        pb.pointee.direct = 1
+    }
+
     func takeSkipped() -> Int {
         defer { skipped = 0 }
         return skipped

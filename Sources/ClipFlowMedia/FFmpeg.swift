@@ -45,8 +45,8 @@ enum FF {
 public enum MediaProcess {
     /// Packets are allocated and freed once each (hundreds of KB for a 1080p keyframe). glibc's
     /// default returns such blocks to the kernel and faults fresh zeroed pages in for the next one
-    /// (about 40,000 page faults for 500 MB); keeping them in the heap makes the copy loop as cheap
-    /// as `cat`'s. Call once at start-up.
+    /// (about 40,000 page faults for 500 MB); keeping them in the heap makes a copy loop as cheap
+    /// as `cat`'s. Call once at start-up. (`clipflow merge` does not: its packets are not copied.)
     public static func tuneAllocator() { cf_tune_malloc() }
 }
 

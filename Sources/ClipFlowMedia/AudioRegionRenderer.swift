@@ -19,7 +19,10 @@ import Foundation
 /// whose MDCT windows lie wholly inside a region's own, unfaded input are kept. (A fresh encoder per region
 /// spent most of its time warming up.)
 ///
-/// Threading: `renderAll` runs on one background thread and owns every FFmpeg object it opens.
+/// Threading: `renderAll` runs on one background thread and owns the encoder; it starts a second
+/// thread that decodes and prepares the regions' PCM (and owns the decoders) one or two regions
+/// ahead, so preparing region i+1 overlaps encoding region i. The encoder gets the same input in
+/// the same order as when one thread did both, so its output is the same bit for bit.
 struct AudioRegionRenderer {
     let plan: AudioJoinPlan
     let clips: [ClipInfo]
@@ -35,7 +38,6 @@ struct AudioRegionRenderer {
     /// complete (packets' pts/dts are output frame indices). Stops when `shouldStop()` is true.
     func renderAll(shouldStop: () -> Bool, deliver: (Int, Result<[Packet], Error>) -> Void) {
         let F = AudioJoinPlan.frameSize
-        var decoders = DecoderCache(clips: clips, channels: Int(channels))
         let encoder: JoinEncoder
         do {
             encoder = try JoinEncoder(sampleRate: sampleRate, channels: channels, bitRate: bitRate)
@@ -65,14 +67,29 @@ struct AudioRegionRenderer {
             }
         }
 
+        // The inputs, prepared on another thread in region order.
+        let inputs = RegionInputs(capacity: 2)
+        let renderer = self
+        let preparer = Thread {
+            var decoders = DecoderCache(clips: renderer.clips, channels: Int(renderer.channels))
+            for region in renderer.plan.regions {
+                if inputs.cancelled { inputs.put(.failure(ClipFlowError.interrupted)); continue }
+                inputs.put(Result { try renderer.regionInput(region, decoders: &decoders) })
+            }
+            inputs.finish()
+        }
+        preparer.start()
+        defer { inputs.cancel(); inputs.waitFinished() }
+
         var inputPos: Int64 = 0
         for (i, region) in plan.regions.enumerated() {
             if failed || shouldStop() {
+                inputs.cancel()
                 deliver(i, .failure(failed ? ClipFlowError.failure("audio join rendering stopped") : ClipFlowError.interrupted))
                 continue
             }
             do {
-                let pcm = try regionInput(region, decoders: &decoders)
+                let pcm = try inputs.take().get()
                 // Input frames: fade-in (a-2), a-1 ..< b+1, fade-out (b+1).
                 pending.append((i, inputPos, region.frames, region.frames.lowerBound - 2))
                 take(try encoder.encode(pcm, at: inputPos))
@@ -167,16 +184,48 @@ struct AudioRegionRenderer {
             var ea: Float = 0
             for k in (c - w)..<(c + w) { ea += m[k] * m[k] }
             if ea < 1e-9 { return ideal }
-            var best = ideal, bestScore = -Float.infinity
-            for j in (ideal - Self.spliceSearch)...(ideal + Self.spliceSearch) {
-                let o = c + Int(j) - w
-                guard o >= 0, o + 2 * w <= count else { continue }
-                var dot: Float = 0, eb: Float = 0
-                for k in 0..<(2 * w) {
-                    let b = m[o + k]
-                    dot += m[c - w + k] * b
-                    eb += b * b
+            // Candidate jumps whose window lies inside the buffer: o = c + j - w in [0, count - 2w].
+            let jLo = max(ideal - Self.spliceSearch, Int64(w - c))
+            let jHi = min(ideal + Self.spliceSearch, Int64(count - c - w))
+            guard jLo <= jHi else { return ideal }
+            let nj = Int(jHi - jLo) + 1
+            // Dot products and energies, four candidates at a time: each sum still adds its terms
+            // in the same order (so the result is the same bit for bit); the four independent
+            // chains just keep the FPU busy instead of waiting on one addition after another.
+            var dots = [Float](repeating: 0, count: nj), ebs = [Float](repeating: 0, count: nj)
+            let a = m.baseAddress! + (c - w)
+            let n2 = 2 * w
+            var q = 0
+            while q + 4 <= nj {
+                let b = m.baseAddress! + (c + Int(jLo) + q - w)
+                var d0: Float = 0, d1: Float = 0, d2: Float = 0, d3: Float = 0
+                var e0: Float = 0, e1: Float = 0, e2: Float = 0, e3: Float = 0
+                for k in 0..<n2 {
+                    let x = a[k]
+                    let b0 = b[k], b1 = b[k + 1], b2 = b[k + 2], b3 = b[k + 3]
+                    d0 += x * b0; e0 += b0 * b0
+                    d1 += x * b1; e1 += b1 * b1
+                    d2 += x * b2; e2 += b2 * b2
+                    d3 += x * b3; e3 += b3 * b3
                 }
+                dots[q] = d0; dots[q + 1] = d1; dots[q + 2] = d2; dots[q + 3] = d3
+                ebs[q] = e0; ebs[q + 1] = e1; ebs[q + 2] = e2; ebs[q + 3] = e3
+                q += 4
+            }
+            while q < nj {
+                let b = m.baseAddress! + (c + Int(jLo) + q - w)
+                var d: Float = 0, e: Float = 0
+                for k in 0..<n2 {
+                    let y = b[k]
+                    d += a[k] * y
+                    e += y * y
+                }
+                dots[q] = d; ebs[q] = e
+                q += 1
+            }
+            var best = ideal, bestScore = -Float.infinity
+            for j in jLo...jHi {
+                let dot = dots[Int(j - jLo)], eb = ebs[Int(j - jLo)]
                 guard eb > 1e-9 else { continue }
                 // Prefer jumps close to the ideal a little, so noise-like audio is not jumped far.
                 let score = dot / (ea * eb).squareRoot() - 0.02 * Float(abs(j - ideal)) / Float(Self.spliceSearch)
@@ -200,6 +249,49 @@ struct AudioRegionRenderer {
     }
 }
 
+/// PCM of the regions, handed in order from the preparing thread to the encoding thread (at most
+/// `capacity` waiting). Ownership of each array passes with it.
+final class RegionInputs: @unchecked Sendable {
+    private let cond = NSCondition()
+    private var queue: [Result<[[Float]], Error>] = []
+    private let capacity: Int
+    private var cancelledFlag = false
+    private var finished = false
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    /// Set when the encoding side stops early: the preparer then does no more work.
+    var cancelled: Bool { cond.lock(); defer { cond.unlock() }; return cancelledFlag }
+
+    func put(_ r: Result<[[Float]], Error>) {
+        cond.lock()
+        while queue.count >= capacity && !cancelledFlag { cond.wait() }
+        if !cancelledFlag { queue.append(r) }
+        cond.broadcast()
+        cond.unlock()
+    }
+    func take() -> Result<[[Float]], Error> {
+        cond.lock()
+        defer { cond.unlock() }
+        while queue.isEmpty {
+            if cancelledFlag || finished { return .failure(ClipFlowError.interrupted) }
+            cond.wait()
+        }
+        let r = queue.removeFirst()
+        cond.broadcast()
+        return r
+    }
+    func cancel() {
+        cond.lock(); cancelledFlag = true; queue.removeAll(); cond.broadcast(); cond.unlock()
+    }
+    func finish() {
+        cond.lock(); finished = true; cond.broadcast(); cond.unlock()
+    }
+    func waitFinished() {
+        cond.lock(); while !finished { cond.wait() }; cond.unlock()
+    }
+}
+
 /// Decoders for the clips' audio, kept open while consecutive regions need the same clip.
 /// Owned by the rendering thread.
 struct DecoderCache {
@@ -214,30 +306,43 @@ struct DecoderCache {
 
     /// Timeline samples [from, to) per channel (silence where no clip has audio).
     mutating func timeline(plan: AudioJoinPlan, from tLo: Int64, to tHi: Int64) throws -> [[Float]] {
-        var pcm = [[Float]](repeating: [Float](repeating: 0, count: Int(tHi - tLo)), count: channels)
+        // One flat buffer, channel after channel, filled through a pointer (a nested-array store
+        // per sample was most of the join preparation's own time), split at the end.
+        let n = Int(tHi - tLo)
+        var flat = [Float](repeating: 0, count: n * channels)
         var used = Set<Int>()
-        for i in clips.indices {
-            let u = max(tLo, plan.clips[i].start), v = min(tHi, plan.ends[i])
-            if u >= v { continue }
-            used.insert(i)
-            let start = plan.clips[i].start
-            try decode(clip: i, from: u - start, to: v - start) { s, ch, value in
-                pcm[ch][Int(start + s - tLo)] = value
+        try flat.withUnsafeMutableBufferPointer { buf in
+            let out = buf.baseAddress!
+            for i in clips.indices {
+                let u = max(tLo, plan.clips[i].start), v = min(tHi, plan.ends[i])
+                if u >= v { continue }
+                used.insert(i)
+                let start = plan.clips[i].start
+                // decode passes only samples in [u - start, v - start): indices stay in [0, n).
+                try decode(clip: i, from: u - start, to: v - start) { s, ch, src, stride, count in
+                    let d = out + ch * n + Int(start + s - tLo)
+                    for k in 0..<count { d[k] = src[k * stride] }
+                }
             }
         }
         // Close clips no longer needed (regions go forward in time).
         if let lowest = used.min() { for k in open.keys where k < lowest { open[k] = nil } }
-        return pcm
+        return (0..<channels).map { Array(flat[($0 * n)..<(($0 + 1) * n)]) }
     }
 
-    /// Decodes audible samples [s0, s1) of clip i, calling `put(sampleIndex, channel, value)`.
+    /// Decodes audible samples [s0, s1) of clip i, calling `put(firstSampleIndex, channel,
+    /// source, stride, count)` for each run of decoded samples of one channel.
     private mutating func decode(clip i: Int, from s0: Int64, to s1: Int64,
-                                 put: (Int64, Int, Float) -> Void) throws {
+                                 put: (Int64, Int, UnsafePointer<Float>, Int, Int) -> Void) throws {
         let clip = clips[i]
         guard let a = clip.audio else { return }
         let (dmx, dec): (Demuxer, CodecContext)
         if let o = open[i] { (dmx, dec) = o } else {
-            let d = try Demuxer(path: clip.path)
+            // Exact-size reads of the audio samples only (through AVIO's 32 KiB buffer each
+            // sample read pulled in the video around it: ~30 MB for 60 clips).
+            let reader = try MappedReader(path: clip.path)
+            reader.directReads()
+            let d = try Demuxer(path: clip.path, format: ClipProbe.demuxerName, reader: reader)
             let c = try CodecContext.decoder(for: d.codecpar(a.streamIndex), what: "decoding audio of '\(clip.path)'")
             for k in 0..<d.streamCount where k != a.streamIndex { d.stream(k).pointee.discard = AVDISCARD_ALL }
             open[i] = (d, c)
@@ -272,7 +377,7 @@ struct DecoderCache {
                     let fp = UnsafeRawPointer(base).assumingMemoryBound(to: Float.self)
                     let lo = max(0, Int(s0 - first)), hi = min(ns, Int(s1 - first))
                     if lo >= hi { continue }
-                    for k in lo..<hi { put(first + Int64(k), ch, planar ? fp[k] : fp[k * channels + ch]) }
+                    put(first + Int64(lo), ch, planar ? fp + lo : fp + lo * channels + ch, planar ? 1 : channels, hi - lo)
                 }
             }
         }

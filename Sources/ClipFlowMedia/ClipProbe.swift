@@ -68,12 +68,18 @@ extension ClipInfo.Rational {
 }
 
 public enum ClipProbe {
+    /// The demuxer every accepted clip was probed as (FFmpeg's MOV/MP4 demuxer); later opens of
+    /// the same clip name it instead of probing the file again.
+    static let demuxerName = "mov"
+
     /// Reads a clip's parameters. Errors name the file and the problem (missing, empty, unreadable,
     /// not a video, truncated, unsupported codec).
     public static func probe(_ path: String) throws -> ClipInfo {
         try checkReadableFile(path)
-        let dmx = try Demuxer(path: path)
-        return try probe(dmx)
+        // Own I/O so that the last frames' payloads, read only for their timestamps, are skipped.
+        let reader = try MappedReader(path: path)
+        let dmx = try Demuxer(path: path, format: nil, reader: reader)
+        return try probe(dmx, reader: reader)
     }
 
     /// Plain-file checks with clear messages before FFmpeg sees the file.
@@ -90,7 +96,7 @@ public enum ClipProbe {
         }
     }
 
-    static func probe(_ dmx: Demuxer) throws -> ClipInfo {
+    static func probe(_ dmx: Demuxer, reader: MappedReader? = nil) throws -> ClipInfo {
         let path = dmx.path
         let fmt = dmx.formatName
         guard fmt.contains("mov") || fmt.contains("mp4") else {
@@ -139,7 +145,7 @@ public enum ClipProbe {
         if vstart == FF.noPTS { vstart = 0 }
         // The container's track duration can be shorter than the last frame's presentation end
         // (variable frame rate with B-frames), so read the last frames' timestamps instead.
-        let vend = try presentationEnd(dmx, vi)
+        let vend = try presentationEnd(dmx, vi, reader: reader)
         let vdur = vend - vstart
         if vdur <= 0 {
             throw ClipFlowError.badInput("input '\(path)': the video track has no duration")
@@ -188,7 +194,7 @@ public enum ClipProbe {
     /// max(pts + duration) over the video track: seeks to the last 16 frames in decode order (the
     /// deepest H.264/H.265 reordering) and reads only those packets. Leaves the demuxer positioned
     /// near the end: callers read nothing else from it.
-    private static func presentationEnd(_ dmx: Demuxer, _ vi: Int) throws -> Int64 {
+    private static func presentationEnd(_ dmx: Demuxer, _ vi: Int, reader: MappedReader?) throws -> Int64 {
         let st = dmx.stream(vi)
         let n = Int(avformat_index_get_entries_count(st))
         guard n > 0, let e = avformat_index_get_entry(st, Int32(max(0, n - 16))) else { return 0 }
@@ -198,6 +204,14 @@ public enum ClipProbe {
             if i != vi { dmx.stream(i).pointee.discard = AVDISCARD_ALL }
         }
         defer { for i in 0..<dmx.streamCount { dmx.stream(i).pointee.discard = saved[i] } }
+        // Timestamps come from the sample table; the H.264/H.265 parser would only zero and scan
+        // a copy of every packet (av_fast_padded_malloc), most of the probe's time.
+        dmx.ctx.pointee.flags |= AVFMT_FLAG_NOPARSE
+        if let reader {
+            var samples: [Int64: Int32] = [:]
+            dmx.forEachIndexEntry(vi) { pos, size in samples[pos] = size }
+            reader.skipPayloads(samples, shadowed: [])
+        }
         try FF.check(av_seek_frame(dmx.ctx, Int32(vi), e.pointee.timestamp, AVSEEK_FLAG_ANY | AVSEEK_FLAG_BACKWARD),
                      "input '\(dmx.path)': seeking to its last frames", kind: .badInput)
         let pkt = try Packet()

@@ -45,8 +45,8 @@ enum FF {
 public enum MediaProcess {
     /// Packets are allocated and freed once each (hundreds of KB for a 1080p keyframe). glibc's
     /// default returns such blocks to the kernel and faults fresh zeroed pages in for the next one
-    /// (about 40,000 page faults for 500 MB); keeping them in the heap makes the copy loop as cheap
-    /// as `cat`'s. Call once at start-up.
+    /// (about 40,000 page faults for 500 MB); keeping them in the heap makes a copy loop as cheap
+    /// as `cat`'s. Call once at start-up. (`clipflow merge` does not: its packets are not copied.)
     public static func tuneAllocator() { cf_tune_malloc() }
 }
 
@@ -92,12 +92,13 @@ final class Demuxer: @unchecked Sendable {
     let ctx: UnsafeMutablePointer<AVFormatContext>
     let path: String
 
-    /// Opens `path`. Errors name the file and say what is wrong with it.
-    init(path: String, findStreamInfo: Bool = false) throws {
+    /// Opens `path`. Errors name the file and say what is wrong with it. `format` names the
+    /// demuxer when the file has been probed before (skips probing it again).
+    init(path: String, format: String? = nil, findStreamInfo: Bool = false) throws {
         _ = FF.setup
         self.path = path
         var c: UnsafeMutablePointer<AVFormatContext>? = nil
-        let rc = avformat_open_input(&c, path, nil, nil)
+        let rc = avformat_open_input(&c, path, format.flatMap { av_find_input_format($0) }, nil)
         if rc < 0 {
             if rc == FF.err(ENOENT) { throw ClipFlowError.badInput("input '\(path)': no such file") }
             if rc == FF.err(EACCES) { throw ClipFlowError.badInput("input '\(path)': permission denied (cannot read it)") }
@@ -110,6 +111,24 @@ final class Demuxer: @unchecked Sendable {
             if rc < 0 { throw ClipFlowError.badInput("input '\(path)': cannot read stream parameters: \(FF.describe(rc))") }
         }
     }
+    /// Opens a clip through `reader` (custom I/O; the reader outlives the demuxer). Payloads may
+    /// be skipped (taken from a mapping, or not needed), so no parser looks at them. `format`: as
+    /// in `init(path:format:)`.
+    init(path: String, format: String?, reader: MappedReader) throws {
+        _ = FF.setup
+        self.path = path
+        self.reader = reader
+        var c: UnsafeMutablePointer<AVFormatContext>? = avformat_alloc_context()
+        guard let alloc = c else { throw ClipFlowError.failure("out of memory opening '\(path)'") }
+        alloc.pointee.pb = reader.pb
+        alloc.pointee.flags |= AVFMT_FLAG_CUSTOM_IO | AVFMT_FLAG_NOPARSE
+        let rc = avformat_open_input(&c, path, format.flatMap { av_find_input_format($0) }, nil)   // frees the context on failure
+        if rc < 0 { throw ClipFlowError.badInput("input '\(path)' is not a video FFmpeg can read: \(FF.describe(rc))") }
+        guard let c else { throw ClipFlowError.failure("input '\(path)': demuxer did not open") }
+        ctx = c
+    }
+    private var reader: MappedReader? = nil
+
     deinit {
         var c: UnsafeMutablePointer<AVFormatContext>? = ctx
         avformat_close_input(&c)
@@ -142,6 +161,16 @@ final class Demuxer: @unchecked Sendable {
         var endOfData: Int64 = 0   // max(pos + size)
         var firstTimestamp: Int64 = 0
         var durationRuns = 0       // number of runs of equal dts deltas
+    }
+
+    /// Calls `body(position, size)` for every entry of a stream's index (its sample table).
+    func forEachIndexEntry(_ i: Int, _ body: (Int64, Int32) -> Void) {
+        let st = stream(i)
+        let n = avformat_index_get_entries_count(st)
+        for k in 0..<n {
+            guard let e = avformat_index_get_entry(st, k) else { continue }
+            body(e.pointee.pos, Int32(e.pointee.size))
+        }
     }
 
     /// Statistics of a stream's sample table (the demuxer's index), read without touching sample data.

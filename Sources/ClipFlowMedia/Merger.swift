@@ -59,11 +59,14 @@ public final class Merger {
         for p in inputs where URL(fileURLWithPath: p).standardizedFileURL.path == outPath {
             throw ClipFlowError.badInput("output '\(outPath)' is also an input; inputs are never overwritten")
         }
-        var clips: [ClipInfo] = []
-        for p in inputs {
-            try cancel.check()
-            clips.append(try ClipProbe.probe(p))
+        // Probe on every core (nothing else runs yet); errors are reported for the first bad input
+        // in the order given, as a sequential probe would.
+        let probed = ProbeResults(count: inputs.count)
+        let inputs = self.inputs, cancel = self.cancel
+        DispatchQueue.concurrentPerform(iterations: inputs.count) { i in
+            probed.set(i, cancel.isCancelled ? .failure(ClipFlowError.interrupted) : Result { try ClipProbe.probe(inputs[i]) })
         }
+        let clips = try probed.all()
         try Compatibility.check(clips)
         let layout = try Layout(clips: clips, rotate: options.rotate)
 
@@ -88,6 +91,18 @@ public final class Merger {
     }
 
     struct MoovTooSmall: Error { let reserved: Int }
+
+    /// Probe results filled from concurrent probes, read once all are done.
+    final class ProbeResults: @unchecked Sendable {
+        private var results: [Result<ClipInfo, Error>?]
+        private let lock = NSLock()
+        init(count: Int) { results = Array(repeating: nil, count: count) }
+        func set(_ i: Int, _ r: Result<ClipInfo, Error>) { lock.lock(); results[i] = r; lock.unlock() }
+        func all() throws -> [ClipInfo] {
+            lock.lock(); defer { lock.unlock() }
+            return try results.map { try $0!.get() }
+        }
+    }
 
     /// Timing of every clip in the output, computed before anything is written.
     struct Layout {
@@ -246,14 +261,42 @@ public final class Merger {
         }
 
         for (ci, clip) in clips.enumerated() {
-            let dmx = try Demuxer(path: clip.path)
+            // Packets point into a mapping of the clip; the demuxer reads only its sample tables.
+            let mapped = try MappedClip(path: clip.path)
+            defer { mapped.release() }
+            mux.sink.register(mapped)
+            let reader = try MappedReader(clip: mapped)
+            let dmx = try Demuxer(path: clip.path, format: ClipProbe.demuxerName, reader: reader)
             let vtbIn = clip.video.timeBase.av
             let copy = layout.audio?.copies.first(where: { $0.clip == ci })
             let audioTB = clip.audio?.timeBase.av
+            // Video samples stay in the file; audio samples are read into the shadow (the muxer
+            // looks at their first bytes, see MappedClip).
+            let audioIndex = layout.audio != nil ? clip.audio?.streamIndex : nil
+            var samples: [Int64: Int32] = [:]
+            var shadowed: [(pos: Int64, size: Int32)] = []
+            for i in 0..<dmx.streamCount {
+                if i == clip.video.streamIndex {
+                    dmx.forEachIndexEntry(i) { pos, size in samples[pos] = size }
+                } else if i == audioIndex {
+                    dmx.forEachIndexEntry(i) { pos, size in shadowed.append((pos, size)) }
+                } else {
+                    dmx.stream(i).pointee.discard = AVDISCARD_ALL
+                }
+            }
+            reader.skipPayloads(samples, shadowed: shadowed)
             while try dmx.read(into: pkt) {
                 try cancel.check()
                 let si = Int(pkt.p.pointee.stream_index)
                 let size = Int64(pkt.p.pointee.size)
+                let skipped = reader.takeSkipped()
+                let pos = pkt.p.pointee.pos
+                let adopted = reader.isSample(pos: pos, size: pkt.p.pointee.size)
+                    ? try mapped.adopt(pkt.p, shadowed: reader.isShadowed(pos: pos)) : false
+                if !adopted && skipped > 0 {
+                    throw ClipFlowError.failure(
+                        "internal: input '\(clip.path)': a packet at byte \(pkt.p.pointee.pos) is not one of its samples")
+                }
                 if si == clip.video.streamIndex {
                     let p = pkt.p
                     guard p.pointee.dts != FF.noPTS, p.pointee.pts != FF.noPTS else {
@@ -297,6 +340,9 @@ public final class Merger {
         try emitRegions(before: Int64.max)
         let rc = mux.writeTrailer()
         if rc < 0 {
+            if mux.sink.writeError != 0 {
+                throw ClipFlowError.output("writing '\(options.output.path)' failed: \(String(cString: strerror(mux.sink.writeError)))")
+            }
             if onePass, let reserve { throw MoovTooSmall(reserved: reserve) }
             throw ClipFlowError.output("finishing '\(options.output.path)' failed: \(FF.describe(rc))")
         }
@@ -320,7 +366,7 @@ final class OutputMuxer {
     let path: String
     /// The name errors use: the target, not the hidden temporary file being written.
     let shownAs: String
-    private let sink: FileSink
+    let sink: FileSink
     private var ioOpen = false
 
     init(path: String, shownAs: String) throws {
@@ -340,8 +386,10 @@ final class OutputMuxer {
             av_free(buf)
             throw ClipFlowError.failure("out of memory for the output")
         }
-        // Writes go out in 1 MiB pieces (fewer, page-aligned writes were measured faster on tmpfs
-        // than writing each packet directly).
+        // Direct mode: every avio_write reaches the sink with the caller's pointer, so packet
+        // payloads that point into a mapped clip are sent from the clip's file (`FileSink`). The
+        // buffer still gathers the muxer's small header and index writes.
+        pb.pointee.direct = 1
         ctx.pointee.pb = pb
         ioOpen = true
     }
@@ -356,7 +404,7 @@ final class OutputMuxer {
     /// Adds a stream copying the clip's video or audio parameters.
     func addStream(copying clip: ClipInfo, video: Bool) throws -> UnsafeMutablePointer<AVStream> {
         guard let st = avformat_new_stream(ctx, nil) else { throw ClipFlowError.failure("out of memory adding a stream") }
-        let dmx = try Demuxer(path: clip.path)
+        let dmx = try Demuxer(path: clip.path, format: ClipProbe.demuxerName)
         let idx = video ? clip.video.streamIndex : clip.audio!.streamIndex
         try FF.check(avcodec_parameters_copy(st.pointee.codecpar, dmx.codecpar(idx)), "copying stream parameters")
         let par = st.pointee.codecpar!
@@ -418,24 +466,108 @@ final class OutputMuxer {
     }
 }
 
-/// The output file descriptor behind the muxer's AVIOContext. Owned by one OutputMuxer.
+/// The output file descriptor behind the muxer's AVIOContext. Owned by one OutputMuxer; used on
+/// the merge thread only.
+///
+/// Writes whose bytes lie in a registered `MappedClip` (its file mapping or its shadow, which
+/// hold the file's bytes at the same offsets) are not copied: consecutive ones that are
+/// also consecutive in the clip's file are gathered into one range and sent with `sendfile` (one
+/// copy, in the kernel, from the page cache; `copy_file_range` refuses most cross-filesystem
+/// pairs, e.g. ext4 to tmpfs). Any other write, a seek or closing sends the pending range first,
+/// so the file is written in call order.
 final class FileSink {
     static let bufferSize = 1 << 20
     let fd: Int32
     let shownAs: String
     private var closed = false
+    private var clips: [Weak] = []
+    private var pendingClip: MappedClip? = nil
+    private var pendingOffset: Int64 = 0
+    private var pendingLength = 0
+    private var useSendfile = true
+    /// First write error (errno), kept so a failed trailer is not mistaken for a short reservation.
+    private(set) var writeError: Int32 = 0
+
+    private struct Weak { weak var clip: MappedClip? }
 
     init(path: String, shownAs: String) throws {
         self.shownAs = shownAs
         fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         if fd < 0 { throw ClipFlowError.output("cannot write '\(shownAs)': \(String(cString: strerror(errno)))") }
     }
+
+    /// Writes of bytes inside `clip` are sent from its file from now on (until it is freed).
+    func register(_ clip: MappedClip) {
+        clips.removeAll { $0.clip == nil }
+        clips.append(Weak(clip: clip))
+    }
+
+    /// Returns 0 or a negative AVERROR.
+    func write(_ p: UnsafeRawPointer, _ n: Int) -> Int32 {
+        for w in clips {
+            guard let c = w.clip, let off = c.fileOffset(of: p) else { continue }
+            if pendingClip === c, pendingOffset + Int64(pendingLength) == off {
+                pendingLength += n
+                return 0
+            }
+            let rc = flush()
+            if rc < 0 { return rc }
+            pendingClip = c
+            pendingOffset = off
+            pendingLength = n
+            return 0
+        }
+        let rc = flush()
+        if rc < 0 { return rc }
+        return writeAll(p, n)
+    }
+
+    /// Sends the pending range of a mapped clip. Returns 0 or a negative AVERROR.
+    func flush() -> Int32 {
+        guard let c = pendingClip else { return 0 }
+        defer { pendingClip = nil; pendingLength = 0 }
+        var off = off_t(pendingOffset)
+        var left = pendingLength
+        while left > 0 && useSendfile {
+            let n = sendfile(fd, c.fd, &off, left)
+            if n > 0 { left -= n; continue }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 && (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) && left == pendingLength {
+                useSendfile = false      // this pair of files cannot splice: write from the mapping
+                break
+            }
+            return fail(n < 0 ? errno : EIO)
+        }
+        if left > 0 { return writeAll(UnsafeRawPointer(c.base) + Int(off), left) }
+        return 0
+    }
+
+    private func writeAll(_ p: UnsafeRawPointer, _ n: Int) -> Int32 {
+        var done = 0
+        while done < n {
+            let k = Glibc.write(fd, p + done, n - done)
+            if k < 0 {
+                if errno == EINTR { continue }
+                return fail(errno)
+            }
+            done += k
+        }
+        return 0
+    }
+
+    private func fail(_ e: Int32) -> Int32 {
+        if writeError == 0 { writeError = e }
+        return cf_averror(e)
+    }
+
     func close() throws {
         guard !closed else { return }
+        let rc = flush()
         closed = true
-        if Glibc.close(fd) != 0 {
-            throw ClipFlowError.output("closing '\(shownAs)' failed: \(String(cString: strerror(errno)))")
-        }
+        pendingClip = nil
+        let ok = Glibc.close(fd) == 0
+        if rc < 0 { throw ClipFlowError.output("writing '\(shownAs)' failed: \(FF.describe(rc))") }
+        if !ok { throw ClipFlowError.output("closing '\(shownAs)' failed: \(String(cString: strerror(errno)))") }
     }
     deinit { if !closed { _ = Glibc.close(fd) } }
 }
@@ -443,21 +575,15 @@ final class FileSink {
 private func fileSinkWrite(_ opaque: UnsafeMutableRawPointer?, _ buf: UnsafeMutablePointer<UInt8>?, _ size: Int32) -> Int32 {
     guard let opaque, let buf else { return cf_averror(EINVAL) }
     let sink = Unmanaged<FileSink>.fromOpaque(opaque).takeUnretainedValue()
-    var done = 0
-    while done < Int(size) {
-        let n = write(sink.fd, buf + done, Int(size) - done)
-        if n < 0 {
-            if errno == EINTR { continue }
-            return cf_averror(errno)
-        }
-        done += n
-    }
-    return size
+    let rc = sink.write(buf, Int(size))
+    return rc < 0 ? rc : size
 }
 
 private func fileSinkSeek(_ opaque: UnsafeMutableRawPointer?, _ offset: Int64, _ whence: Int32) -> Int64 {
     guard let opaque else { return Int64(cf_averror(EINVAL)) }
     let sink = Unmanaged<FileSink>.fromOpaque(opaque).takeUnretainedValue()
+    let rc = sink.flush()
+    if rc < 0 { return Int64(rc) }
     if whence == AVSEEK_SIZE {
         var st = stat()
         return fstat(sink.fd, &st) == 0 ? Int64(st.st_size) : Int64(cf_averror(errno))

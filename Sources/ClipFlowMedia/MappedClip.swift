@@ -1,0 +1,282 @@
+internal import CClipFlowFFmpeg
+import ClipFlowCore
+import Foundation
+
+// Zero-copy packet path of the merge (see Merger): the demuxer reads only sample tables, packets
+// point into a read-only mapping of their clip, and the output sink turns writes of mapped bytes
+// into `sendfile` from the clip's file descriptor. Video payloads never pass through user space.
+
+/// A clip file mapped read-only (MAP_SHARED), plus a "shadow": anonymous memory laid out like the
+/// file, into which only the audio samples are read (pread). Each is followed by one zero page so
+/// the AV_INPUT_BUFFER_PADDING_SIZE bytes after a packet that ends the file are readable.
+///
+/// Why the shadow: the MP4 muxer reads the first two bytes of every AAC packet (ADTS check). In a
+/// file mapping each such touch maps the 64 KiB around it (fault-around): ~186 touches map 7.9 of
+/// a clip's 8.2 MB, which counted against the 64 MiB peak-RSS target. Shadow pages are only those
+/// holding audio (a few hundred KB a clip). Both views map to the same file offsets
+/// (`fileOffset(of:)`), so the sink sends audio and video alike from the file.
+///
+/// Owner of the file descriptor, the mapping and an AVBufferRef over it. Packets hold further
+/// references (`ref()`); the AVBuffer keeps this object alive (it retains it until its free
+/// callback), so the mapping lives until both `release()` has been called and the last packet
+/// pointing into it is freed, even when the muxer holds packets of this clip for interleaving.
+/// Used on the merge thread only.
+final class MappedClip {
+    let path: String
+    let fd: Int32
+    let base: UnsafeMutableRawPointer
+    /// Start of the shadow (same offsets as the file).
+    let shadow: UnsafeMutableRawPointer
+    /// File size in bytes.
+    let size: Int64
+    private let mapLength: Int
+    private var buffer: UnsafeMutablePointer<AVBufferRef>?
+
+    init(path: String) throws {
+        self.path = path
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 { throw ClipFlowError.badInput("input '\(path)': \(String(cString: strerror(errno)))") }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_size > 0 else {
+            let reason = errno == 0 ? "it is empty" : String(cString: strerror(errno))
+            Glibc.close(fd)
+            throw ClipFlowError.badInput("input '\(path)': \(reason)")
+        }
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        let size = Int(st.st_size)
+        let view = (size + page - 1) / page * page + page
+        let length = 2 * view
+        // Reserve both views (each followed by a zero page), then map the file over the first.
+        guard let area = mmap(nil, length, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), area != MAP_FAILED else {
+            Glibc.close(fd)
+            throw ClipFlowError.failure("input '\(path)': cannot map it: \(String(cString: strerror(errno)))")
+        }
+        guard let m = mmap(area, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0), m != MAP_FAILED else {
+            let reason = String(cString: strerror(errno))
+            munmap(area, length)
+            Glibc.close(fd)
+            throw ClipFlowError.failure("input '\(path)': cannot map it: \(reason)")
+        }
+        let shadow = m + view
+        guard mprotect(shadow, view, PROT_READ | PROT_WRITE) == 0 else {
+            let reason = String(cString: strerror(errno))
+            munmap(area, length)
+            Glibc.close(fd)
+            throw ClipFlowError.failure("input '\(path)': cannot map it: \(reason)")
+        }
+        _ = madvise(shadow, view, MADV_NOHUGEPAGE)   // a touched byte must not fault in 2 MiB
+        self.fd = fd
+        self.base = m
+        self.shadow = shadow
+        self.size = Int64(size)
+        self.mapLength = length
+        let opaque = Unmanaged.passRetained(self).toOpaque()
+        guard let b = av_buffer_create(m.assumingMemoryBound(to: UInt8.self), length, mappedClipFree, opaque,
+                                       Int32(AV_BUFFER_FLAG_READONLY)) else {
+            Unmanaged<MappedClip>.fromOpaque(opaque).release()
+            throw ClipFlowError.failure("out of memory referencing '\(path)'")
+        }
+        buffer = b
+    }
+
+    deinit {
+        munmap(base, mapLength)
+        Glibc.close(fd)
+    }
+
+    /// The file offset of `p` if it points into the file mapping or the shadow.
+    func fileOffset(of p: UnsafeRawPointer) -> Int64? {
+        let a = UnsafeRawPointer(base), s = UnsafeRawPointer(shadow)
+        if p >= a && p < a + Int(size) { return Int64(p - a) }
+        if p >= s && p < s + Int(size) { return Int64(p - s) }
+        return nil
+    }
+
+    /// Reads file bytes [from, to) into the shadow.
+    func loadShadow(from: Int64, to: Int64) -> Int32 {
+        var off = from
+        while off < to {
+            let n = pread(fd, shadow + Int(off), Int(to - off), off_t(off))
+            if n < 0 {
+                if errno == EINTR { continue }
+                return cf_averror(errno)
+            }
+            if n == 0 { return cf_averror_eof() }
+            off += Int64(n)
+        }
+        return 0
+    }
+
+    /// Makes `pkt` (read from this clip with its payload not copied) point at its bytes in the
+    /// file mapping, or in the shadow if `shadowed` (loaded there by the reader), holding a
+    /// reference. Returns false if the packet is not a sample of this file.
+    func adopt(_ pkt: UnsafeMutablePointer<AVPacket>, shadowed: Bool) throws -> Bool {
+        let pos = pkt.pointee.pos, n = Int64(pkt.pointee.size)
+        guard pos >= 0, n >= 0, pos + n <= size, let buffer else { return false }
+        guard let ref = av_buffer_ref(buffer) else { throw ClipFlowError.failure("out of memory referencing '\(path)'") }
+        av_buffer_unref(&pkt.pointee.buf)
+        pkt.pointee.buf = ref
+        pkt.pointee.data = (shadowed ? shadow : base).assumingMemoryBound(to: UInt8.self) + Int(pos)
+        return true
+    }
+
+    /// Drops this owner's reference; the mapping goes when no packet refers to it any more.
+    func release() {
+        av_buffer_unref(&buffer)
+    }
+}
+
+private func mappedClipFree(_ opaque: UnsafeMutableRawPointer?, _ data: UnsafeMutablePointer<UInt8>?) {
+    guard let opaque else { return }
+    Unmanaged<MappedClip>.fromOpaque(opaque).release()
+}
+
+/// The input AVIOContext of a demuxer over a `MappedClip`: reads with pread (the mapping itself is
+/// not touched, so it adds nothing to the resident set), and once `skipPayloads` is set, a read of
+/// exactly one sample of the index (position and size) returns without copying anything into the
+/// demuxer's packet: the packet's bytes are then taken from the mapping or, for shadowed (audio)
+/// samples, from the shadow, which is filled one run of adjacent shadowed samples per pread
+/// (`MappedClip.adopt`). Any other read (box headers, a sample read in pieces) is a real read.
+/// Owner of the AVIOContext; one thread.
+final class MappedReader {
+    /// The mapped clip (packets are adopted into it), or nil for a reader that only reads
+    /// timestamps (`init(path:)`: its skipped payloads are never looked at).
+    let clip: MappedClip?
+    let fd: Int32
+    let size: Int64
+    let path: String
+    private let ownsFD: Bool
+    private(set) var pb: UnsafeMutablePointer<AVIOContext>!
+    fileprivate var position: Int64 = 0
+    /// Sample position -> size, for the samples whose reads are skipped.
+    fileprivate var payloads: [Int64: Int32] = [:]
+    /// Shadowed sample position -> end of its run of adjacent shadowed samples.
+    fileprivate var runEnds: [Int64: Int64] = [:]
+    /// File range already in the shadow (the last run loaded).
+    fileprivate var loaded: Range<Int64> = 0..<0
+    fileprivate var skipping = false
+    /// Reads skipped since the last `takeSkipped()`.
+    fileprivate var skipped = 0
+
+    static let bufferSize = 1 << 16
+
+    convenience init(clip: MappedClip) throws {
+        try self.init(clip: clip, fd: clip.fd, size: clip.size, path: clip.path, ownsFD: false)
+    }
+
+    /// A reader of the file itself, for sample tables and timestamps only (no mapping).
+    convenience init(path: String) throws {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 { throw ClipFlowError.badInput("input '\(path)': \(String(cString: strerror(errno)))") }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            let reason = String(cString: strerror(errno))
+            Glibc.close(fd)
+            throw ClipFlowError.badInput("input '\(path)': \(reason)")
+        }
+        try self.init(clip: nil, fd: fd, size: Int64(st.st_size), path: path, ownsFD: true)
+    }
+
+    private init(clip: MappedClip?, fd: Int32, size: Int64, path: String, ownsFD: Bool) throws {
+        self.clip = clip
+        self.fd = fd
+        self.size = size
+        self.path = path
+        self.ownsFD = ownsFD
+        guard let buf = av_malloc(Self.bufferSize)?.assumingMemoryBound(to: UInt8.self) else {
+            if ownsFD { Glibc.close(fd) }
+            throw ClipFlowError.failure("out of memory for reading '\(path)'")
+        }
+        let opaque = Unmanaged.passUnretained(self).toOpaque()
+        guard let pb = avio_alloc_context(buf, Int32(Self.bufferSize), 0, opaque, mappedRead, nil, mappedSeek) else {
+            av_free(buf)
+            if ownsFD { Glibc.close(fd) }
+            throw ClipFlowError.failure("out of memory for reading '\(path)'")
+        }
+        self.pb = pb
+    }
+
+    deinit {
+        av_freep(&pb.pointee.buffer)
+        avio_context_free(&pb)
+        if ownsFD { Glibc.close(fd) }
+    }
+
+    /// From now on, reads of exactly one of these samples (position, size) copy nothing; the
+    /// `shadowed` ones (position, size) are loaded into the shadow. Reads go straight to the
+    /// callback (AVIO direct mode) so a sample arrives as one read.
+    func skipPayloads(_ samples: [Int64: Int32], shadowed: [(pos: Int64, size: Int32)]) {
+        payloads = samples
+        for s in shadowed { payloads[s.pos] = s.size }
+        // Runs of adjacent shadowed samples (at most 1 MiB), so one pread loads several.
+        let sorted = shadowed.sorted { $0.pos < $1.pos }
+        var i = 0
+        while i < sorted.count {
+            var j = i, end = sorted[i].pos + Int64(sorted[i].size)
+            while j + 1 < sorted.count, sorted[j + 1].pos == end, end - sorted[i].pos < 1 << 20 {
+                j += 1
+                end += Int64(sorted[j].size)
+            }
+            for k in i...j { runEnds[sorted[k].pos] = end }
+            i = j + 1
+        }
+        skipping = true
+        pb.pointee.direct = 1
+    }
+
+    func isShadowed(pos: Int64) -> Bool { runEnds[pos] != nil }
+
+    /// Every read goes straight to pread at its exact size (AVIO direct mode, nothing skipped):
+    /// for a demuxer that reads a few small samples between large ones it does not read.
+    func directReads() {
+        pb.pointee.direct = 1
+    }
+
+    func takeSkipped() -> Int {
+        defer { skipped = 0 }
+        return skipped
+    }
+
+    func isSample(pos: Int64, size: Int32) -> Bool { payloads[pos] == size }
+}
+
+private func mappedRead(_ opaque: UnsafeMutableRawPointer?, _ buf: UnsafeMutablePointer<UInt8>?, _ size: Int32) -> Int32 {
+    guard let opaque, let buf else { return cf_averror(EINVAL) }
+    let r = Unmanaged<MappedReader>.fromOpaque(opaque).takeUnretainedValue()
+    let left = r.size - r.position
+    if left <= 0 { return cf_averror_eof() }
+    if r.skipping, let n = r.payloads[r.position], n == size, Int64(size) <= left {
+        if let end = r.runEnds[r.position], !r.loaded.contains(r.position), let clip = r.clip {
+            let rc = clip.loadShadow(from: r.position, to: min(end, r.size))
+            if rc < 0 { return rc }
+            r.loaded = r.position..<end
+        }
+        r.position += Int64(size)
+        r.skipped += 1
+        return size
+    }
+    let want = Int(min(Int64(size), left))
+    while true {
+        let n = pread(r.fd, buf, want, off_t(r.position))
+        if n < 0 {
+            if errno == EINTR { continue }
+            return cf_averror(errno)
+        }
+        if n == 0 { return cf_averror_eof() }
+        r.position += Int64(n)
+        return Int32(n)
+    }
+}
+
+private func mappedSeek(_ opaque: UnsafeMutableRawPointer?, _ offset: Int64, _ whence: Int32) -> Int64 {
+    guard let opaque else { return Int64(cf_averror(EINVAL)) }
+    let r = Unmanaged<MappedReader>.fromOpaque(opaque).takeUnretainedValue()
+    switch whence & ~AVSEEK_FORCE {
+    case AVSEEK_SIZE: return r.size
+    case SEEK_SET: r.position = offset
+    case SEEK_CUR: r.position += offset
+    case SEEK_END: r.position = r.size + offset
+    default: return Int64(cf_averror(EINVAL))
+    }
+    return r.position
+}

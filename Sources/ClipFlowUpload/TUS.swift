@@ -173,6 +173,7 @@ public final class TUSUploader: FileUploader, Sendable {
              finish: ((inout UploadResult, ResumeRecord) -> Void)? = nil) throws -> UploadResult {
         stats.withLock { $0 = TUSRunStats() }
         var session: Session?
+        defer { session?.digester?.stop() }
         do {
             let s = try Session(uploader: self, file: file, id: id, userMetadata: metadata, control: control,
                                 observer: observer, target: target)
@@ -252,7 +253,11 @@ private final class Session {
     var retry: RetryState
     let meter: ProgressMeter
     var caps = TUSCapabilities(versions: [], extensions: [], checksumAlgorithms: [], maxSize: nil)
-    var algorithm: DigestAlgorithm?
+    var algorithm: DigestAlgorithm? {
+        didSet { digester = algorithm.map { RangeDigester(path: file, algorithms: [$0]) } }
+    }
+    /// Hashes the next chunk while the current one is sent (when checksums are on).
+    var digester: RangeDigester?
     var record: ResumeRecord?
     var url: String?
     var offset: Int64 = 0
@@ -524,7 +529,10 @@ private final class Session {
         var r: HTTPResponse
         while true {
             attempts += 1
-            if withData, let algorithm { req.setHeader("Upload-Checksum", checksumHeader(algorithm, offset: 0, length: req.body.length)) }
+            if withData, let algorithm {
+                req.setHeader("Upload-Checksum", checksumHeader(algorithm, offset: 0, length: req.body.length))
+                prefetchChecksum(after: 0, length: req.body.length)
+            }
             r = try send(req, accept: withData ? [460] : [], goneOK: false)
             guard r.status == 460 else { break }
             up.note { $0.checksumResends += 1 }
@@ -560,7 +568,10 @@ private final class Session {
             var req = try request("PATCH", url, body: .file(path: file, offset: offset, length: length))
             req.setHeader("Content-Type", "application/offset+octet-stream")
             req.setHeader("Upload-Offset", String(offset))
-            if let algorithm { req.setHeader("Upload-Checksum", checksumHeader(algorithm, offset: offset, length: length)) }
+            if let algorithm {
+                req.setHeader("Upload-Checksum", checksumHeader(algorithm, offset: offset, length: length))
+                prefetchChecksum(after: offset, length: length)
+            }
             let r = try send(req, accept: [460])
             if r.status == 460 {
                 up.note { $0.checksumResends += 1 }
@@ -588,10 +599,23 @@ private final class Session {
     }
 
     func checksumHeader(_ algorithm: DigestAlgorithm, offset: Int64, length: Int64) -> String {
-        let digest = (try? Digest.hash(algorithm, file: file, offset: offset, length: length)) ?? []
+        let digest: [UInt8]
+        if let digester, digester.algorithms == [algorithm] {
+            digest = (try? digester.digests(offset: offset, length: length))?.first ?? []
+        } else {
+            digest = (try? Digest.hash(algorithm, file: file, offset: offset, length: length)) ?? []
+        }
         var value = digest.base64
         if let hook = up.checksumHook.withLock({ $0 }) { value = hook(value) }
         return "\(algorithm.rawValue) \(value)"
+    }
+
+    /// Starts hashing the chunk that follows `offset..<offset+length` (the next PATCH if the server
+    /// takes this one whole) while this one is being sent.
+    func prefetchChecksum(after offset: Int64, length: Int64) {
+        let next = offset + length
+        guard let digester, next < size else { return }
+        digester.prefetch(offset: next, length: min(options.chunkSize, size - next))
     }
 
     func acknowledge(_ o: Int64) {

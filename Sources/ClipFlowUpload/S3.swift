@@ -98,8 +98,16 @@ public struct S3Options: Codable, Sendable, Equatable {
         self.credentialRefreshMargin = credentialRefreshMargin
     }
 
-    /// The part size for a file of `size` bytes. Automatic: the smallest multiple of 1 MiB that is
-    /// at least `minimumPartSize` and needs at most `maximumParts` parts. An explicit `partSize`
+    /// The automatic part size aims at this (files of 1 GiB and more), see `partSize(forFileSize:)`.
+    public static let targetPartSize: Int64 = 64 << 20
+
+    /// The part size for a file of `size` bytes. Automatic: a sixteenth of the file, but at most
+    /// `targetPartSize` (64 MiB), rounded up to a multiple of 1 MiB, and never below
+    /// `minimumPartSize` or so small that the file needs more than `maximumParts` parts (above
+    /// 640 GiB the parts grow past 64 MiB). Parts are sent one after another and each ends with a
+    /// wait for the answer, so few big parts keep a fast link busy (5 MiB parts at 1 Gbit/s and
+    /// 30 ms RTT: ~60% busy; 64 MiB: ~95%); a sixteenth keeps mid-size files at ~16 parts, so a
+    /// cut part (resent whole) costs at most ~6% of the file. An explicit `partSize`
     /// is used as given (it may be below 1 MiB, for backends that allow it) but raised when the
     /// file would need more than `maximumParts` parts; below `minimumPartSize` it is refused.
     public func partSize(forFileSize size: Int64) throws -> Int64 {
@@ -112,7 +120,7 @@ public struct S3Options: Codable, Sendable, Equatable {
             return max(p, floorForCount)
         }
         let mib: Int64 = 1 << 20
-        let want = max(minimumPartSize, floorForCount, 1)
+        let want = max(minimumPartSize, floorForCount, min(S3Options.targetPartSize, (size + 15) / 16), 1)
         return (want + mib - 1) / mib * mib
     }
 

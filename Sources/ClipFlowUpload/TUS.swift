@@ -29,7 +29,15 @@ public struct TUSOptions: Codable, Sendable, Equatable {
     public var endpoint: String
     /// Bytes per PATCH. Memory does not depend on it: bodies are streamed from the file through the
     /// transport's upload buffer.
-    public var chunkSize: Int64 = 8 << 20
+    ///
+    /// Default 32 MiB. Every chunk ends with a wait for the server's answer (one round trip with
+    /// the link idle, and TCP may shrink its window after the idle), so small chunks waste a
+    /// large share of a fast link: at 1 Gbit/s and 30 ms RTT, 8 MiB chunks keep it busy ~70% of
+    /// the time, 32 MiB ~90%. Bigger is not free either: servers that store a chunk only when it
+    /// arrives whole (PyPI resumable-upload; tusd keeps partial bytes) resend a cut chunk from its
+    /// start, and some buffer a whole chunk in memory; 32 MiB is ~3 s at 100 Mbit/s.
+    public static let defaultChunkSize: Int64 = 32 << 20
+    public var chunkSize: Int64 = TUSOptions.defaultChunkSize
     public var checksum: Checksum = .auto
     /// Extra non-secret headers sent with every request.
     public var headers: [String: String] = [:]
@@ -44,7 +52,7 @@ public struct TUSOptions: Codable, Sendable, Equatable {
     /// Minimum seconds between progress events (the last one is always sent).
     public var progressInterval: Double = 0.25
 
-    public init(endpoint: String, chunkSize: Int64 = 8 << 20, checksum: Checksum = .auto, headers: [String: String] = [:],
+    public init(endpoint: String, chunkSize: Int64 = TUSOptions.defaultChunkSize, checksum: Checksum = .auto, headers: [String: String] = [:],
                 retry: RetryPolicy = RetryPolicy(), transport: TransportSettings = TransportSettings(),
                 creationWithUpload: Bool = true, deleteOnCancel: Bool = true, maxChecksumAttempts: Int = 3) {
         self.endpoint = endpoint

@@ -509,6 +509,8 @@ final class S3Session {
         }
         if record == nil {
             partSize = try options.partSize(forFileSize: stamp.size)
+            // A new upload sends part 1 first: hash it while CreateMultipartUpload is answered.
+            digester.prefetch(offset: 0, length: min(partSize, stamp.size))
             let uploadID = try createUpload(metaHeaders)
             let r = ResumeRecord(method: "s3", fingerprint: fingerprint, destination: uploader.destination,
                                  uploadID: uploadID, objectKey: key, partSize: partSize)

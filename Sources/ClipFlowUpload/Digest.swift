@@ -50,27 +50,36 @@ public final class Digest {
 
     /// Digest of `length` bytes of a file from `offset`, read in 1 MiB blocks (bounded memory).
     public static func hash(_ algorithm: DigestAlgorithm, file path: String, offset: Int64, length: Int64) throws -> [UInt8] {
+        try hash([algorithm], file: path, offset: offset, length: length)[0]
+    }
+
+    /// Digests of `length` bytes of a file from `offset`, one per algorithm, from one read of the
+    /// range in 1 MiB blocks (bounded memory). `stop` is polled per block; when it returns true
+    /// the read ends with `DigestCancelled`.
+    public static func hash(_ algorithms: [DigestAlgorithm], file path: String, offset: Int64, length: Int64,
+                            stop: (() -> Bool)? = nil) throws -> [[UInt8]] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
             throw UploadError(code: "bad-input", message: "\(path): cannot open for reading: \(String(cString: strerror(errno)))")
         }
         defer { close(fd) }
-        let d = Digest(algorithm)
+        let digests = algorithms.map { Digest($0) }
         let block = 1 << 20
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: block, alignment: 16)
         defer { buffer.deallocate() }
         var done: Int64 = 0
         while done < length {
+            if let stop, stop() { throw DigestCancelled() }
             let want = Int(min(Int64(block), length - done))
             let n = pread(fd, buffer.baseAddress, want, off_t(offset + done))
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else {
                 throw UploadError(code: "file-changed", message: "\(path): could not read bytes \(offset + done)..\(offset + length) (the file is shorter than expected)")
             }
-            d.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+            for d in digests { d.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) }
             done += Int64(n)
         }
-        return d.finish()
+        return digests.map { $0.finish() }
     }
 
     /// HMAC-SHA256 of `data` under `key` (SigV4 key derivation and signature).
@@ -84,6 +93,96 @@ public final class Digest {
             }
         }
         return Array(out.prefix(Int(n)))
+    }
+}
+
+/// A range digest abandoned because its `RangeDigester` was stopped.
+public struct DigestCancelled: Error {}
+
+/// Digests of file ranges computed one range ahead on a background thread, so that hashing the
+/// next chunk (TUS `Upload-Checksum`) or part (S3 `x-amz-content-sha256`, MD5 for the ETag)
+/// overlaps with sending the current one instead of stalling the connection between requests.
+///
+/// Bounded: at most one range is being hashed ahead, and only its digests are kept (the bytes are
+/// read in 1 MiB blocks and dropped). `digests(offset:length:)` takes a matching prefetched result
+/// (waiting for it if it is still running) or hashes inline; a result is used once, so a resend
+/// after a checksum mismatch hashes the bytes again. Owned by one upload session; the session's
+/// thread calls `prefetch`/`digests`, the work runs on a private serial queue.
+public final class RangeDigester: @unchecked Sendable {
+    public let path: String
+    public let algorithms: [DigestAlgorithm]
+    private let queue = DispatchQueue(label: "clipflow.upload.digest-ahead", qos: .userInitiated)
+    private let cond = NSCondition()
+    // Guarded by `cond`.
+    private var key: (offset: Int64, length: Int64)?
+    private var result: Result<[[UInt8]], Error>?
+    private var running = false
+    private var stopped = false
+    /// Ranges served from a prefetch / hashed inline (diagnostics and tests).
+    public private(set) var prefetchHits = 0
+    public private(set) var inlineHashes = 0
+
+    public init(path: String, algorithms: [DigestAlgorithm]) {
+        self.path = path
+        self.algorithms = algorithms
+    }
+
+    deinit { stop() }
+
+    /// Starts hashing `length` bytes at `offset` in the background, unless a prefetch is still
+    /// running (one range ahead at most) or the range is empty.
+    public func prefetch(offset: Int64, length: Int64) {
+        guard length > 0, !algorithms.isEmpty else { return }
+        cond.lock()
+        defer { cond.unlock() }
+        if stopped || running { return }
+        if let k = key, k.offset == offset, k.length == length, result != nil { return }
+        key = (offset, length)
+        result = nil
+        running = true
+        let path = self.path, algorithms = self.algorithms
+        queue.async { [self] in
+            let r = Result { try Digest.hash(algorithms, file: path, offset: offset, length: length, stop: { self.isStopped }) }
+            cond.lock()
+            result = r
+            running = false
+            cond.broadcast()
+            cond.unlock()
+        }
+    }
+
+    /// The digests of the range (in `algorithms` order): the prefetched ones when they match,
+    /// else hashed now on the calling thread.
+    public func digests(offset: Int64, length: Int64) throws -> [[UInt8]] {
+        cond.lock()
+        if let k = key, k.offset == offset, k.length == length {
+            while running { cond.wait() }
+            let r = result
+            key = nil
+            result = nil
+            if let r, case .success(let d) = r {
+                prefetchHits += 1
+                cond.unlock()
+                return d
+            }
+        }
+        inlineHashes += 1
+        cond.unlock()
+        // A failed or cancelled prefetch is redone here, so its error is the current one.
+        return try Digest.hash(algorithms, file: path, offset: offset, length: length)
+    }
+
+    private var isStopped: Bool {
+        cond.lock()
+        defer { cond.unlock() }
+        return stopped
+    }
+
+    /// Abandons any background work (it ends at its next 1 MiB block).
+    public func stop() {
+        cond.lock()
+        stopped = true
+        cond.unlock()
     }
 }
 

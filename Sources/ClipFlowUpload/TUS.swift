@@ -29,7 +29,17 @@ public struct TUSOptions: Codable, Sendable, Equatable {
     public var endpoint: String
     /// Bytes per PATCH. Memory does not depend on it: bodies are streamed from the file through the
     /// transport's upload buffer.
-    public var chunkSize: Int64 = 8 << 20
+    ///
+    /// Default 16 MiB. Every chunk ends with a wait for the server's answer (one round trip with
+    /// the link idle, and TCP may shrink its window after the idle), so small chunks waste a
+    /// large share of a fast link: at 1 Gbit/s and 30 ms RTT, 8 MiB chunks keep it busy ~70% of
+    /// the time, 16 MiB ~80%, 64 MiB ~95%. Bigger is not free either: servers that store a chunk
+    /// only when it arrives whole (PyPI resumable-upload; tusd keeps partial bytes) resend a cut
+    /// chunk from its start, and some read a whole chunk into memory — a Python server then
+    /// gets a fresh mmap per chunk from 32 MiB on (glibc's largest mmap threshold): measured over
+    /// loopback, 16 and 24 MiB chunks were fastest (0.58 s for 512 MB), 32 MiB 0.82 s, 8 MiB 1.06 s.
+    public static let defaultChunkSize: Int64 = 16 << 20
+    public var chunkSize: Int64 = TUSOptions.defaultChunkSize
     public var checksum: Checksum = .auto
     /// Extra non-secret headers sent with every request.
     public var headers: [String: String] = [:]
@@ -44,7 +54,7 @@ public struct TUSOptions: Codable, Sendable, Equatable {
     /// Minimum seconds between progress events (the last one is always sent).
     public var progressInterval: Double = 0.25
 
-    public init(endpoint: String, chunkSize: Int64 = 8 << 20, checksum: Checksum = .auto, headers: [String: String] = [:],
+    public init(endpoint: String, chunkSize: Int64 = TUSOptions.defaultChunkSize, checksum: Checksum = .auto, headers: [String: String] = [:],
                 retry: RetryPolicy = RetryPolicy(), transport: TransportSettings = TransportSettings(),
                 creationWithUpload: Bool = true, deleteOnCancel: Bool = true, maxChecksumAttempts: Int = 3) {
         self.endpoint = endpoint
@@ -173,6 +183,7 @@ public final class TUSUploader: FileUploader, Sendable {
              finish: ((inout UploadResult, ResumeRecord) -> Void)? = nil) throws -> UploadResult {
         stats.withLock { $0 = TUSRunStats() }
         var session: Session?
+        defer { session?.digester?.stop() }
         do {
             let s = try Session(uploader: self, file: file, id: id, userMetadata: metadata, control: control,
                                 observer: observer, target: target)
@@ -252,7 +263,11 @@ private final class Session {
     var retry: RetryState
     let meter: ProgressMeter
     var caps = TUSCapabilities(versions: [], extensions: [], checksumAlgorithms: [], maxSize: nil)
-    var algorithm: DigestAlgorithm?
+    var algorithm: DigestAlgorithm? {
+        didSet { digester = algorithm.map { RangeDigester(path: file, algorithms: [$0]) } }
+    }
+    /// Hashes the next chunk while the current one is sent (when checksums are on).
+    var digester: RangeDigester?
     var record: ResumeRecord?
     var url: String?
     var offset: Int64 = 0
@@ -524,7 +539,10 @@ private final class Session {
         var r: HTTPResponse
         while true {
             attempts += 1
-            if withData, let algorithm { req.setHeader("Upload-Checksum", checksumHeader(algorithm, offset: 0, length: req.body.length)) }
+            if withData, let algorithm {
+                req.setHeader("Upload-Checksum", checksumHeader(algorithm, offset: 0, length: req.body.length))
+                prefetchChecksum(after: 0, length: req.body.length)
+            }
             r = try send(req, accept: withData ? [460] : [], goneOK: false)
             guard r.status == 460 else { break }
             up.note { $0.checksumResends += 1 }
@@ -560,7 +578,10 @@ private final class Session {
             var req = try request("PATCH", url, body: .file(path: file, offset: offset, length: length))
             req.setHeader("Content-Type", "application/offset+octet-stream")
             req.setHeader("Upload-Offset", String(offset))
-            if let algorithm { req.setHeader("Upload-Checksum", checksumHeader(algorithm, offset: offset, length: length)) }
+            if let algorithm {
+                req.setHeader("Upload-Checksum", checksumHeader(algorithm, offset: offset, length: length))
+                prefetchChecksum(after: offset, length: length)
+            }
             let r = try send(req, accept: [460])
             if r.status == 460 {
                 up.note { $0.checksumResends += 1 }
@@ -588,10 +609,23 @@ private final class Session {
     }
 
     func checksumHeader(_ algorithm: DigestAlgorithm, offset: Int64, length: Int64) -> String {
-        let digest = (try? Digest.hash(algorithm, file: file, offset: offset, length: length)) ?? []
+        let digest: [UInt8]
+        if let digester, digester.algorithms == [algorithm] {
+            digest = (try? digester.digests(offset: offset, length: length))?.first ?? []
+        } else {
+            digest = (try? Digest.hash(algorithm, file: file, offset: offset, length: length)) ?? []
+        }
         var value = digest.base64
         if let hook = up.checksumHook.withLock({ $0 }) { value = hook(value) }
         return "\(algorithm.rawValue) \(value)"
+    }
+
+    /// Starts hashing the chunk that follows `offset..<offset+length` (the next PATCH if the server
+    /// takes this one whole) while this one is being sent.
+    func prefetchChecksum(after offset: Int64, length: Int64) {
+        let next = offset + length
+        guard let digester, next < size else { return }
+        digester.prefetch(offset: next, length: min(options.chunkSize, size - next))
     }
 
     func acknowledge(_ o: Int64) {

@@ -9,8 +9,11 @@ final class S3TestsWithoutServer: XCTestCase {
         let mib: Int64 = 1 << 20
         let aws = S3Options(endpoint: "https://s3.amazonaws.com", region: "us-east-1", bucket: "b")
         XCTAssertEqual(try aws.partSize(forFileSize: 1), 5 * mib)
-        XCTAssertEqual(try aws.partSize(forFileSize: 40_000 * mib), 5 * mib)      // 8000 parts
-        XCTAssertEqual(try aws.partSize(forFileSize: 60_000 * mib), 6 * mib)      // 10,000 parts of 6 MiB
+        XCTAssertEqual(try aws.partSize(forFileSize: 80 * mib), 5 * mib)          // a sixteenth is 5 MiB
+        XCTAssertEqual(try aws.partSize(forFileSize: 512_000_000), 31 * mib)      // a sixteenth, up to whole MiB: 17 parts
+        XCTAssertEqual(try aws.partSize(forFileSize: 40_000 * mib), 64 * mib)     // capped at the 64 MiB target: 625 parts
+        XCTAssertEqual(try aws.partSize(forFileSize: 640_000 * mib), 64 * mib)    // exactly 10,000 parts of 64 MiB
+        XCTAssertEqual(try aws.partSize(forFileSize: 700_000 * mib), 70 * mib)    // 10,000 parts: grows past the target
         let big = try aws.partSize(forFileSize: 1 << 40)                           // 1 TiB
         XCTAssertEqual(big % mib, 0)
         XCTAssertLessThanOrEqual((Int64(1) << 40 + big - 1) / big, 10_000)

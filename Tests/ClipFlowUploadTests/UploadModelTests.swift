@@ -66,6 +66,33 @@ final class UploadModelTests: XCTestCase {
         XCTAssertThrowsError(try Digest.hash(.sha256, file: f.path, offset: 2_000_000, length: 2_000_000))
     }
 
+    func testRangeDigesterServesPrefetchedDigestsOnceAndHashesOthersInline() throws {
+        let dir = Fixtures.shared.scratch("digest-ahead")
+        let f = dir.appendingPathComponent("x.bin")
+        try Data((0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 * 13) }).write(to: f)
+        func inline(_ o: Int64, _ n: Int64) throws -> [String] {
+            try Digest.hash([.sha256, .md5], file: f.path, offset: o, length: n).map(\.hex)
+        }
+        let d = RangeDigester(path: f.path, algorithms: [.sha256, .md5])
+        d.prefetch(offset: 1_000_000, length: 1_500_000)
+        XCTAssertEqual(try d.digests(offset: 1_000_000, length: 1_500_000).map(\.hex), try inline(1_000_000, 1_500_000))
+        XCTAssertEqual(d.prefetchHits, 1)
+        // Used once: asking again (a resend) hashes anew; another range than the prefetched one too.
+        XCTAssertEqual(try d.digests(offset: 1_000_000, length: 1_500_000).map(\.hex), try inline(1_000_000, 1_500_000))
+        d.prefetch(offset: 0, length: 10)
+        XCTAssertEqual(try d.digests(offset: 5, length: 10).map(\.hex), try inline(5, 10))
+        XCTAssertEqual(d.inlineHashes, 2)
+        XCTAssertEqual(try d.digests(offset: 0, length: 10).map(\.hex), try inline(0, 10))
+        XCTAssertEqual(d.prefetchHits, 2)
+        // A prefetch past the end fails in the background; the error comes from the inline redo.
+        d.prefetch(offset: 2_500_000, length: 1_000_000)
+        XCTAssertThrowsError(try d.digests(offset: 2_500_000, length: 1_000_000))
+        d.stop()
+        d.prefetch(offset: 0, length: 10)  // ignored once stopped
+        XCTAssertEqual(try d.digests(offset: 0, length: 10).map(\.hex), try inline(0, 10))
+        XCTAssertEqual(d.prefetchHits, 2)
+    }
+
     func testFingerprintChangesWithContentSizeOrTime() throws {
         let dir = Fixtures.shared.scratch("fingerprint")
         let f = dir.appendingPathComponent("v.mp4")

@@ -51,9 +51,13 @@ final class UploadCLITests: XCTestCase {
     func testCtrlCPausesAndRunContinuesTheSameUpload() throws {
         let server = try TUSServer.start(directory: fx.scratch("upload-cli-tus2"))
         defer { server.stop() }
+        // Every PATCH is held 0.3 s by the proxy, so the upload is still running when Ctrl-C comes.
+        let proxy = try FaultProxy.start(upstream: "http://127.0.0.1:\(server.port)")
+        defer { proxy.process.stop() }
+        try proxy.setRules([["method": "PATCH", "action": "delay", "seconds": 0.3, "times": -1]])
         let file = try makeFile("long.mp4", bytes: 24_000_000)
         let queue = fx.scratch("upload-cli-q2").path
-        let (status, text) = try Run.interrupt(binary, ["upload", file, "--to", "tus", "--endpoint", server.baseURL, "--queue", queue,
+        let (status, text) = try Run.interrupt(binary, ["upload", file, "--to", "tus", "--endpoint", proxy.url + "/files", "--queue", queue,
                                                         "--chunk-size", "262144", "--events", "json"],
                                                after: "\"event\":\"progress\"", watchStdout: true)
         XCTAssertEqual(status, 130, text)
@@ -61,6 +65,7 @@ final class UploadCLITests: XCTestCase {
         let list = try Run.run([binary, "upload", "list", "--json", "--queue", queue])
         let entry = try XCTUnwrap((try JSONSerialization.jsonObject(with: list.stdout) as? [[String: Any]])?.first)
         XCTAssertEqual(entry["state"] as? String, "queued", "an interrupted upload stays queued")
+        try proxy.clearRules()
         let r = try Run.run([binary, "upload", "run", "--queue", queue, "--events", "json"], check: false)
         XCTAssertEqual(r.status, 0, r.stderr)
         let ev = events(r.out)

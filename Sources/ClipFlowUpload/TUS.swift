@@ -15,6 +15,10 @@ import Synchronization
 //                                                                   │  error: retry policy, then HEAD
 //                                                                   v
 //                                                         finished: record dropped
+//
+// 401/403 (or a 400 saying the token expired) on any request: `credentialsExpired`, fresh headers
+// from `refreshHeaders`, the same request again (same upload URL). Refused again right after a
+// refresh: fails with http-401/403, the record kept. Only 404/410 mean the upload is gone.
 
 /// Options of a TUS upload destination. Holds no secrets (credentials come through the
 /// uploader's `headers` hook), so it can live in a pipeline spec.
@@ -121,6 +125,7 @@ public struct TUSRunStats: Sendable, Equatable {
     public var requests: [String: Int] = [:]
     public var checksumResends = 0
     public var recreated = 0
+    public var credentialRefreshes = 0
     public var terminated: [String] = []
     public var checksumAlgorithm: String?
     public var uploadURL: String?
@@ -133,24 +138,32 @@ public final class TUSUploader: FileUploader, Sendable {
     public let store: ResumeStore
     /// Extra headers per request (e.g. `Authorization`); their values are registered as secrets.
     public let headers: (@Sendable () throws -> [String: String])?
+    /// Asked for fresh credential headers when the server refuses the current ones (401/403 or an
+    /// ExpiredToken-like answer); they replace `headers`' values for the rest of the upload. Without
+    /// it, a refusal fails the upload at once.
+    public let refreshHeaders: (@Sendable (_ reason: String) throws -> [String: String])?
     public let destination: String
     let method: String
     private let stats = Mutex(TUSRunStats())
     /// Test seam: called with each chunk's checksum value before it is sent; may return another.
     let checksumHook: Mutex<(@Sendable (String) -> String)?> = Mutex(nil)
 
-    public init(options: TUSOptions, store: ResumeStore, headers: (@Sendable () throws -> [String: String])? = nil) {
+    public init(options: TUSOptions, store: ResumeStore, headers: (@Sendable () throws -> [String: String])? = nil,
+                refreshHeaders: (@Sendable (_ reason: String) throws -> [String: String])? = nil) {
         self.options = options
         self.store = store
         self.headers = headers
+        self.refreshHeaders = refreshHeaders
         self.destination = "tus:" + options.endpoint
         self.method = "tus"
     }
 
-    init(options: TUSOptions, store: ResumeStore, headers: (@Sendable () throws -> [String: String])?, destination: String, method: String) {
+    init(options: TUSOptions, store: ResumeStore, headers: (@Sendable () throws -> [String: String])?,
+         refreshHeaders: (@Sendable (_ reason: String) throws -> [String: String])? = nil, destination: String, method: String) {
         self.options = options
         self.store = store
         self.headers = headers
+        self.refreshHeaders = refreshHeaders
         self.destination = destination
         self.method = method
     }
@@ -274,6 +287,10 @@ private final class Session {
     var finalRecord: ResumeRecord?
     var started = false
     var pendingTarget: TUSTarget?
+    /// Credential headers from the last refresh; they override the uploader's `headers`.
+    var freshHeaders: [String: String]?
+    /// Set by a refresh, cleared by the next accepted answer: a refusal while set is final.
+    var justRefreshed = false
 
     init(uploader: TUSUploader, file: String, id: String, userMetadata: [String: String], control: UploadControl,
          observer: UploadObserver, target: @escaping ([String: String]?) throws -> TUSTarget) throws {
@@ -427,6 +444,7 @@ private final class Session {
     func request(_ method: String, _ url: String, body: HTTPBody = .empty) throws -> HTTPRequest {
         var req = HTTPRequest(method: method, url: url, body: body)
         for h in try up.requestHeaders() { req.setHeader(h.name, h.value) }
+        if let freshHeaders { for (k, v) in freshHeaders { req.setHeader(k, v) } }
         return req
     }
 
@@ -434,7 +452,38 @@ private final class Session {
     /// retryable); retryable statuses become `Redo.retry`; 404/410 `Redo.gone`; 409 `Redo.conflict`.
     /// Other non-2xx statuses fail with the server's message. `accept` lists extra statuses the
     /// caller handles itself.
-    func send(_ req: HTTPRequest, accept: Set<Int> = [], goneOK: Bool = true) throws -> HTTPResponse {
+    func send(_ request: HTTPRequest, accept: Set<Int> = [], goneOK: Bool = true) throws -> HTTPResponse {
+        var req = request
+        while true {
+            let r = try sendOnce(req, accept: accept, goneOK: goneOK)
+            guard isRefusal(r) else {
+                justRefreshed = false
+                return r
+            }
+            let what = "\(req.method) \(displayURL(req.url)): HTTP \(r.status)\(serverText(r))"
+            guard let refresh = up.refreshHeaders, !justRefreshed else {
+                let hint = justRefreshed ? "; the credentials were refused again right after a refresh" : ""
+                throw UploadError(code: "http-\(r.status)", message: "\(file): \(what)\(hint)")
+            }
+            emit(.credentialsExpired(id: id))
+            let fresh = try refresh("TUS \(what)")
+            for v in fresh.values { Secrets.shared.register(v) }
+            freshHeaders = fresh
+            justRefreshed = true
+            up.note { $0.credentialRefreshes += 1 }
+            for (k, v) in fresh { req.setHeader(k, v) }
+        }
+    }
+
+    /// 401/403, or a 400 whose text says the token expired: the credentials were refused.
+    func isRefusal(_ r: HTTPResponse) -> Bool {
+        if r.status == 401 || r.status == 403 { return true }
+        guard r.status == 400 else { return false }
+        let t = r.text.prefix(2000).lowercased()
+        return ["expiredtoken", "tokenexpired", "token expired", "token has expired"].contains { t.contains($0) }
+    }
+
+    private func sendOnce(_ req: HTTPRequest, accept: Set<Int>, goneOK: Bool) throws -> HTTPResponse {
         up.count(req.method)
         let response: HTTPResponse
         do {
@@ -452,7 +501,7 @@ private final class Session {
             case .tls, .invalid: throw UploadError(code: e.kind == .tls ? "tls" : "invalid", message: e.message)
             }
         }
-        if response.isSuccess || accept.contains(response.status) { return response }
+        if response.isSuccess || accept.contains(response.status) || isRefusal(response) { return response }
         let what = "\(req.method) \(displayURL(req.url)): HTTP \(response.status)\(serverText(response))"
         if isRetryableStatus(response.status) {
             throw Redo.retry(code: "http-\(response.status)", reason: what, retryAfter: retryAfterSeconds(response))
@@ -502,8 +551,8 @@ private final class Session {
         guard let url else { return }
         var req = try request("HEAD", url)
         req.setHeader("Cache-Control", "no-store")
-        let r = try send(req, accept: [403])
-        if r.status == 403 { throw Redo.gone("HEAD \(displayURL(url)): HTTP 403") }
+        // Only 404/410 mean the upload is gone (in `send`); 401/403 are refused credentials.
+        let r = try send(req)
         guard let value = r.header("upload-offset"), let o = Int64(value.trimmingCharacters(in: .whitespaces)), o >= 0, o <= size else {
             throw UploadError(code: "protocol", message: "HEAD \(displayURL(url)): no valid Upload-Offset in the answer (got \(r.header("upload-offset") ?? "none"))")
         }

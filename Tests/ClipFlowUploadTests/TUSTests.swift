@@ -515,3 +515,119 @@ final class Atomic2: @unchecked Sendable {
     private var n = 0
     func next() -> Int { lock.lock(); defer { lock.unlock() }; n += 1; return n }
 }
+
+/// Review fixes: credential refresh, final stamp check, no-progress PATCHes, explicit checksums.
+final class TUSReviewFixTests: XCTestCase {
+    var dir = ""
+    var server: LocalTUS!
+
+    override func setUpWithError() throws {
+        dir = NSTemporaryDirectory() + "tusfix-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        server = try LocalTUS(directory: dir + "/server")
+    }
+
+    override func tearDownWithError() throws {
+        server?.stop()
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    func makeFile(_ name: String, bytes: Int) throws -> String {
+        let path = dir + "/" + name
+        var data = Data(count: bytes)
+        for i in 0..<bytes { data[i] = UInt8(truncatingIfNeeded: i &* 2654435761 >> 7) }
+        try data.write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    func options(_ endpoint: String) -> TUSOptions {
+        var t = TransportSettings()
+        t.stallTimeout = 5
+        var o = TUSOptions(endpoint: endpoint, chunkSize: 256 << 10, retry: .fast, transport: t)
+        o.progressInterval = 0
+        return o
+    }
+
+    func store() throws -> ResumeStore { try ResumeStore(path: dir + "/resume.json") }
+
+    /// A credential command for a TUS destination: each run appends a line to `counter` and
+    /// prints a new token (`tok-1`, `tok-2`...).
+    func tokenCommand(counter: String) -> [String] {
+        ["/bin/sh", "-c", "echo x >> '\(counter)'; n=$(wc -l < '\(counter)' | tr -d ' '); printf '{\"token\":\"tok-%s\"}' \"$n\""]
+    }
+
+    func lines(_ path: String) -> Int {
+        ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").count
+    }
+
+    func destinationUploader(_ endpoint: String, counter: String) throws -> TUSUploader {
+        var d = UploadDestination(method: .tus, endpoint: endpoint, credentials: CredentialSource(command: tokenCommand(counter: counter)))
+        d.chunkSize = 256 << 10
+        d.maxRetries = 3
+        d.retryDelay = 0.01
+        return try XCTUnwrap(try d.makeUploader(store: try store()) as? TUSUploader)
+    }
+
+    /// One 401 on a PATCH mid-upload: `credentialsExpired`, the destination's provider is asked
+    /// again (twice in all: start + refresh, the cached token dropped), the request is repeated and
+    /// the SAME upload (one POST, one URL) completes intact.
+    func testRefused401OnPatchRefreshesCredentialsAndContinuesTheSameUpload() throws {
+        let proxy = try LocalProxy(upstreamPort: server.port, directory: dir)
+        try proxy.rules([["method": "PATCH", "skip": 1, "times": 1, "action": "status", "status": 401, "body": "token expired"]])
+        let counter = dir + "/count"
+        let file = try makeFile("auth.mp4", bytes: 1_200_000)
+        let up = try destinationUploader(proxy.baseURL, counter: counter)
+        let log = UploadEventLog()
+        let result = try up.upload(file: file, id: "a", metadata: [:], control: UploadControl(), observer: log)
+        XCTAssertEqual(try proxy.outcomes("PATCH").filter { $0 == "status:401" }.count, 1)
+        XCTAssertEqual(log.named("credentials-expired").count, 1)
+        XCTAssertEqual(lines(counter), 2, "provider asked at start and once on the refusal")
+        XCTAssertEqual(up.lastRun.requests["POST"], 1, "no second upload is created")
+        XCTAssertEqual(up.lastRun.credentialRefreshes, 1)
+        XCTAssertEqual(result.url, up.lastRun.uploadURL)
+        XCTAssertEqual(try fileSHA256(server.storedPath(result.url!)), try fileSHA256(file))
+        XCTAssertEqual(log.named("failed").count, 0)
+    }
+
+    /// Refused again right after the refresh: fails with http-403 and the server's text (redacted),
+    /// and keeps the resume record (the upload can be resumed once the credentials are fixed).
+    func testRefusedAgainAfterRefreshFailsAndKeepsTheRecord() throws {
+        let proxy = try LocalProxy(upstreamPort: server.port, directory: dir)
+        try proxy.rules([["method": "PATCH", "skip": 1, "times": 2, "action": "status", "status": 403, "body": "denied for Bearer tok-2"]])
+        let counter = dir + "/count"
+        let file = try makeFile("auth2.mp4", bytes: 1_200_000)
+        let up = try destinationUploader(proxy.baseURL, counter: counter)
+        let log = UploadEventLog()
+        XCTAssertThrowsError(try up.upload(file: file, id: "a", metadata: [:], control: UploadControl(), observer: log)) { e in
+            let u = e as? UploadError
+            XCTAssertEqual(u?.code, "http-403")
+            XCTAssertTrue(u?.message.contains("HTTP 403 (denied for ***)") ?? false, u?.message ?? "")
+            XCTAssertTrue(u?.message.contains("again right after a refresh") ?? false, u?.message ?? "")
+        }
+        XCTAssertEqual(log.named("credentials-expired").count, 1)
+        XCTAssertEqual(lines(counter), 2)
+        XCTAssertEqual(try store().all.first?.uploadURL, up.lastRun.uploadURL, "the record stays")
+    }
+
+    /// A 403 on the resume HEAD is refused credentials, not a vanished upload: refresh, HEAD
+    /// again, continue the same upload (nothing re-created, the record never dropped).
+    func testForbiddenResumeHeadRefreshesInsteadOfRecreating() throws {
+        let proxy = try LocalProxy(upstreamPort: server.port, directory: dir)
+        try proxy.rules([["method": "PATCH", "skip": 1, "times": -1, "action": "status", "status": 503]])
+        let counter = dir + "/count"
+        let file = try makeFile("head403.mp4", bytes: 1_200_000)
+        XCTAssertThrowsError(try destinationUploader(proxy.baseURL, counter: counter)
+            .upload(file: file, id: "h", metadata: [:], control: UploadControl(), observer: NoUploadObserver()))
+        let url = try XCTUnwrap(try store().all.first?.uploadURL)
+        try proxy.rules([["method": "HEAD", "times": 1, "action": "status", "status": 403, "body": "expired"]])
+        let up = try destinationUploader(proxy.baseURL, counter: counter)
+        let log = UploadEventLog()
+        let result = try up.upload(file: file, id: "h", metadata: [:], control: UploadControl(), observer: log)
+        XCTAssertEqual(result.url, url)
+        XCTAssertEqual(up.lastRun.recreated, 0)
+        XCTAssertNil(up.lastRun.requests["POST"])
+        XCTAssertEqual(log.named("credentials-expired").count, 1)
+        XCTAssertEqual(try fileSHA256(server.storedPath(url)), try fileSHA256(file))
+    }
+
+}

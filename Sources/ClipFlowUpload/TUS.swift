@@ -286,6 +286,8 @@ private final class Session {
     var offset: Int64 = 0
     var finalRecord: ResumeRecord?
     var started = false
+    /// The target of the upload being created: kept until a creation POST succeeds, so a retried
+    /// creation reuses it (for Gcore: the same video) instead of asking for a new one.
     var pendingTarget: TUSTarget?
     /// Credential headers from the last refresh; they override the uploader's `headers`.
     var freshHeaders: [String: String]?
@@ -566,8 +568,11 @@ private final class Session {
     }
 
     func create() throws {
-        let t = try pendingTarget ?? target(record?.extra)
-        pendingTarget = nil
+        let t: TUSTarget
+        if let p = pendingTarget { t = p } else {
+            t = try target(record?.extra)
+            pendingTarget = t
+        }
         var meta = t.metadata
         let name = (file as NSString).lastPathComponent
         for (k, v) in userMetadata where meta[k] == nil { meta[k] = v }
@@ -607,6 +612,7 @@ private final class Session {
         }
         let u = resolveURL(location, against: t.endpoint)
         url = u
+        pendingTarget = nil
         offset = r.header("upload-offset").flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) } ?? 0
         var extra = t.extra
         extra["tus_endpoint"] = t.endpoint

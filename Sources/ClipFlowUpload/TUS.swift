@@ -377,8 +377,10 @@ private final class Session {
                     needHead = false
                     emit(.retryResumed(id: id, attempt: retry.attempts, offset: offset))
                 }
-                if offset >= size { return }
+                // The stamp is checked before each chunk and once more after the last acknowledged one:
+                // a file that changed while its last chunk was sent must not be reported as uploaded.
                 try stamp.verifyUnchanged(file)
+                if offset >= size { return }
                 try patch()
             } catch let redo as Redo {
                 switch redo {
@@ -655,6 +657,13 @@ private final class Session {
             }
             guard o >= offset, o <= size else {
                 throw Redo.conflict
+            }
+            guard o > offset || length == 0 else {
+                // Accepted but nothing stored: through the retry backoff, so it ends after
+                // maxAttemptsWithoutProgress instead of looping for ever.
+                throw Redo.retry(code: "no-progress",
+                                 reason: "PATCH \(displayURL(url)): HTTP \(r.status) but Upload-Offset stayed at \(o) for \(length) bytes sent",
+                                 retryAfter: nil)
             }
             offset = o
             noteExpires(r)

@@ -630,4 +630,45 @@ final class TUSReviewFixTests: XCTestCase {
         XCTAssertEqual(try fileSHA256(server.storedPath(url)), try fileSHA256(file))
     }
 
+    /// The file changes while its last chunk is sent: not reported as uploaded; file-changed,
+    /// the server upload terminated and the record dropped (as mid-upload).
+    func testFileChangedDuringTheLastChunkFails() throws {
+        let size = 700_000
+        let file = try makeFile("last.mp4", bytes: size)
+        let t = Trigger(after: Int64(size - 1)) {
+            let h = FileHandle(forWritingAtPath: file)!
+            h.seekToEndOfFile(); h.write(Data(repeating: 7, count: 10)); h.closeFile()
+        }
+        let up = TUSUploader(options: options(server.baseURL), store: try store())
+        XCTAssertThrowsError(try up.upload(file: file, id: "f", metadata: [:], control: UploadControl(), observer: t)) { e in
+            XCTAssertEqual((e as? UploadError)?.code, "file-changed")
+        }
+        XCTAssertEqual(t.log.named("finished").count, 0)
+        XCTAssertEqual(try server.head(try XCTUnwrap(up.lastRun.uploadURL)).status, 404)
+        XCTAssertTrue(try store().all.isEmpty)
+    }
+
+    /// A 204 whose Upload-Offset does not move is a failure without progress: retried with backoff,
+    /// then given up after maxAttemptsWithoutProgress (it used to loop for ever; the upload is
+    /// paused after 20 s so a regression fails instead of hanging).
+    func testPatchThatNeverAdvancesGivesUp() throws {
+        let proxy = try LocalProxy(upstreamPort: server.port, directory: dir)
+        try proxy.rules([["method": "PATCH", "times": -1, "action": "status", "status": 204,
+                          "headers": ["Tus-Resumable": "1.0.0", "Upload-Offset": "0"]]])
+        let file = try makeFile("stuck.mp4", bytes: 600_000)
+        var o = options(proxy.baseURL)
+        o.creationWithUpload = false
+        let up = TUSUploader(options: o, store: try store())
+        let control = UploadControl()
+        DispatchQueue.global().asyncAfter(deadline: .now() + 20) { control.pause() }
+        let log = UploadEventLog()
+        XCTAssertThrowsError(try up.upload(file: file, id: "s", metadata: [:], control: control, observer: log)) { e in
+            let u = e as? UploadError
+            XCTAssertEqual(u?.code, "no-progress")
+            XCTAssertEqual(u?.retryable, true)
+        }
+        XCTAssertEqual(log.named("retry-started").count, RetryPolicy.fast.maxAttemptsWithoutProgress)
+        XCTAssertNotNil(try store().all.first?.uploadURL)
+    }
+
 }

@@ -8,6 +8,8 @@ extension UploadDestination {
         if let chunkSize { o.chunkSize = chunkSize }
         switch checksum {
         case "off": o.checksum = .off
+        case "sha1": o.checksum = .sha1
+        case "sha256": o.checksum = .sha256
         default: o.checksum = .auto
         }
         o.retry = retryPolicy

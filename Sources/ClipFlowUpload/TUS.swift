@@ -27,6 +27,9 @@ public struct TUSOptions: Codable, Sendable, Equatable {
         /// sha256, else sha1, when the server offers the checksum extension with one of them.
         case auto
         case off
+        /// Only this algorithm: the upload fails when the server does not offer it.
+        case sha1
+        case sha256
     }
 
     /// The creation URL (e.g. `https://tus.example.com/files/`).
@@ -543,9 +546,21 @@ private final class Session {
                               message: "\(displayURL(endpoint)): the server speaks TUS \(caps.versions.joined(separator: ", ")), not 1.0.0")
         }
         algorithm = nil
-        if options.checksum == .auto && caps.offers("checksum") {
-            if caps.checksumAlgorithms.contains("sha256") { algorithm = .sha256 }
-            else if caps.checksumAlgorithms.contains("sha1") { algorithm = .sha1 }
+        switch options.checksum {
+        case .off: break
+        case .auto:
+            if caps.offers("checksum") {
+                if caps.checksumAlgorithms.contains("sha256") { algorithm = .sha256 }
+                else if caps.checksumAlgorithms.contains("sha1") { algorithm = .sha1 }
+            }
+        case .sha1, .sha256:
+            let wanted = options.checksum.rawValue
+            guard caps.offers("checksum"), caps.checksumAlgorithms.contains(wanted) else {
+                let offered = caps.offers("checksum") ? (caps.checksumAlgorithms.isEmpty ? "no algorithms" : caps.checksumAlgorithms.joined(separator: ", ")) : "no checksum extension"
+                throw UploadError(code: "unsupported",
+                                  message: "\(displayURL(endpoint)): checksum \(wanted) was asked for, but the server offers \(offered); use checksum auto or off")
+            }
+            algorithm = wanted == "sha1" ? .sha1 : .sha256
         }
         let algo = algorithm?.rawValue
         up.note { $0.checksumAlgorithm = algo }
@@ -596,7 +611,7 @@ private final class Session {
         while true {
             attempts += 1
             if withData, let algorithm {
-                req.setHeader("Upload-Checksum", checksumHeader(algorithm, offset: 0, length: req.body.length))
+                req.setHeader("Upload-Checksum", try checksumHeader(algorithm, offset: 0, length: req.body.length))
                 prefetchChecksum(after: 0, length: req.body.length)
             }
             r = try send(req, accept: withData ? [460] : [], goneOK: false)
@@ -636,7 +651,7 @@ private final class Session {
             req.setHeader("Content-Type", "application/offset+octet-stream")
             req.setHeader("Upload-Offset", String(offset))
             if let algorithm {
-                req.setHeader("Upload-Checksum", checksumHeader(algorithm, offset: offset, length: length))
+                req.setHeader("Upload-Checksum", try checksumHeader(algorithm, offset: offset, length: length))
                 prefetchChecksum(after: offset, length: length)
             }
             let r = try send(req, accept: [460])
@@ -672,12 +687,22 @@ private final class Session {
         }
     }
 
-    func checksumHeader(_ algorithm: DigestAlgorithm, offset: Int64, length: Int64) -> String {
+    func checksumHeader(_ algorithm: DigestAlgorithm, offset: Int64, length: Int64) throws -> String {
         let digest: [UInt8]
-        if let digester, digester.algorithms == [algorithm] {
-            digest = (try? digester.digests(offset: offset, length: length))?.first ?? []
-        } else {
-            digest = (try? Digest.hash(algorithm, file: file, offset: offset, length: length)) ?? []
+        do {
+            if let digester, digester.algorithms == [algorithm] {
+                digest = try digester.digests(offset: offset, length: length).first ?? []
+            } else {
+                digest = try Digest.hash(algorithm, file: file, offset: offset, length: length)
+            }
+        } catch {
+            if (try? stamp.verifyUnchanged(file)) == nil {
+                throw UploadError(code: "file-changed", message: "\(file): changed while bytes \(offset)..<\(offset + length) were hashed")
+            }
+            throw UploadError(code: "file-read", message: "\(file): cannot read bytes \(offset)..<\(offset + length) for the checksum: \(error)")
+        }
+        guard !digest.isEmpty else {
+            throw UploadError(code: "file-read", message: "\(file): no \(algorithm.rawValue) digest for bytes \(offset)..<\(offset + length)")
         }
         var value = digest.base64
         if let hook = up.checksumHook.withLock({ $0 }) { value = hook(value) }

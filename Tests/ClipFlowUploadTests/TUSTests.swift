@@ -671,4 +671,32 @@ final class TUSReviewFixTests: XCTestCase {
         XCTAssertNotNil(try store().all.first?.uploadURL)
     }
 
+    /// checksum sha1/sha256: that algorithm when offered; a clear error when it is not.
+    func testExplicitChecksumAlgorithmIsUsedOrRefused() throws {
+        var o = options(server.baseURL)
+        o.checksum = .sha1
+        let file = try makeFile("sha1.mp4", bytes: 600_000)
+        let up = TUSUploader(options: o, store: try store())
+        let result = try up.upload(file: file, id: "c", metadata: [:], control: UploadControl(), observer: NoUploadObserver())
+        XCTAssertEqual(up.lastRun.checksumAlgorithm, "sha1")
+        XCTAssertEqual(try fileSHA256(server.storedPath(result.url!)), try fileSHA256(file))
+
+        let proxy = try LocalProxy(upstreamPort: server.port, directory: dir)
+        try proxy.rules([["method": "OPTIONS", "times": -1, "action": "status", "status": 204,
+                          "headers": ["Tus-Resumable": "1.0.0", "Tus-Version": "1.0.0", "Tus-Extension": "creation,checksum",
+                                      "Tus-Checksum-Algorithm": "md5"]]])
+        var o2 = options(proxy.baseURL)
+        o2.checksum = .sha256
+        XCTAssertThrowsError(try TUSUploader(options: o2, store: try store())
+            .upload(file: file, id: "c2", metadata: [:], control: UploadControl(), observer: NoUploadObserver())) { e in
+            let u = e as? UploadError
+            XCTAssertEqual(u?.code, "unsupported")
+            XCTAssertTrue(u?.message.contains("sha256") ?? false, u?.message ?? "")
+        }
+        var d = UploadDestination(method: .tus, endpoint: server.baseURL)
+        d.checksum = "sha256"
+        XCTAssertEqual(d.tusOptions.checksum, .sha256)
+        d.checksum = "sha1"
+        XCTAssertEqual(d.tusOptions.checksum, .sha1)
+    }
 }

@@ -670,13 +670,15 @@ final class S3Session {
         let req = objectRequest("POST", query: [("uploadId", uploadID)], headers: [("Content-Type", "application/xml")], body: .bytes(data))
         var attempted = false
         while true {
+            // Set before the send: a Complete the server applied but whose answer was lost (`send`
+            // retries it itself after the network error) makes the repeat answer NoSuchUpload.
+            attempted = true
             let r = try send(req, payloadHash: SigV4Signer.payloadHash(data), step: "CompleteMultipartUpload")
             if r.status == 404 && S3ErrorInfo(r).code == "NoSuchUpload" && attempted {
                 // An earlier Complete may have worked and its answer been lost: look at the object.
-                if let etag = try completedObjectETag() { return etag }
+                if let etag = try completedObjectETag(parts: etags) { return etag }
             }
             guard r.isSuccess else { throw failure(r, step: "CompleteMultipartUpload") }
-            attempted = true
             // S3 may answer 200 and put an <Error> in the body (it failed after the headers went out).
             if r.text.contains("<Error>") {
                 let info = S3ErrorInfo(HTTPResponse(status: 200, body: r.body))
@@ -690,11 +692,37 @@ final class S3Session {
         }
     }
 
-    /// HEAD of the object after a NoSuchUpload on a repeated Complete: its ETag if it has our size.
-    func completedObjectETag() throws -> String? {
+    /// HEAD of the object after a NoSuchUpload on a Complete that may have been applied: its ETag
+    /// when the object has our size and is the multipart object made of exactly our parts (ETag =
+    /// MD5 of the parts' binary MD5s, `-N`). When a part's ETag is not a plain MD5 (SSE-KMS) the
+    /// multipart ETag cannot be computed and the size alone decides.
+    func completedObjectETag(parts: [(Int, String)]) throws -> String? {
         let r = try send(objectRequest("HEAD"), payloadHash: SigV4Signer.emptyPayloadHash, step: "HeadObject")
-        guard r.isSuccess, r.header("content-length").flatMap({ Int64($0) }) == stamp.size else { return nil }
-        return r.header("etag")
+        guard r.isSuccess, r.header("content-length").flatMap({ Int64($0) }) == stamp.size,
+              let etag = r.header("etag") else { return nil }
+        if let expected = S3Session.multipartETag(parts.map(\.1)) {
+            let got = etag.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased()
+            guard got == expected else { return nil }
+        }
+        return etag
+    }
+
+    /// The ETag S3 gives a multipart object (without quotes): hex MD5 of the concatenated binary
+    /// MD5s of the parts, then `-<number of parts>`. Nil when a part's ETag is not a plain MD5.
+    static func multipartETag(_ partETags: [String]) -> String? {
+        var joined = [UInt8]()
+        for e in partETags {
+            guard let hex = plainMD5(e) else { return nil }
+            var chars = Array(hex.utf8)[...]
+            while chars.count >= 2 {
+                guard let b = UInt8(String(decoding: chars.prefix(2), as: UTF8.self), radix: 16) else { return nil }
+                joined.append(b)
+                chars = chars.dropFirst(2)
+            }
+        }
+        let d = Digest(.md5)
+        d.update(Data(joined))
+        return "\(d.finish().hex)-\(partETags.count)"
     }
 
     // MARK: Sending with retries and credential refresh

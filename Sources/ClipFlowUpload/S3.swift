@@ -183,10 +183,13 @@ public struct S3Options: Codable, Sendable, Equatable {
 ///
 /// Failures: network errors, stalls, 5xx, 503 SlowDown and 429 are retried per `RetryPolicy`
 /// (`retryStarted`/`retryResumed` events). 401 and 400/403 `ExpiredToken`, `InvalidToken`,
-/// `TokenRefreshRequired` ask the `CredentialProvider` for fresh credentials (`credentialsExpired`
-/// event) and continue the same UploadId; so does an `expiration` closer than
-/// `credentialRefreshMargin`. `SignatureDoesNotMatch` and `InvalidAccessKeyId` fail at once with
-/// code `credentials` (a wrong key is not fixed by asking again). Cancel aborts the multipart
+/// `TokenRefreshRequired`, `SecurityTokenExpired` (OSS) ask the `CredentialProvider` for fresh
+/// credentials (`credentialsExpired` event) and continue the same UploadId; so does an `expiration`
+/// closer than `credentialRefreshMargin`. `InvalidAccessKeyId` (which OSS answers for expired STS
+/// keys) gets one refresh when a provider is configured, then fails with code `credentials`;
+/// `SignatureDoesNotMatch` fails at once (a wrong key is not fixed by asking again), and so does
+/// `RequestTimeTooSkewed` (code `clock-skew`). Messages show access key ids masked (`AKIA…WXYZ`).
+/// Cancel aborts the multipart
 /// upload and drops the record; a file that changes mid-upload (size or mtime) does the same and
 /// fails with `file-changed`. No message or event contains a secret key, session token or
 /// signature.
@@ -380,13 +383,14 @@ struct S3ErrorInfo {
     /// Credentials that expired or a token the server no longer takes: ask for fresh ones.
     var isExpiry: Bool {
         status == 401 || ["ExpiredToken", "InvalidToken", "TokenRefreshRequired", "ExpiredTokenException",
-                          "RequestExpired"].contains(code)
+                          "RequestExpired", "SecurityTokenExpired"].contains(code)
     }
 
     /// Throttling or a server error: try the same request again.
     var isRetryable: Bool {
-        isRetryableStatus(status) || ["SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout",
-                                      "RequestTimeTooSkewed"].contains(code)
+        // RequestTimeTooSkewed is not here: the clock stays off however often we ask.
+        code != "RequestTimeTooSkewed"
+            && (isRetryableStatus(status) || ["SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout"].contains(code))
     }
 
     var summary: String {
@@ -783,6 +787,14 @@ final class S3Session {
                 refreshedSinceSuccess = true
                 continue
             }
+            if info.code == "InvalidAccessKeyId", uploader.provider != nil, !refreshedSinceSuccess {
+                // OSS answers this for expired STS keys: ask once for fresh ones; `failure` reports
+                // it if the server still refuses them.
+                observer.upload(.credentialsExpired(id: id))
+                _ = try uploader.refreshCredentials(reason: "\(step): \(info.code)")
+                refreshedSinceSuccess = true
+                continue
+            }
             if info.isRetryable {
                 try retryAfter(reason: "\(step): \(info.summary)", retryAfter: retryAfterSeconds(r), code: "http-\(r.status)")
                 continue
@@ -811,11 +823,14 @@ final class S3Session {
         let info = S3ErrorInfo(r)
         switch info.code {
         case "SignatureDoesNotMatch":
-            let keyID = uploader.currentCredentials().accessKeyID
+            let keyID = maskAccessKeyID(uploader.currentCredentials().accessKeyID)
             return UploadError(code: "credentials", message: "\(what): \(step): the server refused the request signature (\(info.code)): the secret access key for access key \(keyID) is wrong (or the region '\(options.region)' does not match the bucket's); check the credentials")
         case "InvalidAccessKeyId":
-            let keyID = uploader.currentCredentials().accessKeyID
-            return UploadError(code: "credentials", message: "\(what): \(step): the server does not know access key \(keyID) (\(info.code)); check the credentials")
+            let keyID = maskAccessKeyID(uploader.currentCredentials().accessKeyID)
+            let renewed = refreshedSinceSuccess ? ", also after asking the credential provider for fresh keys" : ""
+            return UploadError(code: "credentials", message: "\(what): \(step): the server does not know access key \(keyID) (\(info.code))\(renewed); check the credentials")
+        case "RequestTimeTooSkewed":
+            return UploadError(code: "clock-skew", message: "\(what): \(step): the server refused the request time (\(info.summary)): this machine's clock is off; set it right (e.g. enable NTP) and upload again")
         case "AccessDenied":
             return UploadError(code: "http-403", message: "\(what): \(step): access denied (\(info.summary)); the credentials lack permission for this bucket/key")
         case "NoSuchBucket":
@@ -873,4 +888,11 @@ final class S3Session {
         }
         return (sha.finish().hex, md5.finish().hex)
     }
+}
+
+/// An access key id for messages: its first 4 characters (the key type, e.g. `AKIA`/`ASIA`/`STS.`)
+/// and last 4, e.g. `AKIA…WXYZ`; only `…` and the last 4 for short ids.
+func maskAccessKeyID(_ id: String) -> String {
+    guard id.count > 4 else { return "…" }
+    return id.count >= 12 ? "\(id.prefix(4))…\(id.suffix(4))" : "…\(id.suffix(4))"
 }

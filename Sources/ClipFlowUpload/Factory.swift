@@ -8,6 +8,8 @@ extension UploadDestination {
         if let chunkSize { o.chunkSize = chunkSize }
         switch checksum {
         case "off": o.checksum = .off
+        case "sha1": o.checksum = .sha1
+        case "sha256": o.checksum = .sha256
         default: o.checksum = .auto
         }
         o.retry = retryPolicy
@@ -23,21 +25,14 @@ extension UploadDestination {
         case .tus:
             // A plain TUS server may want a bearer token: from a command/URL when configured, or
             // CLIPFLOW_UPLOAD_TOKEN when set; otherwise no Authorization header.
-            var headers: (@Sendable () throws -> [String: String])? = nil
             if credentials.command != nil || credentials.url != nil
                 || EnvironmentCredentialProvider(method: .tus, environment: ProcessInfo.processInfo.environment).isAvailable,
                let provider = credentials.provider(for: .tus, settings: settings) {
-                let cache = Mutex<String?>(nil)
-                headers = {
-                    if let token = cache.withLock({ $0 }) { return ["Authorization": "Bearer \(token)"] }
-                    guard case .bearer(let token, _) = try provider.refresh(reason: "TUS upload") else {
-                        throw UploadError(code: "credentials", message: "TUS upload: the credentials source gave keys, not a token")
-                    }
-                    cache.withLock { $0 = token }
-                    return ["Authorization": "Bearer \(token)"]
-                }
+                let auth = TUSBearerAuth(provider: provider)
+                return TUSUploader(options: tusOptions, store: store, headers: { try auth.headers() },
+                                   refreshHeaders: { try auth.refresh(reason: $0) })
             }
-            return TUSUploader(options: tusOptions, store: store, headers: headers)
+            return TUSUploader(options: tusOptions, store: store)
         case .gcore:
             guard let provider = credentials.provider(for: .gcore, settings: settings) else {
                 throw UploadError(code: "credentials", message: "gcore upload: no credentials source")
@@ -61,5 +56,33 @@ extension UploadDestination {
             }
             return S3Uploader(options: o, store: store, credentials: keys, provider: provider)
         }
+    }
+}
+
+/// The bearer token of a plain TUS destination: asked for on first use, kept, and asked for again
+/// (the kept one dropped) when the server refuses it.
+final class TUSBearerAuth: Sendable {
+    let provider: CredentialProvider
+    private let cache = Mutex<String?>(nil)
+
+    init(provider: CredentialProvider) { self.provider = provider }
+
+    func headers() throws -> [String: String] {
+        if let token = cache.withLock({ $0 }) { return ["Authorization": "Bearer \(token)"] }
+        return try fetch(reason: "TUS upload")
+    }
+
+    func refresh(reason: String) throws -> [String: String] {
+        cache.withLock { $0 = nil }
+        return try fetch(reason: reason)
+    }
+
+    private func fetch(reason: String) throws -> [String: String] {
+        guard case .bearer(let token, _) = try provider.refresh(reason: reason) else {
+            throw UploadError(code: "credentials", message: "TUS upload: the credentials source gave keys, not a token")
+        }
+        Secrets.shared.register(token)
+        cache.withLock { $0 = token }
+        return ["Authorization": "Bearer \(token)"]
     }
 }

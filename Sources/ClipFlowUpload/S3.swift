@@ -183,10 +183,13 @@ public struct S3Options: Codable, Sendable, Equatable {
 ///
 /// Failures: network errors, stalls, 5xx, 503 SlowDown and 429 are retried per `RetryPolicy`
 /// (`retryStarted`/`retryResumed` events). 401 and 400/403 `ExpiredToken`, `InvalidToken`,
-/// `TokenRefreshRequired` ask the `CredentialProvider` for fresh credentials (`credentialsExpired`
-/// event) and continue the same UploadId; so does an `expiration` closer than
-/// `credentialRefreshMargin`. `SignatureDoesNotMatch` and `InvalidAccessKeyId` fail at once with
-/// code `credentials` (a wrong key is not fixed by asking again). Cancel aborts the multipart
+/// `TokenRefreshRequired`, `SecurityTokenExpired` (OSS) ask the `CredentialProvider` for fresh
+/// credentials (`credentialsExpired` event) and continue the same UploadId; so does an `expiration`
+/// closer than `credentialRefreshMargin`. `InvalidAccessKeyId` (which OSS answers for expired STS
+/// keys) gets one refresh when a provider is configured, then fails with code `credentials`;
+/// `SignatureDoesNotMatch` fails at once (a wrong key is not fixed by asking again), and so does
+/// `RequestTimeTooSkewed` (code `clock-skew`). Messages show access key ids masked (`AKIA…WXYZ`).
+/// Cancel aborts the multipart
 /// upload and drops the record; a file that changes mid-upload (size or mtime) does the same and
 /// fails with `file-changed`. No message or event contains a secret key, session token or
 /// signature.
@@ -380,13 +383,14 @@ struct S3ErrorInfo {
     /// Credentials that expired or a token the server no longer takes: ask for fresh ones.
     var isExpiry: Bool {
         status == 401 || ["ExpiredToken", "InvalidToken", "TokenRefreshRequired", "ExpiredTokenException",
-                          "RequestExpired"].contains(code)
+                          "RequestExpired", "SecurityTokenExpired"].contains(code)
     }
 
     /// Throttling or a server error: try the same request again.
     var isRetryable: Bool {
-        isRetryableStatus(status) || ["SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout",
-                                      "RequestTimeTooSkewed"].contains(code)
+        // RequestTimeTooSkewed is not here: the clock stays off however often we ask.
+        code != "RequestTimeTooSkewed"
+            && (isRetryableStatus(status) || ["SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout"].contains(code))
     }
 
     var summary: String {
@@ -670,13 +674,15 @@ final class S3Session {
         let req = objectRequest("POST", query: [("uploadId", uploadID)], headers: [("Content-Type", "application/xml")], body: .bytes(data))
         var attempted = false
         while true {
+            // Set before the send: a Complete the server applied but whose answer was lost (`send`
+            // retries it itself after the network error) makes the repeat answer NoSuchUpload.
+            attempted = true
             let r = try send(req, payloadHash: SigV4Signer.payloadHash(data), step: "CompleteMultipartUpload")
             if r.status == 404 && S3ErrorInfo(r).code == "NoSuchUpload" && attempted {
                 // An earlier Complete may have worked and its answer been lost: look at the object.
-                if let etag = try completedObjectETag() { return etag }
+                if let etag = try completedObjectETag(parts: etags) { return etag }
             }
             guard r.isSuccess else { throw failure(r, step: "CompleteMultipartUpload") }
-            attempted = true
             // S3 may answer 200 and put an <Error> in the body (it failed after the headers went out).
             if r.text.contains("<Error>") {
                 let info = S3ErrorInfo(HTTPResponse(status: 200, body: r.body))
@@ -690,11 +696,37 @@ final class S3Session {
         }
     }
 
-    /// HEAD of the object after a NoSuchUpload on a repeated Complete: its ETag if it has our size.
-    func completedObjectETag() throws -> String? {
+    /// HEAD of the object after a NoSuchUpload on a Complete that may have been applied: its ETag
+    /// when the object has our size and is the multipart object made of exactly our parts (ETag =
+    /// MD5 of the parts' binary MD5s, `-N`). When a part's ETag is not a plain MD5 (SSE-KMS) the
+    /// multipart ETag cannot be computed and the size alone decides.
+    func completedObjectETag(parts: [(Int, String)]) throws -> String? {
         let r = try send(objectRequest("HEAD"), payloadHash: SigV4Signer.emptyPayloadHash, step: "HeadObject")
-        guard r.isSuccess, r.header("content-length").flatMap({ Int64($0) }) == stamp.size else { return nil }
-        return r.header("etag")
+        guard r.isSuccess, r.header("content-length").flatMap({ Int64($0) }) == stamp.size,
+              let etag = r.header("etag") else { return nil }
+        if let expected = S3Session.multipartETag(parts.map(\.1)) {
+            let got = etag.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased()
+            guard got == expected else { return nil }
+        }
+        return etag
+    }
+
+    /// The ETag S3 gives a multipart object (without quotes): hex MD5 of the concatenated binary
+    /// MD5s of the parts, then `-<number of parts>`. Nil when a part's ETag is not a plain MD5.
+    static func multipartETag(_ partETags: [String]) -> String? {
+        var joined = [UInt8]()
+        for e in partETags {
+            guard let hex = plainMD5(e) else { return nil }
+            var chars = Array(hex.utf8)[...]
+            while chars.count >= 2 {
+                guard let b = UInt8(String(decoding: chars.prefix(2), as: UTF8.self), radix: 16) else { return nil }
+                joined.append(b)
+                chars = chars.dropFirst(2)
+            }
+        }
+        let d = Digest(.md5)
+        d.update(Data(joined))
+        return "\(d.finish().hex)-\(partETags.count)"
     }
 
     // MARK: Sending with retries and credential refresh
@@ -755,6 +787,14 @@ final class S3Session {
                 refreshedSinceSuccess = true
                 continue
             }
+            if info.code == "InvalidAccessKeyId", uploader.provider != nil, !refreshedSinceSuccess {
+                // OSS answers this for expired STS keys: ask once for fresh ones; `failure` reports
+                // it if the server still refuses them.
+                observer.upload(.credentialsExpired(id: id))
+                _ = try uploader.refreshCredentials(reason: "\(step): \(info.code)")
+                refreshedSinceSuccess = true
+                continue
+            }
             if info.isRetryable {
                 try retryAfter(reason: "\(step): \(info.summary)", retryAfter: retryAfterSeconds(r), code: "http-\(r.status)")
                 continue
@@ -783,11 +823,14 @@ final class S3Session {
         let info = S3ErrorInfo(r)
         switch info.code {
         case "SignatureDoesNotMatch":
-            let keyID = uploader.currentCredentials().accessKeyID
+            let keyID = maskAccessKeyID(uploader.currentCredentials().accessKeyID)
             return UploadError(code: "credentials", message: "\(what): \(step): the server refused the request signature (\(info.code)): the secret access key for access key \(keyID) is wrong (or the region '\(options.region)' does not match the bucket's); check the credentials")
         case "InvalidAccessKeyId":
-            let keyID = uploader.currentCredentials().accessKeyID
-            return UploadError(code: "credentials", message: "\(what): \(step): the server does not know access key \(keyID) (\(info.code)); check the credentials")
+            let keyID = maskAccessKeyID(uploader.currentCredentials().accessKeyID)
+            let renewed = refreshedSinceSuccess ? ", also after asking the credential provider for fresh keys" : ""
+            return UploadError(code: "credentials", message: "\(what): \(step): the server does not know access key \(keyID) (\(info.code))\(renewed); check the credentials")
+        case "RequestTimeTooSkewed":
+            return UploadError(code: "clock-skew", message: "\(what): \(step): the server refused the request time (\(info.summary)): this machine's clock is off; set it right (e.g. enable NTP) and upload again")
         case "AccessDenied":
             return UploadError(code: "http-403", message: "\(what): \(step): access denied (\(info.summary)); the credentials lack permission for this bucket/key")
         case "NoSuchBucket":
@@ -845,4 +888,11 @@ final class S3Session {
         }
         return (sha.finish().hex, md5.finish().hex)
     }
+}
+
+/// An access key id for messages: its first 4 characters (the key type, e.g. `AKIA`/`ASIA`/`STS.`)
+/// and last 4, e.g. `AKIA…WXYZ`; only `…` and the last 4 for short ids.
+func maskAccessKeyID(_ id: String) -> String {
+    guard id.count > 4 else { return "…" }
+    return id.count >= 12 ? "\(id.prefix(4))…\(id.suffix(4))" : "…\(id.suffix(4))"
 }

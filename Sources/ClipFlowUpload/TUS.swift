@@ -15,6 +15,10 @@ import Synchronization
 //                                                                   │  error: retry policy, then HEAD
 //                                                                   v
 //                                                         finished: record dropped
+//
+// 401/403 (or a 400 saying the token expired) on any request: `credentialsExpired`, fresh headers
+// from `refreshHeaders`, the same request again (same upload URL). Refused again right after a
+// refresh: fails with http-401/403, the record kept. Only 404/410 mean the upload is gone.
 
 /// Options of a TUS upload destination. Holds no secrets (credentials come through the
 /// uploader's `headers` hook), so it can live in a pipeline spec.
@@ -23,6 +27,9 @@ public struct TUSOptions: Codable, Sendable, Equatable {
         /// sha256, else sha1, when the server offers the checksum extension with one of them.
         case auto
         case off
+        /// Only this algorithm: the upload fails when the server does not offer it.
+        case sha1
+        case sha256
     }
 
     /// The creation URL (e.g. `https://tus.example.com/files/`).
@@ -121,6 +128,7 @@ public struct TUSRunStats: Sendable, Equatable {
     public var requests: [String: Int] = [:]
     public var checksumResends = 0
     public var recreated = 0
+    public var credentialRefreshes = 0
     public var terminated: [String] = []
     public var checksumAlgorithm: String?
     public var uploadURL: String?
@@ -133,24 +141,32 @@ public final class TUSUploader: FileUploader, Sendable {
     public let store: ResumeStore
     /// Extra headers per request (e.g. `Authorization`); their values are registered as secrets.
     public let headers: (@Sendable () throws -> [String: String])?
+    /// Asked for fresh credential headers when the server refuses the current ones (401/403 or an
+    /// ExpiredToken-like answer); they replace `headers`' values for the rest of the upload. Without
+    /// it, a refusal fails the upload at once.
+    public let refreshHeaders: (@Sendable (_ reason: String) throws -> [String: String])?
     public let destination: String
     let method: String
     private let stats = Mutex(TUSRunStats())
     /// Test seam: called with each chunk's checksum value before it is sent; may return another.
     let checksumHook: Mutex<(@Sendable (String) -> String)?> = Mutex(nil)
 
-    public init(options: TUSOptions, store: ResumeStore, headers: (@Sendable () throws -> [String: String])? = nil) {
+    public init(options: TUSOptions, store: ResumeStore, headers: (@Sendable () throws -> [String: String])? = nil,
+                refreshHeaders: (@Sendable (_ reason: String) throws -> [String: String])? = nil) {
         self.options = options
         self.store = store
         self.headers = headers
+        self.refreshHeaders = refreshHeaders
         self.destination = "tus:" + options.endpoint
         self.method = "tus"
     }
 
-    init(options: TUSOptions, store: ResumeStore, headers: (@Sendable () throws -> [String: String])?, destination: String, method: String) {
+    init(options: TUSOptions, store: ResumeStore, headers: (@Sendable () throws -> [String: String])?,
+         refreshHeaders: (@Sendable (_ reason: String) throws -> [String: String])? = nil, destination: String, method: String) {
         self.options = options
         self.store = store
         self.headers = headers
+        self.refreshHeaders = refreshHeaders
         self.destination = destination
         self.method = method
     }
@@ -273,7 +289,13 @@ private final class Session {
     var offset: Int64 = 0
     var finalRecord: ResumeRecord?
     var started = false
+    /// The target of the upload being created: kept until a creation POST succeeds, so a retried
+    /// creation reuses it (for Gcore: the same video) instead of asking for a new one.
     var pendingTarget: TUSTarget?
+    /// Credential headers from the last refresh; they override the uploader's `headers`.
+    var freshHeaders: [String: String]?
+    /// Set by a refresh, cleared by the next accepted answer: a refusal while set is final.
+    var justRefreshed = false
 
     init(uploader: TUSUploader, file: String, id: String, userMetadata: [String: String], control: UploadControl,
          observer: UploadObserver, target: @escaping ([String: String]?) throws -> TUSTarget) throws {
@@ -358,8 +380,10 @@ private final class Session {
                     needHead = false
                     emit(.retryResumed(id: id, attempt: retry.attempts, offset: offset))
                 }
-                if offset >= size { return }
+                // The stamp is checked before each chunk and once more after the last acknowledged one:
+                // a file that changed while its last chunk was sent must not be reported as uploaded.
                 try stamp.verifyUnchanged(file)
+                if offset >= size { return }
                 try patch()
             } catch let redo as Redo {
                 switch redo {
@@ -427,6 +451,7 @@ private final class Session {
     func request(_ method: String, _ url: String, body: HTTPBody = .empty) throws -> HTTPRequest {
         var req = HTTPRequest(method: method, url: url, body: body)
         for h in try up.requestHeaders() { req.setHeader(h.name, h.value) }
+        if let freshHeaders { for (k, v) in freshHeaders { req.setHeader(k, v) } }
         return req
     }
 
@@ -434,7 +459,38 @@ private final class Session {
     /// retryable); retryable statuses become `Redo.retry`; 404/410 `Redo.gone`; 409 `Redo.conflict`.
     /// Other non-2xx statuses fail with the server's message. `accept` lists extra statuses the
     /// caller handles itself.
-    func send(_ req: HTTPRequest, accept: Set<Int> = [], goneOK: Bool = true) throws -> HTTPResponse {
+    func send(_ request: HTTPRequest, accept: Set<Int> = [], goneOK: Bool = true) throws -> HTTPResponse {
+        var req = request
+        while true {
+            let r = try sendOnce(req, accept: accept, goneOK: goneOK)
+            guard isRefusal(r) else {
+                justRefreshed = false
+                return r
+            }
+            let what = "\(req.method) \(displayURL(req.url)): HTTP \(r.status)\(serverText(r))"
+            guard let refresh = up.refreshHeaders, !justRefreshed else {
+                let hint = justRefreshed ? "; the credentials were refused again right after a refresh" : ""
+                throw UploadError(code: "http-\(r.status)", message: "\(file): \(what)\(hint)")
+            }
+            emit(.credentialsExpired(id: id))
+            let fresh = try refresh("TUS \(what)")
+            for v in fresh.values { Secrets.shared.register(v) }
+            freshHeaders = fresh
+            justRefreshed = true
+            up.note { $0.credentialRefreshes += 1 }
+            for (k, v) in fresh { req.setHeader(k, v) }
+        }
+    }
+
+    /// 401/403, or a 400 whose text says the token expired: the credentials were refused.
+    func isRefusal(_ r: HTTPResponse) -> Bool {
+        if r.status == 401 || r.status == 403 { return true }
+        guard r.status == 400 else { return false }
+        let t = r.text.prefix(2000).lowercased()
+        return ["expiredtoken", "tokenexpired", "token expired", "token has expired"].contains { t.contains($0) }
+    }
+
+    private func sendOnce(_ req: HTTPRequest, accept: Set<Int>, goneOK: Bool) throws -> HTTPResponse {
         up.count(req.method)
         let response: HTTPResponse
         do {
@@ -452,7 +508,7 @@ private final class Session {
             case .tls, .invalid: throw UploadError(code: e.kind == .tls ? "tls" : "invalid", message: e.message)
             }
         }
-        if response.isSuccess || accept.contains(response.status) { return response }
+        if response.isSuccess || accept.contains(response.status) || isRefusal(response) { return response }
         let what = "\(req.method) \(displayURL(req.url)): HTTP \(response.status)\(serverText(response))"
         if isRetryableStatus(response.status) {
             throw Redo.retry(code: "http-\(response.status)", reason: what, retryAfter: retryAfterSeconds(response))
@@ -490,9 +546,21 @@ private final class Session {
                               message: "\(displayURL(endpoint)): the server speaks TUS \(caps.versions.joined(separator: ", ")), not 1.0.0")
         }
         algorithm = nil
-        if options.checksum == .auto && caps.offers("checksum") {
-            if caps.checksumAlgorithms.contains("sha256") { algorithm = .sha256 }
-            else if caps.checksumAlgorithms.contains("sha1") { algorithm = .sha1 }
+        switch options.checksum {
+        case .off: break
+        case .auto:
+            if caps.offers("checksum") {
+                if caps.checksumAlgorithms.contains("sha256") { algorithm = .sha256 }
+                else if caps.checksumAlgorithms.contains("sha1") { algorithm = .sha1 }
+            }
+        case .sha1, .sha256:
+            let wanted = options.checksum.rawValue
+            guard caps.offers("checksum"), caps.checksumAlgorithms.contains(wanted) else {
+                let offered = caps.offers("checksum") ? (caps.checksumAlgorithms.isEmpty ? "no algorithms" : caps.checksumAlgorithms.joined(separator: ", ")) : "no checksum extension"
+                throw UploadError(code: "unsupported",
+                                  message: "\(displayURL(endpoint)): checksum \(wanted) was asked for, but the server offers \(offered); use checksum auto or off")
+            }
+            algorithm = wanted == "sha1" ? .sha1 : .sha256
         }
         let algo = algorithm?.rawValue
         up.note { $0.checksumAlgorithm = algo }
@@ -502,8 +570,8 @@ private final class Session {
         guard let url else { return }
         var req = try request("HEAD", url)
         req.setHeader("Cache-Control", "no-store")
-        let r = try send(req, accept: [403])
-        if r.status == 403 { throw Redo.gone("HEAD \(displayURL(url)): HTTP 403") }
+        // Only 404/410 mean the upload is gone (in `send`); 401/403 are refused credentials.
+        let r = try send(req)
         guard let value = r.header("upload-offset"), let o = Int64(value.trimmingCharacters(in: .whitespaces)), o >= 0, o <= size else {
             throw UploadError(code: "protocol", message: "HEAD \(displayURL(url)): no valid Upload-Offset in the answer (got \(r.header("upload-offset") ?? "none"))")
         }
@@ -517,8 +585,11 @@ private final class Session {
     }
 
     func create() throws {
-        let t = try pendingTarget ?? target(record?.extra)
-        pendingTarget = nil
+        let t: TUSTarget
+        if let p = pendingTarget { t = p } else {
+            t = try target(record?.extra)
+            pendingTarget = t
+        }
         var meta = t.metadata
         let name = (file as NSString).lastPathComponent
         for (k, v) in userMetadata where meta[k] == nil { meta[k] = v }
@@ -540,7 +611,7 @@ private final class Session {
         while true {
             attempts += 1
             if withData, let algorithm {
-                req.setHeader("Upload-Checksum", checksumHeader(algorithm, offset: 0, length: req.body.length))
+                req.setHeader("Upload-Checksum", try checksumHeader(algorithm, offset: 0, length: req.body.length))
                 prefetchChecksum(after: 0, length: req.body.length)
             }
             r = try send(req, accept: withData ? [460] : [], goneOK: false)
@@ -558,6 +629,7 @@ private final class Session {
         }
         let u = resolveURL(location, against: t.endpoint)
         url = u
+        pendingTarget = nil
         offset = r.header("upload-offset").flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) } ?? 0
         var extra = t.extra
         extra["tus_endpoint"] = t.endpoint
@@ -579,7 +651,7 @@ private final class Session {
             req.setHeader("Content-Type", "application/offset+octet-stream")
             req.setHeader("Upload-Offset", String(offset))
             if let algorithm {
-                req.setHeader("Upload-Checksum", checksumHeader(algorithm, offset: offset, length: length))
+                req.setHeader("Upload-Checksum", try checksumHeader(algorithm, offset: offset, length: length))
                 prefetchChecksum(after: offset, length: length)
             }
             let r = try send(req, accept: [460])
@@ -601,6 +673,13 @@ private final class Session {
             guard o >= offset, o <= size else {
                 throw Redo.conflict
             }
+            guard o > offset || length == 0 else {
+                // Accepted but nothing stored: through the retry backoff, so it ends after
+                // maxAttemptsWithoutProgress instead of looping for ever.
+                throw Redo.retry(code: "no-progress",
+                                 reason: "PATCH \(displayURL(url)): HTTP \(r.status) but Upload-Offset stayed at \(o) for \(length) bytes sent",
+                                 retryAfter: nil)
+            }
             offset = o
             noteExpires(r)
             acknowledge(o)
@@ -608,12 +687,22 @@ private final class Session {
         }
     }
 
-    func checksumHeader(_ algorithm: DigestAlgorithm, offset: Int64, length: Int64) -> String {
+    func checksumHeader(_ algorithm: DigestAlgorithm, offset: Int64, length: Int64) throws -> String {
         let digest: [UInt8]
-        if let digester, digester.algorithms == [algorithm] {
-            digest = (try? digester.digests(offset: offset, length: length))?.first ?? []
-        } else {
-            digest = (try? Digest.hash(algorithm, file: file, offset: offset, length: length)) ?? []
+        do {
+            if let digester, digester.algorithms == [algorithm] {
+                digest = try digester.digests(offset: offset, length: length).first ?? []
+            } else {
+                digest = try Digest.hash(algorithm, file: file, offset: offset, length: length)
+            }
+        } catch {
+            if (try? stamp.verifyUnchanged(file)) == nil {
+                throw UploadError(code: "file-changed", message: "\(file): changed while bytes \(offset)..<\(offset + length) were hashed")
+            }
+            throw UploadError(code: "file-read", message: "\(file): cannot read bytes \(offset)..<\(offset + length) for the checksum: \(error)")
+        }
+        guard !digest.isEmpty else {
+            throw UploadError(code: "file-read", message: "\(file): no \(algorithm.rawValue) digest for bytes \(offset)..<\(offset + length)")
         }
         var value = digest.base64
         if let hook = up.checksumHook.withLock({ $0 }) { value = hook(value) }

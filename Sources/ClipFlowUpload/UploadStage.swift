@@ -70,7 +70,7 @@ public final class UploadStage: Stage, @unchecked Sendable {
             ParamSpec("upload-url", .string, help: "gcore: TUS URL template, {hostname} replaced (default https://{hostname}/upload)"),
             ParamSpec("chunk-size", .integer(min: 1, max: nil), help: "TUS chunk / S3 part size in bytes (default: automatic)"),
             ParamSpec("min-part-size", .integer(min: 1, max: nil), help: "s3: the backend's smallest part (S3 5242880, OSS 102400)"),
-            ParamSpec("checksum", .choice(["auto", "off", "sha1", "sha256"]), help: "TUS checksum per chunk when the server offers it (default auto)"),
+            ParamSpec("checksum", .choice(["auto", "off", "sha1", "sha256"]), help: "TUS checksum per chunk: auto (sha256 or sha1 when the server offers one; default), off, or sha1/sha256 (the upload fails if the server does not offer it)"),
             ParamSpec("stall-timeout", .integer(min: 1, max: nil), help: "seconds without a byte moving before a request is retried (default 30)"),
             ParamSpec("retries", .integer(min: 0, max: nil), help: "failed requests in a row without progress before giving up (default 8)"),
             ParamSpec("retry-delay", .number(min: 0, max: nil), help: "first retry delay in seconds, doubled per failure, jittered (default 0.5)"),

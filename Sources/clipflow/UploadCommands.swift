@@ -59,7 +59,7 @@ struct DestinationFlags: ParsableArguments {
     var uploadURLTemplate: String?
     @Option(name: .customLong("chunk-size"), help: "TUS chunk / S3 part size in bytes (default automatic).") var chunkSize: Int64?
     @Option(name: .customLong("min-part-size"), help: "s3: the backend's smallest part (S3 5242880, OSS 102400).") var minimumPartSize: Int64?
-    @Option(help: "TUS checksum: auto, off, sha1 or sha256.") var checksum: String?
+    @Option(help: "TUS checksum: auto (the best the server offers), off, or sha1/sha256 (fails if the server does not offer it).") var checksum: String?
     @Option(name: .customLong("stall-timeout"), help: "Seconds without a byte moving before a request is retried (default 30).")
     var stallTimeout: Int?
     @Option(help: "Failed requests in a row without progress before giving up (default 8).") var retries: Int?

@@ -38,10 +38,10 @@ final class GcoreTests: XCTestCase {
         return path
     }
 
-    func uploader(_ provider: CredentialProvider, store: String = "resume.json") throws -> GcoreUploader {
+    func uploader(_ provider: CredentialProvider, store: String = "resume.json", apiBase: String? = nil) throws -> GcoreUploader {
         var t = TUSOptions(endpoint: "", chunkSize: 256 << 10, retry: .fast)
         t.progressInterval = 0
-        let o = GcoreOptions(apiBase: api.apiBase, uploadURLTemplate: "http://{hostname}/files", description: "a test clip", tus: t)
+        let o = GcoreOptions(apiBase: apiBase ?? api.apiBase, uploadURLTemplate: "http://{hostname}/files", description: "a test clip", tus: t)
         return GcoreUploader(options: o, store: try ResumeStore(path: dir + "/" + store), credentials: provider)
     }
 
@@ -134,6 +134,23 @@ final class GcoreTests: XCTestCase {
         guard case .started(_, _, _, let resumedAt) = log.all.first else { return XCTFail("no started") }
         XCTAssertEqual(resumedAt, paused)
         XCTAssertEqual((try api.state()["videos"] as? [Any])?.count, 1, "one video only")
+        XCTAssertEqual(try fileSHA256(tus.storedPath(result.url!)), try fileSHA256(file))
+    }
+
+    /// The TUS creation POST fails once (503 from a proxy in front of the upload server) and is
+    /// retried: the retry reuses the video and upload token it already has, so the hosting API
+    /// holds exactly one video.
+    func testRetriedCreationDoesNotMakeASecondVideo() throws {
+        let proxy = try LocalProxy(upstreamPort: tus.port, directory: dir)
+        try proxy.rules([["method": "POST", "times": 1, "action": "status", "status": 503, "body": "busy"]])
+        let api2 = try LocalGcore(tusHost: "127.0.0.1:\(proxy.port)", directory: dir, access: access, refresh: refresh)
+        let up = try uploader(StaticCredentialProvider(.bearer(token: access, refreshToken: refresh)), apiBase: api2.apiBase)
+        let file = try makeFile("retry.mp4", bytes: 600_000)
+        let log = UploadEventLog()
+        let result = try up.upload(file: file, id: "g5", metadata: [:], control: UploadControl(), observer: log)
+        XCTAssertEqual(try proxy.outcomes("POST").filter { $0 == "status:503" }.count, 1)
+        XCTAssertEqual(up.tus.lastRun.requests["POST"], 2, "the creation was sent twice")
+        XCTAssertEqual((try api2.state()["videos"] as? [Any])?.count, 1, "one video only")
         XCTAssertEqual(try fileSHA256(tus.storedPath(result.url!)), try fileSHA256(file))
     }
 }

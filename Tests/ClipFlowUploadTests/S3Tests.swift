@@ -572,7 +572,8 @@ final class S3Tests: XCTestCase {
     /// object: the repeated Complete must still end in success. (Measured: moto 5.2.1 answers a
     /// repeated Complete of a completed upload with 200 again, so the uploader's fallback for
     /// servers that answer NoSuchUpload there — HEAD the object and accept it if it has our
-    /// size — is not reached here.)
+    /// multipart ETag — is not reached here; the proxy injects that answer in
+    /// testCompleteLostThenNoSuchUploadSucceedsWhenTheObjectHasOurETag.)
     func testCompleteRetriedAfter200WithErrorAndAfterALostResponse() throws {
         let internalError = "<?xml version=\"1.0\"?><Error><Code>InternalError</Code><Message>We encountered an internal error.</Message></Error>"
         try proxy.setRules([
@@ -656,4 +657,126 @@ struct Tee: UploadObserver {
     let a: UploadObserver, b: UploadObserver
     init(_ a: UploadObserver, _ b: UploadObserver) { self.a = a; self.b = b }
     func upload(_ event: UploadEvent) { a.upload(event); b.upload(event) }
+}
+
+extension S3TestsWithoutServer {
+    func testMultipartETagIsTheMD5OfThePartMD5s() {
+        // Oracle: python3 hashlib, md5(md5(b"part one") + md5(b"part two")) + "-2".
+        XCTAssertEqual(S3Session.multipartETag(["\"3303e12af474ca11d85ed2966a932992\"", "3EA4E15B91A17DC76052C56CFCDF67A2"]),
+                       "0732917abc3288784e318ac0aab1757a-2")
+        XCTAssertNil(S3Session.multipartETag(["\"3303e12af474ca11d85ed2966a932992\"", "\"kms-style\""]))
+    }
+
+    func testMaskedKeyIDsAndErrorClasses() {
+        XCTAssertEqual(maskAccessKeyID("AKIAIOSFODNN7EXAMPLE"), "AKIA…MPLE")
+        XCTAssertEqual(maskAccessKeyID("LTAI5tABCD"), "…ABCD")
+        XCTAssertEqual(maskAccessKeyID("abc"), "…")
+        func info(_ status: Int, _ code: String) -> S3ErrorInfo {
+            S3ErrorInfo(HTTPResponse(status: status, body: Data("<Error><Code>\(code)</Code></Error>".utf8)))
+        }
+        XCTAssertTrue(info(403, "SecurityTokenExpired").isExpiry)
+        XCTAssertFalse(info(403, "RequestTimeTooSkewed").isRetryable)
+        XCTAssertFalse(info(403, "RequestTimeTooSkewed").isExpiry)
+    }
+}
+
+/// Review fixes against moto through the fault proxy.
+extension S3Tests {
+    static let noSuchUpload = "<?xml version=\"1.0\"?><Error><Code>NoSuchUpload</Code><Message>The specified upload does not exist.</Message></Error>"
+
+    /// The Complete's answer is lost after moto completed the object, and the repeat gets
+    /// 404 NoSuchUpload (as S3 answers for a completed upload): the uploader HEADs the object, finds
+    /// the multipart ETag of exactly its parts, and succeeds.
+    func testCompleteLostThenNoSuchUploadSucceedsWhenTheObjectHasOurETag() throws {
+        try proxy.setRules([
+            ["method": "POST", "query_contains": "uploadId=", "times": 1, "action": "drop_response"],
+            ["method": "POST", "query_contains": "uploadId=", "times": 1, "action": "status", "status": 404,
+             "body": S3Tests.noSuchUpload, "headers": ["Content-Type": "application/xml"]],
+        ])
+        let file = try makeFile("lostcomplete.bin", size: 150_000)
+        let result = try upload(S3Uploader(options: options(via: true), store: try store(), credentials: session), file,
+                                observer: UploadEventLog())
+        let stats = try stats { $0.count(outcome: "drop_response") == 1 }
+        XCTAssertEqual(stats.count(outcome: "status:404"), 1)
+        let key = "t/testCompleteLostThenNoSuchUploadSucceedsWhenTheObjectHasOurETag/lostcomplete.bin"
+        let etag = try XCTUnwrap(result.etag)
+        XCTAssertEqual(etag, try moto.objectHead(key: key)["etag"] as? String)
+        XCTAssertTrue(etag.hasSuffix("-3\""), etag)
+        try assertObjectMatches(key, file)
+    }
+
+    /// NoSuchUpload on Complete while the key holds another object of the same size (not ours):
+    /// its ETag is not our parts' multipart ETag, so the upload fails instead of claiming it.
+    func testNoSuchUploadWithAnotherObjectOfTheSameSizeFails() throws {
+        let first = try makeFile("a.bin", size: 150_000, seed: 1)
+        let key = "same-\(UUID().uuidString).bin"
+        _ = try upload(S3Uploader(options: options(key: key), store: try store(), credentials: session), first, observer: UploadEventLog())
+        try proxy.setRules([["method": "POST", "query_contains": "uploadId=", "times": 1, "action": "status", "status": 404,
+                             "body": S3Tests.noSuchUpload, "headers": ["Content-Type": "application/xml"]]])
+        let second = try makeFile("b.bin", size: 150_000, seed: 2)
+        XCTAssertThrowsError(try upload(S3Uploader(options: options(via: true, key: key), store: try store(), credentials: session), second,
+                                        observer: UploadEventLog())) { e in
+            XCTAssertEqual((e as? UploadError)?.code, "http-404", "\(e)")
+        }
+        XCTAssertEqual(try moto.objectSHA256(key: key), try sha256(ofFile: first), "the other object is untouched")
+        _ = try stats { $0.count("POST", pathContains: "?uploads") == 1 }  // recorded before the next test
+    }
+
+    /// OSS answers InvalidAccessKeyId for expired STS keys: with a provider, one refresh and the
+    /// upload continues; without one it fails with code `credentials` and the key id masked.
+    func testInvalidAccessKeyIdIsRefreshedOnceAndMaskedInMessages() throws {
+        let body = "<?xml version=\"1.0\"?><Error><Code>InvalidAccessKeyId</Code><Message>The OSS Access Key Id you provided does not exist in our records.</Message></Error>"
+        try proxy.setRules([["method": "PUT", "query_contains": "partNumber=2&", "times": 1, "action": "status", "status": 403,
+                             "body": body, "headers": ["Content-Type": "application/xml"]]])
+        let counter = dir + "/count"
+        let file = try makeFile("oss.bin", size: 150_000)
+        let log = UploadEventLog()
+        let up = S3Uploader(options: options(via: true), store: try store(), credentials: session,
+                            provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter)))
+        _ = try upload(up, file, observer: log)
+        XCTAssertEqual(lines(counter), 1)
+        XCTAssertEqual(log.named("credentials-expired").count, 1)
+        try assertObjectMatches("t/testInvalidAccessKeyIdIsRefreshedOnceAndMaskedInMessages/oss.bin", file)
+
+        try proxy.setRules([["method": "PUT", "query_contains": "partNumber=1&", "times": -1, "action": "status", "status": 403,
+                             "body": body, "headers": ["Content-Type": "application/xml"]]])
+        let keyID = session.accessKeyID
+        let file2 = try makeFile("oss2.bin", size: 150_000, seed: 3)
+        XCTAssertThrowsError(try upload(S3Uploader(options: options(via: true), store: try store(), credentials: session), file2,
+                                        observer: UploadEventLog())) { e in
+            let u = e as? UploadError
+            XCTAssertEqual(u?.code, "credentials")
+            XCTAssertFalse(u?.message.contains(keyID) ?? true, u?.message ?? "")
+            XCTAssertTrue(u?.message.contains("…" + keyID.suffix(4)) ?? false, u?.message ?? "")
+        }
+        let log3 = UploadEventLog()
+        XCTAssertThrowsError(try upload(S3Uploader(options: options(via: true), store: try store(), credentials: session,
+                                                   provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter))),
+                                        file2, observer: log3)) { e in
+            XCTAssertEqual((e as? UploadError)?.code, "credentials")
+            XCTAssertTrue((e as? UploadError)?.message.contains("also after") ?? false, "\(e)")
+        }
+        XCTAssertEqual(log3.named("credentials-expired").count, 1, "one refresh only")
+        _ = try stats { $0.count("POST", pathContains: "?uploads") == 3 }  // all recorded before the next test
+    }
+
+    /// RequestTimeTooSkewed is not retried: the clock stays off. A clear message at once.
+    func testRequestTimeTooSkewedFailsAtOnceSayingTheClockIsOff() throws {
+        let body = "<?xml version=\"1.0\"?><Error><Code>RequestTimeTooSkewed</Code><Message>The difference between the request time and the current time is too large.</Message></Error>"
+        try proxy.setRules([["method": "PUT", "query_contains": "partNumber=1&", "times": -1, "action": "status", "status": 403,
+                             "body": body, "headers": ["Content-Type": "application/xml"]]])
+        let file = try makeFile("skew.bin", size: 50_000)
+        let log = UploadEventLog()
+        XCTAssertThrowsError(try upload(S3Uploader(options: options(via: true), store: try store(), credentials: session), file,
+                                        observer: log)) { e in
+            let u = e as? UploadError
+            XCTAssertEqual(u?.code, "clock-skew")
+            XCTAssertTrue(u?.message.contains("clock") ?? false, u?.message ?? "")
+        }
+        XCTAssertEqual(log.named("retry-started").count, 0)
+        // Wait for the proxy to record the forwarded CreateMultipartUpload (it does so when the
+        // upstream closes): recorded after the next test's reset, it would count there.
+        let stats = try stats { $0.count("POST", pathContains: "?uploads") == 1 }
+        XCTAssertEqual(stats.count(outcome: "status:403"), 1)
+    }
 }

@@ -515,3 +515,188 @@ final class Atomic2: @unchecked Sendable {
     private var n = 0
     func next() -> Int { lock.lock(); defer { lock.unlock() }; n += 1; return n }
 }
+
+/// Review fixes: credential refresh, final stamp check, no-progress PATCHes, explicit checksums.
+final class TUSReviewFixTests: XCTestCase {
+    var dir = ""
+    var server: LocalTUS!
+
+    override func setUpWithError() throws {
+        dir = NSTemporaryDirectory() + "tusfix-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        server = try LocalTUS(directory: dir + "/server")
+    }
+
+    override func tearDownWithError() throws {
+        server?.stop()
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    func makeFile(_ name: String, bytes: Int) throws -> String {
+        let path = dir + "/" + name
+        var data = Data(count: bytes)
+        for i in 0..<bytes { data[i] = UInt8(truncatingIfNeeded: i &* 2654435761 >> 7) }
+        try data.write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    func options(_ endpoint: String) -> TUSOptions {
+        var t = TransportSettings()
+        t.stallTimeout = 5
+        var o = TUSOptions(endpoint: endpoint, chunkSize: 256 << 10, retry: .fast, transport: t)
+        o.progressInterval = 0
+        return o
+    }
+
+    func store() throws -> ResumeStore { try ResumeStore(path: dir + "/resume.json") }
+
+    /// A credential command for a TUS destination: each run appends a line to `counter` and
+    /// prints a new token (`tok-1`, `tok-2`...).
+    func tokenCommand(counter: String) -> [String] {
+        ["/bin/sh", "-c", "echo x >> '\(counter)'; n=$(wc -l < '\(counter)' | tr -d ' '); printf '{\"token\":\"tok-%s\"}' \"$n\""]
+    }
+
+    func lines(_ path: String) -> Int {
+        ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").count
+    }
+
+    func destinationUploader(_ endpoint: String, counter: String) throws -> TUSUploader {
+        var d = UploadDestination(method: .tus, endpoint: endpoint, credentials: CredentialSource(command: tokenCommand(counter: counter)))
+        d.chunkSize = 256 << 10
+        d.maxRetries = 3
+        d.retryDelay = 0.01
+        return try XCTUnwrap(try d.makeUploader(store: try store()) as? TUSUploader)
+    }
+
+    /// One 401 on a PATCH mid-upload: `credentialsExpired`, the destination's provider is asked
+    /// again (twice in all: start + refresh, the cached token dropped), the request is repeated and
+    /// the SAME upload (one POST, one URL) completes intact.
+    func testRefused401OnPatchRefreshesCredentialsAndContinuesTheSameUpload() throws {
+        let proxy = try LocalProxy(upstreamPort: server.port, directory: dir)
+        try proxy.rules([["method": "PATCH", "skip": 1, "times": 1, "action": "status", "status": 401, "body": "token expired"]])
+        let counter = dir + "/count"
+        let file = try makeFile("auth.mp4", bytes: 1_200_000)
+        let up = try destinationUploader(proxy.baseURL, counter: counter)
+        let log = UploadEventLog()
+        let result = try up.upload(file: file, id: "a", metadata: [:], control: UploadControl(), observer: log)
+        XCTAssertEqual(try proxy.outcomes("PATCH").filter { $0 == "status:401" }.count, 1)
+        XCTAssertEqual(log.named("credentials-expired").count, 1)
+        XCTAssertEqual(lines(counter), 2, "provider asked at start and once on the refusal")
+        XCTAssertEqual(up.lastRun.requests["POST"], 1, "no second upload is created")
+        XCTAssertEqual(up.lastRun.credentialRefreshes, 1)
+        XCTAssertEqual(result.url, up.lastRun.uploadURL)
+        XCTAssertEqual(try fileSHA256(server.storedPath(result.url!)), try fileSHA256(file))
+        XCTAssertEqual(log.named("failed").count, 0)
+    }
+
+    /// Refused again right after the refresh: fails with http-403 and the server's text (redacted),
+    /// and keeps the resume record (the upload can be resumed once the credentials are fixed).
+    func testRefusedAgainAfterRefreshFailsAndKeepsTheRecord() throws {
+        let proxy = try LocalProxy(upstreamPort: server.port, directory: dir)
+        try proxy.rules([["method": "PATCH", "skip": 1, "times": 2, "action": "status", "status": 403, "body": "denied for Bearer tok-2"]])
+        let counter = dir + "/count"
+        let file = try makeFile("auth2.mp4", bytes: 1_200_000)
+        let up = try destinationUploader(proxy.baseURL, counter: counter)
+        let log = UploadEventLog()
+        XCTAssertThrowsError(try up.upload(file: file, id: "a", metadata: [:], control: UploadControl(), observer: log)) { e in
+            let u = e as? UploadError
+            XCTAssertEqual(u?.code, "http-403")
+            XCTAssertTrue(u?.message.contains("HTTP 403 (denied for ***)") ?? false, u?.message ?? "")
+            XCTAssertTrue(u?.message.contains("again right after a refresh") ?? false, u?.message ?? "")
+        }
+        XCTAssertEqual(log.named("credentials-expired").count, 1)
+        XCTAssertEqual(lines(counter), 2)
+        XCTAssertEqual(try store().all.first?.uploadURL, up.lastRun.uploadURL, "the record stays")
+    }
+
+    /// A 403 on the resume HEAD is refused credentials, not a vanished upload: refresh, HEAD
+    /// again, continue the same upload (nothing re-created, the record never dropped).
+    func testForbiddenResumeHeadRefreshesInsteadOfRecreating() throws {
+        let proxy = try LocalProxy(upstreamPort: server.port, directory: dir)
+        try proxy.rules([["method": "PATCH", "skip": 1, "times": -1, "action": "status", "status": 503]])
+        let counter = dir + "/count"
+        let file = try makeFile("head403.mp4", bytes: 1_200_000)
+        XCTAssertThrowsError(try destinationUploader(proxy.baseURL, counter: counter)
+            .upload(file: file, id: "h", metadata: [:], control: UploadControl(), observer: NoUploadObserver()))
+        let url = try XCTUnwrap(try store().all.first?.uploadURL)
+        try proxy.rules([["method": "HEAD", "times": 1, "action": "status", "status": 403, "body": "expired"]])
+        let up = try destinationUploader(proxy.baseURL, counter: counter)
+        let log = UploadEventLog()
+        let result = try up.upload(file: file, id: "h", metadata: [:], control: UploadControl(), observer: log)
+        XCTAssertEqual(result.url, url)
+        XCTAssertEqual(up.lastRun.recreated, 0)
+        XCTAssertNil(up.lastRun.requests["POST"])
+        XCTAssertEqual(log.named("credentials-expired").count, 1)
+        XCTAssertEqual(try fileSHA256(server.storedPath(url)), try fileSHA256(file))
+    }
+
+    /// The file changes while its last chunk is sent: not reported as uploaded; file-changed,
+    /// the server upload terminated and the record dropped (as mid-upload).
+    func testFileChangedDuringTheLastChunkFails() throws {
+        let size = 700_000
+        let file = try makeFile("last.mp4", bytes: size)
+        let t = Trigger(after: Int64(size - 1)) {
+            let h = FileHandle(forWritingAtPath: file)!
+            h.seekToEndOfFile(); h.write(Data(repeating: 7, count: 10)); h.closeFile()
+        }
+        let up = TUSUploader(options: options(server.baseURL), store: try store())
+        XCTAssertThrowsError(try up.upload(file: file, id: "f", metadata: [:], control: UploadControl(), observer: t)) { e in
+            XCTAssertEqual((e as? UploadError)?.code, "file-changed")
+        }
+        XCTAssertEqual(t.log.named("finished").count, 0)
+        XCTAssertEqual(try server.head(try XCTUnwrap(up.lastRun.uploadURL)).status, 404)
+        XCTAssertTrue(try store().all.isEmpty)
+    }
+
+    /// A 204 whose Upload-Offset does not move is a failure without progress: retried with backoff,
+    /// then given up after maxAttemptsWithoutProgress (it used to loop for ever; the upload is
+    /// paused after 20 s so a regression fails instead of hanging).
+    func testPatchThatNeverAdvancesGivesUp() throws {
+        let proxy = try LocalProxy(upstreamPort: server.port, directory: dir)
+        try proxy.rules([["method": "PATCH", "times": -1, "action": "status", "status": 204,
+                          "headers": ["Tus-Resumable": "1.0.0", "Upload-Offset": "0"]]])
+        let file = try makeFile("stuck.mp4", bytes: 600_000)
+        var o = options(proxy.baseURL)
+        o.creationWithUpload = false
+        let up = TUSUploader(options: o, store: try store())
+        let control = UploadControl()
+        DispatchQueue.global().asyncAfter(deadline: .now() + 20) { control.pause() }
+        let log = UploadEventLog()
+        XCTAssertThrowsError(try up.upload(file: file, id: "s", metadata: [:], control: control, observer: log)) { e in
+            let u = e as? UploadError
+            XCTAssertEqual(u?.code, "no-progress")
+            XCTAssertEqual(u?.retryable, true)
+        }
+        XCTAssertEqual(log.named("retry-started").count, RetryPolicy.fast.maxAttemptsWithoutProgress)
+        XCTAssertNotNil(try store().all.first?.uploadURL)
+    }
+
+    /// checksum sha1/sha256: that algorithm when offered; a clear error when it is not.
+    func testExplicitChecksumAlgorithmIsUsedOrRefused() throws {
+        var o = options(server.baseURL)
+        o.checksum = .sha1
+        let file = try makeFile("sha1.mp4", bytes: 600_000)
+        let up = TUSUploader(options: o, store: try store())
+        let result = try up.upload(file: file, id: "c", metadata: [:], control: UploadControl(), observer: NoUploadObserver())
+        XCTAssertEqual(up.lastRun.checksumAlgorithm, "sha1")
+        XCTAssertEqual(try fileSHA256(server.storedPath(result.url!)), try fileSHA256(file))
+
+        let proxy = try LocalProxy(upstreamPort: server.port, directory: dir)
+        try proxy.rules([["method": "OPTIONS", "times": -1, "action": "status", "status": 204,
+                          "headers": ["Tus-Resumable": "1.0.0", "Tus-Version": "1.0.0", "Tus-Extension": "creation,checksum",
+                                      "Tus-Checksum-Algorithm": "md5"]]])
+        var o2 = options(proxy.baseURL)
+        o2.checksum = .sha256
+        XCTAssertThrowsError(try TUSUploader(options: o2, store: try store())
+            .upload(file: file, id: "c2", metadata: [:], control: UploadControl(), observer: NoUploadObserver())) { e in
+            let u = e as? UploadError
+            XCTAssertEqual(u?.code, "unsupported")
+            XCTAssertTrue(u?.message.contains("sha256") ?? false, u?.message ?? "")
+        }
+        var d = UploadDestination(method: .tus, endpoint: server.baseURL)
+        d.checksum = "sha256"
+        XCTAssertEqual(d.tusOptions.checksum, .sha256)
+        d.checksum = "sha1"
+        XCTAssertEqual(d.tusOptions.checksum, .sha1)
+    }
+}

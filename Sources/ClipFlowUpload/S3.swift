@@ -459,8 +459,8 @@ final class S3Session {
     var refreshedSinceSuccess = false
     /// The retry attempt to report in `retryResumed` once a request succeeds again.
     var pendingResume: Int?
-    /// Hashes the next part (SHA-256 when payloads are signed, MD5 for the ETag check) while the
-    /// current one is sent.
+    /// Hashes the next part (SHA-256 when payloads are signed, else MD5 for the ETag check) while
+    /// the current one is sent.
     let digester: RangeDigester
 
     init(uploader: S3Uploader, path: String, id: String, control: UploadControl, observer: UploadObserver) throws {
@@ -474,7 +474,9 @@ final class S3Session {
         key = uploader.options.objectKey(for: path)
         retry = RetryState(policy: uploader.options.retry)
         meter = ProgressMeter(total: stamp.size)
-        digester = RangeDigester(path: path, algorithms: uploader.options.payloadSigning == .signed ? [.sha256, .md5] : [.md5])
+        // Signed payloads: the server checks the part against its SHA-256, so no MD5 is needed.
+        // Unsigned payloads: the part's MD5 is compared with the ETag instead.
+        digester = RangeDigester(path: path, algorithms: uploader.options.payloadSigning == .signed ? [.sha256] : [.md5])
         do {
             transport = try CurlTransport(settings: uploader.options.network.settings, shouldAbort: { control.shouldStop })
         } catch let e as TransportError {
@@ -641,7 +643,8 @@ final class S3Session {
     func uploadPart(_ n: Int, uploadID: String, offset: Int64, length: Int64,
                     next: (offset: Int64, length: Int64)? = nil) throws -> String {
         let body = HTTPBody.file(path: path, offset: offset, length: length)
-        // One read of the range for both digests: SHA-256 for the signature, MD5 for the ETag.
+        // SHA-256 for a signed payload (the server verifies the bytes against it), else MD5 to
+        // check the ETag.
         let (sha256, md5) = try partDigests(offset: offset, length: length)
         if let next { digester.prefetch(offset: next.offset, length: next.length) }
         let payloadHash = options.payloadSigning == .signed ? sha256 : SigV4Signer.unsignedPayload
@@ -657,7 +660,7 @@ final class S3Session {
             guard let etag = r.header("etag"), !etag.isEmpty else {
                 throw UploadError(code: "protocol", message: "\(what): UploadPart \(n) answered \(r.status) without an ETag", retryable: true)
             }
-            if let got = S3Session.plainMD5(etag), got != md5 {
+            if let md5, let got = S3Session.plainMD5(etag), got != md5 {
                 // The server stored other bytes than we read: send the part again.
                 try retryAfter(reason: "UploadPart \(n): the server's ETag \(got) is not the part's MD5 \(md5)", retryAfter: nil)
                 continue
@@ -849,9 +852,9 @@ final class S3Session {
         return t
     }
 
-    /// SHA-256 (empty when payloads are unsigned) and MD5 (hex) of a part, from the digester
-    /// (prefetched while the previous part was sent, else read now).
-    func partDigests(offset: Int64, length: Int64) throws -> (sha256: String, md5: String) {
+    /// SHA-256 (signed payloads; else empty) or MD5 (unsigned payloads; else nil), hex, of a part,
+    /// from the digester (prefetched while the previous part was sent, else read now).
+    func partDigests(offset: Int64, length: Int64) throws -> (sha256: String, md5: String?) {
         let d: [[UInt8]]
         do {
             d = try digester.digests(offset: offset, length: length)
@@ -860,7 +863,7 @@ final class S3Session {
         } catch {
             throw UploadError(code: "internal", message: "\(what): hashing bytes \(offset)..<\(offset + length): \(error)")
         }
-        return d.count == 2 ? (d[0].hex, d[1].hex) : ("", d[0].hex)
+        return options.payloadSigning == .signed ? (d[0].hex, nil) : ("", d[0].hex)
     }
 
     /// SHA-256 and MD5 (hex) of a file range, read once in 1 MiB blocks.

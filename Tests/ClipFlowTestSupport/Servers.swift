@@ -103,12 +103,13 @@ public final class ServerProcess: @unchecked Sendable {
             + "(\(arguments.joined(separator: " "))):\n\(stderrText.suffix(3000))")
     }
 
-    /// SIGTERM, then SIGKILL after 3 s; waits for the process to end.
+    /// SIGTERM, then SIGKILL after 6 s (supervise.py needs up to ~1.2 s to end its server's
+    /// process group); waits for the process to end.
     public func stop() {
         guard let p = lock.withLock({ () -> Process? in defer { process = nil }; return process }) else { return }
         if p.isRunning {
             kill(p.processIdentifier, SIGTERM)
-            let deadline = Date().addingTimeInterval(3)
+            let deadline = Date().addingTimeInterval(6)
             while p.isRunning && Date() < deadline { usleep(20_000) }
             if p.isRunning { kill(p.processIdentifier, SIGKILL) }
         }

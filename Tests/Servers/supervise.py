@@ -17,6 +17,13 @@ import sys
 import time
 
 
+def die_with_parent():
+    """In the child, before exec: the kernel SIGKILLs it when this supervisor dies, however it
+    dies (PR_SET_PDEATHSIG), so a server can never be orphaned."""
+    import ctypes
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--max-seconds", type=float, default=600)
@@ -26,7 +33,7 @@ def main():
     if not cmd:
         sys.exit("supervise.py: no command")
     parent = os.getppid()
-    child = subprocess.Popen(cmd, start_new_session=True)
+    child = subprocess.Popen(cmd, start_new_session=True, preexec_fn=die_with_parent)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))
@@ -41,7 +48,9 @@ def main():
     try:
         os.killpg(child.pid, signal.SIGTERM)
         try:
-            child.wait(3)
+            # resumable-upload can take a while to end on SIGTERM (open keep-alive connections);
+            # the caller SIGKILLs us after a few seconds, so do not wait long ourselves.
+            child.wait(1)
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()

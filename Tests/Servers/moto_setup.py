@@ -78,7 +78,10 @@ def setup(args):
     actions += 3
     role = iam.create_role(RoleName="clipflow-upload-role", AssumeRolePolicyDocument=json.dumps({
         "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"},
+        # moto, unlike AWS, does not take the account root to cover its users: name the user too,
+        # so the user can call AssumeRole again (the tests' credential-refresh commands do).
+        "Statement": [{"Effect": "Allow", "Principal": {"AWS": [f"arn:aws:iam::{ACCOUNT}:root",
+                                                                f"arn:aws:iam::{ACCOUNT}:user/{user}"]},
                        "Action": "sts:AssumeRole"}]}))["Role"]
     iam.put_role_policy(RoleName="clipflow-upload-role", PolicyName="all-s3",
                         PolicyDocument=json.dumps({

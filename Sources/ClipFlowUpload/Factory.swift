@@ -48,8 +48,7 @@ extension UploadDestination {
             var o = S3Options(endpoint: endpoint, region: region ?? "us-east-1", bucket: bucket ?? "", keyPrefix: keyPrefix ?? "",
                               addressingStyle: addressing == "virtual" ? .virtual : .path, partSize: chunkSize,
                               minimumPartSize: minimumPartSize ?? S3Options.awsMinimumPartSize, retry: retryPolicy)
-            o.network = S3Options.Network(connectTimeout: settings.connectTimeout, stallTimeout: settings.stallTimeout,
-                                          verifyTLS: settings.verifyTLS, caBundle: settings.caBundle)
+            o.network = settings
             // The first credentials come from the same source that refreshes them.
             guard case .aws(let keys) = try provider.refresh(reason: "start of upload") else {
                 throw UploadError(code: "credentials", message: "s3 upload: the credentials source gave a token, not access keys")

@@ -15,29 +15,6 @@ public struct S3Options: Codable, Sendable, Equatable {
         case virtual
     }
 
-    /// Timeouts and TLS (mirrors `TransportSettings`, which is not `Codable`).
-    public struct Network: Codable, Sendable, Equatable {
-        public var connectTimeout: Double = 15
-        /// A request that moves no byte for this many seconds is abandoned and retried.
-        public var stallTimeout: Int = 30
-        public var verifyTLS: Bool = true
-        public var caBundle: String? = nil
-        public init(connectTimeout: Double = 15, stallTimeout: Int = 30, verifyTLS: Bool = true, caBundle: String? = nil) {
-            self.connectTimeout = connectTimeout
-            self.stallTimeout = stallTimeout
-            self.verifyTLS = verifyTLS
-            self.caBundle = caBundle
-        }
-        public var settings: TransportSettings {
-            var s = TransportSettings()
-            s.connectTimeout = connectTimeout
-            s.stallTimeout = stallTimeout
-            s.verifyTLS = verifyTLS
-            s.caBundle = caBundle
-            return s
-        }
-    }
-
     /// e.g. `https://s3.eu-central-1.amazonaws.com`, `https://oss-cn-hangzhou.aliyuncs.com`,
     /// `http://127.0.0.1:9000`. A trailing `/` is ignored.
     public var endpoint: String
@@ -62,7 +39,8 @@ public struct S3Options: Codable, Sendable, Equatable {
     /// See `S3Uploader.metadataHeaders` for how names and non-ASCII values are encoded.
     public var metadata: [String: String]
     public var retry: RetryPolicy
-    public var network: Network
+    /// Timeouts (stall, connect) and TLS.
+    public var network: TransportSettings
     public var payloadSigning: PayloadSigning
     /// On resume, re-read each part the server already has and compare its MD5 with the part's
     /// ETag (skipped for ETags that are not a plain MD5, e.g. SSE-KMS); a mismatch re-uploads it.
@@ -78,7 +56,7 @@ public struct S3Options: Codable, Sendable, Equatable {
                 addressingStyle: AddressingStyle = .path, partSize: Int64? = nil,
                 minimumPartSize: Int64 = S3Options.awsMinimumPartSize, maximumParts: Int = 10_000,
                 contentType: String? = nil, metadata: [String: String] = [:], retry: RetryPolicy = RetryPolicy(),
-                network: Network = Network(), payloadSigning: PayloadSigning = .signed,
+                network: TransportSettings = TransportSettings(), payloadSigning: PayloadSigning = .signed,
                 verifyResumedParts: Bool = true, credentialRefreshMargin: Double = 60) {
         self.endpoint = endpoint
         self.region = region
@@ -347,7 +325,7 @@ public final class S3Uploader: FileUploader, Sendable {
     /// AbortMultipartUpload with a transport of its own (the upload's is stopped by the cancel),
     /// best effort: a short timeout, errors ignored.
     func abortQuietly(key: String, uploadID: String) {
-        var settings = options.network.settings
+        var settings = options.network
         settings.connectTimeout = 5
         settings.stallTimeout = 10
         guard let transport = try? CurlTransport(settings: settings) else { return }
@@ -478,7 +456,7 @@ final class S3Session {
         // Unsigned payloads: the part's MD5 is compared with the ETag instead.
         digester = RangeDigester(path: path, algorithms: uploader.options.payloadSigning == .signed ? [.sha256] : [.md5])
         do {
-            transport = try CurlTransport(settings: uploader.options.network.settings, shouldAbort: { control.shouldStop })
+            transport = try CurlTransport(settings: uploader.options.network, shouldAbort: { control.shouldStop })
         } catch let e as TransportError {
             throw UploadError(code: "internal", message: e.message)
         }

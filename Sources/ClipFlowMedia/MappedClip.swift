@@ -6,20 +6,22 @@ import Foundation
 // point into a read-only mapping of their clip, and the output sink turns writes of mapped bytes
 // into `sendfile` from the clip's file descriptor. Video payloads never pass through user space.
 
-/// A clip file mapped read-only (MAP_SHARED), plus a "shadow": anonymous memory laid out like the
-/// file, into which only the audio samples are read (pread). Each is followed by one zero page so
-/// the AV_INPUT_BUFFER_PADDING_SIZE bytes after a packet that ends the file are readable.
+/// A clip file mapped read-only (MAP_SHARED), plus a "shadow": anonymous, never written memory
+/// laid out like the file. Each is followed by one zero page so the AV_INPUT_BUFFER_PADDING_SIZE
+/// bytes after a packet that ends the file are readable.
 ///
-/// Why the shadow: the MP4 muxer reads the first two bytes of every AAC packet (ADTS check). In a
-/// file mapping each such touch maps the 64 KiB around it (fault-around): ~186 touches map 7.9 of
-/// a clip's 8.2 MB, which counted against the 64 MiB peak-RSS target. Shadow pages are only those
-/// holding audio (a few hundred KB a clip). Both views map to the same file offsets
-/// (`fileOffset(of:)`), so the sink sends audio and video alike from the file.
+/// Why the shadow: the MP4 muxer reads the first two bytes of every AAC packet (a check that the
+/// stream is not ADTS-framed; an MP4 sample never is). In the file mapping each such touch would
+/// map the 64 KiB around it (fault-around): ~186 touches map 7.9 of a clip's 8.2 MB, which counted
+/// against the 64 MiB peak-RSS target. Audio packets point into the shadow instead, whose untouched
+/// pages read as the kernel's shared zero page: no memory, no read. (An earlier version pread the
+/// audio samples into it, 7,400 reads per 60-clip merge, for bytes nobody uses.) Both views map to
+/// the same file offsets (`fileOffset(of:)`), so the sink sends audio and video alike from the file.
 ///
 /// Owner of the file descriptor, the mapping and an AVBufferRef over it. Packets hold further
 /// references (`ref()`); the AVBuffer keeps this object alive (it retains it until its free
 /// callback), so the mapping lives until both `release()` has been called and the last packet
-/// pointing into it is freed, even when the muxer holds packets of this clip for interleaving.
+/// pointing into it is freed, and the output sink keeps it while a range of it is still to be sent.
 /// Used on the merge thread only.
 final class MappedClip {
     let path: String
@@ -57,14 +59,7 @@ final class MappedClip {
             Glibc.close(fd)
             throw ClipFlowError.failure("input '\(path)': cannot map it: \(reason)")
         }
-        let shadow = m + view
-        guard mprotect(shadow, view, PROT_READ | PROT_WRITE) == 0 else {
-            let reason = String(cString: strerror(errno))
-            munmap(area, length)
-            Glibc.close(fd)
-            throw ClipFlowError.failure("input '\(path)': cannot map it: \(reason)")
-        }
-        _ = madvise(shadow, view, MADV_NOHUGEPAGE)   // a touched byte must not fault in 2 MiB
+        let shadow = m + view      // the reserved second view: read-only zero pages
         self.fd = fd
         self.base = m
         self.shadow = shadow
@@ -92,23 +87,8 @@ final class MappedClip {
         return nil
     }
 
-    /// Reads file bytes [from, to) into the shadow.
-    func loadShadow(from: Int64, to: Int64) -> Int32 {
-        var off = from
-        while off < to {
-            let n = pread(fd, shadow + Int(off), Int(to - off), off_t(off))
-            if n < 0 {
-                if errno == EINTR { continue }
-                return cf_averror(errno)
-            }
-            if n == 0 { return cf_averror_eof() }
-            off += Int64(n)
-        }
-        return 0
-    }
-
     /// Makes `pkt` (read from this clip with its payload not copied) point at its bytes in the
-    /// file mapping, or in the shadow if `shadowed` (loaded there by the reader), holding a
+    /// file mapping, or at their place in the shadow if `shadowed`, holding a
     /// reference. Returns false if the packet is not a sample of this file.
     func adopt(_ pkt: UnsafeMutablePointer<AVPacket>, shadowed: Bool) throws -> Bool {
         let pos = pkt.pointee.pos, n = Int64(pkt.pointee.size)
@@ -134,9 +114,8 @@ private func mappedClipFree(_ opaque: UnsafeMutableRawPointer?, _ data: UnsafeMu
 /// The input AVIOContext of a demuxer over a `MappedClip`: reads with pread (the mapping itself is
 /// not touched, so it adds nothing to the resident set), and once `skipPayloads` is set, a read of
 /// exactly one sample of the index (position and size) returns without copying anything into the
-/// demuxer's packet: the packet's bytes are then taken from the mapping or, for shadowed (audio)
-/// samples, from the shadow, which is filled one run of adjacent shadowed samples per pread
-/// (`MappedClip.adopt`). Any other read (box headers, a sample read in pieces) is a real read.
+/// demuxer's packet: the packet then points into the mapping or, for shadowed (audio) samples, the
+/// shadow (`MappedClip.adopt`). Any other read (box headers, a sample read in pieces) is a real read.
 /// Owner of the AVIOContext; one thread.
 final class MappedReader {
     /// The mapped clip (packets are adopted into it), or nil for a reader that only reads
@@ -150,10 +129,8 @@ final class MappedReader {
     fileprivate var position: Int64 = 0
     /// Sample position -> size, for the samples whose reads are skipped.
     fileprivate var payloads: [Int64: Int32] = [:]
-    /// Shadowed sample position -> end of its run of adjacent shadowed samples.
-    fileprivate var runEnds: [Int64: Int64] = [:]
-    /// File range already in the shadow (the last run loaded).
-    fileprivate var loaded: Range<Int64> = 0..<0
+    /// Positions of the samples whose packets point into the shadow.
+    fileprivate var shadowed: Set<Int64> = []
     fileprivate var skipping = false
     /// Reads skipped since the last `takeSkipped()`.
     fileprivate var skipped = 0
@@ -202,29 +179,20 @@ final class MappedReader {
         if ownsFD { Glibc.close(fd) }
     }
 
-    /// From now on, reads of exactly one of these samples (position, size) copy nothing; the
-    /// `shadowed` ones (position, size) are loaded into the shadow. Reads go straight to the
-    /// callback (AVIO direct mode) so a sample arrives as one read.
+    /// From now on, reads of exactly one of these samples (position, size) copy nothing; packets
+    /// of the `shadowed` ones (position, size) are to point into the shadow. Reads go straight to
+    /// the callback (AVIO direct mode) so a sample arrives as one read.
     func skipPayloads(_ samples: [Int64: Int32], shadowed: [(pos: Int64, size: Int32)]) {
         payloads = samples
-        for s in shadowed { payloads[s.pos] = s.size }
-        // Runs of adjacent shadowed samples (at most 1 MiB), so one pread loads several.
-        let sorted = shadowed.sorted { $0.pos < $1.pos }
-        var i = 0
-        while i < sorted.count {
-            var j = i, end = sorted[i].pos + Int64(sorted[i].size)
-            while j + 1 < sorted.count, sorted[j + 1].pos == end, end - sorted[i].pos < 1 << 20 {
-                j += 1
-                end += Int64(sorted[j].size)
-            }
-            for k in i...j { runEnds[sorted[k].pos] = end }
-            i = j + 1
+        for s in shadowed {
+            payloads[s.pos] = s.size
+            self.shadowed.insert(s.pos)
         }
         skipping = true
         pb.pointee.direct = 1
     }
 
-    func isShadowed(pos: Int64) -> Bool { runEnds[pos] != nil }
+    func isShadowed(pos: Int64) -> Bool { shadowed.contains(pos) }
 
     /// Every read goes straight to pread at its exact size (AVIO direct mode, nothing skipped):
     /// for a demuxer that reads a few small samples between large ones it does not read.
@@ -246,11 +214,6 @@ private func mappedRead(_ opaque: UnsafeMutableRawPointer?, _ buf: UnsafeMutable
     let left = r.size - r.position
     if left <= 0 { return cf_averror_eof() }
     if r.skipping, let n = r.payloads[r.position], n == size, Int64(size) <= left {
-        if let end = r.runEnds[r.position], !r.loaded.contains(r.position), let clip = r.clip {
-            let rc = clip.loadShadow(from: r.position, to: min(end, r.size))
-            if rc < 0 { return rc }
-            r.loaded = r.position..<end
-        }
         r.position += Int64(size)
         r.skipped += 1
         return size

@@ -248,7 +248,7 @@ public final class Merger {
             p.p.pointee.dts = p.p.pointee.pts
             p.p.pointee.duration = rescale(dur, srTB, atbOut)
             p.p.pointee.pos = -1
-            try mux.write(p)
+            try mux.writeInOrder(p)
             audioFramesWritten += 1
         }
         func emitRegions(before k: Int64) throws {
@@ -270,8 +270,12 @@ public final class Merger {
             let vtbIn = clip.video.timeBase.av
             let copy = layout.audio?.copies.first(where: { $0.clip == ci })
             let audioTB = clip.audio?.timeBase.av
-            // Video samples stay in the file; audio samples are read into the shadow (the muxer
-            // looks at their first bytes, see MappedClip).
+            // Packets are written in the clip's file order (the demuxer returns them so), not
+            // through the muxer's interleaving queue: the output then keeps the clip's own
+            // interleaving, so each clip goes out in a few long `sendfile` ranges (the queue's
+            // dts order differs from the file order wherever audio and video are offset, which
+            // cut a 60-clip merge into 5,500 ranges). Audio packets point into the shadow (the
+            // muxer peeks at their first bytes, see MappedClip).
             let audioIndex = layout.audio != nil ? clip.audio?.streamIndex : nil
             var samples: [Int64: Int32] = [:]
             var shadowed: [(pos: Int64, size: Int32)] = []
@@ -315,7 +319,7 @@ public final class Merger {
                     p.pointee.duration = rescale(p.pointee.duration, vtbIn, vtbOut)
                     p.pointee.stream_index = vst.pointee.index
                     p.pointee.pos = -1
-                    try mux.write(pkt)
+                    try mux.writeInOrder(pkt)
                     videoFrames += 1
                 } else if let a = clip.audio, si == a.streamIndex, let copy, let audioTB {
                     let ptsSamples = rescale(pkt.p.pointee.pts, audioTB, srTB)
@@ -438,6 +442,14 @@ final class OutputMuxer {
     /// Writes (and takes the data of) a packet, interleaving by decode time.
     func write(_ pkt: Packet) throws {
         let rc = av_interleaved_write_frame(ctx, pkt.p)
+        if rc < 0 { throw ClipFlowError.output("writing '\(shownAs)' failed: \(FF.describe(rc))") }
+    }
+
+    /// Writes a packet now, in the caller's order (no interleaving queue); the caller keeps it.
+    /// The caller must already give each stream's packets in decode order and interleave the
+    /// streams sensibly.
+    func writeInOrder(_ pkt: Packet) throws {
+        let rc = av_write_frame(ctx, pkt.p)
         if rc < 0 { throw ClipFlowError.output("writing '\(shownAs)' failed: \(FF.describe(rc))") }
     }
 

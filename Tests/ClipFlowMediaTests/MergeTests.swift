@@ -53,6 +53,31 @@ final class MergeTests: XCTestCase {
         XCTAssertEqual(try Probe.stream(out.path, "v:0", "has_b_frames"), "2")
     }
 
+    func testAudioAndVideoStayInterleavedForStreaming() throws {
+        // Packets are written in each clip's file order, with the re-encoded join audio placed
+        // at its join: read front to back, the file must never run more than 1 s of media time
+        // ahead on one track (a player streaming it would otherwise stall or buffer a lot).
+        let clips = try toneClips(5)
+        let (out, _) = try merge(clips)
+        let csv = try Run.run(["ffprobe", "-v", "error", "-show_entries", "packet=codec_type,pts_time,pos",
+                               "-of", "csv=p=0", out.path]).out
+        var packets: [(pos: Int, video: Bool, t: Double)] = []
+        for line in csv.split(separator: "\n") {
+            let f = line.split(separator: ",").map(String.init)
+            guard f.count == 3, let t = Double(f[1]), let pos = Int(f[2]) else { continue }
+            packets.append((pos, f[0] == "video", t))
+        }
+        XCTAssertGreaterThan(packets.filter(\.video).count, 500)
+        XCTAssertGreaterThan(packets.filter { !$0.video }.count, 800)
+        packets.sort { $0.pos < $1.pos }
+        var lastVideo = 0.0, lastAudio = 0.0, worst = 0.0
+        for p in packets {
+            if p.video { lastVideo = max(lastVideo, p.t) } else { lastAudio = max(lastAudio, p.t) }
+            worst = max(worst, abs(lastVideo - lastAudio))
+        }
+        XCTAssertLessThan(worst, 1.0, "audio and video drift apart in file order by \(worst) s")
+    }
+
     func testVariableFrameRateTimingIsKept() throws {
         // Frames held for 1, 2 or 3 ticks: a variable frame rate input.
         let vfr = ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30,setpts='N*1/30/TB+if(gt(N,20),(N-20)*1/30/TB,0)+if(gt(N,40),(N-40)*2/30/TB,0)',trim=end_frame=60",

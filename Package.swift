@@ -35,7 +35,7 @@ let package = Package(
             ]
         ),
         .target(name: "CClipFlowV4L2"),
-        .target(name: "CClipFlowCurl", linkerSettings: [.linkedLibrary("curl"), .linkedLibrary("crypto")]),
+        .target(name: "CClipFlowCurl", linkerSettings: [.linkedLibrary("dl")]),   // libcurl, libcrypto: dlopen (cf_curl.c)
         .target(name: "ClipFlowCore", swiftSettings: staticStdlib),
         .target(name: "ClipFlowMedia", dependencies: ["ClipFlowCore", "CClipFlowFFmpeg"], swiftSettings: staticStdlib),
         .target(name: "ClipFlowCapture", dependencies: ["ClipFlowCore", "ClipFlowMedia", "CClipFlowV4L2"], swiftSettings: staticStdlib),

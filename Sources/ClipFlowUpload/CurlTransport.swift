@@ -18,6 +18,7 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
     private let shouldAbort: @Sendable () -> Bool
 
     public init(settings: TransportSettings = TransportSettings(), shouldAbort: @escaping @Sendable () -> Bool = { false }) throws {
+        if let e = cf_curl_load_error() { throw TransportError(.invalid, String(cString: e)) }
         _ = curlGlobalInit
         guard let h = curl_easy_init() else {
             throw TransportError(.invalid, "libcurl could not create a handle (out of memory?)")

@@ -1,6 +1,6 @@
 // C shim for libcurl (and libcrypto's digests): only what Swift cannot import (the variadic curl_easy_setopt and
 // curl_easy_getinfo), as typed non-variadic wrappers. Every name is prefixed cf_. Imported only by
-// ClipFlowUpload (internal import).
+// ClipFlowUpload (internal import). Both libraries are loaded on first use (see cf_curl.c).
 #ifndef CF_CURL_H
 #define CF_CURL_H
 #include <curl/curl.h>
@@ -13,6 +13,10 @@ typedef size_t (*cf_curl_data_cb)(char *ptr, size_t size, size_t nmemb, void *us
 typedef int (*cf_curl_xferinfo_cb)(void *userdata, curl_off_t dltotal, curl_off_t dlnow,
                                    curl_off_t ultotal, curl_off_t ulnow);
 typedef int (*cf_curl_seek_cb)(void *userdata, curl_off_t offset, int origin);
+
+/// NULL once libcurl and libcrypto are loaded, else why they could not be (loads them on the first
+/// call). Any other function of either library, called when this is not NULL, exits the process.
+const char *cf_curl_load_error(void);
 
 CURLcode cf_curl_setopt_long(CURL *h, CURLoption opt, long value);
 CURLcode cf_curl_setopt_off(CURL *h, CURLoption opt, curl_off_t value);

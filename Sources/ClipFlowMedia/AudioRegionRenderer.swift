@@ -71,6 +71,7 @@ struct AudioRegionRenderer {
         let inputs = RegionInputs(capacity: 2)
         let renderer = self
         let preparer = Thread {
+            MediaThreads.yieldToCopy()
             var decoders = DecoderCache(clips: renderer.clips, channels: Int(renderer.channels))
             for region in renderer.plan.regions {
                 if inputs.cancelled { inputs.put(.failure(ClipFlowError.interrupted)); continue }

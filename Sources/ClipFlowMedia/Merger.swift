@@ -199,10 +199,11 @@ public final class Merger {
             let renderer = AudioRegionRenderer(plan: plan, clips: clips, sampleRate: a0.sampleRate,
                                                channels: a0.channels, bitRate: a0.bitRate)
             let cancel = self.cancel
-            DispatchQueue.global(qos: .userInitiated).async {
+            Thread {
+                MediaThreads.yieldToCopy()
                 renderer.renderAll(shouldStop: { cancel.isCancelled || results.abandoned },
                                    deliver: { i, r in results.put(i, r) })
-            }
+            }.start()
             reencoded = plan.regions.reduce(0) { $0 + Int64($1.frames.count) }
         }
         defer { regionResults?.abandoned = true }
@@ -260,13 +261,14 @@ public final class Merger {
             }
         }
 
+        // Clips are mapped and their demuxers opened one ahead, on a helper thread (~0.2 ms a
+        // clip, mostly avformat_open_input, that the copy no longer waits for).
+        let opener = ClipOpener(clips: clips, audio: layout.audio != nil)
+        defer { opener.stop() }
         for (ci, clip) in clips.enumerated() {
-            // Packets point into a mapping of the clip; the demuxer reads only its sample tables.
-            let mapped = try MappedClip(path: clip.path)
+            let (mapped, reader, dmx) = try opener.take(ci)
             defer { mapped.release() }
             mux.sink.register(mapped)
-            let reader = try MappedReader(clip: mapped)
-            let dmx = try Demuxer(path: clip.path, format: ClipProbe.demuxerName, reader: reader)
             let vtbIn = clip.video.timeBase.av
             let copy = layout.audio?.copies.first(where: { $0.clip == ci })
             let audioTB = clip.audio?.timeBase.av
@@ -274,21 +276,7 @@ public final class Merger {
             // through the muxer's interleaving queue: the output then keeps the clip's own
             // interleaving, so each clip goes out in a few long `sendfile` ranges (the queue's
             // dts order differs from the file order wherever audio and video are offset, which
-            // cut a 60-clip merge into 5,500 ranges). Audio packets point into the shadow (the
-            // muxer peeks at their first bytes, see MappedClip).
-            let audioIndex = layout.audio != nil ? clip.audio?.streamIndex : nil
-            var samples: [Int64: Int32] = [:]
-            var shadowed: [(pos: Int64, size: Int32)] = []
-            for i in 0..<dmx.streamCount {
-                if i == clip.video.streamIndex {
-                    dmx.forEachIndexEntry(i) { pos, size in samples[pos] = size }
-                } else if i == audioIndex {
-                    dmx.forEachIndexEntry(i) { pos, size in shadowed.append((pos, size)) }
-                } else {
-                    dmx.stream(i).pointee.discard = AVDISCARD_ALL
-                }
-            }
-            reader.skipPayloads(samples, shadowed: shadowed)
+            // cut a 60-clip merge into 5,500 ranges).
             while try dmx.read(into: pkt) {
                 try cancel.check()
                 let si = Int(pkt.p.pointee.stream_index)
@@ -361,6 +349,93 @@ public final class Merger {
                            audioFrames: layout.audio?.frameCount ?? 0, reencodedAudioFrames: reencoded,
                            rotation: layout.rotation, bytes: bytes, moovReserved: reserve, moovUsed: nil,
                            usedSecondPass: !onePass)
+    }
+}
+
+/// Opens the clips of a merge for the copy loop, in order, on a helper thread at most one clip
+/// ahead of it: maps each clip, opens its demuxer over the mapping, and sets the reader to skip
+/// the payloads of its video samples (sent from the file) and audio samples (pointing into the
+/// shadow, where the muxer only peeks at their first bytes; see MappedClip). Streams other than
+/// these are discarded. The objects are made on the helper and handed over whole to the thread
+/// that takes them, which owns them from then on.
+final class ClipOpener: @unchecked Sendable {
+    typealias Opened = (MappedClip, MappedReader, Demuxer)
+    private let cond = NSCondition()
+    private var ready: [Int: Result<Opened, Error>] = [:]
+    private var taken = 0
+    private var stopped = false
+    private var finished = false
+
+    init(clips: [ClipInfo], audio: Bool) {
+        Thread { [self] in
+            MediaThreads.yieldToCopy()
+            for i in clips.indices {
+                cond.lock()
+                while !stopped && i > taken + 1 { cond.wait() }
+                let stop = stopped
+                cond.unlock()
+                if stop { break }
+                let r = Result { try Self.open(clips[i], audio: audio) }
+                cond.lock()
+                if stopped {
+                    if case .success(let o) = r { o.0.release() }
+                } else {
+                    ready[i] = r
+                }
+                cond.broadcast()
+                cond.unlock()
+            }
+            cond.lock(); finished = true; cond.broadcast(); cond.unlock()
+        }.start()
+    }
+
+    /// Clip i (in order), waiting for it if needed; rethrows the error opening it.
+    func take(_ i: Int) throws -> Opened {
+        cond.lock()
+        while ready[i] == nil { cond.wait() }
+        let r = ready.removeValue(forKey: i)!
+        taken = i + 1
+        cond.broadcast()
+        cond.unlock()
+        return try r.get()
+    }
+
+    /// Ends the helper and releases what it opened that nobody took; waits until it is done.
+    func stop() {
+        cond.lock()
+        stopped = true
+        cond.broadcast()
+        while !finished { cond.wait() }
+        let left = ready
+        ready = [:]
+        cond.unlock()
+        for case .success(let o) in left.values { o.0.release() }
+    }
+
+    private static func open(_ clip: ClipInfo, audio: Bool) throws -> Opened {
+        // Packets point into a mapping of the clip; the demuxer reads only its sample tables.
+        let mapped = try MappedClip(path: clip.path)
+        do {
+            let reader = try MappedReader(clip: mapped)
+            let dmx = try Demuxer(path: clip.path, format: ClipProbe.demuxerName, reader: reader)
+            let audioIndex = audio ? clip.audio?.streamIndex : nil
+            var samples: [Int64: Int32] = [:]
+            var shadowed: [(pos: Int64, size: Int32)] = []
+            for i in 0..<dmx.streamCount {
+                if i == clip.video.streamIndex {
+                    dmx.forEachIndexEntry(i) { pos, size in samples[pos] = size }
+                } else if i == audioIndex {
+                    dmx.forEachIndexEntry(i) { pos, size in shadowed.append((pos, size)) }
+                } else {
+                    dmx.stream(i).pointee.discard = AVDISCARD_ALL
+                }
+            }
+            reader.skipPayloads(samples, shadowed: shadowed)
+            return (mapped, reader, dmx)
+        } catch {
+            mapped.release()
+            throw error
+        }
     }
 }
 

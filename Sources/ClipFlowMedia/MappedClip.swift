@@ -18,11 +18,10 @@ import Foundation
 /// audio samples into it, 7,400 reads per 60-clip merge, for bytes nobody uses.) Both views map to
 /// the same file offsets (`fileOffset(of:)`), so the sink sends audio and video alike from the file.
 ///
-/// Owner of the file descriptor, the mapping and an AVBufferRef over it. Packets hold further
-/// references (`ref()`); the AVBuffer keeps this object alive (it retains it until its free
-/// callback), so the mapping lives until both `release()` has been called and the last packet
-/// pointing into it is freed, and the output sink keeps it while a range of it is still to be sent.
-/// Used on the merge thread only.
+/// Owner of the file descriptor and the mapping, which go with the object. Packets pointing into
+/// it hold no reference (`point(_:at:)`): the copy loop holds the clip while it writes them, and
+/// the output sink while a range of it is still to be sent. Made on the opener's thread, then
+/// used on the merge thread only.
 final class MappedClip {
     let path: String
     let fd: Int32
@@ -32,7 +31,6 @@ final class MappedClip {
     /// File size in bytes.
     let size: Int64
     private let mapLength: Int
-    private var buffer: UnsafeMutablePointer<AVBufferRef>?
 
     init(path: String) throws {
         self.path = path
@@ -71,13 +69,6 @@ final class MappedClip {
         self.shadow = shadow
         self.size = Int64(size)
         self.mapLength = length
-        let opaque = Unmanaged.passRetained(self).toOpaque()
-        guard let b = av_buffer_create(m.assumingMemoryBound(to: UInt8.self), length, mappedClipFree, opaque,
-                                       Int32(AV_BUFFER_FLAG_READONLY)) else {
-            Unmanaged<MappedClip>.fromOpaque(opaque).release()
-            throw ClipFlowError.failure("out of memory referencing '\(path)'")
-        }
-        buffer = b
     }
 
     deinit {
@@ -93,38 +84,30 @@ final class MappedClip {
         return nil
     }
 
-    /// Makes `pkt` (read from this clip with its payload not copied) point at its bytes in the
-    /// file mapping, or at their place in the shadow if `shadowed`, holding a
-    /// reference. Returns false if the packet is not a sample of this file.
-    func adopt(_ pkt: UnsafeMutablePointer<AVPacket>, shadowed: Bool) throws -> Bool {
-        let pos = pkt.pointee.pos, n = Int64(pkt.pointee.size)
-        guard pos >= 0, n >= 0, pos + n <= size, let buffer else { return false }
-        guard let ref = av_buffer_ref(buffer) else { throw ClipFlowError.failure("out of memory referencing '\(path)'") }
-        av_buffer_unref(&pkt.pointee.buf)
-        pkt.pointee.buf = ref
-        pkt.pointee.data = (shadowed ? shadow : base).assumingMemoryBound(to: UInt8.self) + Int(pos)
-        return true
+    /// Whether file bytes [pos, pos + size) lie in the file.
+    func contains(pos: Int64, size: Int32) -> Bool {
+        pos >= 0 && size >= 0 && pos + Int64(size) <= self.size
     }
 
-    /// Drops this owner's reference; the mapping goes when no packet refers to it any more.
-    func release() {
-        av_buffer_unref(&buffer)
+    /// Points `pkt` at the bytes of `e` in the file mapping, or at their place in the shadow for
+    /// a shadowed sample, without a reference (`buf` nil): for a packet given to `av_write_frame`,
+    /// which writes it before returning and keeps nothing, while the caller holds this clip (the
+    /// output sink keeps it while a range of it is still to be sent).
+    func point(_ pkt: UnsafeMutablePointer<AVPacket>, at e: ClipPacket) {
+        av_packet_unref(pkt)
+        pkt.pointee.data = (e.shadowed ? shadow : base).assumingMemoryBound(to: UInt8.self) + Int(e.pos)
+        pkt.pointee.size = e.size
     }
-}
-
-private func mappedClipFree(_ opaque: UnsafeMutableRawPointer?, _ data: UnsafeMutablePointer<UInt8>?) {
-    guard let opaque else { return }
-    Unmanaged<MappedClip>.fromOpaque(opaque).release()
 }
 
 /// The input AVIOContext of a demuxer over a `MappedClip`: reads with pread (the mapping itself is
 /// not touched, so it adds nothing to the resident set), and once `skipPayloads` is set, a read of
 /// exactly one sample of the index (position and size) returns without copying anything into the
 /// demuxer's packet: the packet then points into the mapping or, for shadowed (audio) samples, the
-/// shadow (`MappedClip.adopt`). Any other read (box headers, a sample read in pieces) is a real read.
+/// shadow (`MappedClip.point`). Any other read (box headers, a sample read in pieces) is a real read.
 /// Owner of the AVIOContext; one thread.
 final class MappedReader {
-    /// The mapped clip (packets are adopted into it), or nil for a reader that only reads
+    /// The mapped clip (packets are pointed into it), or nil for a reader that only reads
     /// timestamps (`init(path:)`: its skipped payloads are never looked at).
     let clip: MappedClip?
     let fd: Int32

@@ -141,34 +141,46 @@ struct AudioRegionRenderer {
         let half = Double(Self.crossfade) / 2
 
         let n = Int(r1 - r0)
-        var out = [[Float]](repeating: [Float](repeating: 0, count: n), count: Int(channels))
-        for k in 0..<n {
-            let r = r0 + Int64(k)
-            let rd = Double(r)
-            var slide = 0.0
-            if r >= zone.upperBound { slide = residual }
-            else if r > zone.lowerBound { slide = residual * (rd - Double(zone.lowerBound)) / zlen }
-            let t = Double(r + base0 - tLo) + slide
-            // Crossfade from "before the jump" to "after the jump" around mid.
-            let w: Double
-            if jump == 0 || rd < Double(mid) - half { w = 0 }
-            else if rd >= Double(mid) + half { w = 1 }
-            else { w = 0.5 - 0.5 * cos(Double.pi * (rd - (Double(mid) - half)) / Double(Self.crossfade)) }
-            // Fades on the first and last frame (outside every kept packet's window).
-            var g: Float = 1
-            if k < Int(F) { g = Float(0.5 - 0.5 * cos(Double.pi * Double(k) / Double(F))) }
-            else if k >= n - Int(F) { g = Float(0.5 + 0.5 * cos(Double.pi * Double(k - (n - Int(F))) / Double(F))) }
-            for ch in 0..<Int(channels) {
-                var v: Float
-                if w == 0 { v = interpolate(timeline[ch], at: t) }
-                else if w == 1 { v = interpolate(timeline[ch], at: t + Double(jump)) }
-                else {
-                    v = Float(1 - w) * interpolate(timeline[ch], at: t) + Float(w) * interpolate(timeline[ch], at: t + Double(jump))
+        let chans = Int(channels)
+        // Flat buffers read and written through pointers: per-sample nested-array access (a retain
+        // and a uniqueness check for every sample of every channel) was most of this loop's time.
+        let tn = timeline[0].count
+        var source = [Float]()
+        source.reserveCapacity(tn * chans)
+        for ch in 0..<chans { source.append(contentsOf: timeline[ch]) }
+        var flat = [Float](repeating: 0, count: n * chans)
+        source.withUnsafeBufferPointer { src in
+            flat.withUnsafeMutableBufferPointer { dst in
+                for k in 0..<n {
+                    let r = r0 + Int64(k)
+                    let rd = Double(r)
+                    var slide = 0.0
+                    if r >= zone.upperBound { slide = residual }
+                    else if r > zone.lowerBound { slide = residual * (rd - Double(zone.lowerBound)) / zlen }
+                    let t = Double(r + base0 - tLo) + slide
+                    // Crossfade from "before the jump" to "after the jump" around mid.
+                    let w: Double
+                    if jump == 0 || rd < Double(mid) - half { w = 0 }
+                    else if rd >= Double(mid) + half { w = 1 }
+                    else { w = 0.5 - 0.5 * cos(Double.pi * (rd - (Double(mid) - half)) / Double(Self.crossfade)) }
+                    // Fades on the first and last frame (outside every kept packet's window).
+                    var g: Float = 1
+                    if k < Int(F) { g = Float(0.5 - 0.5 * cos(Double.pi * Double(k) / Double(F))) }
+                    else if k >= n - Int(F) { g = Float(0.5 + 0.5 * cos(Double.pi * Double(k - (n - Int(F))) / Double(F))) }
+                    for ch in 0..<chans {
+                        let x = UnsafeBufferPointer(rebasing: src[(ch * tn)..<((ch + 1) * tn)])
+                        var v: Float
+                        if w == 0 { v = Self.interpolate(x, at: t) }
+                        else if w == 1 { v = Self.interpolate(x, at: t + Double(jump)) }
+                        else {
+                            v = Float(1 - w) * Self.interpolate(x, at: t) + Float(w) * Self.interpolate(x, at: t + Double(jump))
+                        }
+                        dst[ch * n + k] = v * g
+                    }
                 }
-                out[ch][k] = v * g
             }
         }
-        return out
+        return (0..<chans).map { Array(flat[($0 * n)..<(($0 + 1) * n)]) }
     }
 
     /// The jump within `ideal +- spliceSearch` whose target waveform best matches the waveform at
@@ -190,28 +202,23 @@ struct AudioRegionRenderer {
             let jHi = min(ideal + Self.spliceSearch, Int64(count - c - w))
             guard jLo <= jHi else { return ideal }
             let nj = Int(jHi - jLo) + 1
-            // Dot products and energies, four candidates at a time: each sum still adds its terms
-            // in the same order (so the result is the same bit for bit); the four independent
-            // chains just keep the FPU busy instead of waiting on one addition after another.
+            // Dot products and energies, eight candidates at a time in SIMD lanes: each lane still
+            // adds its terms in the same order as a plain loop would (so the result is the same bit
+            // for bit), eight independent chains per instruction instead of one.
             var dots = [Float](repeating: 0, count: nj), ebs = [Float](repeating: 0, count: nj)
             let a = m.baseAddress! + (c - w)
             let n2 = 2 * w
             var q = 0
-            while q + 4 <= nj {
-                let b = m.baseAddress! + (c + Int(jLo) + q - w)
-                var d0: Float = 0, d1: Float = 0, d2: Float = 0, d3: Float = 0
-                var e0: Float = 0, e1: Float = 0, e2: Float = 0, e3: Float = 0
+            while q + 8 <= nj {
+                let b = UnsafeRawPointer(m.baseAddress! + (c + Int(jLo) + q - w))
+                var d = SIMD8<Float>(repeating: 0), e = SIMD8<Float>(repeating: 0)
                 for k in 0..<n2 {
-                    let x = a[k]
-                    let b0 = b[k], b1 = b[k + 1], b2 = b[k + 2], b3 = b[k + 3]
-                    d0 += x * b0; e0 += b0 * b0
-                    d1 += x * b1; e1 += b1 * b1
-                    d2 += x * b2; e2 += b2 * b2
-                    d3 += x * b3; e3 += b3 * b3
+                    let y = b.loadUnaligned(fromByteOffset: k * 4, as: SIMD8<Float>.self)
+                    d += a[k] * y
+                    e += y * y
                 }
-                dots[q] = d0; dots[q + 1] = d1; dots[q + 2] = d2; dots[q + 3] = d3
-                ebs[q] = e0; ebs[q + 1] = e1; ebs[q + 2] = e2; ebs[q + 3] = e3
-                q += 4
+                for l in 0..<8 { dots[q + l] = d[l]; ebs[q + l] = e[l] }
+                q += 8
             }
             while q < nj {
                 let b = m.baseAddress! + (c + Int(jLo) + q - w)
@@ -237,7 +244,7 @@ struct AudioRegionRenderer {
     }
 
     /// Catmull-Rom interpolation; exact at integer positions.
-    private func interpolate(_ x: [Float], at t: Double) -> Float {
+    private static func interpolate(_ x: UnsafeBufferPointer<Float>, at t: Double) -> Float {
         let i = Int(t.rounded(.down))
         let f = Float(t - Double(i))
         if f == 0, i >= 0, i < x.count { return x[i] }

@@ -45,6 +45,8 @@ public struct ClipInfo: Sendable {
         public var bytes: Int64
         public var bitRate: Int64
         public var durationRuns: Int
+        /// The first and last packets' places in the file, for decoding near the clip's edges.
+        var edges: AudioEdges
     }
 
     public var path: String
@@ -60,6 +62,63 @@ public struct ClipInfo: Sendable {
     }
     public var videoSeconds: Double { Double(video.duration) * Double(video.timeBase.num) / Double(video.timeBase.den) }
     public var mediaBytes: Int64 { video.bytes + (audio?.bytes ?? 0) }
+}
+
+/// Position, size and timestamp (stream time base) of a clip's first and last AAC packets, from
+/// its sample table: the join renderer decodes the audio around each join from these without
+/// opening the clip's demuxer again. Bounded per clip (`edgeCount` each end), so a long input
+/// keeps no per-packet table.
+struct AudioEdges: Sendable {
+    struct Entry: Sendable, Equatable {
+        var pos: Int64
+        var size: Int32
+        var timestamp: Int64
+    }
+    static let edgeCount = 48
+    /// Packets 0..<head.count.
+    var head: [Entry] = []
+    /// Packets total - tail.count ..< total (empty when head holds them all).
+    var tail: [Entry] = []
+    var total = 0
+
+    /// Packet k, if it is one of the edges.
+    func entry(_ k: Int) -> Entry? {
+        if k >= 0 && k < head.count { return head[k] }
+        let t = k - (total - tail.count)
+        return t >= 0 && t < tail.count ? tail[t] : nil
+    }
+
+    /// The last packet whose timestamp is at most `ts` (the first packet if none is), if that is
+    /// one of the edges and the answer does not depend on packets in between.
+    func lastIndex(atOrBefore ts: Int64) -> Int? {
+        guard total > 0 else { return nil }
+        if head.count == total || ts < (tail.first?.timestamp ?? .max) {
+            // In the head, unless the head ends before ts and more packets follow it.
+            if let last = head.last, last.timestamp <= ts, head.count < total { return nil }
+            return max(0, (head.lastIndex { $0.timestamp <= ts }) ?? 0)
+        }
+        guard let i = tail.lastIndex(where: { $0.timestamp <= ts }) else { return nil }
+        return total - tail.count + i
+    }
+
+    init() {}
+    init(_ dmx: Demuxer, stream: Int) {
+        let st = dmx.stream(stream)
+        let n = Int(avformat_index_get_entries_count(st))
+        total = n
+        func at(_ k: Int) -> Entry? {
+            guard let e = avformat_index_get_entry(st, Int32(k)) else { return nil }
+            return Entry(pos: e.pointee.pos, size: Int32(e.pointee.size), timestamp: e.pointee.timestamp)
+        }
+        let e = Self.edgeCount
+        if n <= 2 * e {
+            head = (0..<n).compactMap(at)
+        } else {
+            head = (0..<e).compactMap(at)
+            tail = ((n - e)..<n).compactMap(at)
+        }
+        if head.count + tail.count != min(n, 2 * e) { head = []; tail = []; total = 0 }   // unreadable index: no edges
+    }
 }
 
 extension ClipInfo.Rational {
@@ -185,7 +244,7 @@ public enum ClipProbe {
                     channels: apar.ch_layout.nb_channels, objectType: objectType, extradata: extra,
                     timeBase: .init(atb), start: astart, duration: adur, priming: max(0, priming),
                     packets: astats.count, bytes: astats.bytes, bitRate: apar.bit_rate,
-                    durationRuns: astats.durationRuns)
+                    durationRuns: astats.durationRuns, edges: AudioEdges(dmx, stream: ai))
             }
         }
         return ClipInfo(path: path, fileSize: fileSize, container: fmt, video: video, audio: audio)

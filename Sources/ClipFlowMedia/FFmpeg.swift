@@ -225,6 +225,27 @@ final class CodecContext: @unchecked Sendable {
         return c
     }
 
+    /// An AAC decoder for a clip's audio as probed (its AudioSpecificConfig, rate and channels),
+    /// without the clip's demuxer.
+    static func aacDecoder(for a: ClipInfo.Audio, what: String) throws -> CodecContext {
+        guard let par = avcodec_parameters_alloc() else { throw ClipFlowError.failure("out of memory (\(what))") }
+        defer { var p: UnsafeMutablePointer<AVCodecParameters>? = par; avcodec_parameters_free(&p) }
+        par.pointee.codec_type = AVMEDIA_TYPE_AUDIO
+        par.pointee.codec_id = AV_CODEC_ID_AAC
+        par.pointee.sample_rate = a.sampleRate
+        av_channel_layout_default(&par.pointee.ch_layout, a.channels)
+        if !a.extradata.isEmpty {
+            let n = a.extradata.count
+            guard let x = av_mallocz(n + Int(AV_INPUT_BUFFER_PADDING_SIZE))?.assumingMemoryBound(to: UInt8.self) else {
+                throw ClipFlowError.failure("out of memory (\(what))")
+            }
+            a.extradata.withUnsafeBufferPointer { x.update(from: $0.baseAddress!, count: n) }
+            par.pointee.extradata = x
+            par.pointee.extradata_size = Int32(n)
+        }
+        return try decoder(for: par, what: what)
+    }
+
     /// An encoder by name, configured by `configure` before opening.
     static func encoder(named name: String, what: String, options: [String: String] = [:],
                         configure: (UnsafeMutablePointer<AVCodecContext>) -> Void) throws -> CodecContext {

@@ -261,7 +261,7 @@ public final class Merger {
             }
         }
 
-        // Clips are mapped and their packets listed one ahead, on a helper thread (ClipOpener):
+        // Clips are mapped and their packets listed ahead, on a helper thread (ClipOpener):
         // the copy loop only points a packet at each sample and hands it to the muxer.
         let opener = ClipOpener(clips: clips, audio: layout.audio != nil)
         defer { opener.stop() }
@@ -362,14 +362,18 @@ struct ClipPacket {
     var own: Packet?
 }
 
-/// Prepares the clips of a merge for the copy loop, in order, on a helper thread at most one
-/// clip ahead of it: maps each clip, opens its demuxer over the mapping with the payloads of its
+/// Prepares the clips of a merge for the copy loop, in order, on a helper thread a few clips
+/// ahead of it (`ahead`): maps each clip, opens its demuxer over the mapping with the payloads of its
 /// samples skipped (the demuxer reads only sample tables), and lists its video and audio packets
 /// in file order (`ClipPacket`). Demuxing (~0.2 ms to open a clip, ~1 µs a packet, with a
 /// packet-sized allocation each) is then off the copy's critical path. The mapping is made on the
 /// helper and handed over whole to the thread that takes it, which owns it from then on.
 final class ClipOpener: @unchecked Sendable {
     typealias Opened = (MappedClip, [ClipPacket])
+    /// How far past the next clip the copy will take the helper may prepare (so up to three
+    /// clips are ready). With none past it, the copy found its next clip unready several times a
+    /// merge when the helpers' core was busy.
+    static let ahead = 2
     private let cond = NSCondition()
     private var ready: [Int: Result<Opened, Error>] = [:]
     private var taken = 0
@@ -381,11 +385,11 @@ final class ClipOpener: @unchecked Sendable {
             MediaThreads.yieldToCopy()
             for i in clips.indices {
                 cond.lock()
-                while !stopped && i > taken + 1 { cond.wait() }
+                while !stopped && i > taken + Self.ahead { cond.wait() }
                 let stop = stopped
                 cond.unlock()
                 if stop { break }
-                let r = Result { try Self.open(clips[i], audio: audio, shouldStop: { [self] in isStopped }) }
+                let r = Result { try Self.open(clips[i], audio: audio, stop: stopFlag) }
                 cond.lock()
                 if !stopped { ready[i] = r }
                 cond.broadcast()
@@ -395,7 +399,9 @@ final class ClipOpener: @unchecked Sendable {
         }.start()
     }
 
-    private var isStopped: Bool { cond.lock(); defer { cond.unlock() }; return stopped }
+    /// `stopped`, for the per-packet check while opening: read without the lock, which the copy
+    /// thread takes for every clip (a copy thread blocked on it could lose its core to a helper).
+    private let stopFlag = CancellationFlag()
 
     /// Clip i (in order), waiting for it if needed; rethrows the error preparing it.
     func take(_ i: Int) throws -> Opened {
@@ -410,6 +416,7 @@ final class ClipOpener: @unchecked Sendable {
 
     /// Ends the helper and drops what it prepared that nobody took; waits until it is done.
     func stop() {
+        stopFlag.cancel()
         cond.lock()
         stopped = true
         cond.broadcast()
@@ -418,7 +425,7 @@ final class ClipOpener: @unchecked Sendable {
         cond.unlock()
     }
 
-    private static func open(_ clip: ClipInfo, audio: Bool, shouldStop: () -> Bool) throws -> Opened {
+    private static func open(_ clip: ClipInfo, audio: Bool, stop: CancellationFlag) throws -> Opened {
         let mapped = try MappedClip(path: clip.path)
         let reader = try MappedReader(clip: mapped)
         let dmx = try Demuxer(path: clip.path, format: ClipProbe.demuxerName, reader: reader)
@@ -439,7 +446,7 @@ final class ClipOpener: @unchecked Sendable {
         packets.reserveCapacity(samples.count + shadowed.count)
         let pkt = try Packet()
         while try dmx.read(into: pkt) {
-            if shouldStop() { throw ClipFlowError.interrupted }
+            try stop.check()
             let p = pkt.p.pointee
             let si = Int(p.stream_index)
             guard si == clip.video.streamIndex || si == audioIndex else { continue }

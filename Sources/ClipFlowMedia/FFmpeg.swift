@@ -320,10 +320,10 @@ func rescale(_ v: Int64, _ from: AVRational, _ to: AVRational) -> Int64 {
 
 /// Scheduling of the merge's helper threads.
 enum MediaThreads {
-    /// Lowers the calling thread's priority (nice 10). The join audio is rendered on two helper
-    /// threads while the merge thread copies; with three runnable threads on two cores the copy
-    /// was preempted 40-70 times a merge. At nice 10 the helpers get the cycles the copy leaves
-    /// (it waits on the kernel copy) and still finish each join ahead of it.
+    /// Lowers the calling thread's priority (nice 10). While the merge thread copies, helper
+    /// threads prepare the next clips and render the join audio; with more runnable threads than
+    /// cores the copy was preempted 40-70 times a merge. At nice 10 the helpers mostly take the
+    /// cycles the copy leaves; the copy waits for them only when they fall behind.
     static func yieldToCopy() {
         _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10)   // 0: the calling thread (nice is per thread on Linux)
     }

@@ -410,6 +410,12 @@ struct DecoderCache {
             _ = try dec.send(pkt)
             try drain()
         }
+        // End of the clip's audio: drain the decoder's last frame, leave it ready for a seek.
+        func finishStream() throws {
+            _ = try dec.send(nil)
+            try drain()
+            avcodec_flush_buffers(dec.ctx)
+        }
 
         // From the edge table: the packet a backward seek to `seekTo` lands on, then onwards.
         avcodec_flush_buffers(dec.ctx)
@@ -424,12 +430,7 @@ struct DecoderCache {
                 k += 1
             }
             if done { return }
-            if k == a.edges.total {
-                _ = try dec.send(nil)
-                try drain()
-                avcodec_flush_buffers(dec.ctx)
-                return
-            }
+            if k == a.edges.total { return try finishStream() }
             avcodec_flush_buffers(dec.ctx)
         }
 
@@ -450,11 +451,7 @@ struct DecoderCache {
             guard Int(pkt.p.pointee.stream_index) == a.streamIndex else { continue }
             try send(pts: pkt.p.pointee.pts)
         }
-        if !done {
-            _ = try dec.send(nil)
-            try drain()
-            avcodec_flush_buffers(dec.ctx)
-        }
+        if !done { try finishStream() }
     }
 }
 

@@ -107,8 +107,8 @@ final class MappedClip {
 /// shadow (`MappedClip.point`). Any other read (box headers, a sample read in pieces) is a real read.
 /// Owner of the AVIOContext; one thread.
 final class MappedReader {
-    /// The mapped clip (packets are pointed into it), or nil for a reader that only reads
-    /// timestamps (`init(path:)`: its skipped payloads are never looked at).
+    /// The mapped clip whose file descriptor this reader reads (held so the descriptor stays
+    /// open), or nil for a reader of its own descriptor (`init(path:)`).
     let clip: MappedClip?
     let fd: Int32
     let size: Int64

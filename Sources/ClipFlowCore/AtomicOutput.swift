@@ -73,7 +73,14 @@ public final class AtomicOutput {
             if e == EEXIST { continue }
             if e != 0 { throw CannotCreate(label: label, target: target.path, errno: e) }
             let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-            guard fd >= 0 else { continue }
+            guard fd >= 0 else {
+                // ENOENT: a sweeper took it first. Otherwise (a hard link to a symlink: ELOOP)
+                // it cannot be locked: undo and say so.
+                let e = errno
+                unlink(path)
+                if e == ENOENT { continue }
+                throw CannotCreate(label: label, target: target.path, errno: e)
+            }
             var r: Int32
             repeat { r = flock(fd, LOCK_SH) } while r != 0 && errno == EINTR
             if LeftoverTemporaries.sameFile(fd, path) {

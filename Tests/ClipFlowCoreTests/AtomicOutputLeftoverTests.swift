@@ -104,6 +104,10 @@ final class AtomicOutputLeftoverTests: XCTestCase {
         XCTAssertEqual(a.st_ino, b.st_ino, "a link, not a copy")
         XCTAssertEqual(names(dir), ["in.mp4"])
         XCTAssertNil(try AtomicOutput.hardLink(from: "/nonexistent-clipflow/x", target: dir.appendingPathComponent("y.mp4")))
+        // A symlink cannot be linked and locked as a file: nil (the caller copies), nothing left.
+        let symlink = fx.scratch("atomic-link-sym").appendingPathComponent("s.mp4")
+        try FileManager.default.createSymbolicLink(atPath: symlink.path, withDestinationPath: src.path)
+        XCTAssertNil(try AtomicOutput.hardLink(from: symlink.path, target: dir.appendingPathComponent("s.mp4")))
         XCTAssertEqual(names(dir), ["in.mp4"])
     }
 

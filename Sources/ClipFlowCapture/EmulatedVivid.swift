@@ -22,8 +22,9 @@ import Foundation
 /// Frames are paced by `clock`: frame k is due at STREAMON + (k + 1) x interval. When it is due
 /// and a buffer is queued, the buffer is filled (a gradient with a moving bar, and the sequence
 /// number as a code of 32 8x8 blocks along the top, see `sequenceCode(in:)`), time-stamped with
-/// the due time and can be dequeued; with no buffer queued the frame is dropped and `sequence`
-/// still advances, as the kernel does. `poll` waits on the clock for a frame or the timeout.
+/// the due time (made late by `timestampJitter`) and can be dequeued; with no buffer queued the
+/// frame is dropped and `sequence` still advances, as the kernel does. `poll` waits on the clock
+/// for a frame or the timeout (after a `readerStall`, if one is configured).
 ///
 /// Deviation from the kernel: DQBUF never blocks (the driver code always opens O_NONBLOCK).
 /// Thread-safe (one lock; never held while sleeping).

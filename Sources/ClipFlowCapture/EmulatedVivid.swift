@@ -22,8 +22,9 @@ import Foundation
 /// Frames are paced by `clock`: frame k is due at STREAMON + (k + 1) x interval. When it is due
 /// and a buffer is queued, the buffer is filled (a gradient with a moving bar, and the sequence
 /// number as a code of 32 8x8 blocks along the top, see `sequenceCode(in:)`), time-stamped with
-/// the due time and can be dequeued; with no buffer queued the frame is dropped and `sequence`
-/// still advances, as the kernel does. `poll` waits on the clock for a frame or the timeout.
+/// the due time (made late by `timestampJitter`) and can be dequeued; with no buffer queued the
+/// frame is dropped and `sequence` still advances, as the kernel does. `poll` waits on the clock
+/// for a frame or the timeout (after a `readerStall`, if one is configured).
 ///
 /// Deviation from the kernel: DQBUF never blocks (the driver code always opens O_NONBLOCK).
 /// Thread-safe (one lock; never held while sleeping).
@@ -48,6 +49,14 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
         public var unplugAfterFrames: Int?
         /// false: an output-only node (no VIDEO_CAPTURE capability).
         public var captureDevice = true
+        /// Buffer timestamps are late by up to this many seconds, as a real driver's are (its
+        /// thread wakes late): the first frame after STREAMON by the full amount (the thread
+        /// starting up), later ones by a fixed pseudo-random share of half of it. 0: exact.
+        public var timestampJitter = 0.0
+        /// After this many frames were dequeued, the next `poll` first sleeps `seconds`, as a
+        /// reader descheduled under load: frames falling due meanwhile fill the queued buffers,
+        /// the rest are dropped.
+        public var readerStall: (afterFrames: Int, seconds: Double)?
 
         public init() {}
 
@@ -70,6 +79,17 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
                         throw ClipFlowError.badInput("\(V4L2System.environmentVariable): unplug-after needs a number of frames, got '\(v)'")
                     }
                     unplugAfterFrames = n
+                case ("jitter", let v?):
+                    guard let ms = Double(v), ms >= 0, ms.isFinite else {
+                        throw ClipFlowError.badInput("\(V4L2System.environmentVariable): jitter needs milliseconds, got '\(v)'")
+                    }
+                    timestampJitter = ms / 1000
+                case ("stall", let v?):
+                    let p = v.split(separator: ":").map(String.init)
+                    guard p.count == 2, let n = Int(p[0]), n >= 0, let ms = Double(p[1]), ms >= 0, ms.isFinite else {
+                        throw ClipFlowError.badInput("\(V4L2System.environmentVariable): stall needs FRAMES:MILLISECONDS, got '\(v)'")
+                    }
+                    readerStall = (n, ms / 1000)
                 case ("formats", let v?):
                     guard let f = Format(rawValue: v) else {
                         throw ClipFlowError.badInput("\(V4L2System.environmentVariable): unknown format '\(v)'; known: \(Format.allCases.map(\.rawValue).joined(separator: ", "))")
@@ -77,7 +97,7 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
                     formats = [f]
                     inFormats = true
                 default:
-                    throw ClipFlowError.badInput("\(V4L2System.environmentVariable): unknown option '\(token)'; known: 1, formats=yuyv,nv12,yuv420,mjpeg, unplug-after=N, busy, denied, missing, output")
+                    throw ClipFlowError.badInput("\(V4L2System.environmentVariable): unknown option '\(token)'; known: 1, formats=yuyv,nv12,yuv420,mjpeg, unplug-after=N, jitter=MS, stall=FRAMES:MS, busy, denied, missing, output")
                 }
             }
         }
@@ -149,6 +169,8 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
     private var streamStart = 0.0
     private var frameIndex: UInt32 = 0
     private var captured = 0
+    private var dequeued = 0
+    private var stalled = false
     private var generator: PictureGenerator?
 
     public init(_ configuration: Configuration = Configuration(), clock: any Clock) {
@@ -237,6 +259,12 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
     }
 
     public func poll(_ fd: Int32, events: Int16, timeoutMs: Int32) throws(SyscallErrno) -> Int16 {
+        let stall = locked { () -> Double? in
+            guard let s = configuration.readerStall, !stalled, dequeued >= s.afterFrames else { return nil }
+            stalled = true
+            return s.seconds
+        }
+        if let stall { clock.sleep(until: clock.now() + stall, stop: { false }) }
         let deadline = timeoutMs < 0 ? Double.infinity : clock.now() + Double(timeoutMs) / 1000
         while true {
             let (revents, next) = locked { () -> (Int16, Double) in
@@ -452,6 +480,7 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
         guard !done.isEmpty else { throw SyscallErrno(EAGAIN) }
         let i = done.removeFirst()
         buffers[i].state = .dequeued
+        dequeued += 1
         describe(i, into: b)
     }
 
@@ -494,6 +523,15 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
         streamStart + Double(k + 1) * Double(interval.num) / Double(interval.den)
     }
 
+    /// How late frame `k`'s timestamp is (see `Configuration.timestampJitter`).
+    private func lateness(_ k: UInt32) -> Double {
+        let j = configuration.timestampJitter
+        guard j > 0 else { return 0 }
+        if k == 0 { return j }
+        // Knuth's multiplicative hash: a fixed, evenly spread share in [0, 1).
+        return j / 2 * Double(k &* 2_654_435_761 % 1000) / 1000
+    }
+
     /// Produces every frame due by now: into the next queued buffer, or dropped.
     private func advance() {
         guard streaming, !unplugged else { return }
@@ -502,7 +540,7 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
             if let n = configuration.unplugAfterFrames, captured >= n { unplugged = true; return }
             if !queued.isEmpty {
                 let i = queued.removeFirst()
-                fillBuffer(i, sequence: frameIndex, time: dueTime(frameIndex))
+                fillBuffer(i, sequence: frameIndex, time: dueTime(frameIndex) + lateness(frameIndex))
                 buffers[i].state = .done
                 done.append(i)
                 captured += 1

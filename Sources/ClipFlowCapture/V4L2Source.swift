@@ -5,7 +5,8 @@ import Foundation
 ///
 /// `prepare` opens the camera and negotiates the format (so a missing, busy or unsuitable camera
 /// fails before anything runs) and emits a notice with what was agreed. `produce` streams until
-/// `frames` frames were pushed, a frame's time reaches `duration`, the graph stops, or the
+/// `frames` frames were pushed, a frame's slot on the negotiated rate's grid reaches `duration`
+/// (exactly duration x fps pictures when none is dropped), the graph stops, or the
 /// camera is unplugged: then it emits a notice, sets `deviceLost` and ends the stream normally so
 /// that downstream stages finalise what was recorded. Frames the driver dropped are counted from
 /// gaps in the kernel's sequence numbers and reported as `.dropped` events.
@@ -31,6 +32,10 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
 
     public var inputTypes: Set<PortType> { [] }
     public var outputType: PortType? { .frames }
+
+    /// The frame slot a picture's time falls in, at `fps` (nearest: timestamps jitter by less
+    /// than half a frame either way).
+    static func slot(of time: Double, fps: Double) -> Int64 { Int64((time * fps).rounded()) }
 
     /// How long `produce` waits without a frame before failing (a camera that stopped sending).
     static let stallSeconds = 5.0
@@ -80,6 +85,11 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
         guard let cam = camera else { throw ClipFlowError.failure("v4l2 source '\(id)': produce before prepare") }
         if stopping(context) { return }
         try cam.start()
+        let rate = (cam.negotiated?.fps).flatMap { $0 > 0 ? $0 : nil } ?? request.fps
+        // `duration` is a number of frame slots (30 fps x 4 s: slots 0 ..< 120), not a time
+        // compared with timestamps: real timestamps jitter, and a picture stamped 3.9995 s would
+        // otherwise be one more, starting a fragment of its own.
+        let lastFrame: Int64? = duration > 0 ? Self.slot(of: duration, fps: rate) : nil
         var quiet = 0.0
         loop: while !stopping(context) {
             switch try cam.read(timeoutMs: Self.pollMs) {
@@ -95,8 +105,7 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
                 return
             case .frame(let f):
                 quiet = 0
-                // Kernel timestamps have microsecond resolution: compare within half of one.
-                if duration > 0, f.time >= duration - 5e-7 { finishStream(cam, context); return }
+                if let last = lastFrame, Self.slot(of: f.time, fps: rate) >= last { finishStream(cam, context); return }
                 if cam.droppedFrames != droppedFrames {
                     droppedFrames = cam.droppedFrames
                     context.emit(.dropped(count: droppedFrames))

@@ -95,6 +95,8 @@ public final class LinuxV4L2Syscalls: V4L2Syscalls {
 /// options:
 /// - `formats=yuyv,nv12,yuv420,mjpeg`: the pixel formats the camera offers (default: all four);
 /// - `unplug-after=N`: the camera is unplugged after delivering N frames;
+/// - `jitter=MS`: buffer timestamps are late by up to MS milliseconds, the first frame's most;
+/// - `stall=FRAMES:MS`: after FRAMES frames the reader stalls for MS milliseconds (as under load);
 /// - `busy`: another program is streaming from it (EBUSY);
 /// - `denied`: opening it is not permitted (EACCES);
 /// - `missing`: there is no camera (ENOENT);

@@ -6,14 +6,50 @@ import Glibc
 /// An output file written under a temporary name next to its target and renamed into place only
 /// when complete (habit 8). If the work fails or is interrupted, `discard()` (or deinit) removes
 /// the temporary file, so a failed run leaves nothing behind. Not thread-safe: one owner.
+///
+/// Temporaries outlive a writer that is killed (SIGKILL, power loss). So that they do not stay
+/// forever, the temporary is created by `init` (named `.NAME.clipflow-tmp-PID-RANDOM`) and its
+/// writer holds a shared `flock` on it from creation to `commit`/`discard`; the kernel drops the
+/// lock when the writer dies, however it dies. Each process, the first time it writes into a
+/// folder, removes the temporaries there whose lock it can take exclusively: their writers are
+/// gone. A live writer's lock blocks that, whichever its PID (PIDs are reused, so `kill(pid, 0)`
+/// would not tell). Where the filesystem offers no locks, nothing is removed.
+///
+/// Write the temporary in place (open it without `O_EXCL`, truncate, or use `write(_:)`);
+/// replacing the file (a new file renamed over it) would leave it unlocked.
 public final class AtomicOutput {
     public let target: URL
     public let temporary: URL
+    /// Holds the writer's lock on the temporary (see the type's comment); -1 once released.
+    private var lockFD: Int32
     private var done = false
 
-    /// Creates the temporary name; fails early with a clear error if the target's folder is missing
-    /// or not writable, or if the target is an existing directory.
-    public init(target: URL, label: String = "output") throws {
+    /// Creates the temporary file; fails early with a clear error if the target's folder is
+    /// missing or not writable, or if the target is an existing directory.
+    public convenience init(target: URL, label: String = "output") throws {
+        do {
+            try self.init(target: target, label: label, make: { path in
+                let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o666)
+                if fd >= 0 { close(fd) }
+                return fd >= 0 ? 0 : errno
+            })
+        } catch let e as CannotCreate {
+            throw ClipFlowError.output(e.description)
+        }
+    }
+
+    /// An output whose temporary is a hard link to `source` (no byte copied), or nil when the
+    /// filesystem cannot link it there (another device, no hard links): copy instead.
+    public static func hardLink(from source: String, target: URL, label: String = "output") throws -> AtomicOutput? {
+        do {
+            return try AtomicOutput(target: target, label: label, make: { path in link(source, path) == 0 ? 0 : errno })
+        } catch is CannotCreate {
+            return nil
+        }
+    }
+
+    /// `make` creates the file at the path it is given, returning 0 or an errno.
+    private init(target: URL, label: String, make: (String) -> Int32) throws {
         self.target = target
         let dir = target.deletingLastPathComponent()
         var isDir: ObjCBool = false
@@ -26,9 +62,52 @@ public final class AtomicOutput {
         guard access(dir.path, W_OK) == 0 else {
             throw ClipFlowError.output("\(label) '\(target.path)': folder '\(dir.path)' is not writable")
         }
-        let name = ".\(target.lastPathComponent).clipflow-tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        temporary = dir.appendingPathComponent(name)
-        TemporaryFiles.shared.register(temporary.path)
+        LeftoverTemporaries.removeOnce(in: dir.path)
+        // A sweeper in another process may take and remove a new file between its creation and
+        // our lock (it is not locked yet): then the path no longer names our file, and a new
+        // name is tried.
+        for _ in 0..<16 {
+            let name = ".\(target.lastPathComponent)\(LeftoverTemporaries.marker)\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+            let path = dir.appendingPathComponent(name).path
+            let e = make(path)
+            if e == EEXIST { continue }
+            if e != 0 { throw CannotCreate(label: label, target: target.path, errno: e) }
+            let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+            guard fd >= 0 else {
+                // ENOENT: a sweeper took it first. Otherwise (a hard link to a symlink: ELOOP)
+                // it cannot be locked: undo and say so.
+                let e = errno
+                unlink(path)
+                if e == ENOENT { continue }
+                throw CannotCreate(label: label, target: target.path, errno: e)
+            }
+            var r: Int32
+            repeat { r = flock(fd, LOCK_SH) } while r != 0 && errno == EINTR
+            if LeftoverTemporaries.sameFile(fd, path) {
+                temporary = URL(fileURLWithPath: path)
+                lockFD = fd
+                TemporaryFiles.shared.register(path)
+                return
+            }
+            close(fd)
+        }
+        throw CannotCreate(label: label, target: target.path, errno: EEXIST)
+    }
+
+    /// Writes `data` as the whole content of the temporary file (in place, keeping its lock).
+    public func write(_ data: Data) throws {
+        let fd = open(temporary.path, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { throw ClipFlowError.output("cannot write '\(target.path)': \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        try data.withUnsafeBytes { raw in
+            var off = 0
+            while off < raw.count {
+                let n = Glibc.write(fd, raw.baseAddress! + off, raw.count - off)
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { throw ClipFlowError.output("cannot write '\(target.path)': \(String(cString: strerror(errno)))") }
+                off += n
+            }
+        }
     }
 
     /// Renames the temporary file onto the target (atomic on one filesystem).
@@ -40,6 +119,7 @@ public final class AtomicOutput {
             throw ClipFlowError.output("could not move the finished \(target.lastPathComponent) into place: \(why)")
         }
         done = true
+        unlock()
         TemporaryFiles.shared.unregister(temporary.path)
     }
 
@@ -48,10 +128,79 @@ public final class AtomicOutput {
         guard !done else { return }
         done = true
         unlink(temporary.path)
+        unlock()
         TemporaryFiles.shared.unregister(temporary.path)
     }
 
+    private func unlock() {
+        if lockFD >= 0 { close(lockFD) }
+        lockFD = -1
+    }
+
     deinit { discard() }
+
+    /// The temporary file could not be made; `errno` tells why.
+    struct CannotCreate: Error, CustomStringConvertible {
+        var label: String
+        var target: String
+        var errno: Int32
+        var description: String { "\(label) '\(target)': cannot create a temporary file next to it: \(String(cString: strerror(errno)))" }
+    }
+}
+
+/// Removal of temporaries left by writers that died (see `AtomicOutput`).
+public enum LeftoverTemporaries {
+    /// What every temporary's name contains: `.NAME` + marker + `PID-RANDOM`.
+    static let marker = ".clipflow-tmp-"
+    nonisolated(unsafe) private static var swept = Set<String>()
+    private static let lock = NSLock()
+
+    /// Sweeps `folder` the first time this process writes there (later writers into the same
+    /// folder from this process are alive by construction, or already swept).
+    static func removeOnce(in folder: String) {
+        let key = URL(fileURLWithPath: folder).standardizedFileURL.path
+        lock.lock()
+        let first = swept.insert(key).inserted
+        lock.unlock()
+        if first { _ = remove(in: folder) }
+    }
+
+    /// Removes every temporary in `folder` whose writer is gone (no process holds its lock);
+    /// returns the names removed. Never follows symlinks; touches only regular files named as
+    /// temporaries are.
+    @discardableResult
+    public static func remove(in folder: String) -> [String] {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return [] }
+        var removed: [String] = []
+        for name in names where isTemporaryName(name) {
+            let path = (folder as NSString).appendingPathComponent(name)
+            let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY)
+            guard fd >= 0 else { continue }
+            defer { close(fd) }
+            var st = stat()
+            guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { continue }
+            guard flock(fd, LOCK_EX | LOCK_NB) == 0 else { continue }   // a live writer holds it
+            // Still the file we locked (not committed or replaced meanwhile): remove it while
+            // holding the lock, so no writer can be handed it.
+            if sameFile(fd, path), unlink(path) == 0 { removed.append(name) }
+        }
+        return removed
+    }
+
+    /// `.NAME.clipflow-tmp-PID-RANDOM`, PID and RANDOM decimal.
+    static func isTemporaryName(_ name: String) -> Bool {
+        guard name.hasPrefix("."), let r = name.range(of: marker, options: .backwards), r.lowerBound > name.index(after: name.startIndex) else {
+            return false
+        }
+        let tail = name[r.upperBound...].split(separator: "-", omittingEmptySubsequences: false)
+        return tail.count == 2 && tail.allSatisfy { !$0.isEmpty && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) }
+    }
+
+    /// Whether `path` (not followed) names the file open on `fd`.
+    static func sameFile(_ fd: Int32, _ path: String) -> Bool {
+        var a = stat(), b = stat()
+        return fstat(fd, &a) == 0 && lstat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino
+    }
 }
 
 /// Process-wide list of temporary outputs still being written, so that a forced exit (second

@@ -97,9 +97,7 @@ public final class Thumbnailer {
         let jpeg = try encodeJPEG(upright)
 
         let out = try AtomicOutput(target: url, label: "cover")
-        guard FileManager.default.createFile(atPath: out.temporary.path, contents: jpeg) else {
-            throw ClipFlowError.output("cannot write cover '\(url.path)'")
-        }
+        try out.write(jpeg)
         try out.commit()
         return Result(width: Int(upright.f.pointee.width), height: Int(upright.f.pointee.height), time: chosen.time)
     }

@@ -98,7 +98,14 @@ struct Record: ParsableCommand {
             (sink as? TextEventWriter)?.end()
             let clips = rec.recorder?.clips ?? []
             let total = clips.reduce(0) { $0 + $1.seconds }
-            let summary = String(format: "recorded %d clip%@, %.2f s, into %@", clips.count, clips.count == 1 ? "" : "s", total, output)
+            var summary = String(format: "recorded %d clip%@, %.2f s, into %@", clips.count, clips.count == 1 ? "" : "s", total, output)
+            // Every picture lost on the way: by the camera (sequence gaps: no buffer was free in
+            // time) or the test pattern (late pictures skipped), and on the queue to the encoder.
+            let atSource = (src as? V4L2Source)?.droppedFrames ?? Int((src as? TestPatternSource)?.skipped ?? 0)
+            let inQueue = runner.linkStats.reduce(0) { $0 + $1.stats.dropped }
+            if atSource + inQueue > 0 {
+                summary += "; \(atSource + inQueue) picture\(atSource + inQueue == 1 ? "" : "s") dropped (\(atSource) by the \(source == .v4l2 ? "camera" : "test pattern"), \(inQueue) in the queue)"
+            }
             switch outcome {
             case .completed:
                 if let v = src as? V4L2Source, v.deviceLost {

@@ -247,9 +247,10 @@ final class TextEventWriter: EventSink, @unchecked Sendable {
             }
         case .output(let p): line = "\(e.stage): wrote \(p)"
         case .dropped(let n):
-            // The first drop is worth a line; the total comes with the queue summary at the end.
+            // The first drop is worth a line; totals come at the end. A source (a camera) drops
+            // what it could not deliver in time, any other stage what its full input queue shed.
             state[e.stage] = "dropped \(n)"
-            if n > 0 && (lastDecile["drop:" + e.stage] ?? 0) == 0 { lastDecile["drop:" + e.stage] = 1; line = "\(e.stage): input queue full, dropping items" }
+            if n > 0 && (lastDecile["drop:" + e.stage] ?? 0) == 0 { lastDecile["drop:" + e.stage] = 1; line = "\(e.stage): dropping items (\(n) so far)" }
         case .notice(let m): line = "\(e.stage): \(m)"
         case .queue(let from, let items, _, let dropped):
             if dropped > 0 || isTTY == false { line = "\(e.stage): queue from \(from): at most \(items) queued, \(dropped) dropped" }

@@ -132,6 +132,56 @@ final class RecordCLITests: XCTestCase {
         XCTAssertEqual(hiddenFiles(dir), [])
     }
 
+    /// A fixed-length camera recording (4 s in 2 s fragments at 30 fps) is exactly two fragments of
+    /// 60 pictures, even when the kernel's timestamps jitter (the first frame stamped late used to
+    /// let a 121st picture through, into a third, one-picture fragment); `clips --delete-last`
+    /// then deletes the second fragment, the clip just recorded.
+    func testFixedLengthRecordingIsExactlyTwoFragmentsDespiteTimestampJitter() throws {
+        let dir = fx.scratch("cli-record-exact").path
+        let r = try runWithEnv(["record", "--source", "v4l2", "-o", dir, "--size", "320x240", "--fps", "30", "--duration", "4", "--segment", "2"],
+                               ["CLIPFLOW_V4L2_EMULATE": "jitter=4"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertTrue(r.stderr.contains("recorded 2 clips, 4.00 s, into \(dir)\n"), r.stderr)
+        let clips = try FileManager.default.contentsOfDirectory(atPath: dir).sorted()
+        XCTAssertEqual(clips, ["clip-0001.mp4", "clip-0002.mp4"])
+        for c in clips {
+            XCTAssertEqual(try Probe.videoFrames("\(dir)/\(c)"), 60, c)
+            // Timing is kept from the (jittered, by at most 4 ms) timestamps.
+            XCTAssertEqual(Double(try Probe.stream("\(dir)/\(c)", "v:0", "duration")) ?? 0, 2.0, accuracy: 0.005, c)
+        }
+        let del = try clipflow(["clips", dir, "--delete-last"])
+        XCTAssertEqual(del.out, "deleted \(dir)/clip-0002.mp4\n")
+    }
+
+    /// The camera dropping pictures (the reader stalled for 2 s, longer than the capture buffers
+    /// hold): the drop line does not blame a queue, and the summary counts every drop, camera-side
+    /// and queue-side, matching the pictures missing from the fragments.
+    func testCameraDropsAreCountedInTheSummary() throws {
+        let dir = fx.scratch("cli-record-drops").path
+        let r = try runWithEnv(["record", "--source", "v4l2", "-o", dir, "--size", "320x240", "--duration", "4"],
+                               ["CLIPFLOW_V4L2_EMULATE": "stall=10:2000"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertFalse(r.stderr.contains("input queue full"), r.stderr)
+        let frames = try Probe.videoFrames("\(dir)/clip-0001.mp4")
+        XCTAssertLessThan(frames, 120)
+        let dropped = 120 - frames
+        XCTAssertTrue(r.stderr.contains("camera: dropping items"), r.stderr)
+        XCTAssertTrue(r.stderr.contains("; \(dropped) pictures dropped (\(dropped) by the camera, 0 in the queue)\n"), r.stderr)
+    }
+
+    /// A reader stalled for 300 ms (9 frames at 30 fps) loses nothing: the capture buffers (32
+    /// asked for; 4 once, which dropped 5 pictures here) hold them.
+    func testShortStallLosesNoPicture() throws {
+        let dir = fx.scratch("cli-record-stall").path
+        let r = try runWithEnv(["record", "--source", "v4l2", "-o", dir, "--size", "320x240", "--duration", "2"],
+                               ["CLIPFLOW_V4L2_EMULATE": "stall=10:300"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertFalse(r.stderr.contains("dropping items"), r.stderr)
+        XCTAssertFalse(r.stderr.contains("pictures dropped"), r.stderr)
+        XCTAssertTrue(r.stderr.contains("recorded 1 clip, 2.00 s, into \(dir)\n"), r.stderr)
+        XCTAssertEqual(try Probe.videoFrames("\(dir)/clip-0001.mp4"), 60)
+    }
+
     func testMissingCameraIsAClearError() throws {
         let dir = fx.scratch("cli-record-missing").path
         let r = try runWithEnv(["record", "--source", "v4l2", "--device", "/dev/video7", "-o", dir], ["CLIPFLOW_V4L2_EMULATE": "1"])

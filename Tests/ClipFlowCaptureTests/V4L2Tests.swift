@@ -91,7 +91,7 @@ final class V4L2Tests: XCTestCase {
         let d = try V4L2Device(path: "/dev/video0", syscalls: emu)
         try d.configure(CaptureRequest(width: 320, height: 240, fps: 30, format: .yuyv))
         try d.start()
-        XCTAssertEqual(emu.liveMappings, 4)
+        XCTAssertEqual(emu.liveMappings, V4L2Device.defaultBufferCount)
         let got = try frames(d, 12)
         XCTAssertEqual(got.map(\.sequence), Array(0..<12))
         XCTAssertEqual(got.map { EmulatedVivid.sequenceCode(in: $0) }, (0..<12).map { UInt32($0) })
@@ -112,7 +112,7 @@ final class V4L2Tests: XCTestCase {
         let (emu, clock) = vivid()
         let d = try V4L2Device(path: "/dev/video0", syscalls: emu)
         try d.configure(CaptureRequest(width: 320, height: 240, fps: 30, format: .yuv420))
-        try d.start()
+        try d.start(bufferCount: 4)
         // Ten frames fall due while nobody dequeues: four fill the buffers, six are dropped.
         clock.advance(by: 10.5 / 30)
         let got = try frames(d, 5)
@@ -161,7 +161,7 @@ final class V4L2Tests: XCTestCase {
             try d.configure(CaptureRequest(width: 320, height: 240, format: .yuyv))
             try d.start()
             _ = try frames(d, 1)
-            XCTAssertEqual(emu.liveMappings, 4)
+            XCTAssertEqual(emu.liveMappings, V4L2Device.defaultBufferCount)
         }
         XCTAssertEqual(emu.liveMappings, 0)
         XCTAssertEqual(emu.openDescriptors, 0)
@@ -251,6 +251,10 @@ final class V4L2Tests: XCTestCase {
         XCTAssertEqual(emu.configuration.formats, [.yuyv, .mjpeg])
         XCTAssertEqual(emu.configuration.unplugAfterFrames, 7)
         XCTAssertTrue(emu.configuration.busy)
+        let faults = try XCTUnwrap(try V4L2System.syscalls(environment: ["CLIPFLOW_V4L2_EMULATE": "jitter=4,stall=10:300"]) as? EmulatedVivid)
+        XCTAssertEqual(faults.configuration.timestampJitter, 0.004, accuracy: 1e-12)
+        XCTAssertEqual(faults.configuration.readerStall?.afterFrames, 10)
+        XCTAssertEqual(faults.configuration.readerStall?.seconds ?? 0, 0.3, accuracy: 1e-12)
         XCTAssertTrue(try V4L2System.syscalls(environment: [:]) is LinuxV4L2Syscalls)
         XCTAssertThrowsError(try V4L2System.syscalls(environment: ["CLIPFLOW_V4L2_EMULATE": "bogus"])) {
             XCTAssertTrue("\($0)".contains("unknown option 'bogus'"))
@@ -327,18 +331,88 @@ final class V4L2Tests: XCTestCase {
     }
 
     func testSourceStageReportsDropsWhenItFallsBehind() throws {
-        // The first wait oversleeps by ten frame intervals (a stalled consumer): frames 0-3 fill
-        // the four buffers, frames 4-10 find none queued and are dropped.
-        let clock = OversleepingClock(lag: 10.0 / 30)
+        // The first wait oversleeps by forty frame intervals (a stalled consumer): frames 0-31
+        // fill the 32 buffers, frames 32-40 find none queued and are dropped.
+        let clock = OversleepingClock(lag: 40.0 / 30)
         let emu = EmulatedVivid(clock: clock)
-        let stage = V4L2Source(id: "cam", request: CaptureRequest(width: 320, height: 240, fps: 30, format: .yuyv), frames: 5, syscalls: emu)
+        let stage = V4L2Source(id: "cam", request: CaptureRequest(width: 320, height: 240, fps: 30, format: .yuyv), frames: 33, syscalls: emu)
         let h = StageHarness(stage, clock: ManualClock())
         try h.prepare()
         try h.produce()
         let seqs = h.finish().compactMap { item -> Int64? in if case .video(let f)? = item.media { return f.sequence }; return nil }
-        XCTAssertEqual(seqs, [0, 1, 2, 3, 11])
-        XCTAssertEqual(stage.droppedFrames, 7)
-        XCTAssertTrue(h.events.contains { $0.kind == .dropped(count: 7) })
+        XCTAssertEqual(seqs, Array(0...31) + [41])
+        XCTAssertEqual(stage.droppedFrames, 9)
+        XCTAssertTrue(h.events.contains { $0.kind == .dropped(count: 9) })
+    }
+
+    /// A reader descheduled for half a second (15 frames at 30 fps) under load loses nothing:
+    /// the capture buffers hold the frames meanwhile. (With the 4 buffers once asked for, 11
+    /// frames were dropped.)
+    func testHalfSecondReaderStallLosesNoFrame() throws {
+        let (emu, _) = vivid { $0.readerStall = (afterFrames: 5, seconds: 0.5) }
+        let stage = V4L2Source(id: "cam", request: CaptureRequest(width: 320, height: 240, fps: 30, format: .yuyv), frames: 40, syscalls: emu)
+        let h = StageHarness(stage, clock: ManualClock())
+        try h.prepare()
+        try h.produce()
+        let seqs = h.finish().compactMap { item -> Int64? in if case .video(let f)? = item.media { return f.sequence }; return nil }
+        XCTAssertEqual(seqs, Array(0..<40))
+        XCTAssertEqual(stage.droppedFrames, 0)
+        XCTAssertFalse(h.events.contains { if case .dropped = $0.kind { return true }; return false })
+    }
+
+    /// A fixed-length capture is exactly duration x fps pictures however the kernel's timestamps
+    /// jitter: the first frame stamped late makes the 121st of a 4 s, 30 fps capture look as if
+    /// it were at 3.9995 s; it must not be taken (it started a one-picture fragment).
+    func testDurationIsExactlyDurationTimesFpsDespiteTimestampJitter() throws {
+        for fps in [30.0, 15] {
+            let (emu, clock) = vivid { $0.timestampJitter = 0.004 }
+            let stage = V4L2Source(id: "cam", request: CaptureRequest(width: 320, height: 240, fps: fps), duration: 4, syscalls: emu)
+            let h = StageHarness(stage, clock: clock)
+            try h.prepare()
+            try h.produce()
+            let frames = h.finish().compactMap { item -> VideoFrame? in if case .video(let f)? = item.media { return f }; return nil }
+            XCTAssertEqual(frames.count, Int(4 * fps), "at \(fps) fps")
+            XCTAssertEqual(frames.map(\.sequence), Array(0..<Int64(4 * fps)))
+            XCTAssertLessThan(frames.last?.time ?? 0, 4 - 0.5 / fps)
+        }
+    }
+}
+
+extension V4L2Tests {
+    /// A consumer slower than the camera (30 ms per picture at 60 fps, through a blocking queue
+    /// of one) in a real graph: once the 32 buffers are full (after about 70 frames) the camera
+    /// drops, and every drop is counted and reported by the source, exactly as many as the
+    /// sequence gaps the consumer sees.
+    func testSlowConsumerForcesCameraDropsThatAreAllCounted() throws {
+        let emu = EmulatedVivid(clock: SystemClock())
+        let source = V4L2Source(id: "cam", request: CaptureRequest(width: 320, height: 240, fps: 60, format: .yuyv), frames: 90, syscalls: emu)
+        let sink = SlowFrameSink(id: "slow", delay: 0.03)
+        let events = EventRecorder()
+        let runner = try GraphRunner(stages: [source, sink], edges: [Edge(from: "cam", to: "slow", limits: LinkLimits(maxItems: 1))], sink: events)
+        XCTAssertEqual(runner.run(), .completed)
+        XCTAssertEqual(sink.sequences.count, 90)
+        let gaps = zip(sink.sequences, sink.sequences.dropFirst()).reduce(Int64(sink.sequences.first ?? 0)) { $0 + $1.1 - $1.0 - 1 }
+        XCTAssertGreaterThan(source.droppedFrames, 0, "the camera had to drop: \(sink.sequences)")
+        XCTAssertEqual(Int64(source.droppedFrames), gaps, "\(sink.sequences)")
+        let reported = events.events.compactMap { e -> Int? in if e.stage == "cam", case .dropped(let n) = e.kind { return n }; return nil }.last
+        XCTAssertEqual(reported, source.droppedFrames)
+        XCTAssertEqual(runner.linkStats.map(\.stats.dropped), [0], "a blocking queue drops nothing itself")
+    }
+}
+
+/// Takes video frames, waiting `delay` seconds on each (a consumer slower than the camera);
+/// records their sequence numbers.
+private final class SlowFrameSink: Stage, @unchecked Sendable {
+    let id: String
+    let delay: Double
+    private(set) var sequences: [Int64] = []
+    var inputTypes: Set<PortType> { [.frames] }
+    var outputType: PortType? { nil }
+    init(id: String, delay: Double) { self.id = id; self.delay = delay }
+    func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
+        if case .video(let f)? = item.media { sequences.append(f.sequence) }
+        usleep(UInt32(delay * 1e6))
+        return .ok
     }
 }
 

@@ -156,11 +156,11 @@ public final class DirectoryStage: Stage, @unchecked Sendable {
         if !overwrite, FileManager.default.fileExists(atPath: target.path) {
             throw ClipFlowError.output("'\(target.path)' exists and overwrite is false")
         }
-        let out = try AtomicOutput(target: target, label: "directory copy")
-        if mode == "link", (try? FileManager.default.linkItem(atPath: src, toPath: out.temporary.path)) != nil {
-            // linked
+        let out: AtomicOutput
+        if mode == "link", let linked = try AtomicOutput.hardLink(from: src, target: target, label: "directory copy") {
+            out = linked
         } else {
-            try? FileManager.default.removeItem(at: out.temporary)
+            out = try AtomicOutput(target: target, label: "directory copy")
             try copy(src, to: out.temporary.path, context)
         }
         try out.commit()
@@ -173,7 +173,8 @@ public final class DirectoryStage: Stage, @unchecked Sendable {
     private func copy(_ src: String, to dst: String, _ context: StageContext) throws {
         guard let inp = FileHandle(forReadingAtPath: src) else { throw ClipFlowError.badInput("cannot read '\(src)'") }
         defer { try? inp.close() }
-        guard FileManager.default.createFile(atPath: dst, contents: nil), let outp = FileHandle(forWritingAtPath: dst) else {
+        // `dst` exists (made by AtomicOutput): written in place, never replaced.
+        guard let outp = FileHandle(forWritingAtPath: dst) else {
             throw ClipFlowError.output("cannot write into '\(directory)'")
         }
         defer { try? outp.close() }

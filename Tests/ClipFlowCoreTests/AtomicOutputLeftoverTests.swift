@@ -1,0 +1,122 @@
+import XCTest
+import Foundation
+@testable import ClipFlowCore
+import ClipFlowTestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Temporaries of writers that died are removed by the next writer into the folder; a live
+/// writer's (in this process or another) never are.
+final class AtomicOutputLeftoverTests: XCTestCase {
+    let fx = Fixtures.shared
+
+    private func names(_ dir: URL) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: dir.path)) ?? []).sorted()
+    }
+
+    private func touch(_ dir: URL, _ name: String, bytes: Int = 16) {
+        XCTAssertTrue(FileManager.default.createFile(atPath: dir.appendingPathComponent(name).path, contents: Data(count: bytes)))
+    }
+
+    func testDeadWritersTemporaryIsRemovedByTheNextWriterIntoTheFolder() throws {
+        let dir = fx.scratch("atomic-dead")
+        // Left by a writer killed mid-write: nobody holds its lock.
+        touch(dir, ".merged.mp4.clipflow-tmp-4242-123456", bytes: 1 << 20)
+        touch(dir, ".clip-0003.mp4.clipflow-tmp-1-9")
+        let out = try AtomicOutput(target: dir.appendingPathComponent("out.mp4"))
+        XCTAssertEqual(names(dir), [out.temporary.lastPathComponent])
+        try out.write(Data("done".utf8))
+        try out.commit()
+        XCTAssertEqual(names(dir), ["out.mp4"])
+        XCTAssertEqual(try String(contentsOf: dir.appendingPathComponent("out.mp4"), encoding: .utf8), "done")
+    }
+
+    func testLiveWritersTemporaryInThisProcessIsKept() throws {
+        let dir = fx.scratch("atomic-live-here")
+        let live = try AtomicOutput(target: dir.appendingPathComponent("a.mp4"))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: live.temporary.path), "created at once, locked")
+        XCTAssertEqual(LeftoverTemporaries.remove(in: dir.path), [])
+        let other = try AtomicOutput(target: dir.appendingPathComponent("b.mp4"))
+        XCTAssertEqual(names(dir), [live.temporary.lastPathComponent, other.temporary.lastPathComponent].sorted())
+        live.discard()
+        other.discard()
+        XCTAssertEqual(names(dir), [])
+    }
+
+    /// Another process holding the lock on a temporary (as a live writer does, whatever its PID)
+    /// keeps it; once that process is gone, the temporary goes.
+    func testLiveWritersTemporaryInAnotherProcessIsKeptUntilItDies() throws {
+        let dir = fx.scratch("atomic-live-there")
+        let name = ".x.mp4.clipflow-tmp-77-88"
+        touch(dir, name)
+        let holder = Process()
+        // flock(1) without forking: the process holding the lock is the one killed below.
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/flock")
+        holder.arguments = ["--shared", "--no-fork", dir.appendingPathComponent(name).path, "sleep", "30"]
+        try holder.run()
+        defer { if holder.isRunning { holder.terminate() } }
+        // Wait until it holds the lock: our exclusive try fails then.
+        let deadline = Date().addingTimeInterval(5)
+        while Date() < deadline {
+            let fd = open(dir.appendingPathComponent(name).path, O_RDONLY)
+            let held = flock(fd, LOCK_EX | LOCK_NB) != 0
+            close(fd)
+            if held { break }
+            usleep(10_000)
+        }
+        XCTAssertEqual(LeftoverTemporaries.remove(in: dir.path), [])
+        XCTAssertEqual(names(dir), [name])
+        kill(holder.processIdentifier, SIGKILL)
+        holder.waitUntilExit()
+        XCTAssertEqual(LeftoverTemporaries.remove(in: dir.path), [name])
+        XCTAssertEqual(names(dir), [])
+    }
+
+    /// Only regular files named exactly as temporaries are touched: not the targets, not names
+    /// that merely look alike, not directories or symlinks (whose targets stay untouched).
+    func testOnlyTemporaryFilesAreRemoved() throws {
+        let dir = fx.scratch("atomic-names")
+        let keep = [".clipflow-tmp-1-2", ".x.mp4.clipflow-tmp-1", ".x.mp4.clipflow-tmp-a-2", "x.mp4.clipflow-tmp-1-2",
+                    ".x.mp4.clipflow-tmp-1-2-3", "out.mp4", ".hidden"]
+        for n in keep { touch(dir, n) }
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent(".d.clipflow-tmp-1-2"), withIntermediateDirectories: false)
+        let victim = fx.scratch("atomic-names-target").appendingPathComponent("precious.mp4")
+        XCTAssertTrue(FileManager.default.createFile(atPath: victim.path, contents: Data("keep".utf8)))
+        try FileManager.default.createSymbolicLink(atPath: dir.appendingPathComponent(".l.mp4.clipflow-tmp-3-4").path, withDestinationPath: victim.path)
+        touch(dir, ".y.mp4.clipflow-tmp-12-34")
+        XCTAssertEqual(LeftoverTemporaries.remove(in: dir.path), [".y.mp4.clipflow-tmp-12-34"])
+        XCTAssertEqual(names(dir), (keep + [".d.clipflow-tmp-1-2", ".l.mp4.clipflow-tmp-3-4"]).sorted())
+        XCTAssertEqual(try String(contentsOf: victim, encoding: .utf8), "keep")
+    }
+
+    /// A hard-linked temporary (the directory stage's link mode) is locked too, and commits.
+    func testHardLinkedTemporaryIsLockedAndCommits() throws {
+        let dir = fx.scratch("atomic-link")
+        let src = fx.scratch("atomic-link-src").appendingPathComponent("in.mp4")
+        XCTAssertTrue(FileManager.default.createFile(atPath: src.path, contents: Data("video".utf8)))
+        let out = try XCTUnwrap(try AtomicOutput.hardLink(from: src.path, target: dir.appendingPathComponent("in.mp4")))
+        XCTAssertEqual(LeftoverTemporaries.remove(in: dir.path), [])
+        try out.commit()
+        var a = stat(), b = stat()
+        XCTAssertEqual(stat(src.path, &a), 0)
+        XCTAssertEqual(stat(dir.appendingPathComponent("in.mp4").path, &b), 0)
+        XCTAssertEqual(a.st_ino, b.st_ino, "a link, not a copy")
+        XCTAssertEqual(names(dir), ["in.mp4"])
+        XCTAssertNil(try AtomicOutput.hardLink(from: "/nonexistent-clipflow/x", target: dir.appendingPathComponent("y.mp4")))
+        // A symlink cannot be linked and locked as a file: nil (the caller copies), nothing left.
+        let symlink = fx.scratch("atomic-link-sym").appendingPathComponent("s.mp4")
+        try FileManager.default.createSymbolicLink(atPath: symlink.path, withDestinationPath: src.path)
+        XCTAssertNil(try AtomicOutput.hardLink(from: symlink.path, target: dir.appendingPathComponent("s.mp4")))
+        XCTAssertEqual(names(dir), ["in.mp4"])
+    }
+
+    func testDiscardAndDeinitRemoveTheTemporary() throws {
+        let dir = fx.scratch("atomic-discard")
+        do { _ = try AtomicOutput(target: dir.appendingPathComponent("a.mp4")) }
+        XCTAssertEqual(names(dir), [])
+        XCTAssertThrowsError(try AtomicOutput(target: dir.appendingPathComponent("missing/a.mp4"))) {
+            XCTAssertTrue("\($0)".contains("does not exist"), "\($0)")
+        }
+    }
+}

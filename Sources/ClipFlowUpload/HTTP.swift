@@ -191,17 +191,19 @@ public func displayURL(_ url: String) -> String {
 }
 
 /// The origin of an absolute http(s) URL: lower-cased scheme and host, and the port (the scheme's
-/// default when absent), as `scheme://host:port`. Nil for anything else, and for a URL carrying
-/// user info (credentials must never be sent to a URL that names its own).
+/// default when absent), as `scheme://host:port`. Nil for anything else.
 public func urlOrigin(_ url: String) -> String? {
     guard let c = URLComponents(string: url), let scheme = c.scheme?.lowercased(), ["http", "https"].contains(scheme),
-          let host = c.host?.lowercased(), !host.isEmpty, c.user == nil, c.password == nil else { return nil }
+          let host = c.host?.lowercased(), !host.isEmpty else { return nil }
     let port = c.port ?? (scheme == "https" ? 443 : 80)
     return "\(scheme)://\(host):\(port)"
 }
 
-/// Whether `url` is on the same origin as `base` (scheme, host and port; no user info in either).
+/// Whether `url` is on the same origin as `base` (scheme, host and port) and names the same user
+/// info as `base` (none, unless the endpoint the user gave has some): a server-given URL that adds
+/// or changes user info is not where the user's credentials were meant to go.
 public func isSameOrigin(_ url: String, _ base: String) -> Bool {
-    guard let a = urlOrigin(url), let b = urlOrigin(base) else { return false }
-    return a == b
+    guard let a = urlOrigin(url), let b = urlOrigin(base), a == b,
+          let u = URLComponents(string: url), let v = URLComponents(string: base) else { return false }
+    return u.user == v.user && u.password == v.password
 }

@@ -640,8 +640,8 @@ private final class Session {
         // URL elsewhere is a misconfigured proxy (it would not accept the data either) or a server
         // sending the file somewhere it was not meant to go; either way the user has to decide.
         guard isSameOrigin(u, t.endpoint) else {
-            let carriesUser = URLComponents(string: u).map { $0.user != nil || $0.password != nil } ?? false
-            let why = carriesUser ? "a URL with user info in it" : "\(displayURL(u)), which is not on the endpoint's origin \(urlOrigin(t.endpoint) ?? displayURL(t.endpoint)) (scheme, host and port must match)"
+            let sameHost = urlOrigin(u) != nil && urlOrigin(u) == urlOrigin(t.endpoint)
+            let why = sameHost ? "a URL with other user info than the endpoint's" : "\(displayURL(u)), which is not on the endpoint's origin \(urlOrigin(t.endpoint) ?? displayURL(t.endpoint)) (scheme, host and port must match)"
             throw UploadError(code: "cross-origin",
                               message: "POST \(displayURL(t.endpoint)): the server put the upload at \(why); refused so that neither credentials nor the file go anywhere but the endpoint's origin")
         }

@@ -225,7 +225,7 @@ public final class GcoreUploader: FileUploader, Sendable {
                     retryAfter = retryAfterSeconds(r)
                 } catch let e as TransportError {
                     if e.kind == .cancelled { try control.check() }
-                    guard e.isRetryable else { throw UploadError(code: "transport", message: e.message) }
+                    guard e.isRetryable else { throw UploadError(code: e.kind == .oversized ? "bad-response" : "transport", message: e.message) }
                     reason = e.message
                 }
                 guard let delay = retry.failure(at: 0, retryAfter: retryAfter) else {

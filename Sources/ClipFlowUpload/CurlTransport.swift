@@ -32,7 +32,8 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
 
     public func perform(_ request: HTTPRequest, onSent: ((Int64) -> Void)?) throws -> HTTPResponse {
         curl_easy_reset(handle)
-        let ctx = TransferContext(shouldAbort: shouldAbort, onSent: onSent, stallTimeout: Double(settings.stallTimeout))
+        let ctx = TransferContext(shouldAbort: shouldAbort, onSent: onSent, stallTimeout: Double(settings.stallTimeout),
+                                  responseTimeout: settings.responseTimeout)
         defer { ctx.closeFile() }
         var headerList: UnsafeMutablePointer<curl_slist>? = nil
         defer { if let headerList { curl_slist_free_all(headerList) } }
@@ -109,7 +110,15 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
         if let fileError = ctx.fileError {
             return TransportError(.fileRead, fileError, bytesSent: sent)
         }
+        if let limit = ctx.oversized {
+            return TransportError(.oversized, "\(target): \(limit); not a valid answer for this request", bytesSent: sent)
+        }
         switch code {
+        case CURLE_ABORTED_BY_CALLBACK where ctx.responseTimedOut:
+            return TransportError(.stalled, "\(target): the answer did not complete within \(Int(settings.responseTimeout)) s", bytesSent: sent)
+        case CURLE_OUT_OF_MEMORY where ctx.connected:
+            // curl's only way of saying that one header line exceeded its limit (CURL_MAX_HTTP_HEADER).
+            return TransportError(.oversized, "\(target): the server's response header is larger than curl's limit of 102400 bytes for one header; not a valid answer for this request", bytesSent: sent)
         case CURLE_ABORTED_BY_CALLBACK where ctx.stalled:
             return TransportError(.stalled, "\(target): no data moved for \(settings.stallTimeout) s (stalled)", bytesSent: sent)
         case CURLE_ABORTED_BY_CALLBACK:
@@ -165,6 +174,15 @@ private final class TransferContext {
     let stallTimeout: Double
     var lastMove = ProcessInfo.processInfo.systemUptime
     var stalled = false
+    /// The answer must be complete `responseTimeout` seconds after the request body was sent
+    /// (bytes arriving do not extend it).
+    let responseTimeout: Double
+    var answerClockStart: Double?
+    var responseTimedOut = false
+    /// Header bytes received so far (all answers of this request).
+    var headerBytes = 0
+    /// Why the answer was abandoned for its size, when it was.
+    var oversized: String?
 
     // Body source.
     var fd: Int32 = -1
@@ -174,10 +192,11 @@ private final class TransferContext {
     var bytes = Data()
     var position: Int64 = 0
 
-    init(shouldAbort: @escaping @Sendable () -> Bool, onSent: ((Int64) -> Void)?, stallTimeout: Double) {
+    init(shouldAbort: @escaping @Sendable () -> Bool, onSent: ((Int64) -> Void)?, stallTimeout: Double, responseTimeout: Double) {
         self.shouldAbort = shouldAbort
         self.onSent = onSent
         self.stallTimeout = stallTimeout
+        self.responseTimeout = responseTimeout
     }
 
     var pointer: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
@@ -241,16 +260,23 @@ private final class TransferContext {
         return true
     }
 
-    func header(_ line: String) {
+    /// Takes one header line; false when the headers exceed `HTTPResponse.maxHeaderBytes` (the
+    /// transfer is then abandoned).
+    func header(_ line: String) -> Bool {
         lastMove = ProcessInfo.processInfo.systemUptime
+        headerBytes += line.utf8.count
+        if headerBytes > HTTPResponse.maxHeaderBytes {
+            oversized = "the server's response header is larger than \(HTTPResponse.maxHeaderBytes) bytes"
+            return false
+        }
         let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
         if trimmed.hasPrefix("HTTP/") {
             // A new response (after 100 Continue or an interim response): start over.
             headers = [:]
             connected = true
-            return
+            return true
         }
-        guard let colon = trimmed.firstIndex(of: ":") else { return }
+        guard let colon = trimmed.firstIndex(of: ":") else { return true }
         let name = trimmed[..<colon].lowercased()
         let value = trimmed[trimmed.index(after: colon)...].trimmingCharacters(in: .whitespaces)
         if let existing = headers[name] {
@@ -258,13 +284,20 @@ private final class TransferContext {
         } else {
             headers[name] = value
         }
+        return true
     }
 
-    func write(_ data: UnsafeRawBufferPointer) {
+    /// Takes a piece of the answer's body; false when the body exceeds `HTTPResponse.maxBody`
+    /// (the transfer is then abandoned).
+    func write(_ data: UnsafeRawBufferPointer) -> Bool {
         connected = true
         lastMove = ProcessInfo.processInfo.systemUptime
-        let room = HTTPResponse.maxBody - body.count
-        if room > 0 { body.append(contentsOf: data.prefix(room)) }
+        guard body.count + data.count <= HTTPResponse.maxBody else {
+            oversized = "the server's answer is larger than \(HTTPResponse.maxBody) bytes"
+            return false
+        }
+        body.append(contentsOf: data)
+        return true
     }
 
     func progress(sent: Int64, received: Int64) -> Bool {
@@ -281,6 +314,11 @@ private final class TransferContext {
         }
         if stallTimeout > 0 && now - lastMove >= stallTimeout {
             stalled = true
+            return true
+        }
+        if answerClockStart == nil && sent >= length { answerClockStart = now }
+        if let t0 = answerClockStart, responseTimeout > 0, now - t0 >= responseTimeout {
+            responseTimedOut = true
             return true
         }
         return shouldAbort()
@@ -303,17 +341,15 @@ private let transferSeek: cf_curl_seek_cb = { user, offset, origin in
 
 private let transferHeader: cf_curl_data_cb = { buffer, size, count, user in
     let n = size * count
-    if let buffer {
-        let line = String(decoding: UnsafeRawBufferPointer(start: buffer, count: n), as: UTF8.self)
-        context(user).header(line)
-    }
-    return n
+    guard let buffer else { return n }
+    let line = String(decoding: UnsafeRawBufferPointer(start: buffer, count: n), as: UTF8.self)
+    return context(user).header(line) ? n : 0
 }
 
 private let transferWrite: cf_curl_data_cb = { buffer, size, count, user in
     let n = size * count
-    if let buffer { context(user).write(UnsafeRawBufferPointer(start: buffer, count: n)) }
-    return n
+    guard let buffer else { return n }
+    return context(user).write(UnsafeRawBufferPointer(start: buffer, count: n)) ? n : 0
 }
 
 private let transferProgress: cf_curl_xferinfo_cb = { user, _, dlnow, _, ulnow in

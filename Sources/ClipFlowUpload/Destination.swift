@@ -33,6 +33,8 @@ public struct UploadDestination: Codable, Sendable, Equatable {
     public var checksum: String?
     /// Seconds without a byte moving before a request is abandoned and retried.
     public var stallTimeout: Int?
+    /// Seconds an answer may take once its request is sent (bytes arriving do not extend it).
+    public var responseTimeout: Double?
     /// Failed requests in a row, without progress, before the upload fails.
     public var maxRetries: Int?
     /// First retry delay in seconds (doubles per failure, jittered, capped at 30 s).
@@ -67,6 +69,7 @@ public struct UploadDestination: Codable, Sendable, Equatable {
     public var transportSettings: TransportSettings {
         var t = TransportSettings()
         if let stallTimeout { t.stallTimeout = stallTimeout }
+        if let responseTimeout { t.responseTimeout = responseTimeout }
         if let verifyTLS { t.verifyTLS = verifyTLS }
         t.caBundle = caBundle
         return t
@@ -86,6 +89,7 @@ public struct UploadDestination: Codable, Sendable, Equatable {
         if let c = checksum, !["auto", "off", "sha1", "sha256"].contains(c) { out.append(("checksum", "must be auto, off, sha1 or sha256")) }
         if let c = chunkSize, c < 1 { out.append(("chunk-size", "must be at least 1 byte")) }
         if let s = stallTimeout, s < 1 { out.append(("stall-timeout", "must be at least 1 second")) }
+        if let s = responseTimeout, !(s >= 1 && s <= 86400) { out.append(("response-timeout", "must be from 1 to 86400 seconds")) }
         if let t = uploadURLTemplate, !t.contains("{hostname}") { out.append(("upload-url", "must contain {hostname}")) }
         out.append(contentsOf: credentials.problems())
         return out
@@ -109,6 +113,12 @@ public struct CredentialSource: Codable, Sendable, Equatable {
     public func problems() -> [(field: String, message: String)] {
         if command != nil && url != nil { return [("credentials", "give a credentials command or a credentials URL, not both")] }
         if let c = command, c.isEmpty { return [("credentials-command", "is empty")] }
+        if let c = command, let what = literalSecret(inCommand: c.last ?? "") {
+            return [("credentials-command", "holds \(what) written out; the command is kept in the upload queue file, so a secret must not be part of it. Put the secret in an environment variable and refer to it (e.g. $MY_TOKEN), or in a file the command reads")]
+        }
+        if let u = url, let what = literalSecret(inURL: u) {
+            return [("credentials-url", "holds \(what); the URL is kept in the upload queue file, so a secret must not be part of it")]
+        }
         return []
     }
 
@@ -156,4 +166,58 @@ public struct EnvironmentCredentialProvider: CredentialProvider {
             return .bearer(token: token, refreshToken: refresh)
         }
     }
+}
+
+// MARK: - Secrets written into a credential source
+
+/// Names under which credentials travel (JSON keys, option names, variable names), lower case,
+/// with `-` read as `_`.
+private let credentialWords = ["token", "access_token", "refresh", "refresh_token", "access", "secret",
+                               "secretaccesskey", "secret_access_key", "aws_secret_access_key", "sessiontoken",
+                               "session_token", "aws_session_token", "securitytoken", "password", "passwd",
+                               "api_key", "apikey", "clipflow_upload_token", "clipflow_upload_refresh_token"]
+
+/// What looks like a credential written literally into a shell command (nil when nothing does):
+/// a credential name followed by a value (`{"token":"abc"}`, `--token abc`, `--password=abc`,
+/// `AWS_SECRET_ACCESS_KEY=abc`), `Bearer abc`, or a long random-looking word (an access key, a
+/// token). A value that is a shell expansion (`$VAR`, `${VAR}`, `$(cmd)`) or a printf
+/// placeholder (`%s`) is a reference, not a secret, and is fine.
+func literalSecret(inCommand command: String) -> String? {
+    let text = command.lowercased().replacingOccurrences(of: "-", with: "_")
+    let names = credentialWords.joined(separator: "|")
+    // name, optional closing quote, separator (: = or spaces), optional opening quote, first value char.
+    let keyed = "(?:^|[^a-z0-9_])_*(\(names))\\\\?[\"']?\\s*(?:[:=]|\\s)\\s*\\\\?[\"']?([^\\s\"'$`{}(),;|&<>_%\\\\])"
+    if let m = text.range(of: keyed, options: .regularExpression) {
+        let found = String(text[m])
+        if let name = credentialWords.sorted(by: { $0.count > $1.count }).first(where: { found.contains($0) }) {
+            return "a value for '\(name)'"
+        }
+    }
+    if text.range(of: "bearer\\s+[^\\s$\"']", options: .regularExpression) != nil { return "a bearer token" }
+    for word in command.split(whereSeparator: { " \t\n\"'=:,;{}()[]<>|&`".contains($0) }) {
+        if looksRandom(word) { return "what looks like a key or token ('\(word.prefix(4))...')" }
+    }
+    return nil
+}
+
+/// A credential in a URL: user info with a password, or a secret-named query parameter.
+func literalSecret(inURL url: String) -> String? {
+    guard let c = URLComponents(string: url) else { return nil }
+    if c.password != nil { return "a password in its user info" }
+    for item in c.queryItems ?? [] where Secrets.secretQueryNames.contains(item.name.lowercased()) || credentialWords.contains(item.name.lowercased()) {
+        if let v = item.value, !v.isEmpty { return "a value for the query parameter '\(item.name)'" }
+    }
+    return nil
+}
+
+/// At least 20 characters of letters and digits (and `+/_.-`), mixing letters and digits, not a
+/// path or a shell expansion: the shape of access keys, secrets and tokens.
+private func looksRandom(_ word: Substring) -> Bool {
+    guard word.count >= 20, !word.hasPrefix("/"), !word.hasPrefix("."), !word.hasPrefix("~"), !word.contains("$") else { return false }
+    guard word.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+/_.-".contains($0)) }) else { return false }
+    let digits = word.filter(\.isNumber).count
+    let letters = word.filter(\.isLetter).count
+    // Paths and host names read as words separated by / . -: a secret has long unbroken runs.
+    let longestRun = word.split(whereSeparator: { "/.-_".contains($0) }).map(\.count).max() ?? 0
+    return digits >= 2 && letters >= 4 && longestRun >= 16
 }

@@ -155,6 +155,12 @@ public final class GcoreUploader: FileUploader, Sendable {
                 throw UploadError(code: "protocol", message: "Gcore API \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload answered without servers[].hostname and token")
             }
             Secrets.shared.register(token)
+            // The upload server is expected to differ from the API host (the upload token is made for
+            // it; the API's bearer token never goes there: the TUS part sends no Authorization). It
+            // must be a plain host name or host:port, so it cannot reshape the URL template.
+            guard isPlainHost(host) else {
+                throw UploadError(code: "protocol", message: "Gcore API \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload named the upload server '\(String(host.prefix(200)))', which is not a host name (letters, digits, '.', '-', an optional :port)")
+            }
             let clientID = (info["video"] as? [String: Any]).flatMap { jsonString($0["client_id"]) } ?? jsonString(video["client_id"]) ?? ""
             var meta = ["filename": fileName, "video_id": vid, "token": token]
             if !clientID.isEmpty { meta["client_id"] = clientID }
@@ -219,7 +225,7 @@ public final class GcoreUploader: FileUploader, Sendable {
                     retryAfter = retryAfterSeconds(r)
                 } catch let e as TransportError {
                     if e.kind == .cancelled { try control.check() }
-                    guard e.isRetryable else { throw UploadError(code: "transport", message: e.message) }
+                    guard e.isRetryable else { throw UploadError(code: e.kind == .oversized ? "bad-response" : "transport", message: e.message) }
                     reason = e.message
                 }
                 guard let delay = retry.failure(at: 0, retryAfter: retryAfter) else {
@@ -230,6 +236,28 @@ public final class GcoreUploader: FileUploader, Sendable {
             }
         }
     }
+}
+
+/// A DNS name, IPv4 address or bracketed IPv6 address, with an optional port; nothing else (no
+/// user info, path, query or spaces).
+func isPlainHost(_ s: String) -> Bool {
+    guard !s.isEmpty, s.count <= 260 else { return false }
+    var host = Substring(s)
+    if s.hasPrefix("[") {
+        guard let close = s.firstIndex(of: "]") else { return false }
+        let inner = s[s.index(after: s.startIndex)..<close]
+        guard !inner.isEmpty, inner.allSatisfy({ $0.isHexDigit || $0 == ":" || $0 == "." }) else { return false }
+        host = s[s.index(after: close)...]
+        if host.isEmpty { return true }
+        guard host.first == ":" else { return false }
+        return host.dropFirst().allSatisfy(\.isASCII) && Int(host.dropFirst()).map { (1...65535).contains($0) } == true
+    }
+    if let colon = s.firstIndex(of: ":") {
+        guard let port = Int(s[s.index(after: colon)...]), (1...65535).contains(port) else { return false }
+        host = s[..<colon]
+    }
+    return !host.isEmpty && !host.hasPrefix(".") && !host.hasPrefix("-")
+        && host.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "-") }
 }
 
 private func jsonString(_ v: Any?) -> String? {

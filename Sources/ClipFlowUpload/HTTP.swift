@@ -40,10 +40,13 @@ public enum HTTPBody: Sendable {
     }
 }
 
-/// A response. Header names are lower-cased; repeated headers are joined with ", ". The body is
-/// kept up to `HTTPResponse.maxBody` bytes (upload protocols only read small JSON/XML bodies).
+/// A response. Header names are lower-cased; repeated headers are joined with ", ". Upload
+/// protocols only read small JSON/XML answers: a response whose headers exceed `maxHeaderBytes`
+/// or whose body exceeds `maxBody` is abandoned (`TransportError.Kind.oversized`).
 public struct HTTPResponse: Sendable {
     public static let maxBody = 4 << 20
+    /// All header lines of one request's answers together (interim answers included).
+    public static let maxHeaderBytes = 64 << 10
     public var status: Int
     public var headers: [String: String]
     public var body: Data
@@ -72,8 +75,12 @@ public struct TransportError: Error, CustomStringConvertible, Sendable, Equatabl
         case tls
         /// Connection dropped or reset mid-transfer, or an empty reply.
         case network
-        /// No byte moved in either direction for the stall timeout.
+        /// No byte moved in either direction for the stall timeout, or the answer did not complete
+        /// within the response timeout after the request was sent.
         case stalled
+        /// The answer broke a size limit (headers over `HTTPResponse.maxHeaderBytes`, a body over
+        /// `HTTPResponse.maxBody`, or one header line over curl's own limit). Not retried.
+        case oversized
         /// Cancelled or paused by the caller.
         case cancelled
         /// The request's body file could not be read (or shrank while being sent).
@@ -97,7 +104,7 @@ public struct TransportError: Error, CustomStringConvertible, Sendable, Equatabl
     public var isRetryable: Bool {
         switch kind {
         case .connect, .network, .stalled: return true
-        case .tls, .cancelled, .fileRead, .invalid: return false
+        case .tls, .cancelled, .fileRead, .invalid, .oversized: return false
         }
     }
 }
@@ -109,6 +116,9 @@ public struct TransportSettings: Sendable, Equatable {
     /// A transfer that moves no byte (either direction) for this many seconds is abandoned as
     /// stalled.
     public var stallTimeout: Int = 30
+    /// Seconds an answer may take, from the end of the request body to the last byte of the
+    /// answer, even while bytes keep arriving (a server dripping an endless answer).
+    public var responseTimeout: Double = 300
     /// Verify the server's TLS certificate and host name. On by default; turning it off is for
     /// test servers with self-signed certificates only.
     public var verifyTLS: Bool = true
@@ -122,13 +132,14 @@ public struct TransportSettings: Sendable, Equatable {
 
 /// Decodes missing keys as their defaults, so a config can name only what it changes.
 extension TransportSettings: Codable {
-    private enum CodingKeys: String, CodingKey { case connectTimeout, stallTimeout, verifyTLS, caBundle, uploadBufferSize }
+    private enum CodingKeys: String, CodingKey { case connectTimeout, stallTimeout, responseTimeout, verifyTLS, caBundle, uploadBufferSize }
 
     public init(from decoder: Decoder) throws {
         self.init()
         let c = try decoder.container(keyedBy: CodingKeys.self)
         connectTimeout = try c.decodeIfPresent(Double.self, forKey: .connectTimeout) ?? connectTimeout
         stallTimeout = try c.decodeIfPresent(Int.self, forKey: .stallTimeout) ?? stallTimeout
+        responseTimeout = try c.decodeIfPresent(Double.self, forKey: .responseTimeout) ?? responseTimeout
         verifyTLS = try c.decodeIfPresent(Bool.self, forKey: .verifyTLS) ?? verifyTLS
         caBundle = try c.decodeIfPresent(String.self, forKey: .caBundle)
         uploadBufferSize = try c.decodeIfPresent(Int.self, forKey: .uploadBufferSize) ?? uploadBufferSize
@@ -138,6 +149,7 @@ extension TransportSettings: Codable {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(connectTimeout, forKey: .connectTimeout)
         try c.encode(stallTimeout, forKey: .stallTimeout)
+        try c.encode(responseTimeout, forKey: .responseTimeout)
         try c.encode(verifyTLS, forKey: .verifyTLS)
         try c.encodeIfPresent(caBundle, forKey: .caBundle)
         try c.encode(uploadBufferSize, forKey: .uploadBufferSize)
@@ -176,4 +188,22 @@ public func displayURL(_ url: String) -> String {
     comps.user = nil
     comps.password = nil
     return Secrets.shared.redact(comps.string ?? url)
+}
+
+/// The origin of an absolute http(s) URL: lower-cased scheme and host, and the port (the scheme's
+/// default when absent), as `scheme://host:port`. Nil for anything else.
+public func urlOrigin(_ url: String) -> String? {
+    guard let c = URLComponents(string: url), let scheme = c.scheme?.lowercased(), ["http", "https"].contains(scheme),
+          let host = c.host?.lowercased(), !host.isEmpty else { return nil }
+    let port = c.port ?? (scheme == "https" ? 443 : 80)
+    return "\(scheme)://\(host):\(port)"
+}
+
+/// Whether `url` is on the same origin as `base` (scheme, host and port) and names the same user
+/// info as `base` (none, unless the endpoint the user gave has some): a server-given URL that adds
+/// or changes user info is not where the user's credentials were meant to go.
+public func isSameOrigin(_ url: String, _ base: String) -> Bool {
+    guard let a = urlOrigin(url), let b = urlOrigin(base), a == b,
+          let u = URLComponents(string: url), let v = URLComponents(string: base) else { return false }
+    return u.user == v.user && u.password == v.password
 }

@@ -270,7 +270,7 @@ public final class S3Uploader: FileUploader, Sendable {
             }
             throw e
         } catch {
-            let e = UploadError(code: "internal", message: "S3 upload of \(path): \(error)")
+            let e = UploadError(code: "internal", message: "\(path): S3 upload: \(error)")
             observer.upload(.failed(id: id, code: e.code, message: e.message))
             throw e
         }
@@ -462,7 +462,8 @@ final class S3Session {
         }
     }
 
-    var what: String { "S3 upload of \(path) to \(options.bucket)/\(key)" }
+    /// Starts every message of this upload: the file first, as in the other uploaders.
+    var what: String { "\(path): S3 upload to \(options.bucket)/\(key)" }
 
     // MARK: The flow
 
@@ -741,7 +742,7 @@ final class S3Session {
                     throw UploadError(code: "file-changed", message: "\(what): \(e.message)")
                 }
                 guard e.isRetryable else {
-                    throw UploadError(code: e.kind == .tls ? "tls" : "network", message: "\(what): \(step): \(e.message)")
+                    throw UploadError(code: e.kind == .tls ? "tls" : e.kind == .oversized ? "bad-response" : "network", message: "\(what): \(step): \(e.message)")
                 }
                 try retryAfter(reason: "\(step): \(e.message)", retryAfter: nil, code: e.kind == .stalled ? "stalled" : "network")
                 continue

@@ -229,10 +229,16 @@ public final class TUSUploader: FileUploader, Sendable {
         return s
     }
 
-    fileprivate func requestHeaders() throws -> [(name: String, value: String)] {
+    /// Whether credential headers may go to `url`: only to the endpoint's own origin (scheme,
+    /// host, port), whatever URL a server handed us.
+    fileprivate func mayAuthenticate(_ url: String) -> Bool {
+        isSameOrigin(url, options.endpoint)
+    }
+
+    fileprivate func requestHeaders(for url: String) throws -> [(name: String, value: String)] {
         var out: [(name: String, value: String)] = [("Tus-Resumable", "1.0.0")]
         for (k, v) in options.headers.sorted(by: { $0.key < $1.key }) { out.append((k, v)) }
-        if let headers {
+        if let headers, mayAuthenticate(url) {
             for (k, v) in try headers().sorted(by: { $0.key < $1.key }) {
                 Secrets.shared.register(v)
                 out.append((k, v))
@@ -243,7 +249,7 @@ public final class TUSUploader: FileUploader, Sendable {
 
     fileprivate func terminate(_ url: String, _ transport: HTTPTransport) throws -> Int {
         var req = HTTPRequest(method: "DELETE", url: url)
-        for h in try requestHeaders() { req.setHeader(h.name, h.value) }
+        for h in try requestHeaders(for: url) { req.setHeader(h.name, h.value) }
         count("DELETE")
         let r = try transport.perform(req)
         note { $0.terminated.append(url) }
@@ -450,8 +456,8 @@ private final class Session {
 
     func request(_ method: String, _ url: String, body: HTTPBody = .empty) throws -> HTTPRequest {
         var req = HTTPRequest(method: method, url: url, body: body)
-        for h in try up.requestHeaders() { req.setHeader(h.name, h.value) }
-        if let freshHeaders { for (k, v) in freshHeaders { req.setHeader(k, v) } }
+        for h in try up.requestHeaders(for: url) { req.setHeader(h.name, h.value) }
+        if let freshHeaders, up.mayAuthenticate(url) { for (k, v) in freshHeaders { req.setHeader(k, v) } }
         return req
     }
 
@@ -478,7 +484,7 @@ private final class Session {
             freshHeaders = fresh
             justRefreshed = true
             up.note { $0.credentialRefreshes += 1 }
-            for (k, v) in fresh { req.setHeader(k, v) }
+            if up.mayAuthenticate(req.url) { for (k, v) in fresh { req.setHeader(k, v) } }
         }
     }
 
@@ -505,6 +511,7 @@ private final class Session {
                     throw UploadError(code: "file-changed", message: e.message)
                 }
                 throw UploadError(code: "file-read", message: e.message)
+            case .oversized: throw UploadError(code: "bad-response", message: e.message)
             case .tls, .invalid: throw UploadError(code: e.kind == .tls ? "tls" : "invalid", message: e.message)
             }
         }
@@ -628,6 +635,16 @@ private final class Session {
             throw UploadError(code: "protocol", message: "POST \(displayURL(t.endpoint)): HTTP \(r.status) without a Location header")
         }
         let u = resolveURL(location, against: t.endpoint)
+        // The upload URL gets every later request (and, for plain TUS, its credentials): it must be
+        // on the creation endpoint's origin. Refused rather than followed without credentials: a
+        // URL elsewhere is a misconfigured proxy (it would not accept the data either) or a server
+        // sending the file somewhere it was not meant to go; either way the user has to decide.
+        guard isSameOrigin(u, t.endpoint) else {
+            let sameHost = urlOrigin(u) != nil && urlOrigin(u) == urlOrigin(t.endpoint)
+            let why = sameHost ? "a URL with other user info than the endpoint's" : "\(displayURL(u)), which is not on the endpoint's origin \(urlOrigin(t.endpoint) ?? displayURL(t.endpoint)) (scheme, host and port must match)"
+            throw UploadError(code: "cross-origin",
+                              message: "POST \(displayURL(t.endpoint)): the server put the upload at \(why); refused so that neither credentials nor the file go anywhere but the endpoint's origin")
+        }
         url = u
         pendingTarget = nil
         offset = r.header("upload-offset").flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) } ?? 0

@@ -320,9 +320,10 @@ public final class UploadQueue: @unchecked Sendable {
                 // Uploaders delete a cancelled upload themselves; this also covers one cancelled
                 // before it reached the server.
                 if let uploader = try? makeUploader(entry.destination, resumeStore) { try? uploader.discard(file: entry.file) }
-                observer.upload(.cancelled(id: entry.id))
+                if !progressSink.reported(.cancelled(id: entry.id)) { observer.upload(.cancelled(id: entry.id)) }
             } else if e.code == "paused" {
-                observer.upload(.paused(id: entry.id))
+                // Uploaders report their own pause; this covers one stopped before it reached them.
+                if !progressSink.reported(.paused(id: entry.id)) { observer.upload(.paused(id: entry.id)) }
             }
         }
     }
@@ -358,6 +359,8 @@ private final class QueueProgress: UploadObserver, @unchecked Sendable {
     private let id: String
     private let observer: UploadObserver
     private let state = Mutex<(ack: Int64, written: Double)>((0, 0))
+    /// Names of the paused/cancelled events already forwarded (each is reported once).
+    private let ends = Mutex<Set<String>>([])
 
     init(queue: UploadQueue, id: String, observer: UploadObserver) {
         self.queue = queue
@@ -367,7 +370,15 @@ private final class QueueProgress: UploadObserver, @unchecked Sendable {
 
     var acknowledged: Int64 { state.withLock { $0.ack } }
 
+    /// Whether an event like `event` (same name) was already forwarded.
+    func reported(_ event: UploadEvent) -> Bool { ends.withLock { $0.contains(event.name) } }
+
     func upload(_ event: UploadEvent) {
+        switch event {
+        case .paused, .cancelled:
+            guard ends.withLock({ $0.insert(event.name).inserted }) else { return }
+        default: break
+        }
         observer.upload(event)
         guard case .progress(_, let p) = event else { return }
         let now = ProcessInfo.processInfo.systemUptime

@@ -62,6 +62,8 @@ struct DestinationFlags: ParsableArguments {
     @Option(help: "TUS checksum: auto (the best the server offers), off, or sha1/sha256 (fails if the server does not offer it).") var checksum: String?
     @Option(name: .customLong("stall-timeout"), help: "Seconds without a byte moving before a request is retried (default 30).")
     var stallTimeout: Int?
+    @Option(name: .customLong("response-timeout"), help: "Seconds an answer may take once a request is sent, even while bytes keep arriving (default 300).")
+    var responseTimeout: Double?
     @Option(help: "Failed requests in a row without progress before giving up (default 8).") var retries: Int?
     @Option(name: .customLong("retry-delay"), help: "First retry delay in seconds (default 0.5).") var retryDelay: Double?
     @Option(name: .customLong("ca-bundle"), help: "Extra CA certificates (PEM) to trust.") var caBundle: String?
@@ -93,6 +95,7 @@ struct DestinationFlags: ParsableArguments {
         d.minimumPartSize = minimumPartSize
         d.checksum = checksum
         d.stallTimeout = stallTimeout
+        d.responseTimeout = responseTimeout
         d.maxRetries = retries
         d.retryDelay = retryDelay
         d.caBundle = caBundle
@@ -329,7 +332,10 @@ final class UploadPrinter: UploadObserver, @unchecked Sendable {
         }
         let failed = ended.filter { $0.state == .failed }
         for e in failed {
-            err("error: \(e.file): \(e.errorMessage ?? "upload failed") (id \(e.id); `clipflow upload resume \(e.id) --queue \(queue)` retries)")
+            // Most messages already start with the file; name it once.
+            let message = e.errorMessage ?? "upload failed"
+            let text = message.hasPrefix(e.file + ":") ? message : "\(e.file): \(message)"
+            err("error: \(text) (id \(e.id); `clipflow upload resume \(e.id) --queue \(queue)` retries)")
         }
         if !failed.isEmpty { throw ExitCode(1) }
     }

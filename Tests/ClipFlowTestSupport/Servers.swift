@@ -27,6 +27,8 @@ public final class ServerProcess: @unchecked Sendable {
     public let name: String
     public let arguments: [String]
     public let environment: [String: String]
+    /// The loopback address the server listens on (127.0.0.1 unless told).
+    public let host: String
     /// The folder holding stdout.log, stderr.log (and the port file, if any).
     public let logDirectory: URL
     /// The port: given, or read from the port file once the server wrote it.
@@ -38,8 +40,9 @@ public final class ServerProcess: @unchecked Sendable {
     /// `arguments` run through `/usr/bin/env` (so `python3` comes from PATH). Give either the
     /// `port` the server will listen on or a `portFile` it writes its port into.
     public init(name: String, arguments: [String], environment: [String: String] = [:],
-                port: Int? = nil, portFile: URL? = nil, logDirectory: URL? = nil) {
+                port: Int? = nil, portFile: URL? = nil, logDirectory: URL? = nil, host: String = "127.0.0.1") {
         self.name = name
+        self.host = host
         self.arguments = arguments
         self.environment = environment
         self.port = port ?? 0
@@ -95,7 +98,7 @@ public final class ServerProcess: @unchecked Sendable {
                let n = Int(s.trimmingCharacters(in: .whitespacesAndNewlines)) {
                 port = n
             }
-            if port != 0 && Self.acceptsConnections(port: port) { return }
+            if port != 0 && Self.acceptsConnections(port: port, host: host) { return }
             usleep(50_000)
         }
         stop()
@@ -135,12 +138,12 @@ public final class ServerProcess: @unchecked Sendable {
         return Int(UInt16(bigEndian: addr.sin_port))
     }
 
-    /// True when 127.0.0.1:`port` accepts a TCP connection.
-    public static func acceptsConnections(port: Int) -> Bool {
+    /// True when `host`:`port` (an IPv4 address) accepts a TCP connection.
+    public static func acceptsConnections(port: Int, host: String = "127.0.0.1") -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return false }
         defer { close(fd) }
-        var addr = loopback(port: port)
+        var addr = loopback(port: port, host: host)
         return withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
@@ -148,11 +151,11 @@ public final class ServerProcess: @unchecked Sendable {
         } == 0
     }
 
-    private static func loopback(port: Int) -> sockaddr_in {
+    private static func loopback(port: Int, host: String = "127.0.0.1") -> sockaddr_in {
         var a = sockaddr_in()
         a.sin_family = sa_family_t(AF_INET)
         a.sin_port = UInt16(port).bigEndian
-        a.sin_addr.s_addr = inet_addr("127.0.0.1")
+        a.sin_addr.s_addr = inet_addr(host)
         return a
     }
 
@@ -531,4 +534,75 @@ public final class GcoreAPI: @unchecked Sendable {
     public func refreshCount() throws -> Int { (try state()["refreshes"] as? Int) ?? 0 }
 
     public func videos() throws -> [[String: Any]] { (try state()["videos"] as? [[String: Any]]) ?? [] }
+}
+
+// MARK: - Hostile HTTP server
+
+/// Tests/Servers/hostile_http.py: TUS, a Gcore-style API and S3 multipart in memory on one
+/// listener, answering honestly until a plan bends its answers; records every request it gets.
+public final class HostileServer: @unchecked Sendable {
+    public struct Request: Sendable {
+        public var method: String
+        public var path: String
+        public var headers: [String: String]
+    }
+
+    public let process: ServerProcess
+    public var host: String { process.host }
+    public var port: Int { process.port }
+    /// host:port
+    public var hostPort: String { "\(host):\(port)" }
+    /// http://host:port
+    public var url: String { "http://\(hostPort)" }
+
+    /// `foreign` (host:port) is where "elsewhere" mutations point (another listener that records).
+    public static func start(host: String = "127.0.0.1", foreign: String? = nil, maxSeconds: Int = 600) throws -> HostileServer {
+        let dir = FileManager.default.temporaryDirectory
+            .appendingPathComponent("clipflow-server-hostile-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        let portFile = dir.appendingPathComponent("port")
+        var args = ["python3", ServerProcess.script("hostile_http.py"), "--bind", host, "--port", "0",
+                    "--port-file", portFile.path, "--max-seconds", String(maxSeconds)]
+        if let foreign { args += ["--foreign", foreign] }
+        let proc = ServerProcess(name: "hostile", arguments: args, portFile: portFile, logDirectory: dir, host: host)
+        try proc.start()
+        return HostileServer(process: proc)
+    }
+
+    private init(process: ServerProcess) { self.process = process }
+
+    public func stop() { process.stop() }
+
+    /// Seeded random mutations: each answer is bent with probability `rate`. Clears the log.
+    public func plan(seed: Int, rate: Double) throws {
+        try post(["seed": seed, "rate": rate])
+    }
+
+    /// Exact mutations: [{"method", "path"?, "mutation", "value"?, "times"?}]. Clears the log.
+    public func plan(rules: [[String: Any]]) throws {
+        try post(["rules": rules])
+    }
+
+    private func post(_ plan: [String: Any]) throws {
+        let r = try HTTP.request("POST", url + "/__control/plan", body: try JSONSerialization.data(withJSONObject: plan))
+        guard r.status == 200 else { throw ServerError("hostile plan: \(r.status) \(r.text)") }
+    }
+
+    private func log() throws -> [String: Any] {
+        let r = try HTTP.request("GET", url + "/__control/log")
+        return (try r.json() as? [String: Any]) ?? [:]
+    }
+
+    /// Every request since the last plan.
+    public func requests() throws -> [Request] {
+        ((try log()["requests"] as? [[String: Any]]) ?? []).map {
+            Request(method: $0["method"] as? String ?? "", path: $0["path"] as? String ?? "",
+                    headers: $0["headers"] as? [String: String] ?? [:])
+        }
+    }
+
+    /// [method, path, mutation] of every bent answer since the last plan.
+    public func mutations() throws -> [[String]] { (try log()["mutations"] as? [[String]]) ?? [] }
+
+    /// sha256 (hex) of each completed upload: "tus/<id>" or "s3/<key>".
+    public func objects() throws -> [String: String] { (try log()["objects"] as? [String: String]) ?? [:] }
 }

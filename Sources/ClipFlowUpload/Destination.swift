@@ -82,6 +82,9 @@ public struct UploadDestination: Codable, Sendable, Equatable {
         } else {
             out.append(("endpoint", "'\(displayURL(endpoint))' is not an http(s) URL"))
         }
+        if let what = literalSecret(inURL: endpoint) {
+            out.append(("endpoint", "holds \(what); the endpoint is kept in the upload queue file, so a secret must not be part of it. Give credentials through the environment, --credentials-command or --credentials-url"))
+        }
         if method == .s3 {
             if (bucket ?? "").isEmpty { out.append(("bucket", "an S3 upload needs a bucket")) }
         }

@@ -48,4 +48,14 @@ final class CredentialSourceTests: XCTestCase {
         XCTAssertNil(literalSecret(inURL: "https://app.example/creds?role=uploader"))
         XCTAssertEqual(CredentialSource(url: "https://app.example/creds?access_token=abc").problems().first?.field, "credentials-url")
     }
+
+    func testSecretsInTheEndpointAreRefused() {
+        for bad in ["https://me:pw@tus.example/files", "https://tus.example/files?token=abc"] {
+            let p = UploadDestination(method: .tus, endpoint: bad).problems()
+            XCTAssertEqual(p.first?.field, "endpoint", bad)
+            XCTAssertFalse(p.first?.message.contains("pw@") ?? true, "the message does not repeat the password")
+            XCTAssertFalse(p.first?.message.contains("abc") ?? true, "the message does not repeat the token")
+        }
+        XCTAssertTrue(UploadDestination(method: .tus, endpoint: "https://me@tus.example/files?lang=en").problems().isEmpty)
+    }
 }

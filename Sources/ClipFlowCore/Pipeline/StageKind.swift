@@ -89,9 +89,16 @@ public struct PipelineIssue: Sendable, Equatable, CustomStringConvertible {
         self.line = line
         self.column = column
     }
+    /// One line, with any control character (from a key or value in the file) escaped.
     public var description: String {
         let at = line > 0 ? "\(line):\(column): " : ""
-        return path.isEmpty ? "\(at)\(message)" : "\(at)\(path): \(message)"
+        let text = path.isEmpty ? "\(at)\(message)" : "\(at)\(path): \(message)"
+        guard text.unicodeScalars.contains(where: PipelineValidator.isControl) else { return text }
+        var out = ""
+        for u in text.unicodeScalars {
+            if PipelineValidator.isControl(u) { out += String(format: "\\u%04x", u.value) } else { out.unicodeScalars.append(u) }
+        }
+        return out
     }
 }
 

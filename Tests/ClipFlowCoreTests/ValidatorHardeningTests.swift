@@ -181,4 +181,17 @@ final class ValidatorHardeningTests: XCTestCase {
         for k in 1..<20_000 { stages.append("{\"id\": \"s\(k)\", \"kind\": \"null\", \"inputs\": [\"s\(k - 1)\"]}") }
         XCTAssertEqual(issues("{\"version\": 1, \"stages\": [\(stages.joined(separator: ",\n"))]}").filter { $0.contains("sink") }.count, 19_998)
     }
+
+    /// 5,000 stages each naming an unknown input: each message lists a few known ids, not all
+    /// 5,000 (which made the output quadratic in the number of stages).
+    func testUnknownInputsAmongManyStagesGetShortMessages() throws {
+        var stages = ["{\"id\": \"s\", \"kind\": \"synthetic\"}"]
+        for k in 1..<5_000 { stages.append("{\"id\": \"n\(k)\", \"kind\": \"null\", \"inputs\": [\"missing\(k)\"]}") }
+        let start = Date()
+        let found = issues("{\"version\": 1, \"stages\": [\(stages.joined(separator: ",\n"))]}")
+        XCTAssertLessThan(Date().timeIntervalSince(start), 10)
+        XCTAssertEqual(found.count, 4_999)
+        XCTAssertEqual(found.first, "stages[1].inputs[0]: unknown stage id \"missing1\"; known ids: n1, n10, n100, n1000, n1001, n1002, n1003, n1004, n1005, n1006, ... (5000 in all)")
+        XCTAssertLessThan(found.map(\.count).max() ?? 0, 200)
+    }
 }

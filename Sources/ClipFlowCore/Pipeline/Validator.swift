@@ -132,6 +132,12 @@ public struct PipelineValidator {
             } else { issue("\(p).kind", node, "missing; expected one of: \(registry.kinds.map(\.name).joined(separator: ", "))") }
         }
 
+        // What an unknown input reference is told: made once, and short however many stages there are.
+        let sortedIDs = ids.keys.sorted()
+        let knownIDs = sortedIDs.count <= Self.summaryLimit * 2 ? sortedIDs.joined(separator: ", ")
+            : sortedIDs.prefix(Self.summaryLimit * 2).joined(separator: ", ") + ", ... (\(sortedIDs.count) in all)"
+        func idSuggestion(_ ref: String) -> String { sortedIDs.count <= 1000 ? suggestion(for: ref, in: sortedIDs) : "" }
+
         // Pass 2: inputs, parameters, queues.
         var specs: [Pipeline.StageSpec?] = Array(repeating: nil, count: list.count)
         var inputsOf: [Int: [Int]] = [:]
@@ -159,7 +165,7 @@ public struct PipelineValidator {
                         guard case .string(let ref) = e.value else { issue(ip, e, "expected a stage id (string), got \(e.value.typeName)"); continue }
                         if !listedIDs.insert(ref).inserted { listedTwice.append((ip, e, ref)); continue }
                         guard let src = ids[ref] else {
-                            issue(ip, e, "unknown stage id \"\(ref)\"\(suggestion(for: ref, in: Array(ids.keys))); known ids: \(ids.keys.sorted().joined(separator: ", "))")
+                            issue(ip, e, "unknown stage id \"\(ref)\"\(idSuggestion(ref)); known ids: \(knownIDs)")
                             continue
                         }
                         if src == i { issue(ip, e, "a stage cannot be its own input"); continue }

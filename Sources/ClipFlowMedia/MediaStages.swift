@@ -58,6 +58,7 @@ public final class MergeStage: StoppableStage, @unchecked Sendable {
             }
             return []
         },
+        files: { p in StageFiles(writes: p.string("output").map { [FileField("output", $0)] } ?? []) },
         make: { id, p in MergeStage(id: id, output: p.string("output")!, rotate: p.int("rotate") ?? 0, onStop: p.string("on-stop") ?? "discard") })
 
     public init(id: String, output: String, rotate: Int = 0, onStop: String = "discard") {
@@ -127,6 +128,7 @@ public final class ThumbnailStage: Stage, @unchecked Sendable {
             }
             return []
         },
+        files: { p in StageFiles(writes: p.string("output").map { [FileField("output", $0)] } ?? []) },
         make: { id, p in
             ThumbnailStage(id: id, output: p.string("output")!, size: p.string("size").flatMap { ThumbnailSize(parsing: $0) })
         })
@@ -188,6 +190,10 @@ public final class RecordStage: Stage, @unchecked Sendable {
         // Raw pictures are large: at most 32 frames (about 1 s of video with its audio) or 128 MiB.
         queue: LinkLimits(maxItems: 64, maxBytes: 128 << 20),
         check: { p, path in
+            if let prefix = p.string("prefix"),
+               prefix.isEmpty || prefix.contains("/") || prefix.unicodeScalars.contains(where: PipelineValidator.isControl) {
+                return [PipelineIssue("\(path).prefix", "expected a file name prefix (no '/', no control characters), got \(PipelineValidator.escaped(prefix))")]
+            }
             guard let d = p.string("directory") else { return [] }
             var isDir: ObjCBool = false
             if FileManager.default.fileExists(atPath: d, isDirectory: &isDir) {

@@ -55,9 +55,9 @@ public final class Merger {
         guard [0, 90, 180, 270].contains(options.rotate) else {
             throw ClipFlowError.badInput("--rotate must be 0, 90, 180 or 270 (got \(options.rotate))")
         }
-        let outPath = options.output.standardizedFileURL.path
-        for p in inputs where URL(fileURLWithPath: p).standardizedFileURL.path == outPath {
-            throw ClipFlowError.badInput("output '\(outPath)' is also an input; inputs are never overwritten")
+        let inputUses = inputs.enumerated().map { OutputSafety.Use(path: $1, label: "input \($0 + 1)") }
+        if let clash = OutputSafety.clashes(inputs: inputUses, outputs: [OutputSafety.Use(path: options.output.path, label: "output")]).first {
+            throw ClipFlowError.badInput(clash.description)
         }
         // Probe on every core (nothing else runs yet); errors are reported for the first bad input
         // in the order given, as a sequential probe would.

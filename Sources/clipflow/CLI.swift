@@ -71,6 +71,13 @@ struct Merge: ParsableCommand {
         if let s = ProcessInfo.processInfo.environment["CLIPFLOW_MOOV_RESERVE"], let n = Int(s) { opts.moovReserveOverride = n }
         let started = Date()
         try ui.runReportingErrors {
+            // Before any work: no output may be an input or the other output.
+            var outputs = [OutputSafety.Use(path: output, label: "-o")]
+            if let thumb = thumbnail { outputs.append(OutputSafety.Use(path: thumb, label: "--thumbnail")) }
+            let inputUses = inputs.enumerated().map { OutputSafety.Use(path: $1, label: "input \($0 + 1)") }
+            if let clash = OutputSafety.clashes(inputs: inputUses, outputs: outputs).first {
+                throw ClipFlowError.badInput(clash.description)
+            }
             let merger = Merger(inputs: inputs, options: opts, progress: ui, cancel: cancel)
             let r = try merger.run()
             ui.finish()

@@ -102,8 +102,48 @@ final class CLITests: XCTestCase {
         let before = try sha(copy)
         let r4 = try clipflow(["merge", "-o", copy, copy])
         XCTAssertEqual(r4.status, 1)
-        XCTAssertTrue(r4.stderr.contains("is also an input"), r4.stderr)
+        XCTAssertEqual(r4.stderr, "error: -o '\(copy)' is the same file as input 1 '\(copy)'; inputs are never overwritten\n")
         XCTAssertEqual(try sha(copy), before)
+    }
+
+    /// Issue 12, points 2 and 3: `--thumbnail` onto an input or onto `-o`, and `-o` through a
+    /// symlinked folder or a hard link onto an input, used to exit 0 having replaced the input (or
+    /// the video) with a JPEG. Each is refused before any work: exit 1, the clash named, every
+    /// file as it was, nothing new in the folder.
+    func testOutputsThatAreInputsOrEachOtherAreRefusedBeforeAnyWork() throws {
+        let dir = fx.scratch("clash")
+        let real = dir.appendingPathComponent("real"), link = dir.appendingPathComponent("link")
+        try FileManager.default.createDirectory(at: real, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: real)
+        let a = real.appendingPathComponent("x.mp4").path, b = dir.appendingPathComponent("b.mp4").path
+        try FileManager.default.copyItem(atPath: try fx.toneClip(0, seconds: 1), toPath: a)
+        try FileManager.default.copyItem(atPath: try fx.toneClip(1, seconds: 1), toPath: b)
+        let hard = dir.appendingPathComponent("hard.mp4").path
+        try FileManager.default.linkItem(atPath: b, toPath: hard)
+        let out = dir.appendingPathComponent("out.mp4").path
+        let cases: [(args: [String], message: String)] = [
+            (["-o", out, "--thumbnail", a, a, b], "--thumbnail '\(a)' is the same file as input 1 '\(a)'; inputs are never overwritten"),
+            (["-o", out, "--thumbnail", "\(dir.path)/./b.mp4", a, b], "--thumbnail '\(dir.path)/./b.mp4' is the same file as input 2 '\(b)'; inputs are never overwritten"),
+            (["-o", out, "--thumbnail", out, a, b], "--thumbnail '\(out)' is the same file as -o '\(out)'; give each output its own file"),
+            (["-o", "\(link.path)/x.mp4", a, b], "-o '\(link.path)/x.mp4' is the same file as input 1 '\(a)'; inputs are never overwritten"),
+            (["-o", "\(link.path)/../real/x.mp4", a, b], "-o '\(link.path)/../real/x.mp4' is the same file as input 1 '\(a)'; inputs are never overwritten"),
+            (["-o", hard, a, b], "-o '\(hard)' is the same file as input 2 '\(b)'; inputs are never overwritten"),
+        ]
+        let before = try [a, b].map(sha)
+        let listing = try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted()
+        for c in cases {
+            let r = try clipflow(["merge", "--quiet"] + c.args)
+            XCTAssertEqual(r.status, 1, "\(c.args)")
+            XCTAssertEqual(r.stderr, "error: \(c.message)\n", "\(c.args)")
+            XCTAssertEqual(try [a, b].map(sha), before, "inputs untouched: \(c.args)")
+            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted(), listing, "nothing written: \(c.args)")
+            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: real.path), ["x.mp4"])
+        }
+        // Distinct files still merge with a cover.
+        let ok = try clipflow(["merge", "--quiet", "-o", out, "--thumbnail", "\(link.path)/cover.jpg", a, b])
+        XCTAssertEqual(ok.status, 0, ok.stderr)
+        XCTAssertEqual(try Probe.stream("\(real.path)/cover.jpg", "v:0", "codec_name"), "mjpeg")
+        XCTAssertEqual(try [a, b].map(sha), before)
     }
 
     func testProgressLinesWhenNotATerminalAndQuietSilencesThem() throws {

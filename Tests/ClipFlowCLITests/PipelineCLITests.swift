@@ -217,6 +217,100 @@ final class PipelineCLITests: XCTestCase {
         XCTAssertEqual(ran.count, try files("pipelines", ".json").count)
     }
 
+    /// Issue 12, point 1: a number no integer can hold (literal, or from `--set R=inf`) used to
+    /// kill `validate` and `run` with SIGILL (exit 132). Now: exit 1, the field named, and the
+    /// other problems in the file reported too.
+    func testNumbersBeyondAnyIntegerAreReportedNotCrashing() throws {
+        let clip = try fx.toneClip(0, seconds: 1)
+        let dir = fx.scratch("pipe-numbers")
+        let pipeline = dir.appendingPathComponent("p.json").path
+        for (rotate, r, shown) in [("1e19", "0", "1e+19"), ("\"${R}\"", "inf", "inf (from ${R})"), ("\"${R}\"", "nan", "nan (from ${R})"),
+                                   ("\"${R}\"", "-1e300", "-1e+300 (from ${R})")] {
+            try """
+            {"version": 1, "stages": [
+              {"id": "clips", "kind": "files", "paths": ["\(clip)"]},
+              {"id": "joined", "kind": "merge", "inputs": ["clips"], "output": "\(dir.path)/out/m.mp4", "rotate": \(rotate)},
+              {"id": "cover", "kind": "thumbnail", "inputs": ["joined"], "output": "\(dir.path)/out/c.jpg", "sise": "64"}
+            ]}
+            """.write(toFile: pipeline, atomically: true, encoding: .utf8)
+            for cmd in ["validate", "run"] {
+                let r = try clipflow([cmd, "--set", "R=\(r)", pipeline])
+                XCTAssertEqual(r.status, 1, "\(cmd) rotate \(rotate) R=\(r): \(r.stderr)")
+                let lines = r.stderr.split(separator: "\n").map(String.init)
+                XCTAssertEqual(lines.count, 3, r.stderr)
+                XCTAssertTrue(lines.first?.hasSuffix(": stages[1].rotate: expected one of 0, 90, 180, 270, got \(shown)") ?? false, r.stderr)
+                XCTAssertTrue(lines.dropFirst().first?.contains("stages[2].sise: unknown parameter") ?? false, r.stderr)
+                XCTAssertEqual(lines.last, "error: \(pipeline): 2 problems found; nothing was run")
+            }
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: "\(dir.path)/out"), "nothing run")
+    }
+
+    /// Issue 12, point 7: a NUL in a path passed `validate`, and `run` left `merged%00.mp4`. Now
+    /// every path field (also after `${VAR}` substitution) refuses control characters, by name.
+    func testControlCharactersInPathsAreRefusedAndRunLeavesNothing() throws {
+        let clip = try fx.toneClip(0, seconds: 1)
+        let dir = fx.scratch("pipe-nul")
+        let out = dir.appendingPathComponent("out").path
+        let pipeline = dir.appendingPathComponent("p.json").path
+        try """
+        {"version": 1, "stages": [
+          {"id": "clips", "kind": "files", "paths": ["\(clip)"]},
+          {"id": "joined", "kind": "merge", "inputs": ["clips"], "output": "\(out)/merged\\u0000.mp4"},
+          {"id": "cover", "kind": "thumbnail", "inputs": ["joined"], "output": "${OUT}/c.jpg"}
+        ]}
+        """.write(toFile: pipeline, atomically: true, encoding: .utf8)
+        for cmd in ["validate", "run"] {
+            let r = try clipflow([cmd, "--set", "OUT=\(out)/\u{1B}[2J", pipeline])
+            XCTAssertEqual(r.status, 1, "\(cmd): \(r.stderr)")
+            XCTAssertEqual(r.stderr.split(separator: "\n").map(String.init), [
+                "\(pipeline):3:68: stages[1].output: expected a path without control characters, got \"\(out)/merged\\u0000.mp4\" (U+0000)",
+                "\(pipeline):4:72: stages[2].output: expected a path without control characters, got \"\(out)/\\u001b[2J/c.jpg\" (U+001B)",
+                "error: \(pipeline): 2 problems found; nothing was run",
+            ])
+        }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), ["p.json"], "no stray output, no folder")
+    }
+
+    /// Issue 12, points 2 and 3 through a pipeline: a `thumbnail` stage writing over an input
+    /// (spelled through a symlinked folder) or over the merged video, and a `directory` sink
+    /// copying onto an input, are refused by `validate` and `run` before anything runs.
+    func testPipelineOutputsOverInputsOrEachOtherAreRefused() throws {
+        let dir = fx.scratch("pipe-clash")
+        let real = dir.appendingPathComponent("real"), link = dir.appendingPathComponent("link")
+        try FileManager.default.createDirectory(at: real, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: real)
+        let a = real.appendingPathComponent("a.mp4").path, b = real.appendingPathComponent("b.mp4").path
+        try FileManager.default.copyItem(atPath: try fx.toneClip(0, seconds: 1), toPath: a)
+        try FileManager.default.copyItem(atPath: try fx.toneClip(1, seconds: 1), toPath: b)
+        let pipeline = dir.appendingPathComponent("p.json").path
+        try """
+        {"version": 1, "stages": [
+          {"id": "clips", "kind": "files", "paths": ["\(a)", "\(b)"]},
+          {"id": "joined", "kind": "merge", "inputs": ["clips"], "output": "${OUT}/m.mp4"},
+          {"id": "cover", "kind": "thumbnail", "inputs": ["joined"], "output": "\(link.path)/b.mp4"},
+          {"id": "cover2", "kind": "thumbnail", "inputs": ["joined"], "output": "${OUT}/./m.mp4"},
+          {"id": "publish", "kind": "directory", "inputs": ["clips"], "path": "\(link.path)"}
+        ]}
+        """.write(toFile: pipeline, atomically: true, encoding: .utf8)
+        let before = try [a, b].map { try sha256(ofFile: $0) }
+        let out = dir.appendingPathComponent("out").path
+        for cmd in ["validate", "run"] {
+            let r = try clipflow([cmd, "--set", "OUT=\(out)", pipeline])
+            XCTAssertEqual(r.status, 1, "\(cmd): \(r.stderr)")
+            XCTAssertEqual(r.stderr.split(separator: "\n").map(String.init), [
+                "\(pipeline):4:72: stages[2].output: '\(link.path)/b.mp4' is the same file as stages[0].paths[1] '\(b)'; inputs are never overwritten",
+                "\(pipeline):5:73: stages[3].output: '\(out)/./m.mp4' is the same file as stages[1].output '\(out)/m.mp4'; give each output its own file",
+                "\(pipeline):6:71: stages[4].path: would write '\(link.path)/a.mp4' (the copy of '\(a)'), which is the same file as stages[0].paths[0] '\(a)'; inputs are never overwritten",
+                "\(pipeline):6:71: stages[4].path: would write '\(link.path)/b.mp4' (the copy of '\(b)'), which is the same file as stages[0].paths[1] '\(b)'; inputs are never overwritten",
+                "error: \(pipeline): 4 problems found; nothing was run",
+            ])
+            XCTAssertEqual(try [a, b].map { try sha256(ofFile: $0) }, before)
+            XCTAssertFalse(FileManager.default.fileExists(atPath: out))
+            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: real.path).sorted(), ["a.mp4", "b.mp4"])
+        }
+    }
+
     /// SIGINT during a run: exit 130, the merge in progress leaves nothing, no temporary files.
     func testInterruptDuringAPipelineLeavesNoPartialOutput() throws {
         let clip = try fx.toneClip(0)

@@ -78,14 +78,20 @@ public struct JSONParser {
 
     private init(bytes: [UInt8]) { self.bytes = bytes }
 
-    private var column: Int {
-        // Columns count characters, not bytes.
-        var c = 1, k = lineStart
+    /// The column of the last position asked for, so that asking again further along the same
+    /// line counts only the bytes in between (a one-line document stays linear).
+    private var counted = (index: 0, column: 1)
+
+    /// Column of the current position. Columns count characters, not bytes.
+    private mutating func column() -> Int {
+        if counted.index < lineStart || counted.index > i { counted = (lineStart, 1) }
+        var (k, c) = counted
         while k < i { if bytes[k] & 0xC0 != 0x80 { c += 1 }; k += 1 }
+        counted = (k, c)
         return c
     }
 
-    private func error(_ m: String) -> JSONSyntaxError { JSONSyntaxError(line: line, column: column, message: m) }
+    private mutating func error(_ m: String) -> JSONSyntaxError { JSONSyntaxError(line: line, column: column(), message: m) }
 
     private func describeHere() -> String {
         guard i < bytes.count else { return "end of file" }
@@ -105,7 +111,7 @@ public struct JSONParser {
     }
 
     private mutating func value() throws -> JSONNode {
-        let l = line, c = column
+        let l = line, c = column()
         guard i < bytes.count else { throw error("unexpected end of file, expected a value") }
         depth += 1
         defer { depth -= 1 }

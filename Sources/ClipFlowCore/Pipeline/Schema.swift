@@ -6,6 +6,10 @@ import Foundation
 /// unique ids, readable files), which `clipflow validate` adds.
 public enum PipelineSchema {
     static let variable = #"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$"#
+    /// A path as written: no control characters (the validator checks again after ${NAME}).
+    static let noControlCharacters = #"^[^\u0000-\u001f\u007f-\u009f]*$"#
+    /// The validator's bound on every number (`PipelineValidator.largestNumber`, 2^53).
+    static let largest = Int64(PipelineValidator.largestNumber)
 
     public static func generate(_ registry: StageRegistry) -> String {
         let stageSchemas: [[String: Any]] = registry.kinds.map { kind in
@@ -72,8 +76,8 @@ public enum PipelineSchema {
             "description": "the bounded queue on this stage's inputs",
             "properties": [
                 "max-items": ["type": "integer", "minimum": 1, "maximum": 1_000_000, "default": kind.queue.maxItems],
-                "max-bytes": ["type": "integer", "minimum": 1, "default": kind.queue.maxBytes],
-                "max-time": ["type": "number", "exclusiveMinimum": 0],
+                "max-bytes": ["type": "integer", "minimum": 1, "maximum": largest, "default": kind.queue.maxBytes],
+                "max-time": ["type": "number", "exclusiveMinimum": 0, "maximum": largest],
                 "low-watermark": ["type": "number", "minimum": 0, "exclusiveMaximum": 1, "default": kind.queue.lowWatermark],
                 "policy": ["enum": OverflowPolicy.allCases.map(\.rawValue), "default": kind.policy.rawValue],
             ] as [String: Any],
@@ -85,21 +89,19 @@ public enum PipelineSchema {
         let varRef: [String: Any] = ["type": "string", "pattern": variable]
         switch p.type {
         case .string: s = ["type": "string"]
-        case .path: s = ["type": "string", "minLength": 1]
+        case .path: s = ["type": "string", "minLength": 1, "pattern": noControlCharacters]
         case .boolean: s = ["anyOf": [["type": "boolean"], varRef]]
         case .choice(let c): s = ["anyOf": [["enum": c], varRef]]
         case .integerChoice(let c): s = ["anyOf": [["enum": c], varRef]]
         case .integer(let lo, let hi):
-            var n: [String: Any] = ["type": "integer"]
-            if let lo { n["minimum"] = lo }
-            if let hi { n["maximum"] = hi }
+            let n: [String: Any] = ["type": "integer", "minimum": lo.map(Int64.init) ?? -largest, "maximum": hi.map(Int64.init) ?? largest]
             s = ["anyOf": [n, varRef]]
         case .number(let lo, let hi):
             var n: [String: Any] = ["type": "number"]
-            if let lo { n["minimum"] = lo }
-            if let hi { n["maximum"] = hi }
+            n["minimum"] = lo ?? -Double(largest)
+            n["maximum"] = hi ?? Double(largest)
             s = ["anyOf": [n, varRef]]
-        case .pathList: s = ["type": "array", "minItems": 1, "items": ["type": "string", "minLength": 1]]
+        case .pathList: s = ["type": "array", "minItems": 1, "items": ["type": "string", "minLength": 1, "pattern": noControlCharacters]]
         }
         s["description"] = p.help
         if let d = p.defaultValue { s["default"] = jsonObject(d) }

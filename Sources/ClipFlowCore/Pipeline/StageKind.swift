@@ -67,7 +67,7 @@ public struct StageParams: Sendable {
     public init(_ values: [String: JSONValue]) { self.values = values }
 
     public func string(_ k: String) -> String? { if case .string(let s)? = values[k] { return s }; return nil }
-    public func int(_ k: String) -> Int? { if case .number(let n)? = values[k] { return Int(n) }; return nil }
+    public func int(_ k: String) -> Int? { if case .number(let n)? = values[k] { return Int(exactly: n) }; return nil }
     public func double(_ k: String) -> Double? { if case .number(let n)? = values[k] { return n }; return nil }
     public func bool(_ k: String) -> Bool? { if case .bool(let b)? = values[k] { return b }; return nil }
     public func strings(_ k: String) -> [String]? {
@@ -89,11 +89,47 @@ public struct PipelineIssue: Sendable, Equatable, CustomStringConvertible {
         self.line = line
         self.column = column
     }
+    /// One line, with any control character (from a key or value in the file) escaped.
     public var description: String {
         let at = line > 0 ? "\(line):\(column): " : ""
-        return path.isEmpty ? "\(at)\(message)" : "\(at)\(path): \(message)"
+        let text = path.isEmpty ? "\(at)\(message)" : "\(at)\(path): \(message)"
+        guard text.unicodeScalars.contains(where: PipelineValidator.isControl) else { return text }
+        var out = ""
+        for u in text.unicodeScalars {
+            if PipelineValidator.isControl(u) { out += String(format: "\\u%04x", u.value) } else { out.unicodeScalars.append(u) }
+        }
+        return out
     }
 }
+
+/// A file a stage reads or writes, with the parameter that names it (`output`, `paths[2]`, `glob`).
+public struct FileField: Sendable, Equatable {
+    public var field: String
+    public var path: String
+    public init(_ field: String, _ path: String) {
+        self.field = field
+        self.path = path
+    }
+}
+
+/// The files a stage touches, known from its parameters before it runs: what the validator needs
+/// to refuse an output that would overwrite an input or another output (`OutputSafety`).
+public struct StageFiles: Sendable {
+    /// Files it reads (a source's clips).
+    public var reads: [FileField]
+    /// Files it writes.
+    public var writes: [FileField]
+    /// A sink that writes every file it receives into this folder under the file's own name.
+    public var copiesInto: FileField?
+    public init(reads: [FileField] = [], writes: [FileField] = [], copiesInto: FileField? = nil) {
+        self.reads = reads
+        self.writes = writes
+        self.copiesInto = copiesInto
+    }
+    /// The files it passes on: those it writes, else (a source) those it reads.
+    public var passesOn: [FileField] { writes.isEmpty ? reads : writes }
+}
+public typealias StageFilesOf = @Sendable (_ params: StageParams) -> StageFiles
 
 /// Checks a stage kind makes beyond types (readable inputs, a glob that matches, ...). It gets
 /// the resolved parameters and reports issues at `path + "." + parameter`.
@@ -115,11 +151,13 @@ public struct StageKind: Sendable {
     public var queue: LinkLimits
     public var policy: OverflowPolicy
     public var check: StageCheck?
+    /// The files a stage of this kind reads and writes (nil: none that are known in advance).
+    public var files: StageFilesOf?
     public var make: StageFactory
 
     public init(name: String, summary: String, inputs: Set<PortType> = [], minInputs: Int = 0, maxInputs: Int? = nil,
                 output: PortType?, params: [ParamSpec], queue: LinkLimits = LinkLimits(), policy: OverflowPolicy = .block,
-                check: StageCheck? = nil, make: @escaping StageFactory) {
+                check: StageCheck? = nil, files: StageFilesOf? = nil, make: @escaping StageFactory) {
         self.name = name
         self.summary = summary
         self.inputs = inputs
@@ -130,6 +168,7 @@ public struct StageKind: Sendable {
         self.queue = queue
         self.policy = policy
         self.check = check
+        self.files = files
         self.make = make
     }
 

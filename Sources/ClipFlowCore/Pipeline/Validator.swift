@@ -76,12 +76,14 @@ public struct PipelineValidator {
             return .invalid(issues)
         }
         var seenTop = Set<String>()
+        var duplicateTop: [(key: String, value: JSONNode)] = []
         for (k, v) in top {
-            if !seenTop.insert(k).inserted { issue(k, v, "duplicate key") }
+            if !seenTop.insert(k).inserted { duplicateTop.append((k, v)) }
             if !["version", "stages", "description"].contains(k) {
                 issue(k, v, "unknown key\(suggestion(for: k, in: ["version", "stages", "description"])); expected \"version\", \"stages\" and optionally \"description\"")
             }
         }
+        summarised(duplicateTop, { issue($0.key, $0.value, "duplicate key") }, more: { issue("", $1.value, "... and \($0) more duplicate keys") })
         if let v = root["version"] {
             if v.value != .number(1) { issue("version", v, "expected 1 (the only format version), got \(v.value.serialized)") }
         } else {
@@ -104,9 +106,12 @@ public struct PipelineValidator {
         // Pass 1: ids and kinds, so inputs can be checked against all of them.
         var ids: [String: Int] = [:]
         var kinds: [Int: StageKind] = [:]
+        var flaggedInPass1 = Set<Int>()
         for (i, node) in list.enumerated() {
             let p = "stages[\(i)]"
             guard case .object = node.value else { issue(p, node, "expected an object (a stage), got \(node.value.typeName)"); continue }
+            let before = issues.count
+            defer { if issues.count > before { flaggedInPass1.insert(i) } }
             if let idn = node["id"] {
                 if case .string(let id) = idn.value {
                     if id.range(of: Self.idPattern, options: .regularExpression) == nil {
@@ -127,27 +132,40 @@ public struct PipelineValidator {
             } else { issue("\(p).kind", node, "missing; expected one of: \(registry.kinds.map(\.name).joined(separator: ", "))") }
         }
 
+        // What an unknown input reference is told: made once, and short however many stages there are.
+        let sortedIDs = ids.keys.sorted()
+        let knownIDs = sortedIDs.count <= Self.summaryLimit * 2 ? sortedIDs.joined(separator: ", ")
+            : sortedIDs.prefix(Self.summaryLimit * 2).joined(separator: ", ") + ", ... (\(sortedIDs.count) in all)"
+        func idSuggestion(_ ref: String) -> String { sortedIDs.count <= 1000 ? suggestion(for: ref, in: sortedIDs) : "" }
+
         // Pass 2: inputs, parameters, queues.
         var specs: [Pipeline.StageSpec?] = Array(repeating: nil, count: list.count)
         var inputsOf: [Int: [Int]] = [:]
+        var filesOf: [Int: StageFiles] = [:]
         for (i, node) in list.enumerated() {
             let p = "stages[\(i)]"
             guard case .object(let members) = node.value else { continue }
+            let issuesBefore = issues.count
             let kind = kinds[i]
             var seen = Set<String>()
-            for (k, v) in members where !seen.insert(k).inserted { issue("\(p).\(k)", v, "duplicate key") }
+            var duplicateKeys: [(key: String, value: JSONNode)] = []
+            for m in members where !seen.insert(m.key).inserted { duplicateKeys.append(m) }
+            summarised(duplicateKeys, { issue("\(p).\($0.key)", $0.value, "duplicate key") },
+                       more: { issue(p, $1.value, "... and \($0) more duplicate keys") })
 
             // inputs
             var inputIDs: [String] = []
             var inputIdx: [Int] = []
+            var listedIDs = Set<String>()
+            var listedTwice: [(path: String, node: JSONNode, ref: String)] = []
             if let inNode = node["inputs"] {
                 if case .array(let arr) = inNode.value {
                     for (j, e) in arr.enumerated() {
                         let ip = "\(p).inputs[\(j)]"
                         guard case .string(let ref) = e.value else { issue(ip, e, "expected a stage id (string), got \(e.value.typeName)"); continue }
-                        if inputIDs.contains(ref) { issue(ip, e, "\"\(ref)\" is listed twice"); continue }
+                        if !listedIDs.insert(ref).inserted { listedTwice.append((ip, e, ref)); continue }
                         guard let src = ids[ref] else {
-                            issue(ip, e, "unknown stage id \"\(ref)\"\(suggestion(for: ref, in: Array(ids.keys))); known ids: \(ids.keys.sorted().joined(separator: ", "))")
+                            issue(ip, e, "unknown stage id \"\(ref)\"\(idSuggestion(ref)); known ids: \(knownIDs)")
                             continue
                         }
                         if src == i { issue(ip, e, "a stage cannot be its own input"); continue }
@@ -168,6 +186,8 @@ public struct PipelineValidator {
                     }
                 } else { issue("\(p).inputs", inNode, "expected a list of stage ids, got \(inNode.value.typeName)") }
             }
+            summarised(listedTwice, { issue($0.path, $0.node, "\"\($0.ref)\" is listed twice") },
+                       more: { issue("\(p).inputs", $1.node, "... and \($0) more inputs listed twice") })
             inputsOf[i] = inputIdx
             if let kind, !kind.isSource {
                 var listed = 0
@@ -205,34 +225,51 @@ public struct PipelineValidator {
                 parseQueue(q, "\(p).queue", &limits, &policy, &issues)
             }
             let params = StageParams(values)
-            if let check = kind.check, !issues.contains(where: { $0.path.hasPrefix(p + ".") && !$0.path.hasPrefix(p + ".inputs") }) {
+            let paramsValid = !flaggedInPass1.contains(i)
+                && !issues[issuesBefore...].contains(where: { $0.path.hasPrefix(p + ".") && !$0.path.hasPrefix(p + ".inputs") })
+            if paramsValid, let check = kind.check {
                 issues += check(params, p).map { var x = $0; if x.line == 0 { x.line = node.line; x.column = node.column }; return x }
             }
+            // Valid values only (a bad one is absent), so the outputs it names are still checked.
+            if let files = kind.files { filesOf[i] = files(params) }
             if case .string(let id)? = node["id"]?.value {
                 specs[i] = Pipeline.StageSpec(id: id, kind: kind.name, inputs: inputIDs, params: params, queue: limits, policy: policy)
             }
         }
 
         // Cycles (inputs are edges from input to stage).
-        var state = Array(repeating: 0, count: list.count) // 0 new, 1 on stack, 2 done
+        // Depth-first without recursion (a chain of stages may be as long as the file allows).
+        var state = Array(repeating: 0, count: list.count) // 0 new, 1 on the path, 2 done
         var reported = Set<Int>()
-        func visit(_ i: Int, _ stack: [Int]) {
-            state[i] = 1
-            for j in inputsOf[i] ?? [] {
+        var path: [(stage: Int, next: Int)] = []
+        var depthOf = Array(repeating: -1, count: list.count)
+        for root in list.indices where state[root] == 0 {
+            state[root] = 1
+            depthOf[root] = 0
+            path = [(root, 0)]
+            while let top = path.last {
+                let i = top.stage, edges = inputsOf[i] ?? []
+                guard top.next < edges.count else {
+                    state[i] = 2
+                    path.removeLast()
+                    continue
+                }
+                path[path.count - 1].next += 1
+                let j = edges[top.next]
                 if state[j] == 1 {
-                    let cyc = Array(stack[(stack.firstIndex(of: j) ?? 0)...]) + [i]
-                    if !reported.contains(j) {
-                        reported.insert(j)
-                        let names = cyc.map { specs[$0]?.id ?? "stages[\($0)]" }
-                        issue("stages[\(i)].inputs", list[i]["inputs"], "cycle: \(names.joined(separator: " -> ")) -> \(names[0]); a pipeline must flow one way")
+                    if reported.insert(j).inserted {
+                        let names = path[depthOf[j]...].map { specs[$0.stage]?.id ?? "stages[\($0.stage)]" }
+                        issue("stages[\(i)].inputs", list[i]["inputs"], "cycle: \(names.joined(separator: " -> ")) -> \(names[names.startIndex]); a pipeline must flow one way")
                     }
                 } else if state[j] == 0 {
-                    visit(j, stack + [i])
+                    state[j] = 1
+                    depthOf[j] = path.count
+                    path.append((j, 0))
                 }
             }
-            state[i] = 2
         }
-        for i in list.indices where state[i] == 0 { visit(i, []) }
+
+        checkOutputs(list, filesOf, inputsOf, &issues)
 
         if !issues.isEmpty {
             // In reading order (stable: several issues at one place keep their order).
@@ -242,6 +279,52 @@ public struct PipelineValidator {
             return .invalid(sorted)
         }
         return .valid(Pipeline(description: description, stages: specs.compactMap { $0 }))
+    }
+
+    /// Refuses outputs that would overwrite an input or another output (`OutputSafety`): what
+    /// stages write, and what `directory` sinks copy from the stages feeding them.
+    func checkOutputs(_ list: [JSONNode], _ filesOf: [Int: StageFiles], _ inputsOf: [Int: [Int]], _ issues: inout [PipelineIssue]) {
+        var inputs: [OutputSafety.Use] = [], outputs: [OutputSafety.Use] = [], places: [(path: String, node: JSONNode)] = []
+        /// The node of a field such as "output" or "paths[2]" in stage i.
+        func node(_ i: Int, _ field: String) -> JSONNode {
+            let parts = field.split(separator: "[", maxSplits: 1)
+            guard let value = list[i][String(parts[0])] else { return list[i] }
+            if parts.count == 2, let j = Int(parts[1].dropLast()), case .array(let a) = value.value, a.indices.contains(j) { return a[j] }
+            return value
+        }
+        for i in list.indices {
+            guard let f = filesOf[i] else { continue }
+            for r in f.reads { inputs.append(OutputSafety.Use(path: r.path, label: "stages[\(i)].\(r.field)")) }
+            for w in f.writes {
+                outputs.append(OutputSafety.Use(path: w.path, label: "stages[\(i)].\(w.field)"))
+                places.append(("stages[\(i)].\(w.field)", node(i, w.field)))
+            }
+            if let into = f.copiesInto {
+                for j in inputsOf[i] ?? [] {
+                    for src in filesOf[j]?.passesOn ?? [] {
+                        let target = (into.path as NSString).appendingPathComponent((src.path as NSString).lastPathComponent)
+                        outputs.append(OutputSafety.Use(path: target, label: "stages[\(i)].\(into.field)", copyOf: src.path))
+                        places.append(("stages[\(i)].\(into.field)", node(i, into.field)))
+                    }
+                }
+            }
+        }
+        guard !outputs.isEmpty else { return }
+        for c in OutputSafety.clashes(inputs: inputs, outputs: outputs) {
+            let o = outputs[c.outputIndex], at = places[c.outputIndex]
+            let what = o.copyOf.map { "would write '\(c.output)' (the copy of '\($0)'), which" } ?? "'\(c.output)'"
+            issues.append(PipelineIssue(at.path, "\(what) \(c.reason)", line: at.node.line, column: at.node.column))
+        }
+    }
+
+    /// How many of a run of like problems (duplicates) are reported one by one.
+    public static let summaryLimit = 5
+
+    /// Reports the first `summaryLimit` items one by one, then the rest in one line (given their
+    /// count and the first of them, for its place in the file).
+    func summarised<T>(_ items: [T], _ each: (T) -> Void, more: (Int, T) -> Void) {
+        for x in items.prefix(Self.summaryLimit) { each(x) }
+        if items.count > Self.summaryLimit { more(items.count - Self.summaryLimit, items[Self.summaryLimit]) }
     }
 
     // MARK: values
@@ -280,6 +363,23 @@ public struct PipelineValidator {
         return ok ? out : nil
     }
 
+    /// The largest magnitude of any number in a pipeline: 2^53, up to which every integer is exact
+    /// in a Double and fits every integer type a stage converts it to.
+    public static let largestNumber = 9_007_199_254_740_992.0
+    static let largestNumberText = "9007199254740992"
+
+    /// C0 and C1 control characters and DEL: never part of a usable path.
+    public static func isControl(_ u: Unicode.Scalar) -> Bool { u.value < 0x20 || (0x7F...0x9F).contains(u.value) }
+
+    /// A string as a JSON literal with every control character escaped, safe to print.
+    public static func escaped(_ s: String) -> String {
+        var out = ""
+        for u in JSONValue.quote(s).unicodeScalars {
+            if isControl(u) { out += String(format: "\\u%04x", u.value) } else { out.unicodeScalars.append(u) }
+        }
+        return out
+    }
+
     static let wholeVariable = #"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$"#
 
     func check(_ raw: JSONNode, _ spec: ParamSpec, _ path: String, _ issues: inout [PipelineIssue]) -> JSONValue? {
@@ -289,6 +389,16 @@ public struct PipelineValidator {
             return nil
         }
         func shown(_ v: JSONValue) -> String { spec.secret ? v.typeName : v.serialized }
+        /// A number beyond what any parameter takes, which an unbounded range would not explain.
+        func tooLarge() -> JSONValue? {
+            bad(shown(value) + (spec.secret ? "" : " (larger than any number a pipeline takes, \(Self.largestNumberText))"))
+        }
+        func pathProblem(_ e: String, _ at: String, _ node: JSONNode) -> Bool {
+            guard let c = e.unicodeScalars.first(where: Self.isControl) else { return false }
+            issues.append(PipelineIssue(at, "expected a path without control characters, got \(Self.escaped(e)) (U+\(String(format: "%04X", c.value)))\(from)",
+                                        line: node.line, column: node.column))
+            return true
+        }
         var value = raw.value
         // A number or boolean given as one variable reference.
         if case .string(let s) = value, s.range(of: Self.wholeVariable, options: .regularExpression) != nil {
@@ -307,6 +417,7 @@ public struct PipelineValidator {
             guard case .string(let s) = value else { return bad(shown(value)) }
             guard let e = expand(s, path, raw, &issues) else { return nil }
             if spec.type == .path && e.isEmpty { return bad("an empty string") }
+            if spec.type == .path && pathProblem(e, path, raw) { return nil }
             return .string(e)
         case .choice(let options):
             guard case .string(let s) = value else { return bad(shown(value)) }
@@ -316,18 +427,21 @@ public struct PipelineValidator {
         case .boolean:
             guard case .bool = value else { return bad(shown(value)) }
             return value
+        // Numbers are compared as Doubles, never converted before they are known to fit.
         case .integer(let lo, let hi):
-            guard case .number(let n) = value, n == n.rounded() else { return bad(shown(value)) }
+            guard case .number(let n) = value, n.isFinite, n == n.rounded() else { return bad(shown(value)) }
             if let lo, n < Double(lo) { return bad(shown(value)) }
             if let hi, n > Double(hi) { return bad(shown(value)) }
+            if abs(n) > Self.largestNumber { return tooLarge() }
             return value
         case .number(let lo, let hi):
-            guard case .number(let n) = value else { return bad(shown(value)) }
+            guard case .number(let n) = value, n.isFinite else { return bad(shown(value)) }
             if let lo, n < lo { return bad(shown(value)) }
             if let hi, n > hi { return bad(shown(value)) }
+            if abs(n) > Self.largestNumber { return tooLarge() }
             return value
         case .integerChoice(let options):
-            guard case .number(let n) = value, n == n.rounded(), options.contains(Int(n)) else { return bad(shown(value)) }
+            guard case .number(let n) = value, options.contains(where: { Double($0) == n }) else { return bad(shown(value)) }
             return value
         case .pathList:
             guard case .array(let arr) = value else { return bad(shown(value)) }
@@ -341,6 +455,7 @@ public struct PipelineValidator {
                     continue
                 }
                 guard let x = expand(s, "\(path)[\(j)]", e, &issues) else { ok = false; continue }
+                if pathProblem(x, "\(path)[\(j)]", e) { ok = false; continue }
                 out.append(JSONNode(.string(x), line: e.line, column: e.column))
             }
             return ok ? .array(out) : nil
@@ -360,9 +475,9 @@ public struct PipelineValidator {
             case "max-items":
                 if case .number(let n) = v.value, n == n.rounded(), n >= 1, n <= 1_000_000 { limits.maxItems = Int(n) } else { bad("an integer from 1 to 1000000") }
             case "max-bytes":
-                if case .number(let n) = v.value, n == n.rounded(), n >= 1 { limits.maxBytes = Int64(n) } else { bad("an integer of at least 1") }
+                if case .number(let n) = v.value, n == n.rounded(), n >= 1, n <= Self.largestNumber { limits.maxBytes = Int64(n) } else { bad("an integer from 1 to \(Self.largestNumberText)") }
             case "max-time":
-                if case .number(let n) = v.value, n > 0 { limits.maxDuration = n } else { bad("a number of seconds above 0") }
+                if case .number(let n) = v.value, n > 0, n <= Self.largestNumber { limits.maxDuration = n } else { bad("a number of seconds above 0 (at most \(Self.largestNumberText))") }
             case "low-watermark":
                 if case .number(let n) = v.value, n >= 0, n < 1 { limits.lowWatermark = n } else { bad("a number from 0 up to (not including) 1") }
             case "policy":

@@ -32,6 +32,10 @@ public final class FilesStage: Stage, @unchecked Sendable {
                       help: "order: as listed (glob: by name), by file name, or by modification time"),
         ],
         check: { params, path in FilesStage.check(params, path) },
+        files: { p in
+            if let g = p.string("glob") { return StageFiles(reads: FilesStage.expandGlob(g).map { FileField("glob", $0) }) }
+            return StageFiles(reads: (p.strings("paths") ?? []).enumerated().map { FileField("paths[\($0)]", $1) })
+        },
         make: { id, p in FilesStage(id: id, paths: p.strings("paths") ?? [], glob: p.string("glob"), sort: p.string("sort") ?? "none") })
 
     public init(id: String, paths: [String], glob: String?, sort: String = "none") {
@@ -135,6 +139,7 @@ public final class DirectoryStage: Stage, @unchecked Sendable {
             }
             return []
         },
+        files: { p in StageFiles(copiesInto: p.string("path").map { FileField("path", $0) }) },
         make: { id, p in DirectoryStage(id: id, directory: p.string("path")!, mode: p.string("mode") ?? "copy", overwrite: p.bool("overwrite") ?? true) })
 
     public init(id: String, directory: String, mode: String = "copy", overwrite: Bool = true) {

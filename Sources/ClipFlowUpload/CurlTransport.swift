@@ -80,6 +80,11 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
         }
 
         // Headers: ours, plus an empty Expect (curl 7.88 otherwise waits ~1 s for 100-continue).
+        // A name or value with a line break or NUL would let a value (a title, a key) write
+        // headers of its own: refused, whichever protocol client built it.
+        for h in request.headers where (h.name + h.value).unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) {
+            throw TransportError(.invalid, "\(displayURL(request.url)): header '\(h.name.debugDescription.dropFirst().dropLast())' holds a line break or NUL; refused")
+        }
         var lines = request.headers.map { "\($0.name): \($0.value)" }
         lines.append("Expect:")
         for line in lines { headerList = curl_slist_append(headerList, line) }

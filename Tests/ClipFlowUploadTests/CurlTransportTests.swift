@@ -50,6 +50,16 @@ final class CurlTransportTests: XCTestCase {
         }
     }
 
+    func testHeaderWithALineBreakIsRefusedBeforeSending() throws {
+        let t = try CurlTransport()
+        for bad in [("X-Title", "a\r\nAuthorization: Bearer x"), ("X-Title", "a\nb"), ("X-Ti\0tle", "a")] {
+            XCTAssertThrowsError(try t.perform(HTTPRequest(method: "GET", url: "http://127.0.0.1:9/x", headers: [bad]))) { error in
+                XCTAssertEqual((error as? TransportError)?.kind, .invalid, "\(bad)")
+                XCTAssertFalse("\(error)".contains("Bearer"), "the message does not repeat the value")
+            }
+        }
+    }
+
     func testMissingBodyFileIsAFileReadError() throws {
         let t = try CurlTransport()
         XCTAssertThrowsError(try t.perform(HTTPRequest(method: "PUT", url: "http://127.0.0.1:9/x",

@@ -2,7 +2,7 @@
 # Both install missing system packages first (Debian 12).
 SWIFT ?= swift
 
-.PHONY: deps build release demo test bench clean
+.PHONY: deps build release demo test bench fuzz clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -23,6 +23,13 @@ bench: deps
 	@bash benchmarks/merge
 	@bash benchmarks/backpressure
 	@bash benchmarks/record
+	@bash benchmarks/upload
+
+# Longer runs of the seeded fuzz sets that `make test` runs briefly (CLIPFLOW_FUZZ_CASES, _SEED).
+fuzz: deps
+	@bash scripts/fuzz-pipeline
+	@bash scripts/fuzz-http
+	@bash scripts/fuzz-mp4
 
 clean:
 	rm -rf .build out

@@ -279,6 +279,10 @@ private final class TransferContext {
             // A new response (after 100 Continue or an interim response): start over.
             headers = [:]
             connected = true
+            // A final answer starts the answer clock even if the body was not all sent: a
+            // server may answer early and never read the rest.
+            let status = trimmed.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
+            if status >= 200 && answerClockStart == nil { answerClockStart = lastMove }
             return true
         }
         guard let colon = trimmed.firstIndex(of: ":") else { return true }

@@ -177,6 +177,29 @@ final class HostileServerTests: XCTestCase {
         XCTAssertLessThan(Date().timeIntervalSince(start), 6)
     }
 
+    /// A server that answers a PATCH before reading its body, then drips the answer forever:
+    /// curl can never finish sending, so the clock must start at the answer, not at the body's end.
+    func testEarlyAnswerDrippedForeverEndsAtTheResponseTimeout() throws {
+        try main.plan(rules: [["method": "PATCH", "mutation": "early-drip", "times": -1]])
+        let file = dir + "/big.bin"   // sparse, more than the socket buffers hold
+        XCTAssertTrue(FileManager.default.createFile(atPath: file, contents: nil))
+        XCTAssertEqual(truncate(file, 64 << 20), 0)
+        let url = main.url + "/files/x"
+        let start = Date()
+        let result = within(20, "PATCH answered early, then one byte at a time") { () -> Result<HTTPResponse, Error> in
+            var s = TransportSettings()
+            s.responseTimeout = 2
+            return Result { try CurlTransport(settings: s).perform(HTTPRequest(method: "PATCH", url: url,
+                                                                                body: .file(path: file, offset: 0, length: 64 << 20))) }
+        }
+        guard let result else { return }
+        XCTAssertThrowsError(try result.get()) {
+            XCTAssertEqual(($0 as? TransportError)?.kind, .stalled, "\($0)")
+            XCTAssertTrue("\($0)".contains("did not complete within 2 s"), "\($0)")
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(start), 8)
+    }
+
     /// 10 (b): oversized headers are named as such, never "Out of memory".
     func testOversizedResponseHeadersAreReportedAsSuch() throws {
         for (mutation, expected) in [("giant-header", "larger than curl's limit of 102400 bytes"),

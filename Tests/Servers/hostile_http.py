@@ -27,7 +27,9 @@ location (a Location elsewhere: other port, other host name, user info, scheme-r
 giant-header (one 200 KB header line), many-headers (200 KB of header lines), endless-headers,
 endless-body (chunked, never ends), giant-body (10 MB body), truncate (half an answer, then
 close), close (no answer), drip (a correct answer, one byte every 0.3 s), hang (no answer for
-60 s), bad-json, bad-xml, bad-host (the Gcore upload server named with a path/user info/space),
+60 s), early-drip (before reading the request body, a 500 whose chunked body drips one byte
+every 0.3 s and never ends; not in the random set: it lasts until the client gives up),
+bad-json, bad-xml, bad-host (the Gcore upload server named with a path/user info/space),
 foreign-host (the Gcore upload server is --foreign: allowed by the protocol; the API's bearer
 token must not go there).
 
@@ -130,16 +132,18 @@ class Handler(socketserver.StreamRequestHandler):
             key = name.strip().lower()
             headers[key] = (headers[key] + ", " if key in headers else "") + value.strip()
         n = int(headers.get("content-length") or 0)
-        body = self.rfile.read(n) if n > 0 else b""
         path, _, query = target.partition("?")
         if path.startswith("/__control/"):
-            return self.control(method, path, body)
+            return self.control(method, path, self.rfile.read(n) if n > 0 else b"")
         s = STATE
         with s.lock:
             s.requests.append({"method": method, "path": target, "headers": headers})
             mutation = s.pick(method, path)
             if mutation:
                 s.mutations.append([method, path, mutation[0]])
+        if mutation and mutation[0] == "early-drip":
+            return self.early_drip()
+        body = self.rfile.read(n) if n > 0 else b""
         status, hdrs, payload = self.answer(method, path, query, headers, body, mutation)
         return self.send(status, hdrs, payload, mutation, method)
 
@@ -361,6 +365,19 @@ class Handler(socketserver.StreamRequestHandler):
         w.write(data)
         w.flush()
         return True
+
+    def early_drip(self):
+        """Answers without reading the request body, then drips a chunked body forever."""
+        w = self.wfile
+        try:
+            w.write(b"HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n")
+            w.flush()
+            while True:
+                w.write(b"1\r\nx\r\n")
+                w.flush()
+                time.sleep(0.3)
+        except OSError:
+            return False
 
     def control(self, method, path, body):
         s = STATE

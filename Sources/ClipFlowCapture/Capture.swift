@@ -68,7 +68,8 @@ public final class TestPatternSource: Stage, @unchecked Sendable {
         self.realtime = realtime
         var limit: Int64? = frames > 0 ? frames : nil
         if duration > 0 {
-            let d = Int64((duration * settings.fps).rounded())
+            let slots = (duration * settings.fps).rounded()
+            let d = slots.isFinite && slots < 9.0e18 ? max(1, Int64(slots)) : Int64.max
             limit = min(limit ?? d, d)
         }
         frameLimit = limit

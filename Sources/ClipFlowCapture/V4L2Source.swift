@@ -35,7 +35,11 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
 
     /// The frame slot a picture's time falls in, at `fps` (nearest: timestamps jitter by less
     /// than half a frame either way).
-    static func slot(of time: Double, fps: Double) -> Int64 { Int64((time * fps).rounded()) }
+    /// Saturates: a time beyond any frame count (or a driver's absurd rate) gives `Int64.max`.
+    static func slot(of time: Double, fps: Double) -> Int64 {
+        let s = (time * fps).rounded()
+        return s.isFinite && s < 9.0e18 ? Int64(max(s, 0)) : Int64.max
+    }
 
     /// How long `produce` waits without a frame before failing (a camera that stopped sending).
     static let stallSeconds = 5.0
@@ -89,7 +93,7 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
         // `duration` is a number of frame slots (30 fps x 4 s: slots 0 ..< 120), not a time
         // compared with timestamps: real timestamps jitter, and a picture stamped 3.9995 s would
         // otherwise be one more, starting a fragment of its own.
-        let lastFrame: Int64? = duration > 0 ? Self.slot(of: duration, fps: rate) : nil
+        let lastFrame: Int64? = duration > 0 ? max(1, Self.slot(of: duration, fps: rate)) : nil
         var quiet = 0.0
         loop: while !stopping(context) {
             switch try cam.read(timeoutMs: Self.pollMs) {

@@ -56,8 +56,17 @@ struct Record: ParsableCommand {
     var events: Run.EventFormat = .text
     @OptionGroup var flags: OutputFlags
 
+    /// A year: longer than any recording, small enough that frame counts stay exact.
+    static let longestSeconds = 366.0 * 86400
+
     func validate() throws {
         guard parseSize(size) != nil else { throw ValidationError("--size expects WxH with positive even numbers (got '\(size)')") }
+        // Checked before any conversion to a frame count: `inf`, `nan` and 1e19 parse as Doubles.
+        guard fps.isFinite, fps >= 1, fps <= 240 else { throw ValidationError("--fps expects a number from 1 to 240 (got \(fps))") }
+        for (name, v) in [("--duration", duration), ("--segment", segment), ("--max-duration", maxDuration)]
+        where !(v.isFinite && v >= 0 && v <= Self.longestSeconds) {
+            throw ValidationError("\(name) expects seconds from 0 to \(Int(Self.longestSeconds)) (got \(v))")
+        }
         if fast && duration == 0 && source == .testpattern { throw ValidationError("--fast needs --duration (an unpaced test pattern would never end)") }
     }
 

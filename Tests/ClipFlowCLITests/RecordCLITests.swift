@@ -69,6 +69,19 @@ final class RecordCLITests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), [])
     }
 
+    /// Numbers no frame count can hold are refused before recording, not a crash (SIGILL).
+    func testDurationsBeyondAnyFrameCountAreRefused() throws {
+        let dir = fx.scratch("cli-record-huge").path
+        for (source, option, value) in [("v4l2", "--duration", "inf"), ("testpattern", "--duration", "1e19"),
+                                        ("v4l2", "--segment", "nan"), ("testpattern", "--max-duration", "-1"),
+                                        ("testpattern", "--fps", "inf")] {
+            let r = try clipflow(["record", "-o", dir, "--source", source, "--device", "/dev/null", option, value, "--fast"])
+            XCTAssertEqual(r.status, 64, "\(option) \(value): \(r.stderr)")
+            XCTAssertTrue(r.stderr.contains(option), "\(option) \(value): \(r.stderr)")
+        }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), [])
+    }
+
     /// Interactive start/stop: pause closes the clip, resume starts the next, q ends normally.
     func testInteractivePauseResumeQuit() throws {
         let dir = fx.scratch("cli-record-interactive").path

@@ -445,8 +445,7 @@ public final class V4L2Device: @unchecked Sendable {
 
     /// Capture buffers asked for by default; the driver grants what it can (vb2: at most 32).
     /// Queued buffers are the only slack between the camera and a reader descheduled under
-    /// load: 4 hold 133 ms at 30 fps and lost frames where the ffmpeg CLI (which asks for more
-    /// and gets 32) lost none; 32 hold about a second.
+    /// load: 32 hold about a second at 30 fps, as many as the ffmpeg CLI is granted.
     public static let defaultBufferCount = 32
 
     /// Requests `bufferCount` memory-mapped buffers (the driver may grant fewer; at least 2 are

@@ -13,7 +13,8 @@ import Glibc
 /// lock when the writer dies, however it dies. Each process, the first time it writes into a
 /// folder, removes the temporaries there whose lock it can take exclusively: their writers are
 /// gone. A live writer's lock blocks that, whichever its PID (PIDs are reused, so `kill(pid, 0)`
-/// would not tell). Where the filesystem offers no locks, nothing is removed.
+/// would not tell). Where the filesystem offers no locks, nothing is removed; on network and
+/// FUSE filesystems (locks may be per machine) a temporary must also be an hour old.
 ///
 /// Write the temporary in place (open it without `O_EXCL`, truncate, or use `write(_:)`);
 /// replacing the file (a new file renamed over it) would leave it unlocked.
@@ -81,15 +82,17 @@ public final class AtomicOutput {
                 if e == ENOENT { continue }
                 throw CannotCreate(label: label, target: target.path, errno: e)
             }
-            var r: Int32
-            repeat { r = flock(fd, LOCK_SH) } while r != 0 && errno == EINTR
-            if LeftoverTemporaries.sameFile(fd, path) {
+            // Never waits: an exclusive lock here is a sweeper about to remove the file, or
+            // (for a hard link) another program holding the source; either way try a new name.
+            let locked = flock(fd, LOCK_SH | LOCK_NB) == 0
+            if locked && LeftoverTemporaries.sameFile(fd, path) {
                 temporary = URL(fileURLWithPath: path)
                 lockFD = fd
                 TemporaryFiles.shared.register(path)
                 return
             }
             close(fd)
+            if !locked { unlink(path) }
         }
         throw CannotCreate(label: label, target: target.path, errno: EEXIST)
     }
@@ -171,6 +174,10 @@ public enum LeftoverTemporaries {
     @discardableResult
     public static func remove(in folder: String) -> [String] {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return [] }
+        // Network and FUSE filesystems may keep flock locks local to each machine, so a writer
+        // on another machine would look dead: there a temporary must also be untouched for an hour.
+        let minimumAge: Double = locksAreLocal(folder) ? 0 : 3600
+        let now = Date().timeIntervalSince1970
         var removed: [String] = []
         for name in names where isTemporaryName(name) {
             let path = (folder as NSString).appendingPathComponent(name)
@@ -179,12 +186,40 @@ public enum LeftoverTemporaries {
             defer { close(fd) }
             var st = stat()
             guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { continue }
+            guard now - Double(st.st_mtim.tv_sec) >= minimumAge else { continue }
             guard flock(fd, LOCK_EX | LOCK_NB) == 0 else { continue }   // a live writer holds it
             // Still the file we locked (not committed or replaced meanwhile): remove it while
             // holding the lock, so no writer can be handed it.
             if sameFile(fd, path), unlink(path) == 0 { removed.append(name) }
         }
         return removed
+    }
+
+    /// Whether `flock` on `folder`'s filesystem is seen by every process that can write there
+    /// (false for NFS, SMB/CIFS, FUSE, Ceph, 9p, AFS, Lustre, GFS2, OCFS2, which may keep locks
+    /// per machine).
+    static func locksAreLocal(_ folder: String) -> Bool {
+        guard let real = realpath(folder, nil) else { return false }
+        let path = String(cString: real)
+        free(real)
+        guard let mounts = try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8) else { return false }
+        let type = filesystemType(of: path, mounts: mounts)
+        let shared = ["nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "9p", "afs", "lustre", "gfs2", "ocfs2", "glusterfs"]
+        return !(shared.contains(type) || type.hasPrefix("fuse"))
+    }
+
+    /// The type of the mount holding the real path `path`, from a `/proc/self/mounts` table: the
+    /// mount whose point is the longest prefix (fields: device point type ...; spaces as \040).
+    static func filesystemType(of path: String, mounts: String) -> String {
+        var best: (point: String, type: String) = ("", "")
+        for line in mounts.split(separator: "\n") {
+            let f = line.split(separator: " ")
+            guard f.count >= 3 else { continue }
+            let point = f[1].replacingOccurrences(of: "\\040", with: " ")
+            let inside = point == "/" || path == point || path.hasPrefix(point + "/")
+            if inside && point.count >= best.point.count { best = (point, String(f[2])) }
+        }
+        return best.type
     }
 
     /// `.NAME.clipflow-tmp-PID-RANDOM`, PID and RANDOM decimal.

@@ -119,4 +119,22 @@ final class AtomicOutputLeftoverTests: XCTestCase {
             XCTAssertTrue("\($0)".contains("does not exist"), "\($0)")
         }
     }
+
+    /// On network and FUSE filesystems locks may be per machine: a live writer elsewhere would
+    /// look dead, so there the sweep also waits for an hour without writes.
+    func testNetworkFilesystemsAreRecognisedFromTheMountTable() {
+        let mounts = """
+        /dev/vda1 / ext4 rw 0 0
+        tmpfs /tmp tmpfs rw 0 0
+        srv:/export /mnt/nas nfs4 rw 0 0
+        //srv/share /mnt/my\\040share cifs rw 0 0
+        sshfs#me@h: /home/me/remote fuse.sshfs rw 0 0
+        """
+        XCTAssertEqual(LeftoverTemporaries.filesystemType(of: "/mnt/nas/videos", mounts: mounts), "nfs4")
+        XCTAssertEqual(LeftoverTemporaries.filesystemType(of: "/mnt/nasty", mounts: mounts), "ext4")
+        XCTAssertEqual(LeftoverTemporaries.filesystemType(of: "/mnt/my share/x", mounts: mounts), "cifs")
+        XCTAssertEqual(LeftoverTemporaries.filesystemType(of: "/home/me/remote/a", mounts: mounts), "fuse.sshfs")
+        XCTAssertEqual(LeftoverTemporaries.filesystemType(of: "/tmp", mounts: mounts), "tmpfs")
+        XCTAssertTrue(LeftoverTemporaries.locksAreLocal(fx.scratch("atomic-local").path), "the test scratch folder is local")
+    }
 }

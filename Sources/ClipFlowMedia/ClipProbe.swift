@@ -182,7 +182,6 @@ public enum ClipProbe {
             throw ClipFlowError.badInput("input '\(path)': video codec '\(vcodec)' is not supported; merge copies H.264 or H.265 video")
         }
         let vstats = dmx.indexStats(vi)
-        guard vstats.count > 0 else { throw ClipFlowError.badInput("input '\(path)': the video track has no frames") }
         // The sample tables as written, checked against each other and the file size: FFmpeg's
         // index repairs or cuts short what does not add up (see SampleTables).
         let tracks = try readTables(path: path, fileSize: fileSize, reader: reader)
@@ -196,6 +195,7 @@ public enum ClipProbe {
             try tracks[ai].check(kind: "audio", fileSize: fileSize, path: path)
             try checkIndex(dmx.indexStats(ai), against: tracks[ai], kind: "audio", timeBase: dmx.stream(ai).pointee.time_base, path: path)
         }
+        guard vstats.count > 0 else { throw ClipFlowError.badInput("input '\(path)': the video track has no frames") }
         // Truncation: the sample tables point past the end of the file.
         var dataEnd = vstats.endOfData
         if let ai = audioIdx { dataEnd = max(dataEnd, dmx.indexStats(ai).endOfData) }

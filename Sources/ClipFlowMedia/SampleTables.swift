@@ -42,7 +42,7 @@ struct SampleTables {
                 movieTimescale = be32(box.payload, at: version == 1 ? 20 : 12) ?? 0
             }
             if box.type == "trak" {
-                var t = try readTrack(box, path: path, index: tracks.count)
+                var t = try readTrack(box, path: path, index: tracks.count, fileSize: fileSize)
                 t.movieTimescale = movieTimescale
                 tracks.append(t)
             }
@@ -281,7 +281,7 @@ struct SampleTables {
         return boxes
     }
 
-    private static func readTrack(_ trak: Box, path: String, index: Int) throws -> SampleTables {
+    private static func readTrack(_ trak: Box, path: String, index: Int, fileSize: Int64) throws -> SampleTables {
         var t = SampleTables()
         func dup(_ name: String) -> ClipFlowError {
             .badInput("input '\(path)': track \(index + 1) has two \(tableName[name] ?? "'\(name)' boxes")")
@@ -304,7 +304,7 @@ struct SampleTables {
                     t.timescale = be32(box.payload, at: version == 1 ? 20 : 12) ?? 0
                 case "minf":
                     for stbl in children(box) where stbl.type == "stbl" {
-                        try readTables(stbl, into: &t, path: path, dup: dup)
+                        try readTables(stbl, into: &t, path: path, fileSize: fileSize, dup: dup)
                     }
                 default: break
                 }
@@ -313,7 +313,7 @@ struct SampleTables {
         return t
     }
 
-    private static func readTables(_ stbl: Box, into t: inout SampleTables, path: String,
+    private static func readTables(_ stbl: Box, into t: inout SampleTables, path: String, fileSize: Int64,
                                    dup: (String) -> ClipFlowError) throws {
         for box in children(stbl) {
             var name = box.type
@@ -359,9 +359,10 @@ struct SampleTables {
                 let constant = be32(b, 4)
                 if constant != 0 {
                     let n = Int(be32(b, 8))
-                    // A constant size costs no table bytes: bound the count by what the file could hold.
-                    if n > 1 << 28 {
-                        throw ClipFlowError.badInput("input '\(path)': its sample-size table (stsz) claims \(n) samples")
+                    // A constant size costs no table bytes: bound the count by what the file holds.
+                    if UInt64(n) * UInt64(constant) > UInt64(max(0, fileSize)) {
+                        throw ClipFlowError.badInput(
+                            "input '\(path)': its sample-size table (stsz) lists \(n) samples of \(constant) bytes, more than the file holds (\(describe(bytes: fileSize)))")
                     }
                     t.sampleSizes = Array(repeating: constant, count: n)
                 } else {

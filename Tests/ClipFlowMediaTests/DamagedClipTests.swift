@@ -27,6 +27,8 @@ final class DamagedClipTests: XCTestCase {
                says: { "video media header (mdhd) gives a timescale of \($0 * 42) units per second, which makes the media 0.024 s long, but its track header (tkhd) says 1.000 s" }),
         Damage(name: "stsz-2GiB", box: "\(video)/minf/stbl/stsz", at: 20, value: { _ in 0x7FFF_FFFF },
                says: { _ in "video sample-size table (stsz) lists 2147483647 bytes for sample 3 at byte" }),
+        Damage(name: "stsz-constant-2GiB", box: "\(video)/minf/stbl/stsz", at: 4, value: { _ in 0x7FFF_FFFF },
+               says: { _ in "its sample-size table (stsz) lists 30 samples of 2147483647 bytes, more than the file holds" }),
         Damage(name: "stsz-count", box: "\(video)/minf/stbl/stsz", at: 8, value: { $0 - 1 },
                says: { "video time-to-sample table (stts) covers \($0) samples but the sample-size table (stsz) lists \($0 - 1)" }),
         Damage(name: "stsc-first-chunk", box: "\(video)/minf/stbl/stsc", at: 8, value: { _ in 2 },

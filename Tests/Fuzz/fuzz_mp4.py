@@ -114,6 +114,7 @@ def run_case(k, seed, fams, args):
     before = (sha(mutant), sha(good))
     mutant_decodes_cleanly = None
     failures = []
+    statuses = []
     label = "seed %d (%s, %s)" % (seed, fam, what)
 
     for order in ("mutant-first", "good-first"):
@@ -130,6 +131,7 @@ def run_case(k, seed, fams, args):
             except subprocess.TimeoutExpired:
                 failures.append("%s: hang (no exit within %g s)" % (run, args.timeout))
                 continue
+            statuses.append(r.returncode)
             err = r.stderr.decode("utf-8", "replace")
             left = sorted(set(os.listdir(out_dir)) - {"merged.mp4", "cover.jpg"})
             if left:
@@ -179,7 +181,7 @@ def run_case(k, seed, fams, args):
         failures.append("%s: an input was modified" % label)
     if not failures:
         shutil.rmtree(case_dir, ignore_errors=True)
-    return failures, what
+    return failures, what, statuses
 
 
 def main():
@@ -200,18 +202,22 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     failed = 0
     kinds = {}
+    exits = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = [pool.submit(run_case, k, args.seed + k, fams, args) for k in range(args.cases)]
         for f in futures:
-            failures, what = f.result()
+            failures, what, statuses = f.result()
+            for st in statuses:
+                exits[st] = exits.get(st, 0) + 1
             op = what.split(" ")[0]
             kinds[op] = kinds.get(op, 0) + 1
             for line in failures:
                 print("FAIL " + line, flush=True)
             failed += bool(failures)
-    print("fuzz_mp4: %d cases (seeds %d..%d, %s), %d failed"
+    print("fuzz_mp4: %d cases (seeds %d..%d, %s; runs by exit status: %s), %d failed"
           % (args.cases, args.seed, args.seed + args.cases - 1,
-             ", ".join("%s %d" % kv for kv in sorted(kinds.items())), failed), flush=True)
+             ", ".join("%s %d" % kv for kv in sorted(kinds.items())),
+             ", ".join("%d: %d" % kv for kv in sorted(exits.items())), failed), flush=True)
     return 1 if failed else 0
 
 

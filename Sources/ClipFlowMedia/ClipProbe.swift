@@ -182,6 +182,19 @@ public enum ClipProbe {
             throw ClipFlowError.badInput("input '\(path)': video codec '\(vcodec)' is not supported; merge copies H.264 or H.265 video")
         }
         let vstats = dmx.indexStats(vi)
+        // The sample tables as written, checked against each other and the file size: FFmpeg's
+        // index repairs or cuts short what does not add up (see SampleTables).
+        let tracks = try readTables(path: path, fileSize: fileSize, reader: reader)
+        guard tracks.count == dmx.streamCount else {
+            throw ClipFlowError.badInput(
+                "input '\(path)': its movie box (moov) lists \(tracks.count) tracks (trak) but \(dmx.streamCount) could be read")
+        }
+        try tracks[vi].check(kind: "video", fileSize: fileSize, path: path)
+        try checkIndex(vstats, against: tracks[vi], kind: "video", timeBase: vst.time_base, path: path)
+        if let ai = audioIdx {
+            try tracks[ai].check(kind: "audio", fileSize: fileSize, path: path)
+            try checkIndex(dmx.indexStats(ai), against: tracks[ai], kind: "audio", timeBase: dmx.stream(ai).pointee.time_base, path: path)
+        }
         guard vstats.count > 0 else { throw ClipFlowError.badInput("input '\(path)': the video track has no frames") }
         // Truncation: the sample tables point past the end of the file.
         var dataEnd = vstats.endOfData
@@ -238,6 +251,12 @@ public enum ClipProbe {
             let sr = apar.sample_rate
             let primingTB = astats.count > 0 ? astart - astats.firstTimestamp : 0
             let priming = rescale(primingTB, atb, AVRational(num: 1, den: sr))
+            if objectType == 2 { try tracks[ai].checkAACFrames(sampleRate: sr, path: path) }
+            let audible = rescale(adur, atb, AVRational(num: 1, den: sr))
+            if astats.count > 0 && adur > 0 && max(0, priming) + audible > Int64(astats.count) * AudioJoinPlan.frameSize {
+                throw ClipFlowError.badInput(
+                    "input '\(path)': its audio edit list (elst) makes \(audible) samples audible after \(priming) of priming, but its \(astats.count) AAC frames hold \(Int64(astats.count) * AudioJoinPlan.frameSize)")
+            }
             if astats.count > 0 && adur > 0 {
                 audio = ClipInfo.Audio(
                     streamIndex: ai, codec: acodec, codecID: apar.codec_id.rawValue, sampleRate: sr,
@@ -248,6 +267,27 @@ public enum ClipProbe {
             }
         }
         return ClipInfo(path: path, fileSize: fileSize, container: fmt, video: video, audio: audio)
+    }
+
+    private static func readTables(path: String, fileSize: Int64, reader: MappedReader?) throws -> [SampleTables] {
+        if let reader { return try SampleTables.read(fd: reader.fd, fileSize: fileSize, path: path) }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 { throw ClipFlowError.badInput("input '\(path)': \(String(cString: strerror(errno)))") }
+        defer { Glibc.close(fd) }
+        return try SampleTables.read(fd: fd, fileSize: fileSize, path: path)
+    }
+
+    /// FFmpeg's index of a track must be the tables as written: same sample count, same timescale.
+    private static func checkIndex(_ stats: Demuxer.IndexStats, against t: SampleTables, kind: String,
+                                   timeBase: AVRational, path: String) throws {
+        if stats.count != t.sampleSizes.count {
+            throw ClipFlowError.badInput(
+                "input '\(path)': only \(stats.count) of the \(t.sampleSizes.count) \(kind) samples its tables list can be read")
+        }
+        if timeBase.num != 1 || UInt32(max(0, timeBase.den)) != t.timescale {
+            throw ClipFlowError.badInput(
+                "input '\(path)': \(kind) media header (mdhd) gives a timescale of \(t.timescale) units per second, read as \(timeBase.num)/\(timeBase.den)")
+        }
     }
 
     /// max(pts + duration) over the video track: seeks to the last 16 frames in decode order (the

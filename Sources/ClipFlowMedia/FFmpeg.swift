@@ -150,8 +150,11 @@ final class Demuxer: @unchecked Sendable {
 
     /// Seeks `streamIndex` to the last keyframe at or before `timestamp` (stream time base).
     func seek(stream streamIndex: Int, to timestamp: Int64) throws {
-        try FF.check(av_seek_frame(ctx, Int32(streamIndex), timestamp, AVSEEK_FLAG_BACKWARD),
-                     "input '\(path)': seeking to \(timestamp)")
+        let rc = av_seek_frame(ctx, Int32(streamIndex), timestamp, AVSEEK_FLAG_BACKWARD)
+        // -1 (which av_strerror reads as EPERM, "Operation not permitted") is the generic seek's
+        // "no index entry at or before the time".
+        if rc == -1 { throw ClipFlowError.badInput("input '\(path)': no keyframe at or before \(timestamp) to seek to") }
+        try FF.check(rc, "input '\(path)': seeking to \(timestamp)")
     }
 
     struct IndexStats {

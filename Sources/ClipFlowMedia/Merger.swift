@@ -30,6 +30,8 @@ public struct MergeResult: Sendable {
     public var moovReserved: Int?
     public var moovUsed: Int?
     public var usedSecondPass: Bool
+    /// Where each clip's pictures are in the output (for messages about the output's content).
+    public var sources: [Thumbnailer.Source] = []
 }
 
 /// Joins MP4/MOV clips into one fast-start MP4 by packet copy (see `AudioJoinPlan` for audio).
@@ -111,17 +113,34 @@ public final class Merger {
         let videoTB: AVRational
         /// Added to each clip's video timestamps (after rescaling to videoTB).
         let videoOffsets: [Int64]
+        /// Output time (videoTB) of each clip's first picture.
+        let starts: [Int64]
         let videoEnd: Int64
         let audio: AudioJoinPlan?
         let sampleRate: Int32
         /// Output audio pts of raw sample 0 (1/sampleRate).
         let audioBase: Int64
 
+        /// A time base in which every clip's timestamps are exact (1 / the least common multiple
+        /// of the timescales), or else the finest of them: rescaling a finer time base to a
+        /// coarser one rounds neighbouring frames together (decode times that no longer increase).
+        static func commonTimeBase(_ bases: [AVRational]) -> AVRational {
+            func gcd(_ a: Int64, _ b: Int64) -> Int64 { b == 0 ? a : gcd(b, a % b) }
+            var lcm: Int64 = 1
+            for b in bases {
+                guard b.num == 1, b.den > 0 else { lcm = 0; break }
+                lcm = lcm / gcd(lcm, Int64(b.den)) * Int64(b.den)
+                if lcm > Int64(Int32.max) { lcm = 0; break }
+            }
+            if lcm > 0 { return AVRational(num: 1, den: Int32(lcm)) }
+            return bases.min { $0.double < $1.double } ?? AVRational(num: 1, den: 1)
+        }
+
         init(clips: [ClipInfo], rotate: Int) throws {
             self.clips = clips
             let first = clips[0]
             rotation = (first.video.rotation + rotate) % 360
-            videoTB = first.video.timeBase.av
+            videoTB = Self.commonTimeBase(clips.map(\.video.timeBase.av))
             var offsets: [Int64] = []
             var v: Int64 = 0                       // V_c, output time of clip c's first frame
             var starts: [Int64] = []
@@ -132,6 +151,7 @@ public final class Merger {
                 v += rescale(c.video.duration, tb, videoTB)
             }
             videoOffsets = offsets
+            self.starts = starts
             videoEnd = v
             guard let a0 = first.audio else {
                 audio = nil; sampleRate = 0; audioBase = 0
@@ -210,6 +230,7 @@ public final class Merger {
 
         let mux = try OutputMuxer(path: path, shownAs: options.output.path)
         let vst = try mux.addStream(copying: first, video: true)
+        vst.pointee.time_base = layout.videoTB
         try FF.check(cf_stream_set_display_rotation(vst, Double(layout.rotation)), "writing the orientation")
         var ast: UnsafeMutablePointer<AVStream>? = nil
         if layout.audio != nil { ast = try mux.addStream(copying: first, video: false) }
@@ -235,6 +256,7 @@ public final class Merger {
         var done: Int64 = 0
         var lastReport = DispatchTime.now().uptimeNanoseconds
         var lastVideoDts = Int64.min
+        var lastVideoClip = 0
         var videoFrames = 0
         var audioFramesWritten: Int64 = 0
         var nextRegion = 0
@@ -290,10 +312,14 @@ public final class Merger {
                     let dts = rescale(rescale(e.dts, vtbIn, layout.videoTB) + off, layout.videoTB, vtbOut)
                     let pts = rescale(rescale(e.pts, vtbIn, layout.videoTB) + off, layout.videoTB, vtbOut)
                     guard dts > lastVideoDts else {
-                        throw ClipFlowError.badInput(
-                            "input '\(clip.path)': its frames overlap the previous clip's in decode order (timestamps not increasing); it cannot be joined by copy")
+                        if lastVideoClip == ci {
+                            throw ClipFlowError.badInput("input '\(clip.path)': its video decode times do not increase; it cannot be joined by copy")
+                        }
+                        throw ClipFlowError.incompatible(
+                            "cannot join '\(clips[lastVideoClip].path)' and '\(clip.path)' by copy: the second's first frames would be decoded before the first's last ones (decode times not increasing)")
                     }
                     lastVideoDts = dts
+                    lastVideoClip = ci
                     p.pointee.dts = dts
                     p.pointee.pts = pts
                     p.pointee.duration = rescale(e.duration, vtbIn, vtbOut)
@@ -342,7 +368,11 @@ public final class Merger {
         return MergeResult(output: options.output, clips: clips.count, videoFrames: videoFrames,
                            audioFrames: layout.audio?.frameCount ?? 0, reencodedAudioFrames: reencoded,
                            rotation: layout.rotation, bytes: bytes, moovReserved: reserve, moovUsed: nil,
-                           usedSecondPass: !onePass)
+                           usedSecondPass: !onePass,
+                           sources: clips.indices.map { i in
+                               Thumbnailer.Source(path: clips[i].path, start: Double(layout.starts[i]) * layout.videoTB.double,
+                                                  end: Double(i + 1 < clips.count ? layout.starts[i + 1] : layout.videoEnd) * layout.videoTB.double)
+                           })
     }
 }
 

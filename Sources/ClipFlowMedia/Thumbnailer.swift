@@ -34,13 +34,32 @@ func evenSize(_ v: Double) -> Int { max(2, Int((v / 2).rounded()) * 2) }
 public final class Thumbnailer {
     public struct Result: Sendable { public var width: Int; public var height: Int; public var time: Double }
 
+    /// A stretch of the video that came from one clip (a merge's input), so that a picture that
+    /// cannot be decoded is blamed on the clip it came from rather than on the merged file.
+    public struct Source: Sendable, Equatable {
+        public var path: String
+        /// Where the clip starts and ends in the video (seconds from the video's start).
+        public var start: Double
+        public var end: Double
+        public init(path: String, start: Double, end: Double) { self.path = path; self.start = start; self.end = end }
+    }
+
     let path: String
+    let sources: [Source]
     let cancel: CancellationFlag
 
-    public init(path: String, cancel: CancellationFlag = CancellationFlag()) throws {
+    /// `sources`: the clips `path` was joined from (`MergeResult.sources`), or none.
+    public init(path: String, sources: [Source] = [], cancel: CancellationFlag = CancellationFlag()) throws {
         try ClipProbe.checkReadableFile(path)
         self.path = path
+        self.sources = sources
         self.cancel = cancel
+    }
+
+    /// "'clip.mp4' (4.00-8.00 s of 'out.mp4')" for a time in the video, or "'out.mp4'".
+    func origin(at seconds: Double) -> String {
+        guard let s = sources.last(where: { $0.start <= seconds }) ?? sources.first else { return "'\(path)'" }
+        return String(format: "'%@' (the clip at %.2f-%.2f s of '%@')", s.path, s.start, s.end, path)
     }
 
     public func write(to url: URL, limit: ThumbnailSize? = nil) throws -> Result {
@@ -56,25 +75,51 @@ public final class Thumbnailer {
         let duration = st.duration > 0 ? st.duration : rescale(dmx.ctx.pointee.duration, AVRational(num: 1, den: Int32(AV_TIME_BASE)), tb)
         let rot = cf_stream_display_rotation(dmx.stream(vi))
         let rotation = rot.isNaN ? 0 : ((Int((-rot).rounded()) % 360) + 360) % 360
-        let dec = try CodecContext.decoder(for: dmx.codecpar(vi), what: "decoding '\(path)' for a cover", threads: 2)
+        let dec = try CodecContext.decoder(for: dmx.codecpar(vi), what: "video decoder", threads: 2)
 
         var best: (score: Double, frame: Frame, time: Double)? = nil
         var fallback: (score: Double, frame: Frame, time: Double)? = nil
+        // Candidates that cannot be reached or decoded are passed over; the first such problem
+        // is reported only if no candidate decodes.
+        var firstProblem: String? = nil
         let pkt = try Packet()
         for frac in [0.1, 0.25, 0.4, 0.55, 0.7, 0.85, 0.02] {
             try cancel.check()
             let target = start + Int64(Double(max(duration, 1)) * frac)
-            try dmx.seek(stream: vi, to: target)
+            let seconds = Double(target - start) * tb.double
+            var rc = av_seek_frame(dmx.ctx, Int32(vi), target, AVSEEK_FLAG_BACKWARD)
+            if rc < 0 { rc = av_seek_frame(dmx.ctx, Int32(vi), target, 0) }   // else the next keyframe
+            if rc < 0 {
+                // av_seek_frame returns -1 (read as EPERM) when no keyframe is at or before the time.
+                let why = rc == -1 ? "no keyframe near it" : FF.describe(rc)
+                firstProblem = firstProblem ?? String(format: "%@: cannot seek to %.2f s: %@", origin(at: seconds), seconds, why)
+                continue
+            }
             avcodec_flush_buffers(dec.ctx)
-            guard let frame = try firstFrame(dmx, dec, vi, pkt) else { continue }
+            let decoded: Frame?
+            do { decoded = try firstFrame(dmx, dec, vi, pkt) } catch let e as ClipFlowError where e.kind != .interrupted {
+                firstProblem = firstProblem ?? String(format: "%@: the picture near %.2f s cannot be decoded (%@)", origin(at: seconds), seconds, e.message)
+                avcodec_flush_buffers(dec.ctx)
+                continue
+            }
+            guard let frame = decoded else { continue }
             let (mean, sd) = try lumaStats(frame)
             let t = Double(frame.f.pointee.best_effort_timestamp - start) * tb.double
             let usable = mean > 24 && mean < 232 && sd > 10
             if usable, best == nil || sd > best!.score { best = (sd, frame, t) }
             if fallback == nil || sd > fallback!.score { fallback = (sd, frame, t) }
         }
+        // Last resort: the first picture, decoded from the first packet whatever its keyframe flag
+        // says (a sync-sample table that marks no keyframe early enough leaves nothing to seek to).
+        if best == nil && fallback == nil, av_seek_frame(dmx.ctx, Int32(vi), start, AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY) >= 0 {
+            avcodec_flush_buffers(dec.ctx)
+            if let frame = try? firstFrame(dmx, dec, vi, pkt) {
+                fallback = (0, frame, Double(frame.f.pointee.best_effort_timestamp - start) * tb.double)
+            }
+        }
         guard let chosen = best ?? fallback else {
-            throw ClipFlowError.badInput("'\(path)': no picture could be decoded for a cover")
+            let from = firstProblem ?? (sources.isEmpty ? "'\(path)'" : "'\(path)' (joined from \(sources.map { "'\($0.path)'" }.joined(separator: ", ")))")
+            throw ClipFlowError.badInput("no picture for a cover could be decoded from \(from)")
         }
         let f = chosen.frame.f.pointee
         // Display size: pixel aspect applied, then the turn.

@@ -88,7 +88,7 @@ struct Merge: ParsableCommand {
             ui.say(line)
             if let thumb = thumbnail {
                 let size = thumbnailSize.flatMap { ThumbnailSize(parsing: $0) }
-                let t = try Thumbnailer(path: r.output.path, cancel: cancel).write(to: URL(fileURLWithPath: thumb), limit: size)
+                let t = try Thumbnailer(path: r.output.path, sources: r.sources, cancel: cancel).write(to: URL(fileURLWithPath: thumb), limit: size)
                 ui.say("cover \(thumb): \(t.width)x\(t.height) from \(String(format: "%.2f", t.time)) s")
             }
         }

@@ -202,3 +202,55 @@ public final class Fixtures: @unchecked Sendable {
         ] + Fixtures.x264 + ["-c:a", "aac", "-b:a", "192k"] + extra)
     }
 }
+
+/// Copies of fixture clips with one 32-bit field of one box changed: damaged inputs for tests.
+/// Boxes are named by path, with an index for repeated names: "moov/trak[1]/mdia/mdhd".
+public enum MP4Patch {
+    /// The payload range (after the 8-byte header) of the box at `path`, or nil.
+    public static func payload(_ path: String, in data: [UInt8]) -> Range<Int>? {
+        var range = 0..<data.count
+        for part in path.split(separator: "/") {
+            var name = String(part), index = 0
+            if let open = name.firstIndex(of: "[") {
+                index = Int(name[name.index(after: open)..<name.index(before: name.endIndex)]) ?? 0
+                name = String(name[..<open])
+            }
+            var off = range.lowerBound, seen = 0
+            var found: Range<Int>? = nil
+            while off + 8 <= range.upperBound {
+                let size = Int(data[off]) << 24 | Int(data[off + 1]) << 16 | Int(data[off + 2]) << 8 | Int(data[off + 3])
+                let type = String(decoding: data[(off + 4)..<(off + 8)], as: UTF8.self)
+                guard size >= 8, off + size <= range.upperBound else { return nil }
+                if type == name {
+                    if seen == index { found = (off + 8)..<(off + size); break }
+                    seen += 1
+                }
+                off += size
+            }
+            guard let f = found else { return nil }
+            range = f
+        }
+        return range
+    }
+
+    /// The big-endian 32-bit field `at` bytes into the payload of `box` in the file at `path`.
+    public static func uint32(_ path: String, box: String, at: Int) throws -> UInt32 {
+        let data = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+        guard let p = payload(box, in: data), p.lowerBound + at + 4 <= p.upperBound else {
+            throw NSError(domain: "MP4Patch", code: 1, userInfo: [NSLocalizedDescriptionKey: "no field \(at) in \(box) of \(path)"])
+        }
+        let i = p.lowerBound + at
+        return UInt32(data[i]) << 24 | UInt32(data[i + 1]) << 16 | UInt32(data[i + 2]) << 8 | UInt32(data[i + 3])
+    }
+
+    /// Writes a copy of `source` to `destination` with the field set to `value`.
+    public static func write(_ source: String, to destination: String, box: String, at: Int, _ value: UInt32) throws {
+        var data = [UInt8](try Data(contentsOf: URL(fileURLWithPath: source)))
+        guard let p = payload(box, in: data), p.lowerBound + at + 4 <= p.upperBound else {
+            throw NSError(domain: "MP4Patch", code: 1, userInfo: [NSLocalizedDescriptionKey: "no field \(at) in \(box) of \(source)"])
+        }
+        let i = p.lowerBound + at
+        data[i] = UInt8(value >> 24); data[i + 1] = UInt8(value >> 16 & 0xFF); data[i + 2] = UInt8(value >> 8 & 0xFF); data[i + 3] = UInt8(value & 0xFF)
+        try Data(data).write(to: URL(fileURLWithPath: destination))
+    }
+}

@@ -49,7 +49,7 @@ final class UploadFuzzCLITests: XCTestCase {
 
     func oneCase(_ method: String, seed: Int, server: HostileServer, foreign: HostileServer) throws -> String {
         let tag = "\(method) seed \(seed)"
-        var rng = SplitMix(seed: UInt64(seed))
+        var rng = SplitMix64(seed: UInt64(seed))
         let size = [0, 1, 65_535, 65_536, 150_000, 300_001][Int(rng.next() % 6)]
         let dir = fx.scratch("upload-fuzz-\(method)-\(seed)").path
         let file = dir + "/in-\(seed).bin"
@@ -114,18 +114,5 @@ final class UploadFuzzCLITests: XCTestCase {
         let code = (r.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
             .last { $0["event"] as? String == "failed" }?["code"] as? String) ?? "?"
         return "failed:\(code)"
-    }
-}
-
-/// A small seeded generator (SplitMix64), so a case is the same on every run.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

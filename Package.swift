@@ -24,7 +24,6 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
-        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
     ],
     targets: [
         .target(
@@ -45,7 +44,6 @@ let package = Package(
             dependencies: [
                 "ClipFlowCore", "ClipFlowMedia", "ClipFlowCapture", "ClipFlowUpload",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: staticStdlib,
             linkerSettings: [.unsafeFlags(["-static-stdlib"], .when(configuration: .release))]

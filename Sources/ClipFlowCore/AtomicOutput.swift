@@ -239,7 +239,7 @@ public enum LeftoverTemporaries {
 }
 
 /// Process-wide list of temporary outputs still being written, so that a forced exit (second
-/// SIGINT) can remove them. Thread-safe.
+/// SIGINT) can remove them. Thread-safe: `paths` is guarded by `lock` (hence `@unchecked`).
 public final class TemporaryFiles: @unchecked Sendable {
     public static let shared = TemporaryFiles()
     private let lock = NSLock()

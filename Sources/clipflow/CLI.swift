@@ -2,7 +2,6 @@ import ArgumentParser
 import ClipFlowCore
 import ClipFlowMedia
 import Foundation
-import Logging
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -49,7 +49,8 @@ public enum GraphOutcome: Sendable, Equatable {
 ///   discard what is in progress. `cancel()` (second signal, deadline): abandon everything.
 ///
 /// Threading: `run()` blocks its caller until every stage has finished; `stop`, `cancel` may be
-/// called from any thread (a signal source).
+/// called from any thread (a signal source). `failure`, `contexts` and `links` are guarded by
+/// `lock`; the rest is immutable or atomic (hence `@unchecked`).
 public final class GraphRunner: @unchecked Sendable {
     public let stages: [any Stage]
     public let edges: [Edge]

@@ -1,6 +1,7 @@
 import Foundation
 
-/// Records events in order; thread-safe. Used by tests, harnesses and the CLI's summary.
+/// Records events in order; thread-safe (`list` is guarded by `lock`, hence `@unchecked`). Used by
+/// tests, harnesses and the CLI's summary.
 public final class EventRecorder: EventSink, @unchecked Sendable {
     private let lock = NSLock()
     private var list: [PipelineEvent] = []
@@ -18,7 +19,8 @@ public final class EventRecorder: EventSink, @unchecked Sendable {
 /// manual clock, and get the leftovers (produced but never pulled) at finish.
 ///
 /// The output link is unbounded-ish (`outputLimit` items, block policy never reached in normal
-/// use) so a stage under test never blocks on its own output.
+/// use) so a stage under test never blocks on its own output. Owned by one test thread, which
+/// stands in for the stage's queue (hence `@unchecked`).
 public final class StageHarness: @unchecked Sendable {
     public let stage: any Stage
     public let clock: ManualClock

@@ -55,7 +55,8 @@ public struct Item: Sendable {
 
 /// A bounded queue between two stages. Thread-safe: one producer stage pushes, one consumer stage
 /// pulls, and the runner may `flush` from any thread. All policy lives in `LinkState`; this class
-/// adds the lock, the waiting and the items themselves.
+/// adds the lock, the waiting and the items themselves; every mutable field is guarded by that
+/// lock (hence `@unchecked`). Items pushed are owned by the link until pulled.
 public final class Link: @unchecked Sendable {
     public let from: String
     public let to: String

@@ -28,7 +28,7 @@ public enum PixelFormat: String, Sendable, CaseIterable, Codable {
 /// One picture. `time` is seconds since the stream started (from the source's clock or the
 /// kernel's buffer timestamp); `sequence` counts frames the source delivered, so a gap means a
 /// frame was lost before it reached us.
-public final class VideoFrame: @unchecked Sendable {
+public final class VideoFrame: Sendable {
     public let width: Int
     public let height: Int
     public let format: PixelFormat
@@ -52,7 +52,7 @@ public final class VideoFrame: @unchecked Sendable {
 
 /// A run of interleaved 32-bit float samples. `firstSample` is the index of the first sample
 /// frame since the stream started (time = firstSample / sampleRate).
-public final class AudioChunk: @unchecked Sendable {
+public final class AudioChunk: Sendable {
     public let sampleRate: Int
     public let channels: Int
     public let samples: [Float]

@@ -23,6 +23,7 @@ public struct SystemClock: Clock {
 }
 
 /// A clock that moves only when told: `sleep` returns at once and advances time to the deadline.
+/// `t` is guarded by `lock` (hence `@unchecked`).
 public final class ManualClock: Clock, @unchecked Sendable {
     private let lock = NSLock()
     private var t: Double
@@ -69,7 +70,8 @@ public protocol EventSink: Sendable {
 }
 
 /// What a stage sees while it runs: its outputs, its events, the clock, and whether the graph
-/// is stopping. One context per stage; used only from that stage's queue.
+/// is stopping. One context per stage; used only from that stage's queue (the confinement the
+/// compiler cannot see: hence `@unchecked`).
 public final class StageContext: @unchecked Sendable {
     public let stageID: String
     public let clock: Clock

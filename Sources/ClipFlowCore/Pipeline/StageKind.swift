@@ -175,6 +175,8 @@ public struct StageKind: Sendable {
     public var isSource: Bool { inputs.isEmpty }
 }
 
+/// The stage kinds a program knows. Filled by the module registrations at start-up (one thread),
+/// then only read: `@unchecked` because the compiler cannot see that register-before-read order.
 public final class StageRegistry: @unchecked Sendable {
     private var byName: [String: StageKind] = [:]
     public init() {}

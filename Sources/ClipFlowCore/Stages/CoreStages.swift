@@ -14,6 +14,7 @@ public enum CoreStages {
 // MARK: files
 
 /// Source: a list of clip files, or a glob, in order. Paths are relative to the working directory.
+/// Confined to its stage queue (the runner calls it from there only): `@unchecked` for that.
 public final class FilesStage: Stage, @unchecked Sendable {
     public let id: String
     public let paths: [String]
@@ -111,6 +112,7 @@ public final class FilesStage: Stage, @unchecked Sendable {
 // MARK: directory
 
 /// Sink: copies every file it receives into a directory (temporary name, then rename).
+/// Confined to its stage queue (the runner calls it from there only): `@unchecked` for that.
 public final class DirectoryStage: Stage, @unchecked Sendable {
     public let id: String
     public let directory: String
@@ -203,6 +205,7 @@ public final class DirectoryStage: Stage, @unchecked Sendable {
 
 /// Source: `count` buffers of `size` bytes (real memory), at `rate` per second (0: as fast as
 /// possible), time-stamped when `live`. Stops when told to.
+/// Confined to its stage queue (the runner calls it from there only): `@unchecked` for that.
 public final class SyntheticSource: Stage, @unchecked Sendable {
     public let id: String
     public let count: Int
@@ -252,6 +255,7 @@ public final class SyntheticSource: Stage, @unchecked Sendable {
 
 /// Sink: takes anything, waits `delay` seconds per item (a deliberately slow consumer), counts
 /// items and discontinuities.
+/// Confined to its stage queue; tests read `received` after the run has finished.
 public final class NullSink: Stage, @unchecked Sendable {
     public let id: String
     public let delay: Double

@@ -92,9 +92,10 @@ final class Demuxer: @unchecked Sendable {
     let ctx: UnsafeMutablePointer<AVFormatContext>
     let path: String
 
-    /// Opens `path`. Errors name the file and say what is wrong with it. `format` names the
+    /// Opens `path` (the container's headers only: no frame is decoded to fill in stream
+    /// parameters). Errors name the file and say what is wrong with it. `format` names the
     /// demuxer when the file has been probed before (skips probing it again).
-    init(path: String, format: String? = nil, findStreamInfo: Bool = false) throws {
+    init(path: String, format: String? = nil) throws {
         _ = FF.setup
         self.path = path
         var c: UnsafeMutablePointer<AVFormatContext>? = nil
@@ -106,10 +107,6 @@ final class Demuxer: @unchecked Sendable {
         }
         guard let c else { throw ClipFlowError.failure("input '\(path)': demuxer did not open") }
         ctx = c
-        if findStreamInfo {
-            let rc = avformat_find_stream_info(ctx, nil)
-            if rc < 0 { throw ClipFlowError.badInput("input '\(path)': cannot read stream parameters: \(FF.describe(rc))") }
-        }
     }
     /// Opens a clip through `reader` (custom I/O; the reader outlives the demuxer). Payloads may
     /// be skipped (taken from a mapping, or not needed), so no parser looks at them. `format`: as

@@ -6,7 +6,8 @@ import Foundation
 // checked helper through which every FFmpeg call that can fail goes (habit 2).
 //
 // Threading: each owner is confined to one thread at a time. Classes are @unchecked Sendable only
-// so that ownership can be handed from one queue to another (an ownership transfer).
+// so that ownership can be handed from one queue to another (an ownership transfer); each says
+// what it owns.
 
 enum FF {
     static let setup: Void = {
@@ -50,7 +51,8 @@ public enum MediaProcess {
     public static func tuneAllocator() { cf_tune_malloc() }
 }
 
-/// An AVPacket. Owner: whoever holds it; freed in deinit.
+/// An AVPacket. `@unchecked Sendable`: owns the AVPacket (not its data's other references);
+/// whoever holds it uses it, one thread at a time; freed in deinit.
 final class Packet: @unchecked Sendable {
     let p: UnsafeMutablePointer<AVPacket>
     init() throws {
@@ -70,7 +72,8 @@ final class Packet: @unchecked Sendable {
     }
 }
 
-/// An AVFrame. Owner: whoever holds it; freed in deinit.
+/// An AVFrame. `@unchecked Sendable`: owns the AVFrame; whoever holds it uses it, one thread at
+/// a time; freed in deinit.
 final class Frame: @unchecked Sendable {
     let f: UnsafeMutablePointer<AVFrame>
     init() throws {
@@ -86,8 +89,9 @@ final class Frame: @unchecked Sendable {
     func linesize(_ i: Int) -> Int { Int(cf_frame_linesize(f, Int32(i))) }
 }
 
-/// A demuxer (input AVFormatContext), opened read-only. Owner: one reader; closed in deinit.
-/// Streams are exposed only by index and value types, never as pointers that could outlive it.
+/// A demuxer (input AVFormatContext), opened read-only. Streams are exposed only by index and
+/// value types, never as pointers that could outlive it. `@unchecked Sendable`: owns the format
+/// context (and keeps its reader alive); one reader thread at a time; closed in deinit.
 final class Demuxer: @unchecked Sendable {
     let ctx: UnsafeMutablePointer<AVFormatContext>
     let path: String
@@ -198,7 +202,8 @@ final class Demuxer: @unchecked Sendable {
     }
 }
 
-/// A decoder or encoder context (AVCodecContext). Owner: one stage/thread; freed in deinit.
+/// A decoder or encoder context (AVCodecContext). `@unchecked Sendable`: owns the codec context;
+/// one stage/thread at a time; freed in deinit.
 final class CodecContext: @unchecked Sendable {
     let ctx: UnsafeMutablePointer<AVCodecContext>
     let what: String

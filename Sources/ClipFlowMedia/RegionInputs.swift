@@ -3,6 +3,7 @@ import Foundation
 
 /// PCM of the regions, handed in order from the preparing thread to the encoding thread (at most
 /// `capacity` waiting). Ownership of each array passes with it.
+/// `@unchecked Sendable`: every field is guarded by `cond`.
 final class RegionInputs: @unchecked Sendable {
     private let cond = NSCondition()
     private var queue: [Result<[[Float]], Error>] = []

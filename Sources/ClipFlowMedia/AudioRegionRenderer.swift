@@ -16,13 +16,12 @@ import Foundation
 ///
 /// One encoder for all regions: each region's input is preceded by a fade-in frame and followed
 /// by a fade-out frame, so the encoder sees gentle transitions between regions, and only packets
-/// whose MDCT windows lie wholly inside a region's own, unfaded input are kept. (A fresh encoder per region
-/// spent most of its time warming up.)
+/// whose MDCT windows lie wholly inside a region's own, unfaded input are kept.
 ///
 /// Threading: `renderAll` runs on one background thread and owns the encoder; it starts a second
 /// thread that decodes and prepares the regions' PCM (and owns the decoders) one or two regions
-/// ahead, so preparing region i+1 overlaps encoding region i. The encoder gets the same input in
-/// the same order as when one thread did both, so its output is the same bit for bit.
+/// ahead, so preparing region i+1 overlaps encoding region i. The encoder gets every region's
+/// input in region order, so its output does not depend on how far ahead the preparer runs.
 struct AudioRegionRenderer {
     let plan: AudioJoinPlan
     let clips: [ClipInfo]
@@ -142,8 +141,8 @@ struct AudioRegionRenderer {
 
         let n = Int(r1 - r0)
         let chans = Int(channels)
-        // Flat buffers read and written through pointers: per-sample nested-array access (a retain
-        // and a uniqueness check for every sample of every channel) was most of this loop's time.
+        // Flat buffers read and written through pointers: no per-sample nested-array access (a
+        // retain and a uniqueness check for every sample of every channel).
         let tn = timeline[0].count
         var source = [Float]()
         source.reserveCapacity(tn * chans)

@@ -21,14 +21,13 @@ struct ClipPacket {
 /// Prepares the clips of a merge for the copy loop, in order, on a helper thread a few clips
 /// ahead of it (`ahead`): maps each clip, opens its demuxer over the mapping with the payloads of its
 /// samples skipped (the demuxer reads only sample tables), and lists its video and audio packets
-/// in file order (`ClipPacket`). Demuxing (~0.2 ms to open a clip, ~1 µs a packet, with a
-/// packet-sized allocation each) is then off the copy's critical path. The mapping is made on the
-/// helper and handed over whole to the thread that takes it, which owns it from then on.
+/// in file order (`ClipPacket`). Demuxing is then off the copy's critical path. The mapping is
+/// made on the helper and handed over whole to the thread that takes it, which owns it from then on.
+/// `@unchecked Sendable`: its state is guarded by `cond`; what `take` returns belongs to the caller.
 final class ClipOpener: @unchecked Sendable {
     typealias Opened = (MappedClip, [ClipPacket])
     /// How far past the next clip the copy will take the helper may prepare (so up to three
-    /// clips are ready). With none past it, the copy found its next clip unready several times a
-    /// merge when the helpers' core was busy.
+    /// clips are ready): slack for the times the helpers' core is busy with other work.
     static let ahead = 2
     private let cond = NSCondition()
     private var ready: [Int: Result<Opened, Error>] = [:]

@@ -3,12 +3,12 @@ import ClipFlowCore
 import Foundation
 
 /// Decoders for the clips' audio, kept open while consecutive regions need the same clip.
-/// Owned by the rendering thread.
+/// Owned by the renderer's preparing thread (see `AudioRegionRenderer`).
 ///
 /// Packets are read with pread at the places the probe noted for each clip's first and last
-/// packets (`AudioEdges`), so no demuxer is opened again (~0.25 ms a clip, 60 clips, on the core
-/// that also encodes the joins). A range outside those edges (a region deep inside a long clip:
-/// not made by today's planner) is read through the clip's demuxer instead.
+/// packets (`AudioEdges`), so no demuxer is opened again. A range outside those edges (a region
+/// deep inside a long clip: not made by today's planner) is read through the clip's demuxer
+/// instead.
 struct DecoderCache {
     let clips: [ClipInfo]
     let channels: Int
@@ -30,8 +30,8 @@ struct DecoderCache {
 
     /// Timeline samples [from, to) per channel (silence where no clip has audio).
     mutating func timeline(plan: AudioJoinPlan, from tLo: Int64, to tHi: Int64) throws -> [[Float]] {
-        // One flat buffer, channel after channel, filled through a pointer (a nested-array store
-        // per sample was most of the join preparation's own time), split at the end.
+        // One flat buffer, channel after channel, filled through a pointer (no per-sample
+        // nested-array store), split at the end.
         let n = Int(tHi - tLo)
         var flat = [Float](repeating: 0, count: n * channels)
         var used = Set<Int>()
@@ -136,8 +136,8 @@ struct DecoderCache {
             avcodec_flush_buffers(dec.ctx)
         }
 
-        // Through the demuxer (exact-size reads of the audio samples only: through AVIO's 32 KiB
-        // buffer each sample read pulled in the video around it, ~30 MB for 60 clips).
+        // Through the demuxer, with exact-size reads of the audio samples only (a buffered read
+        // would pull in the video around each sample).
         let dmx: Demuxer
         if let d = src.demuxer { dmx = d } else {
             let reader = try MappedReader(path: clip.path)

@@ -44,10 +44,14 @@ enum FF {
 
 /// Process-wide settings for media work.
 public enum MediaProcess {
-    /// Packets are allocated and freed once each (hundreds of KB for a 1080p keyframe). glibc's
-    /// default returns such blocks to the kernel and faults fresh zeroed pages in for the next one
-    /// (about 40,000 page faults for 500 MB); keeping them in the heap makes a copy loop as cheap
-    /// as `cat`'s. Call once at start-up. (`clipflow merge` does not: its packets are not copied.)
+    /// Makes glibc's malloc serve blocks of up to 64 MiB from the heap and keep up to 256 MiB of
+    /// freed heap instead of returning it to the kernel (`mallopt`). For processes that allocate
+    /// and free large buffers at a steady rate: a recording (`clipflow record`, and pipelines,
+    /// which may record) frees a raw picture and an encoded packet for every frame, and with
+    /// glibc's defaults each new one may be faulted in as fresh zeroed pages. The price is peak
+    /// RSS (freed blocks stay mapped), so `clipflow merge`, which allocates nothing per packet
+    /// (packets point into the mapped clips), does not call it. Call once at start-up, before
+    /// other threads allocate.
     public static func tuneAllocator() { cf_tune_malloc() }
 }
 
@@ -264,7 +268,7 @@ final class CodecContext: @unchecked Sendable {
         defer { av_dict_free(&dict) }
         try FF.check(avcodec_open2(c.ctx, codec, &dict), "\(what): opening encoder")
         // Options the encoder did not take are left in the dictionary: a typo, or an FFmpeg
-        // without them. Either way the encoder would not be what we measured.
+        // without them. Either way the encoder would not be the one configured.
         if let left = av_dict_get(dict, "", nil, AV_DICT_IGNORE_SUFFIX), let key = left.pointee.key {
             throw ClipFlowError.failure("\(what): the '\(name)' encoder has no option '\(String(cString: key))'")
         }
@@ -327,8 +331,8 @@ func rescale(_ v: Int64, _ from: AVRational, _ to: AVRational) -> Int64 {
 enum MediaThreads {
     /// Lowers the calling thread's priority (nice 10). While the merge thread copies, helper
     /// threads prepare the next clips and render the join audio; with more runnable threads than
-    /// cores the copy was preempted 40-70 times a merge. At nice 10 the helpers mostly take the
-    /// cycles the copy leaves; the copy waits for them only when they fall behind.
+    /// cores they would preempt the copy. At nice 10 the helpers mostly take the cycles the copy
+    /// leaves; the copy waits for them only when they fall behind.
     static func yieldToCopy() {
         _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10)   // 0: the calling thread (nice is per thread on Linux)
     }

@@ -10,12 +10,11 @@ final class JoinEncoder {
     private let pkt: Packet
     private let frame: Frame
 
-    /// The "fast" coder without its stereo and noise searches. Measured on 60 s of a stereo tone
-    /// (ffmpeg CLI, this machine): default two-loop coder 1.1 s, "fast" 2.6 s, "fast" without the
-    /// mid/side search 0.7 s, and without M/S, PNS, TNS and intensity stereo 0.6 s. The mid/side
-    /// search runs trial quantisations for every band; at the clips' own bit rate plain L/R coding
-    /// loses nothing audible over a handful of frames, and intensity stereo and noise substitution
-    /// would only smear a tone at a seam.
+    /// The "fast" coder without its stereo and noise searches (the cheapest configuration; the
+    /// timings are in benchmarks/README.md). The mid/side search runs trial quantisations for
+    /// every band; at the clips' own bit rate plain L/R coding loses nothing audible over a
+    /// handful of frames, and intensity stereo and noise substitution would only smear a tone at
+    /// a seam.
     static let encoderOptions = ["aac_coder": "fast", "aac_ms": "0", "aac_is": "0", "aac_pns": "0", "aac_tns": "0"]
 
     init(sampleRate: Int32, channels: Int32, bitRate: Int64) throws {
@@ -25,8 +24,7 @@ final class JoinEncoder {
             c.pointee.sample_rate = sampleRate
             c.pointee.sample_fmt = AV_SAMPLE_FMT_FLTP
             av_channel_layout_default(&c.pointee.ch_layout, channels)
-            // The clip's own rate (within AAC LC's range). The "fast" coder: the default two-loop
-            // search took 1 ms a frame here, most of a 60-clip merge's time.
+            // The clip's own rate, within AAC LC's range.
             let perChannel = Int64(channels)
             c.pointee.bit_rate = min(max(bitRate, 64_000 * perChannel), 256_000 * perChannel)
             c.pointee.time_base = AVRational(num: 1, den: sampleRate)

@@ -36,8 +36,13 @@ public struct MergeResult: Sendable {
 
 /// Joins MP4/MOV clips into one fast-start MP4 by packet copy (see `AudioJoinPlan` for audio).
 ///
-/// Threading: `run()` works on the calling thread; audio join regions are rendered on one
-/// background queue in parallel and handed over (ownership transfer) as they complete.
+/// Threading: `run()` blocks the calling thread, which probes the clips on every core
+/// (`concurrentPerform`), then writes the output itself. While it writes, three helper threads
+/// work ahead of it, each owning what it makes until the copy takes it: `ClipOpener` maps and
+/// lists the clips (handed over per clip), and `AudioRegionRenderer` decodes the join audio on
+/// one thread and encodes it on another (handed over per region through `RegionResults`).
+/// Cancelling `cancel` stops the copy and, with it, the helpers; `run()` returns only after the
+/// opener has stopped (the renderer stops at its next region).
 public final class Merger {
     public let inputs: [String]
     public let options: MergeOptions
@@ -95,6 +100,7 @@ public final class Merger {
     struct MoovTooSmall: Error { let reserved: Int }
 
     /// Probe results filled from concurrent probes, read once all are done.
+    /// `@unchecked Sendable`: every field is guarded by `lock`.
     final class ProbeResults: @unchecked Sendable {
         private var results: [Result<ClipInfo, Error>?]
         private let lock = NSLock()
@@ -106,7 +112,9 @@ public final class Merger {
         }
     }
 
-    /// Rendered join regions, filled by a background queue; `take(i)` waits for region i.
+    /// Rendered join regions, filled by the renderer's encoding thread; `take(i)` (the copy
+    /// thread) waits for region i, and its packets pass to the taker.
+    /// `@unchecked Sendable`: every field is guarded by `cond`.
     final class RegionResults: @unchecked Sendable {
         private var results: [Result<[Packet], Error>?]
         private let cond = NSCondition()
@@ -219,10 +227,9 @@ public final class Merger {
             let copy = layout.audio?.copies.first(where: { $0.clip == ci })
             let audioTB = clip.audio?.timeBase.av
             // Packets are written in the clip's file order (the demuxer returns them so), not
-            // through the muxer's interleaving queue: the output then keeps the clip's own
+            // through the muxer's interleaving queue: the output keeps the clip's own
             // interleaving, so each clip goes out in a few long `sendfile` ranges (the queue's
-            // dts order differs from the file order wherever audio and video are offset, which
-            // cut a 60-clip merge into 5,500 ranges).
+            // dts order differs from the file order wherever audio and video are offset).
             for e in packets {
                 try cancel.check()
                 let out = e.own ?? pkt

@@ -1,5 +1,6 @@
 import ClipFlowCore
 import Foundation
+import Synchronization
 
 /// Stage kinds backed by FFmpeg: `merge` and `thumbnail`.
 public enum MediaStages {
@@ -156,14 +157,12 @@ public final class ThumbnailStage: Stage {
 
 /// Commands for a running record stage, from any thread (a terminal, a signal, a test). Applied
 /// on the stage's queue before the next frame.
-/// `@unchecked Sendable`: `pending` is guarded by `lock`.
-public final class RecordControl: @unchecked Sendable {
+public final class RecordControl: Sendable {
     public enum Command: Sendable, Equatable { case pause, resume, split }
-    private let lock = NSLock()
-    private var pending: [Command] = []
+    private let pending = Mutex<[Command]>([])
     public init() {}
-    public func send(_ c: Command) { lock.lock(); pending.append(c); lock.unlock() }
-    func take() -> [Command] { lock.lock(); defer { lock.unlock() }; let c = pending; pending = []; return c }
+    public func send(_ c: Command) { pending.withLock { $0.append(c) } }
+    func take() -> [Command] { pending.withLock { c in defer { c = [] }; return c } }
 }
 
 /// Encodes raw frames into clip fragments (see `FragmentRecorder`) and passes each fragment on

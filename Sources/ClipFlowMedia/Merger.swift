@@ -1,6 +1,7 @@
 internal import CClipFlowFFmpeg
 import ClipFlowCore
 import Foundation
+import Synchronization
 
 /// Options for `Merger`.
 public struct MergeOptions: Sendable {
@@ -100,15 +101,12 @@ public final class Merger {
     struct MoovTooSmall: Error { let reserved: Int }
 
     /// Probe results filled from concurrent probes, read once all are done.
-    /// `@unchecked Sendable`: every field is guarded by `lock`.
-    final class ProbeResults: @unchecked Sendable {
-        private var results: [Result<ClipInfo, Error>?]
-        private let lock = NSLock()
-        init(count: Int) { results = Array(repeating: nil, count: count) }
-        func set(_ i: Int, _ r: Result<ClipInfo, Error>) { lock.lock(); results[i] = r; lock.unlock() }
+    final class ProbeResults: Sendable {
+        private let results: Mutex<[Result<ClipInfo, Error>?]>
+        init(count: Int) { results = Mutex(Array(repeating: nil, count: count)) }
+        func set(_ i: Int, _ r: Result<ClipInfo, Error>) { results.withLock { $0[i] = r } }
         func all() throws -> [ClipInfo] {
-            lock.lock(); defer { lock.unlock() }
-            return try results.map { try $0!.get() }
+            try results.withLock { rs in try rs.map { try $0!.get() } }
         }
     }
 

@@ -48,8 +48,7 @@ public struct AudioJoinPlan: Equatable, Sendable {
     /// (the renderer splices where the waveform matches and slides only the remainder). The
     /// re-encoded frames next to each seam overlap the copied frames' MDCT windows; keeping the
     /// copied clips' own shifts over one frame each side of a seam makes the aliasing cancel
-    /// (measured: sliding within them left a 7 % loudness ripple at the seam, without it 3 %, the
-    /// same as a 256-sample RMS of the steady tone).
+    /// (sliding within those frames leaves a loudness ripple at the seam; benchmarks/README.md).
     public struct Region: Equatable, Sendable {
         public var frames: Range<Int64>
         public var leftShift: Int64

@@ -6,7 +6,8 @@ import Foundation
 // checked helper through which every FFmpeg call that can fail goes (habit 2).
 //
 // Threading: each owner is confined to one thread at a time. Classes are @unchecked Sendable only
-// so that ownership can be handed from one queue to another (an ownership transfer).
+// so that ownership can be handed from one queue to another (an ownership transfer); each says
+// what it owns.
 
 enum FF {
     static let setup: Void = {
@@ -43,14 +44,19 @@ enum FF {
 
 /// Process-wide settings for media work.
 public enum MediaProcess {
-    /// Packets are allocated and freed once each (hundreds of KB for a 1080p keyframe). glibc's
-    /// default returns such blocks to the kernel and faults fresh zeroed pages in for the next one
-    /// (about 40,000 page faults for 500 MB); keeping them in the heap makes a copy loop as cheap
-    /// as `cat`'s. Call once at start-up. (`clipflow merge` does not: its packets are not copied.)
+    /// Makes glibc's malloc serve blocks of up to 64 MiB from the heap and keep up to 256 MiB of
+    /// freed heap instead of returning it to the kernel (`mallopt`). For processes that allocate
+    /// and free large buffers at a steady rate: a recording (`clipflow record`, and pipelines,
+    /// which may record) frees a raw picture and an encoded packet for every frame, and with
+    /// glibc's defaults each new one may be faulted in as fresh zeroed pages. The price is peak
+    /// RSS (freed blocks stay mapped), so `clipflow merge`, which allocates nothing per packet
+    /// (packets point into the mapped clips), does not call it. Call once at start-up, before
+    /// other threads allocate.
     public static func tuneAllocator() { cf_tune_malloc() }
 }
 
-/// An AVPacket. Owner: whoever holds it; freed in deinit.
+/// An AVPacket. `@unchecked Sendable`: owns the AVPacket (not its data's other references);
+/// whoever holds it uses it, one thread at a time; freed in deinit.
 final class Packet: @unchecked Sendable {
     let p: UnsafeMutablePointer<AVPacket>
     init() throws {
@@ -70,7 +76,8 @@ final class Packet: @unchecked Sendable {
     }
 }
 
-/// An AVFrame. Owner: whoever holds it; freed in deinit.
+/// An AVFrame. `@unchecked Sendable`: owns the AVFrame; whoever holds it uses it, one thread at
+/// a time; freed in deinit.
 final class Frame: @unchecked Sendable {
     let f: UnsafeMutablePointer<AVFrame>
     init() throws {
@@ -86,15 +93,17 @@ final class Frame: @unchecked Sendable {
     func linesize(_ i: Int) -> Int { Int(cf_frame_linesize(f, Int32(i))) }
 }
 
-/// A demuxer (input AVFormatContext), opened read-only. Owner: one reader; closed in deinit.
-/// Streams are exposed only by index and value types, never as pointers that could outlive it.
+/// A demuxer (input AVFormatContext), opened read-only. Streams are exposed only by index and
+/// value types, never as pointers that could outlive it. `@unchecked Sendable`: owns the format
+/// context (and keeps its reader alive); one reader thread at a time; closed in deinit.
 final class Demuxer: @unchecked Sendable {
     let ctx: UnsafeMutablePointer<AVFormatContext>
     let path: String
 
-    /// Opens `path`. Errors name the file and say what is wrong with it. `format` names the
+    /// Opens `path` (the container's headers only: no frame is decoded to fill in stream
+    /// parameters). Errors name the file and say what is wrong with it. `format` names the
     /// demuxer when the file has been probed before (skips probing it again).
-    init(path: String, format: String? = nil, findStreamInfo: Bool = false) throws {
+    init(path: String, format: String? = nil) throws {
         _ = FF.setup
         self.path = path
         var c: UnsafeMutablePointer<AVFormatContext>? = nil
@@ -106,10 +115,6 @@ final class Demuxer: @unchecked Sendable {
         }
         guard let c else { throw ClipFlowError.failure("input '\(path)': demuxer did not open") }
         ctx = c
-        if findStreamInfo {
-            let rc = avformat_find_stream_info(ctx, nil)
-            if rc < 0 { throw ClipFlowError.badInput("input '\(path)': cannot read stream parameters: \(FF.describe(rc))") }
-        }
     }
     /// Opens a clip through `reader` (custom I/O; the reader outlives the demuxer). Payloads may
     /// be skipped (taken from a mapping, or not needed), so no parser looks at them. `format`: as
@@ -201,7 +206,8 @@ final class Demuxer: @unchecked Sendable {
     }
 }
 
-/// A decoder or encoder context (AVCodecContext). Owner: one stage/thread; freed in deinit.
+/// A decoder or encoder context (AVCodecContext). `@unchecked Sendable`: owns the codec context;
+/// one stage/thread at a time; freed in deinit.
 final class CodecContext: @unchecked Sendable {
     let ctx: UnsafeMutablePointer<AVCodecContext>
     let what: String
@@ -262,7 +268,7 @@ final class CodecContext: @unchecked Sendable {
         defer { av_dict_free(&dict) }
         try FF.check(avcodec_open2(c.ctx, codec, &dict), "\(what): opening encoder")
         // Options the encoder did not take are left in the dictionary: a typo, or an FFmpeg
-        // without them. Either way the encoder would not be what we measured.
+        // without them. Either way the encoder would not be the one configured.
         if let left = av_dict_get(dict, "", nil, AV_DICT_IGNORE_SUFFIX), let key = left.pointee.key {
             throw ClipFlowError.failure("\(what): the '\(name)' encoder has no option '\(String(cString: key))'")
         }
@@ -325,8 +331,8 @@ func rescale(_ v: Int64, _ from: AVRational, _ to: AVRational) -> Int64 {
 enum MediaThreads {
     /// Lowers the calling thread's priority (nice 10). While the merge thread copies, helper
     /// threads prepare the next clips and render the join audio; with more runnable threads than
-    /// cores the copy was preempted 40-70 times a merge. At nice 10 the helpers mostly take the
-    /// cycles the copy leaves; the copy waits for them only when they fall behind.
+    /// cores they would preempt the copy. At nice 10 the helpers mostly take the cycles the copy
+    /// leaves; the copy waits for them only when they fall behind.
     static func yieldToCopy() {
         _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10)   // 0: the calling thread (nice is per thread on Linux)
     }

@@ -12,11 +12,10 @@ import Foundation
 ///
 /// Why the shadow: the MP4 muxer reads the first two bytes of every AAC packet (a check that the
 /// stream is not ADTS-framed; an MP4 sample never is). In the file mapping each such touch would
-/// map the 64 KiB around it (fault-around): ~186 touches map 7.9 of a clip's 8.2 MB, which counted
-/// against the 64 MiB peak-RSS target. Audio packets point into the shadow instead, whose untouched
-/// pages read as the kernel's shared zero page (a huge one where it can): no memory, no read. (An earlier version pread the
-/// audio samples into it, 7,400 reads per 60-clip merge, for bytes nobody uses.) Both views map to
-/// the same file offsets (`fileOffset(of:)`), so the sink sends audio and video alike from the file.
+/// map the 64 KiB around it (fault-around), most of the clip for its audio alone, all of it peak
+/// RSS. Audio packets point into the shadow instead, whose untouched pages read as the kernel's
+/// shared zero page (a huge one where it can): no memory, no read. Both views map to the same
+/// file offsets (`fileOffset(of:)`), so the sink sends audio and video alike from the file.
 ///
 /// Owner of the file descriptor and the mapping, which go with the object. Packets pointing into
 /// it hold no reference (`point(_:at:)`): the copy loop holds the clip while it writes them, and
@@ -46,8 +45,8 @@ final class MappedClip {
         let size = Int(st.st_size)
         let view = (size + page - 1) / page * page + page
         // The shadow starts on a 2 MiB boundary and may use transparent huge pages: a read in an
-        // untouched 2 MiB then maps the kernel's huge zero page, one fault for the ~60 audio
-        // packets there instead of one per 4 KiB page (9,200 faults in a 60-clip merge).
+        // untouched 2 MiB then maps the kernel's huge zero page, one fault for all the audio
+        // packets there instead of one per 4 KiB page.
         let huge = 2 << 20
         let length = view + huge + view
         // Reserve both views (each followed by a zero page), then map the file over the first.

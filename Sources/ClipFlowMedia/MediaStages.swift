@@ -1,5 +1,6 @@
 import ClipFlowCore
 import Foundation
+import Synchronization
 
 /// Stage kinds backed by FFmpeg: `merge` and `thumbnail`.
 public enum MediaStages {
@@ -11,7 +12,7 @@ public enum MediaStages {
 }
 
 /// Forwards a merge's progress to the stage's events.
-private struct StageProgress: ProgressReporter, @unchecked Sendable {
+private struct StageProgress: ProgressReporter {
     let context: StageContext
     func report(_ e: ProgressEvent) { context.progress(e.completed, of: e.total, unit: e.unit) }
     func notice(_ message: String) { context.emit(.notice(message)) }
@@ -22,6 +23,8 @@ private struct StageProgress: ProgressReporter, @unchecked Sendable {
 /// nothing when `onStop` is "discard" (a merge is all or nothing), or joins the clips that
 /// arrived when it is "finish" (a recording pipeline: stopping the recording still yields the
 /// video). The output never exists half-written.
+/// `@unchecked Sendable`: `clips` is touched only on the stage's queue; `stop`/`cancel` (any
+/// thread) only set `cancelFlag`, which is thread-safe.
 public final class MergeStage: StoppableStage, @unchecked Sendable {
     public let id: String
     public let output: String
@@ -107,7 +110,7 @@ public final class MergeStage: StoppableStage, @unchecked Sendable {
 
 /// Writes a JPEG cover of each video it receives: a representative (not black, blank or fading)
 /// frame, upright, at display size or limited by `size`.
-public final class ThumbnailStage: Stage, @unchecked Sendable {
+public final class ThumbnailStage: Stage {
     public let id: String
     public let output: String
     public let size: ThumbnailSize?
@@ -154,18 +157,19 @@ public final class ThumbnailStage: Stage, @unchecked Sendable {
 
 /// Commands for a running record stage, from any thread (a terminal, a signal, a test). Applied
 /// on the stage's queue before the next frame.
-public final class RecordControl: @unchecked Sendable {
+public final class RecordControl: Sendable {
     public enum Command: Sendable, Equatable { case pause, resume, split }
-    private let lock = NSLock()
-    private var pending: [Command] = []
+    private let pending = Mutex<[Command]>([])
     public init() {}
-    public func send(_ c: Command) { lock.lock(); pending.append(c); lock.unlock() }
-    func take() -> [Command] { lock.lock(); defer { lock.unlock() }; let c = pending; pending = []; return c }
+    public func send(_ c: Command) { pending.withLock { $0.append(c) } }
+    func take() -> [Command] { pending.withLock { c in defer { c = [] }; return c } }
 }
 
 /// Encodes raw frames into clip fragments (see `FragmentRecorder`) and passes each fragment on
 /// the moment it is closed. On a graceful stop, a cancel or a failure upstream, the open fragment
 /// is finalised: what was recorded is kept and playable.
+/// `@unchecked Sendable`: the recorder and the progress count are touched only on the stage's
+/// queue; `control` is thread-safe.
 public final class RecordStage: Stage, @unchecked Sendable {
     public let id: String
     public let options: RecordOptions

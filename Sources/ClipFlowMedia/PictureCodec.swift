@@ -9,6 +9,7 @@ import Foundation
 // Threading: each coder is confined to one queue at a time (owner classes, habit 1).
 
 /// Decodes JPEG pictures (MJPEG frames) into packed yuv420p (limited range, as encoders expect).
+/// `@unchecked Sendable`: owns its codec, packet, frame and scaler; used by one thread at a time.
 public final class JPEGDecoder: @unchecked Sendable {
     private let codec: CodecContext
     private let packet: Packet
@@ -59,6 +60,7 @@ public final class JPEGDecoder: @unchecked Sendable {
 
 /// Encodes packed yuv420p pictures (limited range) as baseline JPEG (full range yuvj420p, as
 /// cameras send). One encoder per picture size.
+/// `@unchecked Sendable`: owns its codec, scaler and packet; used by one thread at a time.
 public final class JPEGEncoder: @unchecked Sendable {
     public let width: Int
     public let height: Int

@@ -54,3 +54,18 @@ final class MP4BoxesTests: XCTestCase {
         XCTAssertThrowsError(try MP4Boxes.topLevel(path: url.path))
     }
 }
+
+final class RecordControlTests: XCTestCase {
+    func testCommandsFromManyThreadsAreTakenOnceEach() {
+        let control = RecordControl()
+        XCTAssertEqual(control.take(), [])
+        control.send(.pause)
+        control.send(.resume)
+        XCTAssertEqual(control.take(), [.pause, .resume], "in the order sent")
+        XCTAssertEqual(control.take(), [], "taken once")
+        DispatchQueue.concurrentPerform(iterations: 1000) { i in control.send(i % 2 == 0 ? .split : .pause) }
+        let all = control.take()
+        XCTAssertEqual(all.filter { $0 == .split }.count, 500)
+        XCTAssertEqual(all.filter { $0 == .pause }.count, 500)
+    }
+}

@@ -1,5 +1,5 @@
-// C shim for FFmpeg 5.1: only what Swift cannot import directly (function-like macros,
-// va_list logging, version-specific side-data calls, AVFrame's fixed arrays).
+// C shim for FFmpeg 5.1: what Swift cannot import directly (function-like macros, va_list
+// logging, version-specific side-data calls, AVFrame's fixed arrays) and glibc's mallopt tuning.
 // Every name is prefixed cf_. Imported only by ClipFlowMedia (internal import).
 #ifndef CF_FFMPEG_H
 #define CF_FFMPEG_H
@@ -45,7 +45,8 @@ void cf_log_install(void);
 /// Copies the last captured message of this thread into buf (NUL-terminated) and clears it.
 void cf_log_take_last(char *buf, int size);
 
-/// Keeps freed packet-sized blocks in the heap (glibc mallopt), see ClipFlowMedia.tuneAllocator.
+/// Serves blocks up to 64 MiB from the heap and keeps freed heap (glibc mallopt); the contract
+/// is MediaProcess.tuneAllocator's.
 void cf_tune_malloc(void);
 
 #endif

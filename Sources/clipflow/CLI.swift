@@ -61,9 +61,8 @@ struct Merge: ParsableCommand {
     }
 
     func run() throws {
-        // No MediaProcess.tuneAllocator() here: it kept freed packet buffers in the heap so the
-        // copy loop would not fault in fresh pages, but merge no longer copies payloads (packets
-        // point into the mapped clips), and the kept heap cost ~3.5 MB of peak RSS.
+        // No MediaProcess.tuneAllocator() here: merge allocates nothing per packet (packets point
+        // into the mapped clips), so a kept heap would only raise peak RSS.
         let ui = Terminal(quiet: flags.quiet)
         let cancel = SignalHandling.install()
         var opts = MergeOptions(output: URL(fileURLWithPath: output), rotate: rotate)

@@ -14,7 +14,8 @@ import Foundation
 public enum CameraFormat: String, Sendable, CaseIterable {
     case yuyv, nv12, yuv420, mjpeg
 
-    var fourcc: UInt32 {
+    /// The V4L2 pixel format code (package: the emulated camera answers with the same codes).
+    package var fourcc: UInt32 {
         switch self {
         case .yuyv: return cf_V4L2_PIX_FMT_YUYV
         case .nv12: return cf_V4L2_PIX_FMT_NV12

@@ -226,7 +226,7 @@ func parseSize(_ s: String) -> (Int, Int)? {
 struct Devices: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List V4L2 cameras with their formats, sizes and frame rates.",
-        discussion: "Set CLIPFLOW_V4L2_EMULATE=1 to see the emulated vivid camera used by the tests.")
+        discussion: "No camera here? CLIPFLOW_V4L2_EMULATE=1 puts an emulated vivid camera at /dev/video0 for every command.")
 
     func run() throws {
         do {

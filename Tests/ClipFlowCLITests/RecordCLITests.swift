@@ -131,6 +131,15 @@ final class RecordCLITests: XCTestCase {
         XCTAssertTrue(bad.stderr.contains("CLIPFLOW_V4L2_EMULATE"), bad.stderr)
     }
 
+    /// The emulated camera is there only when asked for: without CLIPFLOW_V4L2_EMULATE the
+    /// binary talks to the kernel (no /dev/video* on this machine).
+    func testDevicesWithoutTheVariableListsRealCamerasOnly() throws {
+        try XCTSkipIf(FileManager.default.fileExists(atPath: "/dev/video0"), "a real camera is plugged in")
+        let r = try runWithEnv(["devices"], ["CLIPFLOW_V4L2_EMULATE": ""])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertFalse(r.out.contains("vivid"), r.out)
+    }
+
     /// The camera unplugged mid-recording (ENODEV): the open fragment is finalised and playable,
     /// earlier ones are untouched, and the exit status says it went wrong.
     func testUnpluggedCameraFinalisesWhatWasRecorded() throws {

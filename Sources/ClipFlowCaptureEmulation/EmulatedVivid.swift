@@ -1,4 +1,5 @@
 internal import CClipFlowV4L2
+import ClipFlowCapture
 import ClipFlowCore
 import ClipFlowMedia
 import Foundation
@@ -31,83 +32,6 @@ import Foundation
 public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
     /// The emulated formats are the ones the driver code reads (same fourccs).
     public typealias Format = CameraFormat
-
-    /// What the emulated camera offers and which faults it injects.
-    public struct Configuration: Sendable {
-        public var path = "/dev/video0"
-        public var formats: [Format] = Format.allCases
-        /// Discrete frame sizes, smallest first.
-        public var sizes: [FrameSize] = [FrameSize(320, 240), FrameSize(640, 480), FrameSize(1280, 720), FrameSize(1920, 1080)]
-        /// open gives ENOENT: no camera.
-        public var missing = false
-        /// open gives EACCES: the user may not use the camera.
-        public var permissionDenied = false
-        /// Another process owns the buffer queue: S_FMT, REQBUFS and STREAMON give EBUSY.
-        public var busy = false
-        /// The camera is unplugged when the frame after the Nth captured one is due: ioctls then
-        /// give ENODEV, poll POLLERR | POLLHUP, and open ENOENT.
-        public var unplugAfterFrames: Int?
-        /// false: an output-only node (no VIDEO_CAPTURE capability).
-        public var captureDevice = true
-        /// Buffer timestamps are late by up to this many seconds, as a real driver's are (its
-        /// thread wakes late): the first frame after STREAMON by the full amount (the thread
-        /// starting up), later ones by a fixed pseudo-random share of half of it. 0: exact.
-        public var timestampJitter = 0.0
-        /// After this many frames were dequeued, the next `poll` first sleeps `seconds`, as a
-        /// reader descheduled under load: frames falling due meanwhile fill the queued buffers,
-        /// the rest are dropped.
-        public var readerStall: (afterFrames: Int, seconds: Double)?
-
-        public init() {}
-
-        /// Parses `CLIPFLOW_V4L2_EMULATE` options (see `V4L2System`).
-        public init(options: String) throws {
-            var inFormats = false
-            for raw in options.split(separator: ",") {
-                let token = raw.trimmingCharacters(in: .whitespaces)
-                let parts = token.split(separator: "=", maxSplits: 1).map(String.init)
-                if parts.count == 1, inFormats, let f = Format(rawValue: token) { formats.append(f); continue }
-                inFormats = false
-                switch (parts[0], parts.count == 2 ? parts[1] : nil) {
-                case ("1", nil): break
-                case ("busy", nil): busy = true
-                case ("denied", nil): permissionDenied = true
-                case ("missing", nil): missing = true
-                case ("output", nil): captureDevice = false
-                case ("unplug-after", let v?):
-                    guard let n = Int(v), n >= 0 else {
-                        throw ClipFlowError.badInput("\(V4L2System.environmentVariable): unplug-after needs a number of frames, got '\(v)'")
-                    }
-                    unplugAfterFrames = n
-                case ("jitter", let v?):
-                    guard let ms = Double(v), ms >= 0, ms.isFinite else {
-                        throw ClipFlowError.badInput("\(V4L2System.environmentVariable): jitter needs milliseconds, got '\(v)'")
-                    }
-                    timestampJitter = ms / 1000
-                case ("stall", let v?):
-                    let p = v.split(separator: ":").map(String.init)
-                    guard p.count == 2, let n = Int(p[0]), n >= 0, let ms = Double(p[1]), ms >= 0, ms.isFinite else {
-                        throw ClipFlowError.badInput("\(V4L2System.environmentVariable): stall needs FRAMES:MILLISECONDS, got '\(v)'")
-                    }
-                    readerStall = (n, ms / 1000)
-                case ("formats", let v?):
-                    guard let f = Format(rawValue: v) else {
-                        throw ClipFlowError.badInput("\(V4L2System.environmentVariable): unknown format '\(v)'; known: \(Format.allCases.map(\.rawValue).joined(separator: ", "))")
-                    }
-                    formats = [f]
-                    inFormats = true
-                default:
-                    throw ClipFlowError.badInput("\(V4L2System.environmentVariable): unknown option '\(token)'; known: 1, formats=yuyv,nv12,yuv420,mjpeg, unplug-after=N, jitter=MS, stall=FRAMES:MS, busy, denied, missing, output")
-                }
-            }
-        }
-    }
-
-    public struct FrameSize: Sendable, Equatable {
-        public var width: Int
-        public var height: Int
-        public init(_ width: Int, _ height: Int) { self.width = width; self.height = height }
-    }
 
     private enum BufferState { case dequeued, queued, done }
     private struct Buffer {
@@ -590,86 +514,5 @@ private func copyString<T>(_ s: String, into field: inout T) {
         raw.initializeMemory(as: UInt8.self, repeating: 0)
         let bytes = Array(s.utf8.prefix(raw.count - 1))
         raw.copyBytes(from: bytes)
-    }
-}
-
-/// Draws the emulator's pictures: a horizontal luma gradient, a bright bar that moves 8 pixels
-/// per frame, and the sequence number in 32 8x8 blocks along the top. The background is made
-/// once per format and size; each frame copies it and draws the bar and the code.
-private final class PictureGenerator {
-    let fourcc: UInt32
-    let size: EmulatedVivid.FrameSize
-    private let packed: Bool          // YUYV: luma at every other byte
-    private var background: [UInt8]   // in the device's layout (yuv420p for MJPEG)
-    private let encoder: JPEGEncoder?
-
-    init(fourcc: UInt32, size: EmulatedVivid.FrameSize) {
-        self.fourcc = fourcc
-        self.size = size
-        let w = size.width, h = size.height
-        packed = fourcc == cf_V4L2_PIX_FMT_YUYV
-        func luma(_ x: Int) -> UInt8 { UInt8(16 + 219 * x / max(w - 1, 1)) }
-        func u(_ y: Int) -> UInt8 { UInt8(64 + 128 * y / max(h - 1, 1)) }
-        if packed {
-            background = [UInt8](repeating: 0, count: w * h * 2)
-            for y in 0..<h {
-                for x in stride(from: 0, to: w - 1, by: 2) {
-                    let o = (y * w + x) * 2
-                    background[o] = luma(x); background[o + 1] = u(y); background[o + 2] = luma(x + 1); background[o + 3] = 160
-                }
-            }
-        } else {
-            let cw = (w + 1) / 2, ch = (h + 1) / 2
-            background = [UInt8](repeating: 0, count: w * h + 2 * cw * ch)
-            for y in 0..<h { for x in 0..<w { background[y * w + x] = luma(x) } }
-            for y in 0..<ch {
-                for x in 0..<cw {
-                    if fourcc == cf_V4L2_PIX_FMT_NV12 {
-                        background[w * h + y * cw * 2 + 2 * x] = u(2 * y)
-                        background[w * h + y * cw * 2 + 2 * x + 1] = 160
-                    } else {
-                        background[w * h + y * cw + x] = u(2 * y)
-                        background[w * h + cw * ch + y * cw + x] = 160
-                    }
-                }
-            }
-        }
-        encoder = fourcc == cf_V4L2_PIX_FMT_MJPEG ? try? JPEGEncoder(width: w, height: h) : nil
-    }
-
-    /// Draws frame `sequence` at `dst`. Returns bytes used, or -1 when it does not fit (or the
-    /// JPEG encoder failed): the buffer is then flagged ERROR, as a driver does.
-    func draw(sequence: UInt32, into dst: UnsafeMutableRawPointer, capacity: Int) -> Int {
-        var picture = background
-        let w = size.width, h = size.height, step = packed ? 2 : 1
-        picture.withUnsafeMutableBufferPointer { p in
-            let bar = Int(sequence) * 8 % w
-            for y in 16..<h { for x in bar..<min(bar + 16, w) { p[(y * w + x) * step] = 235 } }
-            for i in 0..<32 where 8 * i + 8 <= w {
-                let v: UInt8 = (sequence >> (31 - UInt32(i))) & 1 == 1 ? 235 : 16
-                for y in 0..<min(8, h) { for x in 8 * i..<8 * i + 8 { p[(y * w + x) * step] = v } }
-            }
-        }
-        if fourcc == cf_V4L2_PIX_FMT_MJPEG {
-            let frame = VideoFrame(width: w, height: h, format: .yuv420p, data: Data(picture), time: 0, sequence: Int64(sequence))
-            guard let encoder, let jpeg = try? encoder.encode(frame), jpeg.count <= capacity else { return -1 }
-            jpeg.copyBytes(to: dst.assumingMemoryBound(to: UInt8.self), count: jpeg.count)
-            return jpeg.count
-        }
-        guard picture.count <= capacity else { return -1 }
-        picture.withUnsafeBytes { src in if let b = src.baseAddress { dst.copyMemory(from: b, byteCount: src.count) } }
-        return picture.count
-    }
-}
-
-extension CameraFormat {
-    /// The kernel's description string for ENUM_FMT, as vivid reports it.
-    var kernelDescription: String {
-        switch self {
-        case .yuyv: return "YUYV 4:2:2"
-        case .nv12: return "Y/UV 4:2:0"
-        case .yuv420: return "Planar YUV 4:2:0"
-        case .mjpeg: return "Motion-JPEG"
-        }
     }
 }

@@ -1,14 +1,6 @@
 import ClipFlowCore
 import Foundation
 
-/// Stage kinds of the capture module (`testpattern`, `v4l2`).
-public enum CaptureStages {
-    public static func register(into r: StageRegistry) {
-        r.register(TestPatternSource.kind)
-        r.register(V4L2Source.kind)
-    }
-}
-
 /// Source: the synthetic camera (see `TestPatternGenerator`). Pictures and audio are pushed in
 /// time order on one output: the audio from picture `n`'s time to the next picture's, then picture `n`.
 ///

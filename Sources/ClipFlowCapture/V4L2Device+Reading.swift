@@ -55,7 +55,7 @@ extension V4L2Device {
                 if error.code != ENODEV { throw Self.describe(error, path: path) }
                 deviceLost = true
             }
-            guard let picture else { corruptFrames += 1; if deviceLost { return .deviceLost }; continue }
+            guard let picture else { brokenFrames += 1; if deviceLost { return .deviceLost }; continue }
             let frame: VideoFrame
             if n.format == .mjpeg {
                 let jpeg = try decoder ?? JPEGDecoder()
@@ -65,7 +65,7 @@ extension V4L2Device {
                     frame = VideoFrame(width: d.width, height: d.height, format: d.format, data: d.data, time: time,
                                        sequence: Int64(seq), nominalRate: n.fps > 0 ? n.fps : nil)
                 } catch {
-                    corruptFrames += 1
+                    brokenFrames += 1
                     if deviceLost { return .deviceLost }
                     continue
                 }
@@ -73,7 +73,6 @@ extension V4L2Device {
                 frame = VideoFrame(width: n.width, height: n.height, format: n.format.output, data: picture, time: time, sequence: Int64(seq),
                                    nominalRate: n.fps > 0 ? n.fps : nil)
             }
-            framesRead += 1
             return .frame(frame)
         }
     }

@@ -21,10 +21,8 @@ public final class V4L2Device: @unchecked Sendable {
     public internal(set) var negotiated: NegotiatedFormat?
     /// Frames the driver dropped before we dequeued them, from gaps in the buffer sequence.
     public internal(set) var droppedFrames = 0
-    /// Frames delivered by `read`.
-    public internal(set) var framesRead = 0
-    /// Frames the driver flagged as broken, or MJPEG pictures that did not decode (skipped).
-    public internal(set) var corruptFrames = 0
+    /// Pictures skipped because the driver flagged them broken or their MJPEG did not decode.
+    public internal(set) var brokenFrames = 0
     /// The device went away (unplugged) while streaming.
     public internal(set) var deviceLost = false
 

@@ -479,7 +479,8 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
             generator = PictureGenerator(fourcc: fourcc, size: size)
         }
         let dst = memory.base + i * bufferLength
-        let used = generator?.draw(sequence: sequence, into: dst, capacity: bufferLength) ?? 0
+        let broken = configuration.brokenEvery.map { (Int(sequence) + 1) % $0 == 0 } ?? false
+        let used = broken ? -1 : (generator?.draw(sequence: sequence, into: dst, capacity: bufferLength) ?? 0)
         buffers[i].bytesused = max(used, 0)
         buffers[i].flags = used < 0 ? UInt32(V4L2_BUF_FLAG_ERROR) : (fourcc == cf_V4L2_PIX_FMT_MJPEG ? UInt32(V4L2_BUF_FLAG_KEYFRAME) : 0)
         buffers[i].sequence = sequence

@@ -28,6 +28,9 @@ extension EmulatedVivid {
         /// reader descheduled under load: frames falling due meanwhile fill the queued buffers,
         /// the rest are dropped.
         public var readerStall: (afterFrames: Int, seconds: Double)?
+        /// Every Nth frame (sequence N-1, 2N-1, ...) is delivered flagged V4L2_BUF_FLAG_ERROR with
+        /// no bytes, as a driver does for a picture it could not capture. nil: none.
+        public var brokenEvery: Int?
 
         public init() {}
 
@@ -55,6 +58,11 @@ extension EmulatedVivid {
                         throw ClipFlowError.badInput("\(V4L2Emulation.environmentVariable): jitter needs milliseconds, got '\(v)'")
                     }
                     timestampJitter = ms / 1000
+                case ("broken-every", let v?):
+                    guard let n = Int(v), n >= 1 else {
+                        throw ClipFlowError.badInput("\(V4L2Emulation.environmentVariable): broken-every needs a number of frames from 1, got '\(v)'")
+                    }
+                    brokenEvery = n
                 case ("stall", let v?):
                     let p = v.split(separator: ":").map(String.init)
                     guard p.count == 2, let n = Int(p[0]), n >= 0, let ms = Double(p[1]), ms >= 0, ms.isFinite else {
@@ -68,7 +76,7 @@ extension EmulatedVivid {
                     formats = [f]
                     inFormats = true
                 default:
-                    throw ClipFlowError.badInput("\(V4L2Emulation.environmentVariable): unknown option '\(token)'; known: 1, formats=yuyv,nv12,yuv420,mjpeg, unplug-after=N, jitter=MS, stall=FRAMES:MS, busy, denied, missing, output")
+                    throw ClipFlowError.badInput("\(V4L2Emulation.environmentVariable): unknown option '\(token)'; known: 1, formats=yuyv,nv12,yuv420,mjpeg, unplug-after=N, jitter=MS, stall=FRAMES:MS, broken-every=N, busy, denied, missing, output")
                 }
             }
         }

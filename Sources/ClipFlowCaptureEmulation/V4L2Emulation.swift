@@ -10,6 +10,7 @@ import Foundation
 /// - `unplug-after=N`: the camera is unplugged after delivering N frames;
 /// - `jitter=MS`: buffer timestamps are late by up to MS milliseconds, the first frame's most;
 /// - `stall=FRAMES:MS`: after FRAMES frames the reader stalls for MS milliseconds (as under load);
+/// - `broken-every=N`: every Nth picture arrives flagged broken (V4L2_BUF_FLAG_ERROR);
 /// - `busy`: another program is streaming from it (EBUSY);
 /// - `denied`: opening it is not permitted (EACCES);
 /// - `missing`: there is no camera (ENOENT);

@@ -32,6 +32,10 @@ final class EmulatedVividTests: XCTestCase {
         XCTAssertEqual(faults.configuration.readerStall?.afterFrames, 10)
         XCTAssertEqual(faults.configuration.readerStall?.seconds ?? 0, 0.3, accuracy: 1e-12)
         XCTAssertTrue(try V4L2Emulation.syscalls(environment: [:]) is LinuxV4L2Syscalls)
+        XCTAssertEqual(try EmulatedVivid.Configuration(options: "broken-every=3").brokenEvery, 3)
+        XCTAssertThrowsError(try EmulatedVivid.Configuration(options: "broken-every=0")) {
+            XCTAssertTrue("\($0)".contains("CLIPFLOW_V4L2_EMULATE: broken-every needs a number of frames from 1, got '0'"), "\($0)")
+        }
         XCTAssertThrowsError(try V4L2Emulation.syscalls(environment: ["CLIPFLOW_V4L2_EMULATE": "bogus"])) {
             XCTAssertTrue("\($0)".contains("unknown option 'bogus'"))
         }

@@ -290,6 +290,25 @@ final class V4L2Tests: XCTestCase {
         XCTAssertEqual(emu.liveMappings, 0)
     }
 
+    /// Pictures the driver flags broken are skipped, counted and reported (they used to be counted
+    /// by the device and reported nowhere).
+    func testSourceStageCountsAndReportsBrokenPictures() throws {
+        let clock = ManualClock()
+        var c = EmulatedVivid.Configuration()
+        c.brokenEvery = 5   // sequences 4, 9, 14, ...
+        let emu = EmulatedVivid(c, clock: clock)
+        let stage = V4L2Source(id: "cam", request: CaptureRequest(width: 320, height: 240), frames: 16, syscalls: emu)
+        let h = StageHarness(stage, clock: clock)
+        try h.prepare()
+        try h.produce()
+        XCTAssertEqual(stage.framesPushed, 16)
+        XCTAssertEqual(stage.brokenFrames, 3)
+        XCTAssertEqual(stage.droppedFrames, 0)
+        XCTAssertTrue(h.events.contains { $0.kind == .notice("camera /dev/video0: 3 broken pictures skipped (flagged by the driver, or MJPEG that did not decode)") },
+                      "\(h.events.map(\.kind))")
+        XCTAssertEqual(h.finish().count, 16)
+    }
+
     // MARK: the real kernel (no camera here: errors only)
 
     func testRealSyscallsReportMissingNodesAndNonV4L2Files() {

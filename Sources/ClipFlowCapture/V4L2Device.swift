@@ -9,8 +9,9 @@ import Foundation
 // `V4L2Syscalls` (the real kernel, or the emulated vivid camera in tests).
 
 /// An open camera. Use from one queue at a time: `configure`, then `start`, `read` frames,
-/// `stop` (also done by deinit). Owns the descriptor and the mapped buffers.
-public final class V4L2Device: @unchecked Sendable {
+/// `stop` (also done by deinit). Owns the descriptor and the mapped buffers. Not Sendable: its
+/// owner (a `V4L2Source`, on its stage queue) keeps it.
+public final class V4L2Device {
     public let path: String
     public let driver: String
     public let card: String

@@ -16,7 +16,7 @@ struct V4L2CallError: Error, CustomStringConvertible {
 }
 
 /// The device's file descriptor. Closed by `close()` or deinit.
-final class DeviceDescriptor: @unchecked Sendable {
+final class DeviceDescriptor {
     let fd: Int32
     let syscalls: any V4L2Syscalls
     private var open = true
@@ -42,7 +42,7 @@ final class DeviceDescriptor: @unchecked Sendable {
 }
 
 /// One memory-mapped capture buffer. Unmapped in deinit.
-final class MappedBuffer: @unchecked Sendable {
+final class MappedBuffer {
     let address: UnsafeMutableRawPointer
     let length: Int
     private let syscalls: any V4L2Syscalls

@@ -13,6 +13,8 @@ import Foundation
 /// (skipped) are counted in `brokenFrames` and reported in a notice at the end.
 ///
 /// Runs on its stage queue; owns the `V4L2Device` from `prepare` to `finish`.
+/// @unchecked Sendable: its state is touched only on its stage queue (and read by others after
+/// the run); `stop`/`cancel` come from other threads and touch only the thread-safe `stopFlag`.
 public final class V4L2Source: StoppableStage, @unchecked Sendable {
     public let id: String
     public let device: String

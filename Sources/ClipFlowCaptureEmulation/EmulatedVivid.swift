@@ -28,7 +28,8 @@ import Foundation
 /// for a frame or the timeout (after a `readerStall`, if one is configured).
 ///
 /// Deviation from the kernel: DQBUF never blocks (the driver code always opens O_NONBLOCK).
-/// Thread-safe (one lock; never held while sleeping).
+/// @unchecked Sendable: every mutable field is read and written under `lock` (never held while
+/// sleeping).
 public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
     /// The emulated formats are the ones the driver code reads (same fourccs).
     public typealias Format = CameraFormat

@@ -163,6 +163,7 @@ struct Record: ParsableCommand {
     }
 }
 
+/// Set when the user typed q. @unchecked Sendable: `value` is read and written only under `lock`.
 final class QuitFlag: @unchecked Sendable {
     private let lock = NSLock()
     private var value = false

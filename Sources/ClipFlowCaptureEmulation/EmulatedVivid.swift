@@ -34,8 +34,8 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
     /// The emulated formats are the ones the driver code reads (same fourccs).
     public typealias Format = CameraFormat
 
-    private enum BufferState { case dequeued, queued, done }
-    private struct Buffer {
+    enum BufferState { case dequeued, queued, done }
+    struct Buffer {
         var state = BufferState.dequeued
         var bytesused = 0
         var sequence: UInt32 = 0
@@ -45,7 +45,7 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
 
     /// The queue's memory: one shared-memory object the application maps per buffer, and the
     /// emulator's own mapping of all of it. Freed when the queue is.
-    private final class QueueMemory {
+    final class QueueMemory {
         let fd: Int32
         let base: UnsafeMutableRawPointer
         let total: Int
@@ -71,32 +71,32 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
     }
 
     public let configuration: Configuration
-    private let clock: any Clock
-    private let lock = NSLock()
+    let clock: any Clock
+    let lock = NSLock()
 
     // Device state (kept across opens, as a driver's is).
-    private var fourcc: UInt32
-    private var size: FrameSize
-    private var interval = (num: UInt32(1), den: UInt32(30))
-    private var unplugged = false
+    var fourcc: UInt32
+    var size: FrameSize
+    var interval = (num: UInt32(1), den: UInt32(30))
+    var unplugged = false
     // Descriptors: fd -> non-blocking.
-    private var fds: [Int32: Bool] = [:]
-    private var nextFD: Int32 = 1000
+    var fds: [Int32: Bool] = [:]
+    var nextFD: Int32 = 1000
     // The buffer queue (vb2): its owner, buffers, memory and the application's mappings.
-    private var owner: Int32?
-    private var buffers: [Buffer] = []
-    private var bufferLength = 0
-    private var memory: QueueMemory?
-    private var mappings: [UnsafeMutableRawPointer: (buffer: Int, length: Int)] = [:]
-    private var queued: [Int] = []
-    private var done: [Int] = []
-    private var streaming = false
-    private var streamStart = 0.0
-    private var frameIndex: UInt32 = 0
-    private var captured = 0
-    private var dequeued = 0
-    private var stalled = false
-    private var generator: PictureGenerator?
+    var owner: Int32?
+    var buffers: [Buffer] = []
+    var bufferLength = 0
+    var memory: QueueMemory?
+    var mappings: [UnsafeMutableRawPointer: (buffer: Int, length: Int)] = [:]
+    var queued: [Int] = []
+    var done: [Int] = []
+    var streaming = false
+    var streamStart = 0.0
+    var frameIndex: UInt32 = 0
+    var captured = 0
+    var dequeued = 0
+    var stalled = false
+    var generator: PictureGenerator?
 
     public init(_ configuration: Configuration = Configuration(), clock: any Clock) {
         self.configuration = configuration
@@ -257,264 +257,10 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
         }
     }
 
-    // MARK: ioctls
 
-    private func queryCap(_ c: UnsafeMutablePointer<v4l2_capability>) {
-        c.pointee = v4l2_capability()
-        copyString("vivid", into: &c.pointee.driver)
-        copyString("vivid", into: &c.pointee.card)
-        copyString("platform:vivid-000", into: &c.pointee.bus_info)
-        c.pointee.version = 0x06_01_00
-        let node: UInt32 = configuration.captureDevice ? UInt32(V4L2_CAP_VIDEO_CAPTURE) : UInt32(V4L2_CAP_VIDEO_OUTPUT)
-        c.pointee.device_caps = node | UInt32(V4L2_CAP_STREAMING) | UInt32(V4L2_CAP_READWRITE)
-        // The physical device has both nodes; device_caps says what this one does.
-        c.pointee.capabilities = c.pointee.device_caps | UInt32(V4L2_CAP_VIDEO_CAPTURE) | UInt32(V4L2_CAP_VIDEO_OUTPUT) | UInt32(V4L2_CAP_DEVICE_CAPS)
-    }
-
-    private func enumFormat(_ d: UnsafeMutablePointer<v4l2_fmtdesc>) throws(SyscallErrno) {
-        try checkType(d.pointee.type)
-        let i = Int(d.pointee.index)
-        guard i < configuration.formats.count else { throw SyscallErrno(EINVAL) }
-        let f = configuration.formats[i]
-        let (index, type) = (d.pointee.index, d.pointee.type)
-        d.pointee = v4l2_fmtdesc()
-        d.pointee.index = index
-        d.pointee.type = type
-        d.pointee.pixelformat = f.fourcc
-        d.pointee.flags = f == .mjpeg ? UInt32(V4L2_FMT_FLAG_COMPRESSED) : 0
-        copyString(f.kernelDescription, into: &d.pointee.description)
-    }
-
-    private func enumSizes(_ s: UnsafeMutablePointer<v4l2_frmsizeenum>) throws(SyscallErrno) {
-        guard offers(s.pointee.pixel_format), Int(s.pointee.index) < configuration.sizes.count else { throw SyscallErrno(EINVAL) }
-        let z = configuration.sizes[Int(s.pointee.index)]
-        s.pointee.type = V4L2_FRMSIZE_TYPE_DISCRETE.rawValue
-        s.pointee.discrete = v4l2_frmsize_discrete(width: UInt32(z.width), height: UInt32(z.height))
-    }
-
-    private func intervals(for z: FrameSize) -> [(num: UInt32, den: UInt32)] {
-        z.width * z.height <= 1280 * 720 ? [(1, 60), (1, 30), (1, 15)] : [(1, 30), (1, 15)]
-    }
-
-    private func enumIntervals(_ v: UnsafeMutablePointer<v4l2_frmivalenum>) throws(SyscallErrno) {
-        let z = FrameSize(Int(v.pointee.width), Int(v.pointee.height))
-        guard offers(v.pointee.pixel_format), configuration.sizes.contains(z) else { throw SyscallErrno(EINVAL) }
-        let list = intervals(for: z)
-        guard Int(v.pointee.index) < list.count else { throw SyscallErrno(EINVAL) }
-        let t = list[Int(v.pointee.index)]
-        v.pointee.type = V4L2_FRMIVAL_TYPE_DISCRETE.rawValue
-        v.pointee.discrete = v4l2_fract(numerator: t.num, denominator: t.den)
-    }
-
-    private func getFormat(_ f: UnsafeMutablePointer<v4l2_format>) throws(SyscallErrno) {
-        try checkType(f.pointee.type)
-        fill(f, fourcc: fourcc, size: size)
-    }
-
-    /// TRY_FMT: adjusts the request to what the device can do (never fails for a capture type).
-    private func tryFormat(_ f: UnsafeMutablePointer<v4l2_format>) throws(SyscallErrno) {
-        try checkType(f.pointee.type)
-        let want = f.pointee.fmt.pix
-        let code = offers(want.pixelformat) ? want.pixelformat : (configuration.formats.first?.fourcc ?? fourcc)
-        let nearest = configuration.sizes.min { a, b in
-            abs(a.width - Int(want.width)) + abs(a.height - Int(want.height)) < abs(b.width - Int(want.width)) + abs(b.height - Int(want.height))
-        } ?? size
-        fill(f, fourcc: code, size: nearest)
-    }
-
-    private func fill(_ f: UnsafeMutablePointer<v4l2_format>, fourcc: UInt32, size z: FrameSize) {
-        let type = f.pointee.type
-        f.pointee = v4l2_format()
-        f.pointee.type = type
-        f.pointee.fmt.pix.width = UInt32(z.width)
-        f.pointee.fmt.pix.height = UInt32(z.height)
-        f.pointee.fmt.pix.pixelformat = fourcc
-        f.pointee.fmt.pix.field = V4L2_FIELD_NONE.rawValue
-        f.pointee.fmt.pix.colorspace = fourcc == cf_V4L2_PIX_FMT_MJPEG ? V4L2_COLORSPACE_JPEG.rawValue : V4L2_COLORSPACE_SRGB.rawValue
-        let (bpl, image) = Self.layout(fourcc, z)
-        f.pointee.fmt.pix.bytesperline = UInt32(bpl)
-        f.pointee.fmt.pix.sizeimage = UInt32(image)
-    }
-
-    /// bytesperline and sizeimage of a format (MJPEG: a worst case for one compressed picture).
-    private static func layout(_ fourcc: UInt32, _ z: FrameSize) -> (Int, Int) {
-        switch fourcc {
-        case cf_V4L2_PIX_FMT_YUYV: return (z.width * 2, z.width * 2 * z.height)
-        case cf_V4L2_PIX_FMT_MJPEG: return (0, z.width * z.height * 2)
-        default: return (z.width, z.width * z.height * 3 / 2)
-        }
-    }
-
-    private func getParm(_ p: UnsafeMutablePointer<v4l2_streamparm>) throws(SyscallErrno) {
-        try checkType(p.pointee.type)
-        let type = p.pointee.type
-        p.pointee = v4l2_streamparm()
-        p.pointee.type = type
-        p.pointee.parm.capture.capability = UInt32(V4L2_CAP_TIMEPERFRAME)
-        p.pointee.parm.capture.timeperframe = v4l2_fract(numerator: interval.num, denominator: interval.den)
-        p.pointee.parm.capture.readbuffers = 1
-    }
-
-    /// The offered interval nearest to `t` for the current size.
-    private func nearestInterval(_ t: (num: UInt32, den: UInt32)) -> (num: UInt32, den: UInt32) {
-        let want = Double(t.num) / Double(t.den)
-        return intervals(for: size).min { abs(Double($0.num) / Double($0.den) - want) < abs(Double($1.num) / Double($1.den) - want) } ?? (1, 30)
-    }
-
-    private func requestBuffers(_ fd: Int32, _ r: UnsafeMutablePointer<v4l2_requestbuffers>) throws(SyscallErrno) {
-        try checkType(r.pointee.type)
-        guard r.pointee.memory == V4L2_MEMORY_MMAP.rawValue else { throw SyscallErrno(EINVAL) }
-        try checkOwner(fd)
-        if streaming || !mappings.isEmpty { throw SyscallErrno(EBUSY) }
-        freeQueue()
-        let count = r.pointee.count == 0 ? 0 : min(max(Int(r.pointee.count), 2), 32)
-        r.pointee.count = UInt32(count)
-        r.pointee.capabilities = UInt32(V4L2_BUF_CAP_SUPPORTS_MMAP)
-        guard count > 0 else { return }
-        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
-        bufferLength = (Self.layout(fourcc, size).1 + page - 1) / page * page
-        memory = try QueueMemory(total: bufferLength * count)
-        buffers = Array(repeating: Buffer(), count: count)
-        owner = fd
-    }
-
-    private func queryBuffer(_ b: UnsafeMutablePointer<v4l2_buffer>) throws(SyscallErrno) {
-        try checkType(b.pointee.type)
-        let i = Int(b.pointee.index)
-        guard i < buffers.count else { throw SyscallErrno(EINVAL) }
-        describe(i, into: b)
-    }
-
-    private func queueBuffer(_ fd: Int32, _ b: UnsafeMutablePointer<v4l2_buffer>) throws(SyscallErrno) {
-        try checkType(b.pointee.type)
-        try checkOwner(fd)
-        let i = Int(b.pointee.index)
-        guard owner == fd, i < buffers.count, b.pointee.memory == V4L2_MEMORY_MMAP.rawValue,
-              buffers[i].state == .dequeued else { throw SyscallErrno(EINVAL) }
-        buffers[i].state = .queued
-        queued.append(i)
-        describe(i, into: b)
-    }
-
-    private func dequeueBuffer(_ fd: Int32, _ b: UnsafeMutablePointer<v4l2_buffer>) throws(SyscallErrno) {
-        try checkType(b.pointee.type)
-        try checkOwner(fd)
-        guard b.pointee.memory == V4L2_MEMORY_MMAP.rawValue, streaming, owner == fd else { throw SyscallErrno(EINVAL) }
-        advance()
-        if unplugged { throw SyscallErrno(ENODEV) }
-        guard !done.isEmpty else { throw SyscallErrno(EAGAIN) }
-        let i = done.removeFirst()
-        buffers[i].state = .dequeued
-        dequeued += 1
-        describe(i, into: b)
-    }
-
-    /// Fills a v4l2_buffer with buffer `i`'s state, as QUERYBUF/QBUF/DQBUF return it.
-    private func describe(_ i: Int, into b: UnsafeMutablePointer<v4l2_buffer>) {
-        let x = buffers[i]
-        let type = b.pointee.type
-        b.pointee = v4l2_buffer()
-        b.pointee.index = UInt32(i)
-        b.pointee.type = type
-        b.pointee.memory = V4L2_MEMORY_MMAP.rawValue
-        b.pointee.m.offset = UInt32(i * bufferLength)
-        b.pointee.length = UInt32(bufferLength)
-        b.pointee.bytesused = UInt32(x.bytesused)
-        b.pointee.field = V4L2_FIELD_NONE.rawValue
-        b.pointee.sequence = x.sequence
-        let sec = x.time.rounded(.down)
-        b.pointee.timestamp = timeval(tv_sec: Int(sec), tv_usec: min(999_999, Int(((x.time - sec) * 1e6).rounded())))
-        var flags = x.flags | UInt32(V4L2_BUF_FLAG_TIMESTAMP_MONOTONIC) | UInt32(V4L2_BUF_FLAG_TSTAMP_SRC_EOF)
-        if x.state == .queued { flags |= UInt32(V4L2_BUF_FLAG_QUEUED) }
-        if x.state == .done { flags |= UInt32(V4L2_BUF_FLAG_DONE) }
-        if mappings.values.contains(where: { $0.buffer == i }) { flags |= UInt32(V4L2_BUF_FLAG_MAPPED) }
-        b.pointee.flags = flags
-    }
-
-    // MARK: the queue and the frame clock
-
-    private func checkType(_ type: UInt32) throws(SyscallErrno) {
-        guard type == V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue, configuration.captureDevice else { throw SyscallErrno(EINVAL) }
-    }
-
-    /// Another descriptor (or, with `busy`, another process) owns the buffer queue.
-    private func checkOwner(_ fd: Int32) throws(SyscallErrno) {
-        if configuration.busy || (owner != nil && owner != fd) { throw SyscallErrno(EBUSY) }
-    }
-
-    private func offers(_ code: UInt32) -> Bool { configuration.formats.contains { $0.fourcc == code } }
-
-    private func dueTime(_ k: UInt32) -> Double {
-        streamStart + Double(k + 1) * Double(interval.num) / Double(interval.den)
-    }
-
-    /// How late frame `k`'s timestamp is (see `Configuration.timestampJitter`).
-    private func lateness(_ k: UInt32) -> Double {
-        let j = configuration.timestampJitter
-        guard j > 0 else { return 0 }
-        if k == 0 { return j }
-        // Knuth's multiplicative hash: a fixed, evenly spread share in [0, 1).
-        return j / 2 * Double(k &* 2_654_435_761 % 1000) / 1000
-    }
-
-    /// Produces every frame due by now: into the next queued buffer, or dropped.
-    private func advance() {
-        guard streaming, !unplugged else { return }
-        let now = clock.now()
-        while dueTime(frameIndex) <= now {
-            if let n = configuration.unplugAfterFrames, captured >= n { unplugged = true; return }
-            if !queued.isEmpty {
-                let i = queued.removeFirst()
-                fillBuffer(i, sequence: frameIndex, time: dueTime(frameIndex) + lateness(frameIndex))
-                buffers[i].state = .done
-                done.append(i)
-                captured += 1
-            }
-            frameIndex &+= 1
-        }
-    }
-
-    private func fillBuffer(_ i: Int, sequence: UInt32, time: Double) {
-        guard let memory else { return }
-        if generator == nil || generator?.fourcc != fourcc || generator?.size != size {
-            generator = PictureGenerator(fourcc: fourcc, size: size)
-        }
-        let dst = memory.base + i * bufferLength
-        let broken = configuration.brokenEvery.map { (Int(sequence) + 1) % $0 == 0 } ?? false
-        let used = broken ? -1 : (generator?.draw(sequence: sequence, into: dst, capacity: bufferLength) ?? 0)
-        buffers[i].bytesused = max(used, 0)
-        buffers[i].flags = used < 0 ? UInt32(V4L2_BUF_FLAG_ERROR) : (fourcc == cf_V4L2_PIX_FMT_MJPEG ? UInt32(V4L2_BUF_FLAG_KEYFRAME) : 0)
-        buffers[i].sequence = sequence
-        buffers[i].time = time
-    }
-
-    /// STREAMOFF: every buffer goes back to the application (dequeued), unfilled.
-    private func streamOff() {
-        streaming = false
-        queued.removeAll()
-        done.removeAll()
-        for i in buffers.indices { buffers[i].state = .dequeued }
-    }
-
-    private func freeQueue() {
-        buffers = []
-        memory = nil
-        owner = nil
-        bufferLength = 0
-    }
-
-    private func locked<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+    func locked<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
         lock.lock()
         defer { lock.unlock() }
         return try body()
-    }
-}
-
-/// Copies a string into a fixed C char array (a tuple), NUL-terminated.
-private func copyString<T>(_ s: String, into field: inout T) {
-    withUnsafeMutableBytes(of: &field) { raw in
-        raw.initializeMemory(as: UInt8.self, repeating: 0)
-        let bytes = Array(s.utf8.prefix(raw.count - 1))
-        raw.copyBytes(from: bytes)
     }
 }

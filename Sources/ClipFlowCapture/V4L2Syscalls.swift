@@ -5,8 +5,8 @@ import Foundation
 // The syscall seam of the V4L2 driver code (after swift-system's Syscalls/Mocking): every call the
 // driver makes to the kernel goes through `V4L2Syscalls`. Production uses `LinuxV4L2Syscalls`;
 // tests and CI (no camera, no v4l2loopback) use `EmulatedVivid` (module ClipFlowCaptureEmulation),
-// which answers the same ioctls with the same structs and errnos as the kernel's vivid test driver. The code above the seam
-// (`V4L2Device`, `V4L2Source`) is the same in both cases.
+// which answers the same ioctls with the same structs and errnos as the kernel's vivid test
+// driver. The code above the seam (`V4L2Device`, `V4L2Source`) is the same in both cases.
 
 /// An errno from a failed call, with the OS's own words for it.
 public struct SyscallErrno: Error, Equatable, Sendable, CustomStringConvertible {

@@ -3,7 +3,8 @@ import PackageDescription
 
 // Module layout (see ../shared/ENGINEERING.md):
 //   clipflow (CLI) -> ClipFlowMedia   -> CClipFlowFFmpeg (the only importer of FFmpeg)
-//                  -> ClipFlowCapture -> CClipFlowV4L2   (the only importer of the V4L2 headers)
+//                  -> ClipFlowCapture -> CClipFlowV4L2   (the only importers of the V4L2 headers: the
+//                  -> ClipFlowCaptureEmulation -> ClipFlowCapture    driver client and its kernel stand-in)
 //                  -> ClipFlowUpload  -> CClipFlowCurl   (the only importer of libcurl)
 //                  \-> ClipFlowCore (imports no C)
 /// Release builds compile and link against the static Swift runtime and Foundation: the dynamic
@@ -39,10 +40,15 @@ let package = Package(
         .target(name: "ClipFlowMedia", dependencies: ["ClipFlowCore", "CClipFlowFFmpeg"], swiftSettings: staticStdlib),
         .target(name: "ClipFlowCapture", dependencies: ["ClipFlowCore", "ClipFlowMedia", "CClipFlowV4L2"], swiftSettings: staticStdlib),
         .target(name: "ClipFlowUpload", dependencies: ["ClipFlowCore", "CClipFlowCurl"], swiftSettings: staticStdlib),
+        // The emulated vivid camera (a kernel stand-in behind ClipFlowCapture's syscall seam): the
+        // tests' camera, and the CLI's "no camera here" feature (CLIPFLOW_V4L2_EMULATE). It speaks
+        // the kernel's side of the V4L2 structs, so it imports the V4L2 shim too.
+        .target(name: "ClipFlowCaptureEmulation", dependencies: ["ClipFlowCapture", "ClipFlowCore", "ClipFlowMedia", "CClipFlowV4L2"],
+                swiftSettings: staticStdlib),
         .executableTarget(
             name: "clipflow",
             dependencies: [
-                "ClipFlowCore", "ClipFlowMedia", "ClipFlowCapture", "ClipFlowUpload",
+                "ClipFlowCore", "ClipFlowMedia", "ClipFlowCapture", "ClipFlowCaptureEmulation", "ClipFlowUpload",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: staticStdlib,
@@ -52,7 +58,8 @@ let package = Package(
         .target(name: "ClipFlowTestSupport", path: "Tests/ClipFlowTestSupport"),
         .testTarget(name: "ClipFlowCoreTests", dependencies: ["ClipFlowCore"]),
         .testTarget(name: "ClipFlowMediaTests", dependencies: ["ClipFlowMedia", "ClipFlowCore", "ClipFlowTestSupport"]),
-        .testTarget(name: "ClipFlowCaptureTests", dependencies: ["ClipFlowCapture", "ClipFlowMedia", "ClipFlowCore", "ClipFlowTestSupport"]),
+        .testTarget(name: "ClipFlowCaptureTests", dependencies: ["ClipFlowCapture", "ClipFlowCaptureEmulation", "ClipFlowMedia", "ClipFlowCore", "ClipFlowTestSupport"]),
+        .testTarget(name: "ClipFlowCaptureEmulationTests", dependencies: ["ClipFlowCaptureEmulation", "ClipFlowCapture", "ClipFlowCore"]),
         .testTarget(name: "ClipFlowUploadTests", dependencies: ["ClipFlowUpload", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowCLITests", dependencies: ["clipflow", "ClipFlowTestSupport"]),
     ]

@@ -9,9 +9,12 @@ import Foundation
 /// (exactly duration x fps pictures when none is dropped), the graph stops, or the
 /// camera is unplugged: then it emits a notice, sets `deviceLost` and ends the stream normally so
 /// that downstream stages finalise what was recorded. Frames the driver dropped are counted from
-/// gaps in the kernel's sequence numbers and reported as `.dropped` events.
+/// gaps in the kernel's sequence numbers and reported as `.dropped` events; broken pictures
+/// (skipped) are counted in `brokenFrames` and reported in a notice at the end.
 ///
 /// Runs on its stage queue; owns the `V4L2Device` from `prepare` to `finish`.
+/// @unchecked Sendable: its state is touched only on its stage queue (and read by others after
+/// the run); `stop`/`cancel` come from other threads and touch only the thread-safe `stopFlag`.
 public final class V4L2Source: StoppableStage, @unchecked Sendable {
     public let id: String
     public let device: String
@@ -27,6 +30,8 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
     public private(set) var negotiated: NegotiatedFormat?
     public private(set) var framesPushed = 0
     public private(set) var droppedFrames = 0
+    /// Pictures the camera delivered broken (flagged by the driver, or MJPEG that did not decode): skipped.
+    public private(set) var brokenFrames = 0
     /// The camera went away mid-stream.
     public private(set) var deviceLost = false
 
@@ -133,6 +138,10 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
         if cam.droppedFrames != droppedFrames {
             droppedFrames = cam.droppedFrames
             context.emit(.dropped(count: droppedFrames))
+        }
+        brokenFrames = cam.brokenFrames
+        if brokenFrames > 0 {
+            context.emit(.notice("camera \(device): \(brokenFrames) broken picture\(brokenFrames == 1 ? "" : "s") skipped (flagged by the driver, or MJPEG that did not decode)"))
         }
         report(context)
         cam.stop()

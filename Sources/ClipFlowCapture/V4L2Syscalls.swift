@@ -4,9 +4,9 @@ import Foundation
 
 // The syscall seam of the V4L2 driver code (after swift-system's Syscalls/Mocking): every call the
 // driver makes to the kernel goes through `V4L2Syscalls`. Production uses `LinuxV4L2Syscalls`;
-// tests and CI (no camera, no v4l2loopback) use `EmulatedVivid`, which answers the same ioctls
-// with the same structs and errnos as the kernel's vivid test driver. The code above the seam
-// (`V4L2Device`, `V4L2Source`) is the same in both cases.
+// tests and CI (no camera, no v4l2loopback) use `EmulatedVivid` (module ClipFlowCaptureEmulation),
+// which answers the same ioctls with the same structs and errnos as the kernel's vivid test
+// driver. The code above the seam (`V4L2Device`, `V4L2Source`) is the same in both cases.
 
 /// An errno from a failed call, with the OS's own words for it.
 public struct SyscallErrno: Error, Equatable, Sendable, CustomStringConvertible {
@@ -87,37 +87,46 @@ public final class LinuxV4L2Syscalls: V4L2Syscalls {
     }
 }
 
-/// The process-wide syscalls the capture stages use unless given others.
-///
-/// Normally the real kernel. When the environment variable `CLIPFLOW_V4L2_EMULATE` is set, an
-/// emulated vivid camera (see `EmulatedVivid`, paced by the system clock) appears at
-/// `/dev/video0` instead and no real device is touched. Its value is `1`, or comma-separated
-/// options:
-/// - `formats=yuyv,nv12,yuv420,mjpeg`: the pixel formats the camera offers (default: all four);
-/// - `unplug-after=N`: the camera is unplugged after delivering N frames;
-/// - `jitter=MS`: buffer timestamps are late by up to MS milliseconds, the first frame's most;
-/// - `stall=FRAMES:MS`: after FRAMES frames the reader stalls for MS milliseconds (as under load);
-/// - `busy`: another program is streaming from it (EBUSY);
-/// - `denied`: opening it is not permitted (EACCES);
-/// - `missing`: there is no camera (ENOENT);
-/// - `output`: the device is not a capture device (an output-only node).
-/// For example `CLIPFLOW_V4L2_EMULATE=formats=mjpeg,unplug-after=30`.
+/// The process-wide syscalls the capture stages use unless given others: the real kernel, unless
+/// the program chose others with `setDefault` before opening a camera (the clipflow binary does so
+/// for its "no camera here" feature, `V4L2Emulation` in ClipFlowCaptureEmulation).
 public enum V4L2System {
-    public static let environmentVariable = "CLIPFLOW_V4L2_EMULATE"
+    /// Makes the default syscalls; runs at most once, on first use.
+    public typealias Provider = @Sendable () throws -> any V4L2Syscalls
 
-    private static let shared: Result<any V4L2Syscalls, ClipFlowError> = {
-        do { return .success(try syscalls(environment: ProcessInfo.processInfo.environment)) } catch let e as ClipFlowError {
-            return .failure(e)
-        } catch { return .failure(.failure("\(error)")) }
-    }()
+    private static let shared = DefaultSyscalls()
 
-    /// The process-wide default (made once). Throws when `CLIPFLOW_V4L2_EMULATE` has an option
-    /// this build does not know.
+    /// Sets what `defaultSyscalls()` returns. Takes effect only before its first call.
+    public static func setDefault(_ provider: @escaping Provider) { shared.set(provider) }
+
+    /// The process-wide default (made once, on first use). Throws what the provider threw, e.g.
+    /// an emulation option this build does not know.
     public static func defaultSyscalls() throws -> any V4L2Syscalls { try shared.get() }
+}
 
-    /// The syscalls `environment` asks for: the real kernel, or a new emulated camera.
-    public static func syscalls(environment: [String: String], clock: any Clock = SystemClock()) throws -> any V4L2Syscalls {
-        guard let value = environment[environmentVariable], !value.isEmpty, value != "0" else { return LinuxV4L2Syscalls() }
-        return EmulatedVivid(try EmulatedVivid.Configuration(options: value), clock: clock)
+/// A default made once, on first use, by a provider that can be replaced until then.
+/// @unchecked: both fields are read and written only under `lock`.
+final class DefaultSyscalls: @unchecked Sendable {
+    private let lock = NSLock()
+    private var provider: V4L2System.Provider = { LinuxV4L2Syscalls() }
+    private var made: Result<any V4L2Syscalls, ClipFlowError>?
+
+    func set(_ provider: @escaping V4L2System.Provider) {
+        lock.lock()
+        defer { lock.unlock() }
+        if made == nil { self.provider = provider }
+    }
+
+    /// The provider's result, made on the first call and returned (or rethrown) on every call.
+    func get() throws -> any V4L2Syscalls {
+        lock.lock()
+        defer { lock.unlock() }
+        if let made { return try made.get() }
+        let result: Result<any V4L2Syscalls, ClipFlowError>
+        do { result = .success(try provider()) } catch let e as ClipFlowError {
+            result = .failure(e)
+        } catch { result = .failure(.failure("\(error)")) }
+        made = result
+        return try result.get()
     }
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ClipFlowCaptureEmulation
 import ClipFlowCore
 import ClipFlowMedia
 import Foundation
@@ -14,6 +15,11 @@ struct ClipFlow: ParsableCommand {
         version: "0.1.0",
         subcommands: [Merge.self, Record.self, Clips.self, Devices.self, Upload.self, Run.self, Validate.self, Stages.self, Schema.self]
     )
+
+    static func main() {
+        V4L2Emulation.installFromProcessEnvironment()   // "no camera here": CLIPFLOW_V4L2_EMULATE (README, Capture)
+        main(nil)
+    }
 }
 
 /// Flags shared by commands that do long work.

@@ -109,8 +109,9 @@ struct Record: ParsableCommand {
             let total = clips.reduce(0) { $0 + $1.seconds }
             var summary = String(format: "recorded %d clip%@, %.2f s, into %@", clips.count, clips.count == 1 ? "" : "s", total, output)
             // Every picture lost on the way: by the camera (sequence gaps: no buffer was free in
-            // time) or the test pattern (late pictures skipped), and on the queue to the encoder.
-            let atSource = (src as? V4L2Source)?.droppedFrames ?? Int((src as? TestPatternSource)?.skipped ?? 0)
+            // time; broken pictures skipped) or the test pattern (late pictures skipped), and on
+            // the queue to the encoder.
+            let atSource = (src as? V4L2Source).map { $0.droppedFrames + $0.brokenFrames } ?? Int((src as? TestPatternSource)?.skipped ?? 0)
             let inQueue = runner.linkStats.reduce(0) { $0 + $1.stats.dropped }
             if atSource + inQueue > 0 {
                 summary += "; \(atSource + inQueue) picture\(atSource + inQueue == 1 ? "" : "s") dropped (\(atSource) by the \(source == .v4l2 ? "camera" : "test pattern"), \(inQueue) in the queue)"
@@ -162,6 +163,7 @@ struct Record: ParsableCommand {
     }
 }
 
+/// Set when the user typed q. @unchecked Sendable: `value` is read and written only under `lock`.
 final class QuitFlag: @unchecked Sendable {
     private let lock = NSLock()
     private var value = false
@@ -226,7 +228,7 @@ func parseSize(_ s: String) -> (Int, Int)? {
 struct Devices: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List V4L2 cameras with their formats, sizes and frame rates.",
-        discussion: "Set CLIPFLOW_V4L2_EMULATE=1 to see the emulated vivid camera used by the tests.")
+        discussion: "No camera here? CLIPFLOW_V4L2_EMULATE=1 puts an emulated vivid camera at /dev/video0 for every command.")
 
     func run() throws {
         do {

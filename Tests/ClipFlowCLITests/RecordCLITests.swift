@@ -131,6 +131,15 @@ final class RecordCLITests: XCTestCase {
         XCTAssertTrue(bad.stderr.contains("CLIPFLOW_V4L2_EMULATE"), bad.stderr)
     }
 
+    /// The emulated camera is there only when asked for: without CLIPFLOW_V4L2_EMULATE the
+    /// binary talks to the kernel (no /dev/video* on this machine).
+    func testDevicesWithoutTheVariableListsRealCamerasOnly() throws {
+        try XCTSkipIf(FileManager.default.fileExists(atPath: "/dev/video0"), "a real camera is plugged in")
+        let r = try runWithEnv(["devices"], ["CLIPFLOW_V4L2_EMULATE": ""])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertFalse(r.out.contains("vivid"), r.out)
+    }
+
     /// The camera unplugged mid-recording (ENODEV): the open fragment is finalised and playable,
     /// earlier ones are untouched, and the exit status says it went wrong.
     func testUnpluggedCameraFinalisesWhatWasRecorded() throws {
@@ -180,6 +189,18 @@ final class RecordCLITests: XCTestCase {
         let dropped = 120 - frames
         XCTAssertTrue(r.stderr.contains("camera: dropping items"), r.stderr)
         XCTAssertTrue(r.stderr.contains("; \(dropped) pictures dropped (\(dropped) by the camera, 0 in the queue)\n"), r.stderr)
+    }
+
+    /// Pictures the camera delivers broken are lost pictures too: the summary counts them with
+    /// the camera's drops, matching the pictures missing from the fragment.
+    func testBrokenPicturesAreCountedInTheSummary() throws {
+        let dir = fx.scratch("cli-record-broken").path
+        let r = try runWithEnv(["record", "--source", "v4l2", "-o", dir, "--size", "320x240", "--duration", "2"],
+                               ["CLIPFLOW_V4L2_EMULATE": "broken-every=10"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(try Probe.videoFrames("\(dir)/clip-0001.mp4"), 54)
+        XCTAssertTrue(r.stderr.contains("6 broken pictures skipped"), r.stderr)
+        XCTAssertTrue(r.stderr.contains("; 6 pictures dropped (6 by the camera, 0 in the queue)\n"), r.stderr)
     }
 
     /// A reader stalled for 300 ms (9 frames at 30 fps) loses nothing: the capture buffers (32

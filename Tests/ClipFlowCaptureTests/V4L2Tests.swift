@@ -3,6 +3,7 @@ import Foundation
 import ClipFlowCore
 import ClipFlowMedia
 @testable import ClipFlowCapture
+import ClipFlowCaptureEmulation
 import CClipFlowV4L2
 
 // The V4L2 driver client and source stage against the emulated vivid camera (no camera in CI).
@@ -218,20 +219,6 @@ final class V4L2Tests: XCTestCase {
         XCTAssertEqual(emu.openDescriptors, 0)
     }
 
-    // MARK: emulator semantics (what the driver code relies on)
-
-    func testEmulatorQueueRulesMatchTheKernel() throws {
-        let (emu, _) = vivid()
-        let fd = try emu.open("/dev/video0", O_RDWR | O_NONBLOCK)
-        var type: UInt32 = 1 // V4L2_BUF_TYPE_VIDEO_CAPTURE
-        // STREAMON without buffers: EINVAL; unknown ioctl: ENOTTY; bad fd: EBADF.
-        XCTAssertThrowsError(try emu.ioctl(fd, cf_VIDIOC_STREAMON, &type)) { XCTAssertEqual(($0 as? SyscallErrno)?.code, EINVAL) }
-        XCTAssertThrowsError(try emu.ioctl(fd, 0x1234, &type)) { XCTAssertEqual(($0 as? SyscallErrno)?.code, ENOTTY) }
-        XCTAssertThrowsError(try emu.ioctl(fd + 1, cf_VIDIOC_STREAMON, &type)) { XCTAssertEqual(($0 as? SyscallErrno)?.code, EBADF) }
-        try emu.close(fd)
-        XCTAssertEqual(emu.openDescriptors, 0)
-    }
-
     // MARK: listing and the stage
 
     func testListsTheEmulatedCamera() {
@@ -243,22 +230,6 @@ final class V4L2Tests: XCTestCase {
         XCTAssertTrue(list[0].description.hasPrefix("/dev/video0: vivid (driver vivid, platform:vivid-000)\n  YUYV [yuyv]: 320x240"), list[0].description)
         let (denied, _) = vivid { $0.permissionDenied = true }
         XCTAssertEqual(V4L2Devices.list(syscalls: denied).first?.problem?.contains("permission denied"), true)
-    }
-
-    func testEnvironmentSelectsTheEmulatorWithOptions() throws {
-        let s = try V4L2System.syscalls(environment: ["CLIPFLOW_V4L2_EMULATE": "formats=yuyv,mjpeg,unplug-after=7,busy"])
-        let emu = try XCTUnwrap(s as? EmulatedVivid)
-        XCTAssertEqual(emu.configuration.formats, [.yuyv, .mjpeg])
-        XCTAssertEqual(emu.configuration.unplugAfterFrames, 7)
-        XCTAssertTrue(emu.configuration.busy)
-        let faults = try XCTUnwrap(try V4L2System.syscalls(environment: ["CLIPFLOW_V4L2_EMULATE": "jitter=4,stall=10:300"]) as? EmulatedVivid)
-        XCTAssertEqual(faults.configuration.timestampJitter, 0.004, accuracy: 1e-12)
-        XCTAssertEqual(faults.configuration.readerStall?.afterFrames, 10)
-        XCTAssertEqual(faults.configuration.readerStall?.seconds ?? 0, 0.3, accuracy: 1e-12)
-        XCTAssertTrue(try V4L2System.syscalls(environment: [:]) is LinuxV4L2Syscalls)
-        XCTAssertThrowsError(try V4L2System.syscalls(environment: ["CLIPFLOW_V4L2_EMULATE": "bogus"])) {
-            XCTAssertTrue("\($0)".contains("unknown option 'bogus'"))
-        }
     }
 
     func testSourceStageStreamsFramesThroughTheHarness() throws {
@@ -317,6 +288,25 @@ final class V4L2Tests: XCTestCase {
         XCTAssertTrue(h.events.contains { $0.kind == .notice("camera /dev/video0 was unplugged after 4 frames; ending the recording there") })
         XCTAssertEqual(h.finish().count, 4)
         XCTAssertEqual(emu.liveMappings, 0)
+    }
+
+    /// Pictures the driver flags broken are skipped, counted and reported (they used to be counted
+    /// by the device and reported nowhere).
+    func testSourceStageCountsAndReportsBrokenPictures() throws {
+        let clock = ManualClock()
+        var c = EmulatedVivid.Configuration()
+        c.brokenEvery = 5   // sequences 4, 9, 14, ...
+        let emu = EmulatedVivid(c, clock: clock)
+        let stage = V4L2Source(id: "cam", request: CaptureRequest(width: 320, height: 240), frames: 16, syscalls: emu)
+        let h = StageHarness(stage, clock: clock)
+        try h.prepare()
+        try h.produce()
+        XCTAssertEqual(stage.framesPushed, 16)
+        XCTAssertEqual(stage.brokenFrames, 3)
+        XCTAssertEqual(stage.droppedFrames, 0)
+        XCTAssertTrue(h.events.contains { $0.kind == .notice("camera /dev/video0: 3 broken pictures skipped (flagged by the driver, or MJPEG that did not decode)") },
+                      "\(h.events.map(\.kind))")
+        XCTAssertEqual(h.finish().count, 16)
     }
 
     // MARK: the real kernel (no camera here: errors only)

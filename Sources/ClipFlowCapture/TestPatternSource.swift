@@ -1,20 +1,14 @@
 import ClipFlowCore
 import Foundation
 
-/// Stage kinds of the capture module (`testpattern`, `v4l2`).
-public enum CaptureStages {
-    public static func register(into r: StageRegistry) {
-        r.register(TestPatternSource.kind)
-        r.register(V4L2Source.kind)
-    }
-}
-
 /// Source: the synthetic camera (see `TestPatternGenerator`). Pictures and audio are pushed in
 /// time order on one output: the audio from picture `n`'s time to the next picture's, then picture `n`.
 ///
 /// Paced in real time (`realtime`, like a camera: when the consumer falls more than a frame behind,
 /// the late pictures are skipped and counted, as a camera drops them) or as fast as the consumer
 /// takes them. Finite (`duration` or `frames`) or until stopped.
+/// @unchecked Sendable: `produced` and `skipped` change only on its stage queue (and are read by
+/// others after the run); everything else is immutable.
 public final class TestPatternSource: Stage, @unchecked Sendable {
     public let id: String
     public let settings: TestPatternSettings

@@ -165,7 +165,7 @@ public final class UploadStage: Stage, @unchecked Sendable {
 
 /// Turns upload events into pipeline events: progress, and notices for retries and credential
 /// refreshes (already redacted).
-private struct StageUploadObserver: UploadObserver, @unchecked Sendable {
+private struct StageUploadObserver: UploadObserver {
     let context: StageContext
     func upload(_ event: UploadEvent) {
         switch event {

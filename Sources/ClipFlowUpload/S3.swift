@@ -127,19 +127,7 @@ public struct S3Options: Codable, Sendable, Equatable {
 
     /// The content type to send for `file`.
     public func contentType(for file: String) -> String {
-        if let contentType { return contentType }
-        switch URL(fileURLWithPath: file).pathExtension.lowercased() {
-        case "mp4", "m4v": return "video/mp4"
-        case "mov": return "video/quicktime"
-        case "mkv": return "video/x-matroska"
-        case "webm": return "video/webm"
-        case "ts": return "video/mp2t"
-        case "m4a": return "audio/mp4"
-        case "jpg", "jpeg": return "image/jpeg"
-        case "png": return "image/png"
-        case "json": return "application/json"
-        default: return "application/octet-stream"
-        }
+        contentType ?? mimeType(forExtension: URL(fileURLWithPath: file).pathExtension)
     }
 }
 
@@ -843,32 +831,6 @@ final class S3Session {
             throw UploadError(code: "internal", message: "\(what): hashing bytes \(offset)..<\(offset + length): \(error)")
         }
         return options.payloadSigning == .signed ? (d[0].hex, nil) : ("", d[0].hex)
-    }
-
-    /// SHA-256 and MD5 (hex) of a file range, read once in 1 MiB blocks.
-    static func digests(path: String, offset: Int64, length: Int64) throws -> (sha256: String, md5: String) {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            throw UploadError(code: "bad-input", message: "\(path): cannot open for reading: \(String(cString: strerror(errno)))")
-        }
-        defer { close(fd) }
-        let sha = Digest(.sha256), md5 = Digest(.md5)
-        let block = 1 << 20
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: block, alignment: 16)
-        defer { buffer.deallocate() }
-        var done: Int64 = 0
-        while done < length {
-            let n = pread(fd, buffer.baseAddress, Int(min(Int64(block), length - done)), off_t(offset + done))
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else {
-                throw UploadError(code: "file-changed", message: "\(path): could not read bytes \(offset + done)..\(offset + length) (the file is shorter than when the upload started)")
-            }
-            let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
-            sha.update(chunk)
-            md5.update(chunk)
-            done += Int64(n)
-        }
-        return (sha.finish().hex, md5.finish().hex)
     }
 }
 

@@ -108,6 +108,8 @@ public struct CommandCredentialProvider: CredentialProvider {
         do { try p.run() } catch {
             throw UploadError(code: "credentials", message: "credential command \(exe): cannot run: \(error.localizedDescription)")
         }
+        // `@unchecked Sendable`: each field is written by one reader block and read only after
+        // `group.wait` has seen that block leave.
         final class Box: @unchecked Sendable { var out = Data(); var err = Data() }
         let box = Box()
         let group = DispatchGroup()

@@ -44,7 +44,7 @@ public struct QueueEntry: Codable, Sendable, Equatable {
 ///
 /// Threads: `run` blocks its caller and starts one thread per running upload. All other methods are
 /// thread-safe and may be called from any thread or process.
-public final class UploadQueue: @unchecked Sendable {
+public final class UploadQueue: Sendable {
     public let directory: String
     public let concurrency: Int
     public let resumeStore: ResumeStore
@@ -354,8 +354,8 @@ struct QueueFile: Codable, Equatable, Sendable {
 
 /// Forwards one upload's events to the queue's observer and keeps the queue file's progress
 /// roughly current (written at most every 2 s).
-private final class QueueProgress: UploadObserver, @unchecked Sendable {
-    private weak var queue: UploadQueue?
+private final class QueueProgress: UploadObserver, Sendable {
+    private weak let queue: UploadQueue?
     private let id: String
     private let observer: UploadObserver
     private let state = Mutex<(ack: Int64, written: Double)>((0, 0))

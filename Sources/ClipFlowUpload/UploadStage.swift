@@ -41,6 +41,9 @@ public enum UploadStages {
 /// upload queue, resumably, and reports progress, retries and results as pipeline events. When the
 /// pipeline is stopped (SIGINT) the uploads pause and stay queued: `clipflow upload run` (or the
 /// next pipeline run) continues them where the server stopped.
+/// `@unchecked Sendable`: the runner calls every hook on this stage's serial queue, which owns the
+/// mutable state (`queue`, `ids`, `results`); `cancel()`, from any thread, only reads `queue`,
+/// set in `prepare` before any other hook runs.
 public final class UploadStage: Stage, @unchecked Sendable {
     public let id: String
     public let destination: UploadDestination

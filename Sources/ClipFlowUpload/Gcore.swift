@@ -188,8 +188,8 @@ public final class GcoreUploader: FileUploader, Sendable {
         func call(_ method: String, _ path: String, _ body: [String: Any]?) throws -> [String: Any] {
             let base = uploader.options.apiBase
             let transport = try CurlTransport(settings: uploader.options.tus.transport, shouldAbort: { [control] in control.shouldStop })
-            var retry = RetryState(policy: uploader.options.tus.retry)
-            var refreshed = false
+            // One refresh per call: the call ends at the first accepted answer.
+            let requests = RequestExecutor(policy: uploader.options.tus.retry, id: id, control: control, observer: observer)
             var token = try uploader.auth.accessToken()
             while true {
                 try control.check()
@@ -204,10 +204,13 @@ public final class GcoreUploader: FileUploader, Sendable {
                 var retryAfter: Double? = nil
                 do {
                     let r = try transport.perform(req)
-                    if r.status == 401 && !refreshed {
-                        refreshed = true
-                        observer.upload(.credentialsExpired(id: id))
-                        token = try uploader.auth.refresh(rejected: token, reason: "\(what) answered 401")
+                    if r.status == 401 && !requests.refreshedSinceAccepted {
+                        let rejected = token
+                        try requests.refreshCredentials(canRefresh: true, fail: { _ in
+                            UploadError(code: "http-401", message: "\(what): HTTP 401; the credentials were refused even after a refresh")
+                        }) {
+                            token = try uploader.auth.refresh(rejected: rejected, reason: "\(what) answered 401")
+                        }
                         continue
                     }
                     if r.isSuccess {
@@ -228,11 +231,9 @@ public final class GcoreUploader: FileUploader, Sendable {
                     guard e.isRetryable else { throw UploadError(code: e.kind == .oversized ? "bad-response" : "transport", message: e.message) }
                     reason = e.message
                 }
-                guard let delay = retry.failure(at: 0, retryAfter: retryAfter) else {
-                    throw UploadError(code: "api", message: "\(reason); gave up after \(retry.attempts) tries", retryable: true)
+                try requests.backoff(reason: reason, progress: 0, retryAfter: retryAfter) { retry in
+                    UploadError(code: "api", message: "\(reason); gave up after \(retry.attempts) tries", retryable: true)
                 }
-                observer.upload(.retryStarted(id: id, attempt: retry.attempts, delay: delay, reason: Secrets.shared.redact(reason)))
-                try control.sleep(delay)
             }
         }
     }

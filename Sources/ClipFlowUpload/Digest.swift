@@ -19,7 +19,7 @@ public enum DigestAlgorithm: String, Sendable, Codable, CaseIterable {
 /// without the libraries, digests come out empty and requests fail.
 public func checkUploadLibraries() throws {
     if let e = cf_curl_load_error() {
-        throw UploadError(code: "libraries",
+        throw UploadError(.libraries,
                           message: "cannot upload: \(String(cString: e)); install libcurl4 and libssl3 (apt-get install libcurl4 libssl3)")
     }
 }
@@ -73,7 +73,7 @@ public final class Digest {
         try checkUploadLibraries()
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
-            throw UploadError(code: "bad-input", message: "\(path): cannot open for reading: \(String(cString: strerror(errno)))")
+            throw UploadError(.badInput, message: "\(path): cannot open for reading: \(String(cString: strerror(errno)))")
         }
         defer { close(fd) }
         let digests = algorithms.map { Digest($0) }
@@ -87,7 +87,7 @@ public final class Digest {
             let n = pread(fd, buffer.baseAddress, want, off_t(offset + done))
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else {
-                throw UploadError(code: "file-changed", message: "\(path): could not read bytes \(offset + done)..\(offset + length) (the file is shorter than expected)")
+                throw UploadError(.fileChanged, message: "\(path): could not read bytes \(offset + done)..\(offset + length) (the file is shorter than expected)")
             }
             for d in digests { d.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) }
             done += Int64(n)

@@ -76,7 +76,7 @@ public final class S3Uploader: FileUploader, Sendable {
             out.append(("x-amz-meta-\(name)", encoded))
         }
         if total > 2048 {
-            throw UploadError(code: "bad-input", message: "S3 user metadata is \(total) bytes as sent; S3 allows 2048 (shorten the description or tags)")
+            throw UploadError(.badInput, message: "S3 user metadata is \(total) bytes as sent; S3 allows 2048 (shorten the description or tags)")
         }
         return out
     }
@@ -113,13 +113,13 @@ public final class S3Uploader: FileUploader, Sendable {
             observer.upload(.finished(id: id, result))
             return result
         } catch let e as UploadError {
-            switch e.code {
-            case "cancelled":
+            switch e.kind {
+            case .cancelled:
                 session.abandon()
                 observer.upload(.cancelled(id: id))
-            case "paused":
+            case .paused:
                 observer.upload(.paused(id: id))
-            case "file-changed":
+            case .fileChanged:
                 session.abandon()
                 observer.upload(.failed(id: id, code: e.code, message: e.message))
             default:
@@ -127,7 +127,7 @@ public final class S3Uploader: FileUploader, Sendable {
             }
             throw e
         } catch {
-            let e = UploadError(code: "internal", message: "\(path): S3 upload: \(error)")
+            let e = UploadError(.internal, message: "\(path): S3 upload: \(error)")
             observer.upload(.failed(id: id, code: e.code, message: e.message))
             throw e
         }
@@ -157,7 +157,7 @@ public final class S3Uploader: FileUploader, Sendable {
         guard let provider else { return false }
         let fresh = try provider.refresh(reason: reason)
         guard let aws = fresh.aws else {
-            throw UploadError(code: "credentials", message: "the credential provider returned a bearer token; S3 needs AccessKeyId/SecretAccessKey")
+            throw UploadError(.credentials, message: "the credential provider returned a bearer token; S3 needs AccessKeyId/SecretAccessKey")
         }
         credentialsBox.withLock { $0 = aws }
         return true

@@ -5,7 +5,7 @@ import ClipFlowCore
 /// endpoint, MinIO, moto). Holds no secret (credentials are passed to `S3Uploader` separately),
 /// so it can be written into a pipeline file.
 public struct S3Options: Codable, Sendable, Equatable {
-    public enum AddressingStyle: String, Codable, Sendable, Equatable {
+    public enum AddressingStyle: String, Codable, Sendable, Equatable, CaseIterable {
         /// `https://endpoint/bucket/key` (MinIO, moto, any endpoint).
         case path
         /// `https://bucket.endpoint/key` (AWS's default, required by OSS).
@@ -90,7 +90,7 @@ public struct S3Options: Codable, Sendable, Equatable {
         let floorForCount = (size + maxParts - 1) / maxParts
         if let p = partSize {
             guard p >= minimumPartSize, p > 0 else {
-                throw UploadError(code: "bad-input", message: "S3 part size \(p) is below the backend's minimum of \(minimumPartSize) bytes; raise partSize or lower minimumPartSize")
+                throw UploadError(.badInput, message: "S3 part size \(p) is below the backend's minimum of \(minimumPartSize) bytes; raise partSize or lower minimumPartSize")
             }
             return max(p, floorForCount)
         }

@@ -40,7 +40,7 @@ final class S3Session {
         do {
             transport = try CurlTransport(settings: uploader.options.network, shouldAbort: { control.shouldStop })
         } catch let e as TransportError {
-            throw UploadError(code: "internal", message: e.message)
+            throw UploadError(.internal, message: e.message)
         }
     }
 
@@ -84,11 +84,11 @@ final class S3Session {
             try uploader.store.save(r)
             record = r
         }
-        guard let uploadID = record?.uploadID else { throw UploadError(code: "internal", message: "\(what): no UploadId") }
+        guard let uploadID = record?.uploadID else { throw UploadError(.internal, message: "\(what): no UploadId") }
 
         let count = Int((stamp.size + partSize - 1) / partSize)
         guard count <= options.maximumParts else {
-            throw UploadError(code: "bad-input", message: "\(what): \(count) parts of \(partSize) bytes exceed the backend's \(options.maximumParts)")
+            throw UploadError(.badInput, message: "\(what): \(count) parts of \(partSize) bytes exceed the backend's \(options.maximumParts)")
         }
         func range(_ n: Int) -> (offset: Int64, length: Int64) {
             let offset = Int64(n - 1) * partSize
@@ -168,7 +168,7 @@ final class S3Session {
         let r = try send(req, payloadHash: SigV4Signer.emptyPayloadHash, step: "CreateMultipartUpload")
         guard r.isSuccess else { throw failure(r, step: "CreateMultipartUpload") }
         guard let uploadID = XML.first("UploadId", in: r.text), !uploadID.isEmpty else {
-            throw UploadError(code: "protocol", message: "\(what): CreateMultipartUpload answered without an UploadId", retryable: true)
+            throw UploadError(.protocol, message: "\(what): CreateMultipartUpload answered without an UploadId", retryable: true)
         }
         return uploadID
     }
@@ -192,11 +192,11 @@ final class S3Session {
             }
             guard XML.first("IsTruncated", in: text)?.lowercased() == "true" else { return parts }
             guard let next = XML.first("NextPartNumberMarker", in: text), !next.isEmpty, next != marker else {
-                throw UploadError(code: "protocol", message: "\(what): ListParts is truncated but gives no new NextPartNumberMarker", retryable: true)
+                throw UploadError(.protocol, message: "\(what): ListParts is truncated but gives no new NextPartNumberMarker", retryable: true)
             }
             marker = next
         }
-        throw UploadError(code: "protocol", message: "\(what): ListParts did not end after 200 pages", retryable: true)
+        throw UploadError(.protocol, message: "\(what): ListParts did not end after 200 pages", retryable: true)
     }
 
     /// Sends part `n`. `next` is the range of the part that will be sent after it, hashed in the
@@ -214,12 +214,12 @@ final class S3Session {
             let r = try send(req, payloadHash: payloadHash, step: "UploadPart \(n)")
             guard r.isSuccess else {
                 if r.status == 404 && S3ErrorInfo(r).code == "NoSuchUpload" {
-                    throw UploadError(code: "s3-no-such-upload", message: "\(what): the server no longer knows the multipart upload (aborted or expired); it will start anew", retryable: true)
+                    throw UploadError(.s3NoSuchUpload, message: "\(what): the server no longer knows the multipart upload (aborted or expired); it will start anew", retryable: true)
                 }
                 throw failure(r, step: "UploadPart \(n)")
             }
             guard let etag = r.header("etag"), !etag.isEmpty else {
-                throw UploadError(code: "protocol", message: "\(what): UploadPart \(n) answered \(r.status) without an ETag", retryable: true)
+                throw UploadError(.protocol, message: "\(what): UploadPart \(n) answered \(r.status) without an ETag", retryable: true)
             }
             if let md5, let got = S3Session.plainMD5(etag), got != md5 {
                 // The server stored other bytes than we read: send the part again.
@@ -254,7 +254,7 @@ final class S3Session {
                     try retryAfter(reason: "CompleteMultipartUpload: HTTP 200 with error \(info.code)", retryAfter: nil)
                     continue
                 }
-                throw UploadError(code: "s3-\(info.code)", message: "\(what): CompleteMultipartUpload failed: \(info.code): \(info.message)")
+                throw UploadError(.s3(info.code), message: "\(what): CompleteMultipartUpload failed: \(info.code): \(info.message)")
             }
             return XML.first("ETag", in: r.text) ?? r.header("etag")
         }
@@ -321,12 +321,12 @@ final class S3Session {
                 }
                 if e.kind == .fileRead {
                     try stamp.verifyUnchanged(path)
-                    throw UploadError(code: "file-changed", message: "\(what): \(e.message)")
+                    throw UploadError(.fileChanged, message: "\(what): \(e.message)")
                 }
                 guard e.isRetryable else {
-                    throw UploadError(code: e.kind == .tls ? "tls" : e.kind == .oversized ? "bad-response" : "network", message: "\(what): \(step): \(e.message)")
+                    throw UploadError(e.kind == .tls ? .tls : e.kind == .oversized ? .badResponse : .network, message: "\(what): \(step): \(e.message)")
                 }
-                try retryAfter(reason: "\(step): \(e.message)", retryAfter: nil, code: e.kind == .stalled ? "stalled" : "network")
+                try retryAfter(reason: "\(step): \(e.message)", retryAfter: nil, code: e.kind == .stalled ? .stalled : .network)
                 continue
             }
             if r.isSuccess && !(step == "CompleteMultipartUpload" && r.text.contains("<Error>")) {
@@ -340,8 +340,8 @@ final class S3Session {
             if info.isExpiry {
                 try requests.refreshCredentials(canRefresh: uploader.provider != nil, fail: { why in
                     why == .noProvider
-                        ? UploadError(code: "credentials-expired", message: "\(what): \(step): the server refused the credentials as expired (\(info.summary)) and no credential provider is configured to renew them", retryable: false)
-                        : UploadError(code: "credentials-expired", message: "\(what): \(step): the server refused the credentials (\(info.summary)) again right after they were renewed; check the credential provider", retryable: true)
+                        ? UploadError(.credentialsExpired, message: "\(what): \(step): the server refused the credentials as expired (\(info.summary)) and no credential provider is configured to renew them", retryable: false)
+                        : UploadError(.credentialsExpired, message: "\(what): \(step): the server refused the credentials (\(info.summary)) again right after they were renewed; check the credential provider", retryable: true)
                 }) {
                     _ = try uploader.refreshCredentials(reason: "\(step): \(info.code.isEmpty ? "HTTP \(info.status)" : info.code)")
                 }
@@ -356,7 +356,7 @@ final class S3Session {
                 continue
             }
             if info.isRetryable {
-                try retryAfter(reason: "\(step): \(info.summary)", retryAfter: retryAfterSeconds(r), code: "http-\(r.status)")
+                try retryAfter(reason: "\(step): \(info.summary)", retryAfter: retryAfterSeconds(r), code: .http(r.status))
                 continue
             }
             return r
@@ -369,9 +369,9 @@ final class S3Session {
     }
 
     /// Records a failure with the retry policy; waits, or throws when the policy gives up.
-    func retryAfter(reason: String, retryAfter: Double?, code: String = "retry") throws {
+    func retryAfter(reason: String, retryAfter: Double?, code: UploadErrorCode = .retry) throws {
         try requests.backoff(reason: reason, progress: meter.acknowledged, retryAfter: retryAfter) { retry in
-            UploadError(code: code, message: "\(what): \(reason); gave up after \(retry.policy.maxAttemptsWithoutProgress) attempts without progress", retryable: true)
+            UploadError(code, message: "\(what): \(reason); gave up after \(retry.policy.maxAttemptsWithoutProgress) attempts without progress", retryable: true)
         }
     }
 
@@ -381,19 +381,19 @@ final class S3Session {
         switch info.code {
         case "SignatureDoesNotMatch":
             let keyID = maskAccessKeyID(uploader.currentCredentials().accessKeyID)
-            return UploadError(code: "credentials", message: "\(what): \(step): the server refused the request signature (\(info.code)): the secret access key for access key \(keyID) is wrong (or the region '\(options.region)' does not match the bucket's); check the credentials")
+            return UploadError(.credentials, message: "\(what): \(step): the server refused the request signature (\(info.code)): the secret access key for access key \(keyID) is wrong (or the region '\(options.region)' does not match the bucket's); check the credentials")
         case "InvalidAccessKeyId":
             let keyID = maskAccessKeyID(uploader.currentCredentials().accessKeyID)
             let renewed = requests.refreshedSinceAccepted ? ", also after asking the credential provider for fresh keys" : ""
-            return UploadError(code: "credentials", message: "\(what): \(step): the server does not know access key \(keyID) (\(info.code))\(renewed); check the credentials")
+            return UploadError(.credentials, message: "\(what): \(step): the server does not know access key \(keyID) (\(info.code))\(renewed); check the credentials")
         case "RequestTimeTooSkewed":
-            return UploadError(code: "clock-skew", message: "\(what): \(step): the server refused the request time (\(info.summary)): this machine's clock is off; set it right (e.g. enable NTP) and upload again")
+            return UploadError(.clockSkew, message: "\(what): \(step): the server refused the request time (\(info.summary)): this machine's clock is off; set it right (e.g. enable NTP) and upload again")
         case "AccessDenied":
-            return UploadError(code: "http-403", message: "\(what): \(step): access denied (\(info.summary)); the credentials lack permission for this bucket/key")
+            return UploadError(.http(403), message: "\(what): \(step): access denied (\(info.summary)); the credentials lack permission for this bucket/key")
         case "NoSuchBucket":
-            return UploadError(code: "bad-input", message: "\(what): \(step): the bucket '\(options.bucket)' does not exist at \(displayURL(options.trimmedEndpoint))")
+            return UploadError(.badInput, message: "\(what): \(step): the bucket '\(options.bucket)' does not exist at \(displayURL(options.trimmedEndpoint))")
         default:
-            return UploadError(code: "http-\(r.status)", message: "\(what): \(step): \(info.summary)", retryable: isRetryableStatus(r.status))
+            return UploadError(.http(r.status), message: "\(what): \(step): \(info.summary)", retryable: isRetryableStatus(r.status))
         }
     }
 
@@ -415,7 +415,7 @@ final class S3Session {
         } catch let e as UploadError {
             throw e
         } catch {
-            throw UploadError(code: "internal", message: "\(what): hashing bytes \(offset)..<\(offset + length): \(error)")
+            throw UploadError(.internal, message: "\(what): hashing bytes \(offset)..<\(offset + length): \(error)")
         }
         return options.payloadSigning == .signed ? (d[0].hex, nil) : ("", d[0].hex)
     }

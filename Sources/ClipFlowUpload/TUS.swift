@@ -98,8 +98,8 @@ public final class TUSUploader: FileUploader, Sendable {
             let e: UploadError
             switch error {
             case let u as UploadError: e = u
-            case let t as TransportError: e = UploadError(code: "transport", message: t.message, retryable: t.isRetryable)
-            default: e = UploadError(code: "internal", message: "\(file): \(error)")
+            case let t as TransportError: e = UploadError(.transport, message: t.message, retryable: t.isRetryable)
+            default: e = UploadError(.internal, message: "\(file): \(error)")
             }
             if let session { session.conclude(e) } else { observer.upload(.failed(id: id, code: e.code, message: e.message)) }
             throw e

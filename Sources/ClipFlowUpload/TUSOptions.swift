@@ -3,7 +3,7 @@ import Foundation
 /// Options of a TUS upload destination. Holds no secrets (credentials come through the
 /// uploader's `headers` hook), so it can live in a pipeline spec.
 public struct TUSOptions: Codable, Sendable, Equatable {
-    public enum Checksum: String, Codable, Sendable {
+    public enum Checksum: String, Codable, Sendable, CaseIterable {
         /// sha256, else sha1, when the server offers the checksum extension with one of them.
         case auto
         case off

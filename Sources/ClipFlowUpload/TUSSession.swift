@@ -4,7 +4,7 @@ import ClipFlowCore
 /// Why a step must be redone (internal control flow of the PATCH loop).
 enum TUSRedo: Error {
     /// A retryable failure: wait per the retry policy, then HEAD.
-    case retry(code: String, reason: String, retryAfter: Double?)
+    case retry(code: UploadErrorCode, reason: String, retryAfter: Double?)
     /// 409: our offset is stale; HEAD at once.
     case conflict
     /// 404/410: the upload is gone on the server; create a new one.
@@ -68,14 +68,14 @@ final class TUSSession {
 
     func run() throws -> UploadResult {
         guard options.chunkSize > 0 else {
-            throw UploadError(code: "bad-input", message: "TUS chunkSize must be positive (got \(options.chunkSize))")
+            throw UploadError(.badInput, message: "TUS chunkSize must be positive (got \(options.chunkSize))")
         }
         try control.check()
         record = up.store.record(for: fingerprint, destination: up.destination)
         let endpoint = try discoveryEndpoint()
         try withRetries { try self.discover(endpoint) }
         if let max = caps.maxSize, max > 0, size > max {
-            throw UploadError(code: "too-large",
+            throw UploadError(.tooLarge,
                               message: "\(file): \(size) bytes is more than the server accepts (Tus-Max-Size \(max) bytes at \(displayURL(endpoint))); upload a smaller file or raise the server's limit")
         }
         dropStaleRecords()
@@ -100,7 +100,7 @@ final class TUSSession {
         up.note { $0.uploadURL = self.url }
         if !started { announceStart() }
         try patchLoop()
-        guard let url else { throw UploadError(code: "internal", message: "no upload URL after upload") }
+        guard let url else { throw UploadError(.internal, message: "no upload URL after upload") }
         if let r = record {
             finalRecord = r
             try? up.store.remove(r)
@@ -139,19 +139,19 @@ final class TUSSession {
                     try backoff(code: code, reason: reason, retryAfter: retryAfter)
                     needHead = true
                 case .conflict:
-                    try backoff(code: "conflict", reason: "the server's offset differs from ours (409)", retryAfter: nil, immediate: true)
+                    try backoff(code: .conflict, reason: "the server's offset differs from ours (409)", retryAfter: nil, immediate: true)
                     needHead = true
                 case .gone(let why):
                     recreations += 1
                     guard recreations <= 2 else {
-                        throw UploadError(code: "gone", message: "\(displayURL(url ?? options.endpoint)): \(why), again after creating it anew; giving up", retryable: true)
+                        throw UploadError(.gone, message: "\(displayURL(url ?? options.endpoint)): \(why), again after creating it anew; giving up", retryable: true)
                     }
                     try forgetUpload()
                     up.note { $0.recreated += 1 }
                     try withRetries { try self.create() }
                     needHead = false
                 }
-            } catch let e as UploadError where e.code == "file-changed" {
+            } catch let e as UploadError where e.kind == .fileChanged {
                 throw fileChanged(e)
             }
         }
@@ -161,7 +161,7 @@ final class TUSSession {
         if let u = url { _ = try? up.terminate(u, cleanupTransport()) }
         if let r = record { try? up.store.remove(r) }
         record = nil
-        return UploadError(code: "file-changed",
+        return UploadError(.fileChanged,
                            message: "\(file): the file changed while it was being uploaded; the partial upload was deleted on the server. Upload it again once it is complete.")
     }
 
@@ -177,14 +177,14 @@ final class TUSSession {
                 try backoff(code: code, reason: reason, retryAfter: retryAfter)
                 if started { emit(.retryResumed(id: id, attempt: requests.retry.attempts, offset: offset)) }
             } catch TUSRedo.conflict {
-                try backoff(code: "conflict", reason: "409 conflict", retryAfter: nil, immediate: true)
+                try backoff(code: .conflict, reason: "409 conflict", retryAfter: nil, immediate: true)
             }
         }
     }
 
-    func backoff(code: String, reason: String, retryAfter: Double?, immediate: Bool = false) throws {
+    func backoff(code: UploadErrorCode, reason: String, retryAfter: Double?, immediate: Bool = false) throws {
         try requests.backoff(reason: reason, progress: meter.acknowledged, retryAfter: retryAfter, immediate: immediate) { retry in
-            UploadError(code: code,
+            UploadError(code,
                         message: "\(file): upload to \(displayURL(url ?? options.endpoint)) failed \(retry.failures) times in a row without progress; last: \(reason). It can be resumed later.",
                         retryable: true)
         }
@@ -215,7 +215,7 @@ final class TUSSession {
             let refreshHeaders = up.refreshHeaders
             try requests.refreshCredentials(canRefresh: refreshHeaders != nil, fail: { why in
                 let hint = why == .refusedAfterRefresh ? "; the credentials were refused again right after a refresh" : ""
-                return UploadError(code: "http-\(r.status)", message: "\(file): \(what)\(hint)")
+                return UploadError(.http(r.status), message: "\(file): \(what)\(hint)")
             }) {
                 guard let refreshHeaders else { return }
                 let fresh = try refreshHeaders("TUS \(what)")
@@ -243,25 +243,25 @@ final class TUSSession {
         } catch let e as TransportError {
             switch e.kind {
             case .cancelled: try control.check(); throw UploadError.paused
-            case .connect, .network: throw TUSRedo.retry(code: "network", reason: e.message, retryAfter: nil)
-            case .stalled: throw TUSRedo.retry(code: "stalled", reason: e.message, retryAfter: nil)
+            case .connect, .network: throw TUSRedo.retry(code: .network, reason: e.message, retryAfter: nil)
+            case .stalled: throw TUSRedo.retry(code: .stalled, reason: e.message, retryAfter: nil)
             case .fileRead:
                 if (try? stamp.verifyUnchanged(file)) == nil {
-                    throw UploadError(code: "file-changed", message: e.message)
+                    throw UploadError(.fileChanged, message: e.message)
                 }
-                throw UploadError(code: "file-read", message: e.message)
-            case .oversized: throw UploadError(code: "bad-response", message: e.message)
-            case .tls, .invalid: throw UploadError(code: e.kind == .tls ? "tls" : "invalid", message: e.message)
+                throw UploadError(.fileRead, message: e.message)
+            case .oversized: throw UploadError(.badResponse, message: e.message)
+            case .tls, .invalid: throw UploadError(e.kind == .tls ? .tls : .invalid, message: e.message)
             }
         }
         if response.isSuccess || accept.contains(response.status) || isRefusal(response) { return response }
         let what = "\(req.method) \(displayURL(req.url)): HTTP \(response.status)\(serverText(response))"
         if isRetryableStatus(response.status) {
-            throw TUSRedo.retry(code: "http-\(response.status)", reason: what, retryAfter: retryAfterSeconds(response))
+            throw TUSRedo.retry(code: .http(response.status), reason: what, retryAfter: retryAfterSeconds(response))
         }
         if goneOK && (response.status == 404 || response.status == 410) { throw TUSRedo.gone(what) }
         if response.status == 409 { throw TUSRedo.conflict }
-        throw UploadError(code: "http-\(response.status)", message: "\(file): \(what)")
+        throw UploadError(.http(response.status), message: "\(file): \(what)")
     }
 
     func serverText(_ r: HTTPResponse) -> String {
@@ -288,7 +288,7 @@ final class TUSSession {
                                checksumAlgorithms: list("tus-checksum-algorithm").map { $0.lowercased() },
                                maxSize: r.header("tus-max-size").flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) })
         if !caps.versions.isEmpty && !caps.versions.contains("1.0.0") {
-            throw UploadError(code: "unsupported",
+            throw UploadError(.unsupported,
                               message: "\(displayURL(endpoint)): the server speaks TUS \(caps.versions.joined(separator: ", ")), not 1.0.0")
         }
         algorithm = nil
@@ -303,7 +303,7 @@ final class TUSSession {
             let wanted = options.checksum.rawValue
             guard caps.offers("checksum"), caps.checksumAlgorithms.contains(wanted) else {
                 let offered = caps.offers("checksum") ? (caps.checksumAlgorithms.isEmpty ? "no algorithms" : caps.checksumAlgorithms.joined(separator: ", ")) : "no checksum extension"
-                throw UploadError(code: "unsupported",
+                throw UploadError(.unsupported,
                                   message: "\(displayURL(endpoint)): checksum \(wanted) was asked for, but the server offers \(offered); use checksum auto or off")
             }
             algorithm = wanted == "sha1" ? .sha1 : .sha256
@@ -319,7 +319,7 @@ final class TUSSession {
         // Only 404/410 mean the upload is gone (in `send`); 401/403 are refused credentials.
         let r = try send(req)
         guard let value = r.header("upload-offset"), let o = Int64(value.trimmingCharacters(in: .whitespaces)), o >= 0, o <= size else {
-            throw UploadError(code: "protocol", message: "HEAD \(displayURL(url)): no valid Upload-Offset in the answer (got \(r.header("upload-offset") ?? "none"))")
+            throw UploadError(.protocol, message: "HEAD \(displayURL(url)): no valid Upload-Offset in the answer (got \(r.header("upload-offset") ?? "none"))")
         }
         if let len = r.header("upload-length").flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }), len != size {
             throw TUSRedo.gone("HEAD \(displayURL(url)): the server's Upload-Length \(len) is not the file's size \(size)")
@@ -364,14 +364,14 @@ final class TUSSession {
             guard r.status == 460 else { break }
             up.note { $0.checksumResends += 1 }
             guard attempts < options.maxChecksumAttempts else {
-                throw UploadError(code: "checksum-mismatch",
+                throw UploadError(.checksumMismatch,
                                   message: "\(file): the server rejected the checksum of bytes 0..<\(req.body.length) \(attempts) times; the file may be changing or the network corrupting data",
                                   retryable: true)
             }
             try stamp.verifyUnchanged(file)
         }
         guard r.status == 201 || r.isSuccess, let location = r.header("location"), !location.isEmpty else {
-            throw UploadError(code: "protocol", message: "POST \(displayURL(t.endpoint)): HTTP \(r.status) without a Location header")
+            throw UploadError(.protocol, message: "POST \(displayURL(t.endpoint)): HTTP \(r.status) without a Location header")
         }
         let u = resolveURL(location, against: t.endpoint)
         // The upload URL gets every later request (and, for plain TUS, its credentials): it must be
@@ -381,7 +381,7 @@ final class TUSSession {
         guard isSameOrigin(u, t.endpoint) else {
             let sameHost = urlOrigin(u) != nil && urlOrigin(u) == urlOrigin(t.endpoint)
             let why = sameHost ? "a URL with other user info than the endpoint's" : "\(displayURL(u)), which is not on the endpoint's origin \(urlOrigin(t.endpoint) ?? displayURL(t.endpoint)) (scheme, host and port must match)"
-            throw UploadError(code: "cross-origin",
+            throw UploadError(.crossOrigin,
                               message: "POST \(displayURL(t.endpoint)): the server put the upload at \(why); refused so that neither credentials nor the file go anywhere but the endpoint's origin")
         }
         url = u
@@ -414,7 +414,7 @@ final class TUSSession {
             if r.status == 460 {
                 up.note { $0.checksumResends += 1 }
                 guard attempts < options.maxChecksumAttempts else {
-                    throw UploadError(code: "checksum-mismatch",
+                    throw UploadError(.checksumMismatch,
                                       message: "\(file): the server rejected the checksum of bytes \(offset)..<\(offset + length) \(attempts) times; the file may be changing or the network corrupting data",
                                       retryable: true)
                 }
@@ -424,7 +424,7 @@ final class TUSSession {
             }
             guard let value = r.header("upload-offset"), let o = Int64(value.trimmingCharacters(in: .whitespaces)) else {
                 // Not a TUS answer: ask the server where it stands.
-                throw TUSRedo.retry(code: "protocol", reason: "PATCH \(displayURL(url)): HTTP \(r.status) without Upload-Offset", retryAfter: nil)
+                throw TUSRedo.retry(code: .protocol, reason: "PATCH \(displayURL(url)): HTTP \(r.status) without Upload-Offset", retryAfter: nil)
             }
             guard o >= offset, o <= size else {
                 throw TUSRedo.conflict
@@ -432,7 +432,7 @@ final class TUSSession {
             guard o > offset || length == 0 else {
                 // Accepted but nothing stored: through the retry backoff, so it ends after
                 // maxAttemptsWithoutProgress instead of looping for ever.
-                throw TUSRedo.retry(code: "no-progress",
+                throw TUSRedo.retry(code: .noProgress,
                                  reason: "PATCH \(displayURL(url)): HTTP \(r.status) but Upload-Offset stayed at \(o) for \(length) bytes sent",
                                  retryAfter: nil)
             }
@@ -453,12 +453,12 @@ final class TUSSession {
             }
         } catch {
             if (try? stamp.verifyUnchanged(file)) == nil {
-                throw UploadError(code: "file-changed", message: "\(file): changed while bytes \(offset)..<\(offset + length) were hashed")
+                throw UploadError(.fileChanged, message: "\(file): changed while bytes \(offset)..<\(offset + length) were hashed")
             }
-            throw UploadError(code: "file-read", message: "\(file): cannot read bytes \(offset)..<\(offset + length) for the checksum: \(error)")
+            throw UploadError(.fileRead, message: "\(file): cannot read bytes \(offset)..<\(offset + length) for the checksum: \(error)")
         }
         guard !digest.isEmpty else {
-            throw UploadError(code: "file-read", message: "\(file): no \(algorithm.rawValue) digest for bytes \(offset)..<\(offset + length)")
+            throw UploadError(.fileRead, message: "\(file): no \(algorithm.rawValue) digest for bytes \(offset)..<\(offset + length)")
         }
         var value = digest.base64
         if let hook = up.checksumHook.withLock({ $0 }) { value = hook(value) }
@@ -513,10 +513,10 @@ final class TUSSession {
 
     /// Reports a failure: events, termination on cancel.
     func conclude(_ e: UploadError) {
-        switch e.code {
-        case "paused":
+        switch e.kind {
+        case .paused:
             emit(.paused(id: id))
-        case "cancelled":
+        case .cancelled:
             if options.deleteOnCancel, caps.offers("termination"), let u = url {
                 _ = try? up.terminate(u, cleanupTransport())
             }

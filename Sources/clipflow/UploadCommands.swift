@@ -90,11 +90,21 @@ struct DestinationFlags: ParsableArguments {
         d.bucket = bucket
         d.region = region
         d.keyPrefix = keyPrefix
-        d.addressing = addressing
+        if let addressing {
+            guard let a = S3Options.AddressingStyle(rawValue: addressing) else {
+                throw ValidationError("--addressing: must be \"path\" or \"virtual\"")
+            }
+            d.addressing = a
+        }
         d.uploadURLTemplate = uploadURLTemplate
         d.chunkSize = chunkSize
         d.minimumPartSize = minimumPartSize
-        d.checksum = checksum
+        if let checksum {
+            guard let c = TUSOptions.Checksum(rawValue: checksum) else {
+                throw ValidationError("--checksum: must be auto, off, sha1 or sha256")
+            }
+            d.checksum = c
+        }
         d.stallTimeout = stallTimeout
         d.responseTimeout = responseTimeout
         d.maxRetries = retries

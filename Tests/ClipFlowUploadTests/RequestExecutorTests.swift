@@ -75,10 +75,10 @@ final class RequestExecutorTests: XCTestCase {
         let log = UploadEventLog()
         let x = RequestExecutor(policy: RetryPolicy(baseDelay: 0, maxDelay: 0, maxAttemptsWithoutProgress: 1), id: "u1",
                                 control: UploadControl(), observer: log)
-        try x.backoff(reason: "HTTP 503 token=s3cr3t-value-for-executor", progress: 0) { _ in UploadError(code: "never", message: "") }
+        try x.backoff(reason: "HTTP 503 token=s3cr3t-value-for-executor", progress: 0) { _ in UploadError(.internal, message: "never") }
         XCTAssertThrowsError(try x.backoff(reason: "again", progress: 0) { r in
-            UploadError(code: "gave-up", message: "after \(r.failures)")
-        }) { XCTAssertEqual($0 as? UploadError, UploadError(code: "gave-up", message: "after 2")) }
+            UploadError(.retry, message: "after \(r.failures)")
+        }) { XCTAssertEqual($0 as? UploadError, UploadError(.retry, message: "after 2")) }
         guard case .retryStarted(let id, let attempt, _, let reason)? = log.all.first else { return XCTFail("\(log.all)") }
         XCTAssertEqual(id, "u1")
         XCTAssertEqual(attempt, 1)
@@ -91,10 +91,10 @@ final class RequestExecutorTests: XCTestCase {
         let log = UploadEventLog()
         let x = RequestExecutor(policy: .fast, id: "u2", control: UploadControl(), observer: log)
         var refreshes = 0
-        try x.refreshCredentials(canRefresh: true, fail: { _ in UploadError(code: "never", message: "") }) { refreshes += 1 }
-        XCTAssertThrowsError(try x.refreshCredentials(canRefresh: true, fail: { UploadError(code: "refused-\($0)", message: "") }) {
+        try x.refreshCredentials(canRefresh: true, fail: { _ in UploadError(.internal, message: "never") }) { refreshes += 1 }
+        XCTAssertThrowsError(try x.refreshCredentials(canRefresh: true, fail: { UploadError(.credentials, message: "refused: \($0)") }) {
             refreshes += 1
-        }) { XCTAssertEqual(($0 as? UploadError)?.code, "refused-refusedAfterRefresh") }
+        }) { XCTAssertEqual(($0 as? UploadError)?.message, "refused: refusedAfterRefresh") }
         XCTAssertEqual(refreshes, 1)
         XCTAssertEqual(log.named("credentials-expired").count, 1)
     }
@@ -105,7 +105,7 @@ final class RequestExecutorTests: XCTestCase {
         let x = RequestExecutor(policy: RetryPolicy(baseDelay: 5, maxDelay: 5, maxAttemptsWithoutProgress: 3), id: "u3",
                                 control: control, observer: NoUploadObserver())
         let start = Date()
-        XCTAssertThrowsError(try x.backoff(reason: "x", progress: 0) { _ in UploadError(code: "never", message: "") }) {
+        XCTAssertThrowsError(try x.backoff(reason: "x", progress: 0) { _ in UploadError(.internal, message: "never") }) {
             XCTAssertEqual(($0 as? UploadError)?.code, "paused")
         }
         XCTAssertLessThan(Date().timeIntervalSince(start), 1)

@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 // libcurl and libcrypto are opened the first time one of their functions is called, not linked:
 // linking them added ~3 ms to every start of clipflow (their ~25 dependencies are symbol-resolved
@@ -87,51 +86,48 @@ const char *cf_curl_load_error(void) {
     return loadError[0] ? loadError : NULL;
 }
 
-// Past `cf_curl_load_error()` (checked where an upload starts) a missing library is a broken
-// installation: say so and stop rather than call through a null pointer.
-static void ready(void) {
-    const char *e = cf_curl_load_error();
-    if (e) {
-        fprintf(stderr, "clipflow: %s\n", e);
-        exit(1);
-    }
+// True when both libraries are loaded. When they are not, every forwarding function below
+// returns its library's own failure value (CURLE_FAILED_INIT, NULL, 0) instead of calling
+// through a null pointer; the caller reports `cf_curl_load_error()`.
+static int ready(void) {
+    return cf_curl_load_error() == NULL;
 }
 
-CURLcode curl_global_init(long flags) { ready(); return F.global_init(flags); }
-CURL *curl_easy_init(void) { ready(); return F.easy_init(); }
-void curl_easy_cleanup(CURL *h) { ready(); F.easy_cleanup(h); }
-void curl_easy_reset(CURL *h) { ready(); F.easy_reset(h); }
-CURLcode curl_easy_perform(CURL *h) { ready(); return F.easy_perform(h); }
-const char *curl_easy_strerror(CURLcode code) { ready(); return F.easy_strerror(code); }
-struct curl_slist *curl_slist_append(struct curl_slist *list, const char *s) { ready(); return F.slist_append(list, s); }
-void curl_slist_free_all(struct curl_slist *list) { ready(); F.slist_free_all(list); }
+CURLcode curl_global_init(long flags) { if (!ready()) return CURLE_FAILED_INIT; return F.global_init(flags); }
+CURL *curl_easy_init(void) { if (!ready()) return NULL; return F.easy_init(); }
+void curl_easy_cleanup(CURL *h) { if (ready()) F.easy_cleanup(h); }
+void curl_easy_reset(CURL *h) { if (ready()) F.easy_reset(h); }
+CURLcode curl_easy_perform(CURL *h) { if (!ready()) return CURLE_FAILED_INIT; return F.easy_perform(h); }
+const char *curl_easy_strerror(CURLcode code) { if (!ready()) return NULL; return F.easy_strerror(code); }
+struct curl_slist *curl_slist_append(struct curl_slist *list, const char *s) { if (!ready()) return NULL; return F.slist_append(list, s); }
+void curl_slist_free_all(struct curl_slist *list) { if (ready()) F.slist_free_all(list); }
 
-const EVP_MD *EVP_sha1(void) { ready(); return F.sha1(); }
-const EVP_MD *EVP_sha256(void) { ready(); return F.sha256(); }
-const EVP_MD *EVP_md5(void) { ready(); return F.md5(); }
-EVP_MD_CTX *EVP_MD_CTX_new(void) { ready(); return F.ctx_new(); }
-void EVP_MD_CTX_free(EVP_MD_CTX *ctx) { ready(); F.ctx_free(ctx); }
-int EVP_DigestInit_ex(EVP_MD_CTX *ctx, const EVP_MD *type, ENGINE *impl) { ready(); return F.digest_init(ctx, type, impl); }
-int EVP_DigestUpdate(EVP_MD_CTX *ctx, const void *d, size_t cnt) { ready(); return F.digest_update(ctx, d, cnt); }
-int EVP_DigestFinal_ex(EVP_MD_CTX *ctx, unsigned char *md, unsigned int *s) { ready(); return F.digest_final(ctx, md, s); }
+const EVP_MD *EVP_sha1(void) { if (!ready()) return NULL; return F.sha1(); }
+const EVP_MD *EVP_sha256(void) { if (!ready()) return NULL; return F.sha256(); }
+const EVP_MD *EVP_md5(void) { if (!ready()) return NULL; return F.md5(); }
+EVP_MD_CTX *EVP_MD_CTX_new(void) { if (!ready()) return NULL; return F.ctx_new(); }
+void EVP_MD_CTX_free(EVP_MD_CTX *ctx) { if (ready()) F.ctx_free(ctx); }
+int EVP_DigestInit_ex(EVP_MD_CTX *ctx, const EVP_MD *type, ENGINE *impl) { if (!ready()) return 0; return F.digest_init(ctx, type, impl); }
+int EVP_DigestUpdate(EVP_MD_CTX *ctx, const void *d, size_t cnt) { if (!ready()) return 0; return F.digest_update(ctx, d, cnt); }
+int EVP_DigestFinal_ex(EVP_MD_CTX *ctx, unsigned char *md, unsigned int *s) { if (!ready()) return 0; return F.digest_final(ctx, md, s); }
 unsigned char *HMAC(const EVP_MD *evp_md, const void *key, int key_len, const unsigned char *data,
                     size_t data_len, unsigned char *md, unsigned int *md_len) {
-    ready();
+    if (!ready()) return NULL;
     return F.hmac(evp_md, key, key_len, data, data_len, md, md_len);
 }
 
-CURLcode cf_curl_setopt_long(CURL *h, CURLoption opt, long value) { ready(); return F.easy_setopt(h, opt, value); }
-CURLcode cf_curl_setopt_off(CURL *h, CURLoption opt, curl_off_t value) { ready(); return F.easy_setopt(h, opt, value); }
-CURLcode cf_curl_setopt_string(CURL *h, CURLoption opt, const char *value) { ready(); return F.easy_setopt(h, opt, value); }
-CURLcode cf_curl_setopt_pointer(CURL *h, CURLoption opt, void *value) { ready(); return F.easy_setopt(h, opt, value); }
-CURLcode cf_curl_setopt_slist(CURL *h, CURLoption opt, struct curl_slist *value) { ready(); return F.easy_setopt(h, opt, value); }
-CURLcode cf_curl_setopt_data_cb(CURL *h, CURLoption opt, cf_curl_data_cb cb) { ready(); return F.easy_setopt(h, opt, cb); }
-CURLcode cf_curl_setopt_xferinfo_cb(CURL *h, cf_curl_xferinfo_cb cb) { ready(); return F.easy_setopt(h, CURLOPT_XFERINFOFUNCTION, cb); }
-CURLcode cf_curl_setopt_seek_cb(CURL *h, cf_curl_seek_cb cb) { ready(); return F.easy_setopt(h, CURLOPT_SEEKFUNCTION, cb); }
+CURLcode cf_curl_setopt_long(CURL *h, CURLoption opt, long value) { if (!ready()) return CURLE_FAILED_INIT; return F.easy_setopt(h, opt, value); }
+CURLcode cf_curl_setopt_off(CURL *h, CURLoption opt, curl_off_t value) { if (!ready()) return CURLE_FAILED_INIT; return F.easy_setopt(h, opt, value); }
+CURLcode cf_curl_setopt_string(CURL *h, CURLoption opt, const char *value) { if (!ready()) return CURLE_FAILED_INIT; return F.easy_setopt(h, opt, value); }
+CURLcode cf_curl_setopt_pointer(CURL *h, CURLoption opt, void *value) { if (!ready()) return CURLE_FAILED_INIT; return F.easy_setopt(h, opt, value); }
+CURLcode cf_curl_setopt_slist(CURL *h, CURLoption opt, struct curl_slist *value) { if (!ready()) return CURLE_FAILED_INIT; return F.easy_setopt(h, opt, value); }
+CURLcode cf_curl_setopt_data_cb(CURL *h, CURLoption opt, cf_curl_data_cb cb) { if (!ready()) return CURLE_FAILED_INIT; return F.easy_setopt(h, opt, cb); }
+CURLcode cf_curl_setopt_xferinfo_cb(CURL *h, cf_curl_xferinfo_cb cb) { if (!ready()) return CURLE_FAILED_INIT; return F.easy_setopt(h, CURLOPT_XFERINFOFUNCTION, cb); }
+CURLcode cf_curl_setopt_seek_cb(CURL *h, cf_curl_seek_cb cb) { if (!ready()) return CURLE_FAILED_INIT; return F.easy_setopt(h, CURLOPT_SEEKFUNCTION, cb); }
 
-CURLcode cf_curl_getinfo_long(CURL *h, CURLINFO info, long *out) { ready(); return F.easy_getinfo(h, info, out); }
-CURLcode cf_curl_getinfo_off(CURL *h, CURLINFO info, curl_off_t *out) { ready(); return F.easy_getinfo(h, info, out); }
-CURLcode cf_curl_getinfo_string(CURL *h, CURLINFO info, const char **out) { ready(); return F.easy_getinfo(h, info, out); }
+CURLcode cf_curl_getinfo_long(CURL *h, CURLINFO info, long *out) { if (!ready()) return CURLE_FAILED_INIT; return F.easy_getinfo(h, info, out); }
+CURLcode cf_curl_getinfo_off(CURL *h, CURLINFO info, curl_off_t *out) { if (!ready()) return CURLE_FAILED_INIT; return F.easy_getinfo(h, info, out); }
+CURLcode cf_curl_getinfo_string(CURL *h, CURLINFO info, const char **out) { if (!ready()) return CURLE_FAILED_INIT; return F.easy_getinfo(h, info, out); }
 
 const size_t cf_CURL_READFUNC_ABORT = CURL_READFUNC_ABORT;
 const int cf_CURL_SEEKFUNC_OK = CURL_SEEKFUNC_OK;

@@ -43,7 +43,7 @@ public protocol CredentialProvider: Sendable {
 /// - bearer: `{"token"|"access"|"access_token", "refresh"|"refresh_token"}`.
 public func parseCredentials(_ data: Data, source: String) throws -> Credentials {
     guard let top = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
-        throw UploadError(code: "credentials", message: "\(source): did not return a JSON object with credentials")
+        throw UploadError(.credentials, message: "\(source): did not return a JSON object with credentials")
     }
     var object = top
     if let nested = lowerKeys(top)["credentials"] as? [String: Any] { object = nested }
@@ -71,7 +71,7 @@ public func parseCredentials(_ data: Data, source: String) throws -> Credentials
         Secrets.shared.register(refresh)
         return .bearer(token: token, refreshToken: refresh)
     }
-    throw UploadError(code: "credentials", message: "\(source): the JSON has no credentials (expected AccessKeyId/SecretAccessKey[/SessionToken] or token)")
+    throw UploadError(.credentials, message: "\(source): the JSON has no credentials (expected AccessKeyId/SecretAccessKey[/SessionToken] or token)")
 }
 
 private func lowerKeys(_ d: [String: Any]) -> [String: Any] {
@@ -93,7 +93,7 @@ public struct CommandCredentialProvider: CredentialProvider {
 
     public func refresh(reason: String) throws -> Credentials {
         guard let exe = command.first else {
-            throw UploadError(code: "credentials", message: "credential command is empty")
+            throw UploadError(.credentials, message: "credential command is empty")
         }
         let p = Process()
         p.executableURL = URL(fileURLWithPath: exe.contains("/") ? exe : "/usr/bin/env")
@@ -106,8 +106,10 @@ public struct CommandCredentialProvider: CredentialProvider {
         p.standardError = err
         p.standardInput = FileHandle.nullDevice
         do { try p.run() } catch {
-            throw UploadError(code: "credentials", message: "credential command \(exe): cannot run: \(error.localizedDescription)")
+            throw UploadError(.credentials, message: "credential command \(exe): cannot run: \(error.localizedDescription)")
         }
+        // `@unchecked Sendable`: each field is written by one reader block and read only after
+        // `group.wait` has seen that block leave.
         final class Box: @unchecked Sendable { var out = Data(); var err = Data() }
         let box = Box()
         let group = DispatchGroup()
@@ -121,12 +123,12 @@ public struct CommandCredentialProvider: CredentialProvider {
             // reader threads end when the last writer exits).
             _ = group.wait(timeout: .now() + 2)
             p.waitUntilExit()
-            throw UploadError(code: "credentials", message: "credential command \(exe): no answer within \(Int(timeout)) s")
+            throw UploadError(.credentials, message: "credential command \(exe): no answer within \(Int(timeout)) s")
         }
         p.waitUntilExit()
         guard p.terminationStatus == 0 else {
             let text = String(decoding: box.err.prefix(400), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            throw UploadError(code: "credentials", message: "credential command \(exe) failed (exit \(p.terminationStatus)): \(text)")
+            throw UploadError(.credentials, message: "credential command \(exe) failed (exit \(p.terminationStatus)): \(text)")
         }
         return try parseCredentials(box.out, source: "credential command \(exe)")
     }
@@ -150,10 +152,10 @@ public struct URLCredentialProvider: CredentialProvider {
         do {
             response = try transport.perform(HTTPRequest(method: "GET", url: url, headers: headers))
         } catch let e as TransportError {
-            throw UploadError(code: "credentials", message: "credential URL \(displayURL(url)): \(e.message)", retryable: e.isRetryable)
+            throw UploadError(.credentials, message: "credential URL \(displayURL(url)): \(e.message)", retryable: e.isRetryable)
         }
         guard response.isSuccess else {
-            throw UploadError(code: "credentials", message: "credential URL \(displayURL(url)) answered HTTP \(response.status)",
+            throw UploadError(.credentials, message: "credential URL \(displayURL(url)) answered HTTP \(response.status)",
                               retryable: isRetryableStatus(response.status))
         }
         return try parseCredentials(response.body, source: "credential URL \(displayURL(url))")

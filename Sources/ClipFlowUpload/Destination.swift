@@ -22,7 +22,7 @@ public struct UploadDestination: Codable, Sendable, Equatable {
     /// S3 object key prefix (the key is prefix + file name).
     public var keyPrefix: String?
     /// S3 addressing: "path" (endpoint/bucket/key) or "virtual" (bucket.endpoint/key).
-    public var addressing: String?
+    public var addressing: S3Options.AddressingStyle?
     /// Gcore: where the TUS upload goes; `{hostname}` is replaced by the server the API names.
     public var uploadURLTemplate: String?
     /// TUS chunk size / S3 part size in bytes (nil: automatic).
@@ -30,7 +30,7 @@ public struct UploadDestination: Codable, Sendable, Equatable {
     /// The backend's smallest part (S3 5 MiB, OSS 100 KB).
     public var minimumPartSize: Int64?
     /// TUS checksum: "auto" (sha256, else sha1, when the server offers it), "off", "sha1", "sha256".
-    public var checksum: String?
+    public var checksum: TUSOptions.Checksum?
     /// Seconds without a byte moving before a request is abandoned and retried.
     public var stallTimeout: Int?
     /// Seconds an answer may take once its request is sent (bytes arriving do not extend it).
@@ -88,8 +88,6 @@ public struct UploadDestination: Codable, Sendable, Equatable {
         if method == .s3 {
             if (bucket ?? "").isEmpty { out.append(("bucket", "an S3 upload needs a bucket")) }
         }
-        if let a = addressing, !["path", "virtual"].contains(a) { out.append(("addressing", "must be \"path\" or \"virtual\"")) }
-        if let c = checksum, !["auto", "off", "sha1", "sha256"].contains(c) { out.append(("checksum", "must be auto, off, sha1 or sha256")) }
         if let c = chunkSize, c < 1 { out.append(("chunk-size", "must be at least 1 byte")) }
         if let s = stallTimeout, s < 1 { out.append(("stall-timeout", "must be at least 1 second")) }
         if let s = responseTimeout, !(s >= 1 && s <= 86400) { out.append(("response-timeout", "must be from 1 to 86400 seconds")) }
@@ -156,12 +154,12 @@ public struct EnvironmentCredentialProvider: CredentialProvider {
         switch method {
         case .s3:
             guard let key = environment["AWS_ACCESS_KEY_ID"], let secret = environment["AWS_SECRET_ACCESS_KEY"] else {
-                throw UploadError(code: "credentials", message: "S3 upload: no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, optionally AWS_SESSION_TOKEN, or give a credentials command or URL)")
+                throw UploadError(.credentials, message: "S3 upload: no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, optionally AWS_SESSION_TOKEN, or give a credentials command or URL)")
             }
             return .aws(AWSCredentials(accessKeyID: key, secretAccessKey: secret, sessionToken: environment["AWS_SESSION_TOKEN"]))
         case .tus, .gcore:
             guard let token = environment["CLIPFLOW_UPLOAD_TOKEN"] else {
-                throw UploadError(code: "credentials", message: "\(method.rawValue) upload: no token (set CLIPFLOW_UPLOAD_TOKEN, optionally CLIPFLOW_UPLOAD_REFRESH_TOKEN, or give a credentials command or URL)")
+                throw UploadError(.credentials, message: "\(method.rawValue) upload: no token (set CLIPFLOW_UPLOAD_TOKEN, optionally CLIPFLOW_UPLOAD_REFRESH_TOKEN, or give a credentials command or URL)")
             }
             let refresh = environment["CLIPFLOW_UPLOAD_REFRESH_TOKEN"]
             Secrets.shared.register(token)

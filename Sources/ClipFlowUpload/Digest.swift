@@ -14,21 +14,32 @@ public enum DigestAlgorithm: String, Sendable, Codable, CaseIterable {
     }
 }
 
-/// A streaming digest (one owner of an `EVP_MD_CTX`). Confined to one thread at a time.
+/// Throws when libcurl or libcrypto (loaded on first use by the C shim) cannot be loaded, naming
+/// the library and what to install. Every upload checks it before its first digest or request;
+/// without the libraries, digests come out empty and requests fail.
+public func checkUploadLibraries() throws {
+    if let e = cf_curl_load_error() {
+        throw UploadError(.libraries,
+                          message: "cannot upload: \(String(cString: e)); install libcurl4 and libssl3 (apt-get install libcurl4 libssl3)")
+    }
+}
+
+/// A streaming digest (one owner of an `EVP_MD_CTX`). Confined to one thread at a time. Without
+/// libcrypto (see `checkUploadLibraries`) it yields an empty digest.
 public final class Digest {
-    private let ctx: OpaquePointer
+    private let ctx: OpaquePointer?
     public let algorithm: DigestAlgorithm
 
     public init(_ algorithm: DigestAlgorithm) {
         self.algorithm = algorithm
         ctx = EVP_MD_CTX_new()
-        EVP_DigestInit_ex(ctx, algorithm.md, nil)
+        if let ctx { EVP_DigestInit_ex(ctx, algorithm.md, nil) }
     }
 
-    deinit { EVP_MD_CTX_free(ctx) }
+    deinit { if let ctx { EVP_MD_CTX_free(ctx) } }
 
     public func update(_ bytes: UnsafeRawBufferPointer) {
-        if bytes.count > 0 { EVP_DigestUpdate(ctx, bytes.baseAddress, bytes.count) }
+        if let ctx, bytes.count > 0 { EVP_DigestUpdate(ctx, bytes.baseAddress, bytes.count) }
     }
 
     public func update(_ data: Data) { data.withUnsafeBytes { update($0) } }
@@ -36,6 +47,7 @@ public final class Digest {
 
     /// The digest; the object is spent afterwards.
     public func finish() -> [UInt8] {
+        guard let ctx else { return [] }
         var out = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var n: UInt32 = 0
         EVP_DigestFinal_ex(ctx, &out, &n)
@@ -58,9 +70,10 @@ public final class Digest {
     /// the read ends with `DigestCancelled`.
     public static func hash(_ algorithms: [DigestAlgorithm], file path: String, offset: Int64, length: Int64,
                             stop: (() -> Bool)? = nil) throws -> [[UInt8]] {
+        try checkUploadLibraries()
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
-            throw UploadError(code: "bad-input", message: "\(path): cannot open for reading: \(String(cString: strerror(errno)))")
+            throw UploadError(.badInput, message: "\(path): cannot open for reading: \(String(cString: strerror(errno)))")
         }
         defer { close(fd) }
         let digests = algorithms.map { Digest($0) }
@@ -74,7 +87,7 @@ public final class Digest {
             let n = pread(fd, buffer.baseAddress, want, off_t(offset + done))
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else {
-                throw UploadError(code: "file-changed", message: "\(path): could not read bytes \(offset + done)..\(offset + length) (the file is shorter than expected)")
+                throw UploadError(.fileChanged, message: "\(path): could not read bytes \(offset + done)..\(offset + length) (the file is shorter than expected)")
             }
             for d in digests { d.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) }
             done += Int64(n)

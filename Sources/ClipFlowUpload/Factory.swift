@@ -6,12 +6,7 @@ extension UploadDestination {
     var tusOptions: TUSOptions {
         var o = TUSOptions(endpoint: endpoint)
         if let chunkSize { o.chunkSize = chunkSize }
-        switch checksum {
-        case "off": o.checksum = .off
-        case "sha1": o.checksum = .sha1
-        case "sha256": o.checksum = .sha256
-        default: o.checksum = .auto
-        }
+        o.checksum = checksum ?? .auto
         o.retry = retryPolicy
         o.transport = transportSettings
         return o
@@ -35,7 +30,7 @@ extension UploadDestination {
             return TUSUploader(options: tusOptions, store: store)
         case .gcore:
             guard let provider = credentials.provider(for: .gcore, settings: settings) else {
-                throw UploadError(code: "credentials", message: "gcore upload: no credentials source")
+                throw UploadError(.credentials, message: "gcore upload: no credentials source")
             }
             var o = GcoreOptions(apiBase: endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint)
             if let t = uploadURLTemplate { o.uploadURLTemplate = t }
@@ -43,15 +38,15 @@ extension UploadDestination {
             return GcoreUploader(options: o, store: store, credentials: provider)
         case .s3:
             guard let provider = credentials.provider(for: .s3, settings: settings) else {
-                throw UploadError(code: "credentials", message: "s3 upload: no credentials source")
+                throw UploadError(.credentials, message: "s3 upload: no credentials source")
             }
             var o = S3Options(endpoint: endpoint, region: region ?? "us-east-1", bucket: bucket ?? "", keyPrefix: keyPrefix ?? "",
-                              addressingStyle: addressing == "virtual" ? .virtual : .path, partSize: chunkSize,
+                              addressingStyle: addressing ?? .path, partSize: chunkSize,
                               minimumPartSize: minimumPartSize ?? S3Options.awsMinimumPartSize, retry: retryPolicy)
             o.network = settings
             // The first credentials come from the same source that refreshes them.
             guard case .aws(let keys) = try provider.refresh(reason: "start of upload") else {
-                throw UploadError(code: "credentials", message: "s3 upload: the credentials source gave a token, not access keys")
+                throw UploadError(.credentials, message: "s3 upload: the credentials source gave a token, not access keys")
             }
             return S3Uploader(options: o, store: store, credentials: keys, provider: provider)
         }
@@ -78,7 +73,7 @@ final class TUSBearerAuth: Sendable {
 
     private func fetch(reason: String) throws -> [String: String] {
         guard case .bearer(let token, _) = try provider.refresh(reason: reason) else {
-            throw UploadError(code: "credentials", message: "TUS upload: the credentials source gave keys, not a token")
+            throw UploadError(.credentials, message: "TUS upload: the credentials source gave keys, not a token")
         }
         Secrets.shared.register(token)
         cache.withLock { $0 = token }

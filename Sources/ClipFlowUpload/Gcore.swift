@@ -83,7 +83,7 @@ public final class GcoreAuth: Sendable {
 
     private func adopt(_ c: Credentials) throws -> String {
         guard case .bearer(let token, let refresh) = c else {
-            throw UploadError(code: "credentials", message: "Gcore API \(displayURL(apiBase)) needs a bearer token; the credential provider returned AWS keys")
+            throw UploadError(.credentials, message: "Gcore API \(displayURL(apiBase)) needs a bearer token; the credential provider returned AWS keys")
         }
         Secrets.shared.register(token)
         Secrets.shared.register(refresh)
@@ -98,7 +98,7 @@ public final class GcoreAuth: Sendable {
                                           headers: [("Content-Type", "application/json")], body: .bytes(body)))
         guard r.isSuccess, let obj = try? JSONSerialization.jsonObject(with: r.body) as? [String: Any],
               let access = (obj["access"] ?? obj["access_token"]) as? String, !access.isEmpty else {
-            throw UploadError(code: "credentials", message: "Gcore API \(displayURL(apiBase)): token refresh answered HTTP \(r.status)")
+            throw UploadError(.credentials, message: "Gcore API \(displayURL(apiBase)): token refresh answered HTTP \(r.status)")
         }
         Secrets.shared.register(access)
         return access
@@ -147,19 +147,19 @@ public final class GcoreUploader: FileUploader, Sendable {
                 }
             }
             guard let vid = jsonString(video["id"]) else {
-                throw UploadError(code: "protocol", message: "Gcore API \(displayURL(self.options.apiBase)): POST /videos answered without a video id")
+                throw UploadError(.protocol, message: "Gcore API \(displayURL(self.options.apiBase)): POST /videos answered without a video id")
             }
             let info = try api.call("GET", "/videos/\(vid)/upload", nil)
             guard let servers = info["servers"] as? [[String: Any]], let host = servers.first.flatMap({ jsonString($0["hostname"]) }),
                   let token = jsonString(info["token"]) else {
-                throw UploadError(code: "protocol", message: "Gcore API \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload answered without servers[].hostname and token")
+                throw UploadError(.protocol, message: "Gcore API \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload answered without servers[].hostname and token")
             }
             Secrets.shared.register(token)
             // The upload server is expected to differ from the API host (the upload token is made for
             // it; the API's bearer token never goes there: the TUS part sends no Authorization). It
             // must be a plain host name or host:port, so it cannot reshape the URL template.
             guard isPlainHost(host) else {
-                throw UploadError(code: "protocol", message: "Gcore API \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload named the upload server '\(String(host.prefix(200)))', which is not a host name (letters, digits, '.', '-', an optional :port)")
+                throw UploadError(.protocol, message: "Gcore API \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload named the upload server '\(String(host.prefix(200)))', which is not a host name (letters, digits, '.', '-', an optional :port)")
             }
             let clientID = (info["video"] as? [String: Any]).flatMap { jsonString($0["client_id"]) } ?? jsonString(video["client_id"]) ?? ""
             var meta = ["filename": fileName, "video_id": vid, "token": token]
@@ -188,8 +188,8 @@ public final class GcoreUploader: FileUploader, Sendable {
         func call(_ method: String, _ path: String, _ body: [String: Any]?) throws -> [String: Any] {
             let base = uploader.options.apiBase
             let transport = try CurlTransport(settings: uploader.options.tus.transport, shouldAbort: { [control] in control.shouldStop })
-            var retry = RetryState(policy: uploader.options.tus.retry)
-            var refreshed = false
+            // One refresh per call: the call ends at the first accepted answer.
+            let requests = RequestExecutor(policy: uploader.options.tus.retry, id: id, control: control, observer: observer)
             var token = try uploader.auth.accessToken()
             while true {
                 try control.check()
@@ -204,15 +204,18 @@ public final class GcoreUploader: FileUploader, Sendable {
                 var retryAfter: Double? = nil
                 do {
                     let r = try transport.perform(req)
-                    if r.status == 401 && !refreshed {
-                        refreshed = true
-                        observer.upload(.credentialsExpired(id: id))
-                        token = try uploader.auth.refresh(rejected: token, reason: "\(what) answered 401")
+                    if r.status == 401 && !requests.refreshedSinceAccepted {
+                        let rejected = token
+                        try requests.refreshCredentials(canRefresh: true, fail: { _ in
+                            UploadError(.http(401), message: "\(what): HTTP 401; the credentials were refused even after a refresh")
+                        }) {
+                            token = try uploader.auth.refresh(rejected: rejected, reason: "\(what) answered 401")
+                        }
                         continue
                     }
                     if r.isSuccess {
                         guard let obj = try? JSONSerialization.jsonObject(with: r.body) as? [String: Any] else {
-                            throw UploadError(code: "protocol", message: "\(what): the answer is not a JSON object")
+                            throw UploadError(.protocol, message: "\(what): the answer is not a JSON object")
                         }
                         return obj
                     }
@@ -220,19 +223,17 @@ public final class GcoreUploader: FileUploader, Sendable {
                     reason = "\(what): HTTP \(r.status)\(text.isEmpty ? "" : " (\(text))")"
                     guard isRetryableStatus(r.status) else {
                         let hint = r.status == 401 ? "; the credentials were refused even after a refresh" : ""
-                        throw UploadError(code: "http-\(r.status)", message: reason + hint)
+                        throw UploadError(.http(r.status), message: reason + hint)
                     }
                     retryAfter = retryAfterSeconds(r)
                 } catch let e as TransportError {
                     if e.kind == .cancelled { try control.check() }
-                    guard e.isRetryable else { throw UploadError(code: e.kind == .oversized ? "bad-response" : "transport", message: e.message) }
+                    guard e.isRetryable else { throw UploadError(e.kind == .oversized ? .badResponse : .transport, message: e.message) }
                     reason = e.message
                 }
-                guard let delay = retry.failure(at: 0, retryAfter: retryAfter) else {
-                    throw UploadError(code: "api", message: "\(reason); gave up after \(retry.attempts) tries", retryable: true)
+                try requests.backoff(reason: reason, progress: 0, retryAfter: retryAfter) { retry in
+                    UploadError(.api, message: "\(reason); gave up after \(retry.attempts) tries", retryable: true)
                 }
-                observer.upload(.retryStarted(id: id, attempt: retry.attempts, delay: delay, reason: Secrets.shared.redact(reason)))
-                try control.sleep(delay)
             }
         }
     }

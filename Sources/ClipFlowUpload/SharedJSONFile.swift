@@ -21,7 +21,7 @@ struct SharedJSONFile<Value: Codable>: Sendable where Value: Sendable {
             do {
                 try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             } catch {
-                throw UploadError(code: "output", message: "\(dir): cannot create the directory for \(what): \(error.localizedDescription)")
+                throw UploadError(.output, message: "\(dir): cannot create the directory for \(what): \(error.localizedDescription)")
             }
         }
     }
@@ -47,11 +47,11 @@ struct SharedJSONFile<Value: Codable>: Sendable where Value: Sendable {
         let lockPath = path + ".lock"
         let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
-            throw UploadError(code: "output", message: "\(lockPath): cannot open the lock of \(what): \(String(cString: strerror(errno)))")
+            throw UploadError(.output, message: "\(lockPath): cannot open the lock of \(what): \(String(cString: strerror(errno)))")
         }
         defer { close(fd) }
         while flock(fd, LOCK_EX) != 0 {
-            if errno != EINTR { throw UploadError(code: "output", message: "\(lockPath): cannot lock \(what): \(String(cString: strerror(errno)))") }
+            if errno != EINTR { throw UploadError(.output, message: "\(lockPath): cannot lock \(what): \(String(cString: strerror(errno)))") }
         }
         defer { flock(fd, LOCK_UN) }
         return try body()
@@ -64,7 +64,7 @@ struct SharedJSONFile<Value: Codable>: Sendable where Value: Sendable {
         do {
             return try decoder.decode(Value.self, from: data)
         } catch {
-            throw UploadError(code: "bad-input", message: "\(path): \(what) is damaged (\(error)); move it away to start afresh")
+            throw UploadError(.badInput, message: "\(path): \(what) is damaged (\(error)); move it away to start afresh")
         }
     }
 
@@ -77,7 +77,7 @@ struct SharedJSONFile<Value: Codable>: Sendable where Value: Sendable {
         func fail(_ what2: String) -> UploadError {
             let reason = String(cString: strerror(errno))
             unlink(tmp)
-            return UploadError(code: "output", message: "\(path): cannot save \(what) (\(what2): \(reason))")
+            return UploadError(.output, message: "\(path): cannot save \(what) (\(what2): \(reason))")
         }
         let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw fail("create") }

@@ -113,30 +113,33 @@ public struct NoUploadObserver: UploadObserver {
 
 // MARK: - Errors
 
-/// Why an upload failed, for people and for the queue's decision to retry later. `code` is a
-/// short stable token ("http-403", "network", "stalled", "file-changed", ...); `message` is
-/// already redacted.
+/// Why an upload failed, for people and for the queue's decision to retry later. `kind` says why
+/// as a type; `code` is its stable spelling ("http-403", "network", "stalled", "file-changed",
+/// ...) for events and the queue file; `message` is already redacted.
 public struct UploadError: Error, CustomStringConvertible, Sendable, Equatable {
-    public var code: String
+    public var kind: UploadErrorCode
     public var message: String
     /// True when trying again later (a new process, a later queue pass) can succeed.
     public var retryable: Bool
 
-    public init(code: String, message: String, retryable: Bool = false) {
-        self.code = code
+    /// The spelling of `kind`.
+    public var code: String { kind.rawValue }
+
+    public init(_ kind: UploadErrorCode, message: String, retryable: Bool = false) {
+        self.kind = kind
         self.message = Secrets.shared.redact(message)
         self.retryable = retryable
     }
 
     public var description: String { message }
 
-    public static let cancelled = UploadError(code: "cancelled", message: "upload cancelled")
-    public static let paused = UploadError(code: "paused", message: "upload paused", retryable: true)
+    public static let cancelled = UploadError(.cancelled, message: "upload cancelled")
+    public static let paused = UploadError(.paused, message: "upload paused", retryable: true)
 
     public var asClipFlowError: ClipFlowError {
-        switch code {
-        case "cancelled": return .interrupted
-        case "bad-input", "file-changed": return .badInput(message)
+        switch kind {
+        case .cancelled: return .interrupted
+        case .badInput, .fileChanged: return .badInput(message)
         default: return .failure(message)
         }
     }
@@ -298,13 +301,13 @@ public struct FileStamp: Sendable, Equatable, Codable {
         var st = stat()
         guard stat(path, &st) == 0 else {
             let reason = String(cString: strerror(errno))
-            throw UploadError(code: "bad-input", message: "\(path): cannot upload: \(reason)")
+            throw UploadError(.badInput, message: "\(path): cannot upload: \(reason)")
         }
         guard (st.st_mode & S_IFMT) == S_IFREG else {
-            throw UploadError(code: "bad-input", message: "\(path): cannot upload: not a regular file")
+            throw UploadError(.badInput, message: "\(path): cannot upload: not a regular file")
         }
         guard access(path, R_OK) == 0 else {
-            throw UploadError(code: "bad-input", message: "\(path): cannot upload: permission denied")
+            throw UploadError(.badInput, message: "\(path): cannot upload: permission denied")
         }
         return FileStamp(size: Int64(st.st_size), mtimeNanos: Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec))
     }
@@ -313,7 +316,7 @@ public struct FileStamp: Sendable, Equatable, Codable {
     public func verifyUnchanged(_ path: String) throws {
         let now = try FileStamp.of(path)
         if now != self {
-            throw UploadError(code: "file-changed",
+            throw UploadError(.fileChanged,
                               message: "\(path): the file changed while it was being uploaded (size \(size) -> \(now.size)); the partial upload was discarded, upload it again once it is complete")
         }
     }

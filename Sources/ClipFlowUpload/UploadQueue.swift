@@ -44,7 +44,7 @@ public struct QueueEntry: Codable, Sendable, Equatable {
 ///
 /// Threads: `run` blocks its caller and starts one thread per running upload. All other methods are
 /// thread-safe and may be called from any thread or process.
-public final class UploadQueue: @unchecked Sendable {
+public final class UploadQueue: Sendable {
     public let directory: String
     public let concurrency: Int
     public let resumeStore: ResumeStore
@@ -96,7 +96,7 @@ public final class UploadQueue: @unchecked Sendable {
         let absolute = URL(fileURLWithPath: file).standardizedFileURL.path
         let stamp = try FileStamp.of(absolute)
         for p in destination.problems() {
-            throw UploadError(code: "bad-input", message: "upload destination: \(p.field): \(p.message)")
+            throw UploadError(.badInput, message: "upload destination: \(p.field): \(p.message)")
         }
         return try modify { entries in
             if let existing = entries.first(where: { $0.file == absolute && $0.destination == destination && [.queued, .running, .paused].contains($0.state) }) {
@@ -119,7 +119,7 @@ public final class UploadQueue: @unchecked Sendable {
 
     public func entry(_ id: String) throws -> QueueEntry {
         guard let e = try list().first(where: { $0.id == id }) else {
-            throw UploadError(code: "bad-input", message: "no upload with id \(id) in \(queuePath) (see `clipflow upload list`)")
+            throw UploadError(.badInput, message: "no upload with id \(id) in \(queuePath) (see `clipflow upload list`)")
         }
         return e
     }
@@ -129,7 +129,7 @@ public final class UploadQueue: @unchecked Sendable {
     public func cancel(_ id: String) throws {
         let (entry, runningElsewhere) = try modify { entries -> (QueueEntry, Bool) in
             guard let i = entries.firstIndex(where: { $0.id == id }) else {
-                throw UploadError(code: "bad-input", message: "no upload with id \(id) (see `clipflow upload list`)")
+                throw UploadError(.badInput, message: "no upload with id \(id) (see `clipflow upload list`)")
             }
             let e = entries[i]
             if e.state == .running {
@@ -153,7 +153,7 @@ public final class UploadQueue: @unchecked Sendable {
     public func pause(_ id: String) throws {
         let entry = try modify { entries -> QueueEntry in
             guard let i = entries.firstIndex(where: { $0.id == id }) else {
-                throw UploadError(code: "bad-input", message: "no upload with id \(id) (see `clipflow upload list`)")
+                throw UploadError(.badInput, message: "no upload with id \(id) (see `clipflow upload list`)")
             }
             switch entries[i].state {
             case .running: entries[i].request = "pause"
@@ -170,7 +170,7 @@ public final class UploadQueue: @unchecked Sendable {
     public func resume(_ id: String) throws {
         try modify { entries in
             guard let i = entries.firstIndex(where: { $0.id == id }) else {
-                throw UploadError(code: "bad-input", message: "no upload with id \(id) (see `clipflow upload list`)")
+                throw UploadError(.badInput, message: "no upload with id \(id) (see `clipflow upload list`)")
             }
             if [.paused, .failed].contains(entries[i].state) {
                 entries[i].state = .queued
@@ -287,9 +287,9 @@ public final class UploadQueue: @unchecked Sendable {
         } catch let e as UploadError {
             outcome = .failure(e)
         } catch let e as ClipFlowError {
-            outcome = .failure(UploadError(code: "failure", message: e.message))
+            outcome = .failure(UploadError(.failure, message: e.message))
         } catch {
-            outcome = .failure(UploadError(code: "failure", message: "\(error)"))
+            outcome = .failure(UploadError(.failure, message: "\(error)"))
         }
         let stopping = stopFlag.load(ordering: .acquiring) || (external?.isCancelled ?? false)
         _ = try? modify { entries in
@@ -305,9 +305,9 @@ public final class UploadQueue: @unchecked Sendable {
                 entries[i].acknowledged = result.bytes
                 entries[i].errorCode = nil
                 entries[i].errorMessage = nil
-            case .failure(let e) where e.code == "paused":
+            case .failure(let e) where e.kind == .paused:
                 entries[i].state = stopping ? .queued : .paused
-            case .failure(let e) where e.code == "cancelled":
+            case .failure(let e) where e.kind == .cancelled:
                 entries[i].state = .cancelled
             case .failure(let e):
                 entries[i].state = .failed
@@ -316,12 +316,12 @@ public final class UploadQueue: @unchecked Sendable {
             }
         }
         if case .failure(let e) = outcome {
-            if e.code == "cancelled" {
+            if e.kind == .cancelled {
                 // Uploaders delete a cancelled upload themselves; this also covers one cancelled
                 // before it reached the server.
                 if let uploader = try? makeUploader(entry.destination, resumeStore) { try? uploader.discard(file: entry.file) }
                 if !progressSink.reported(.cancelled(id: entry.id)) { observer.upload(.cancelled(id: entry.id)) }
-            } else if e.code == "paused" {
+            } else if e.kind == .paused {
                 // Uploaders report their own pause; this covers one stopped before it reached them.
                 if !progressSink.reported(.paused(id: entry.id)) { observer.upload(.paused(id: entry.id)) }
             }
@@ -354,8 +354,8 @@ struct QueueFile: Codable, Equatable, Sendable {
 
 /// Forwards one upload's events to the queue's observer and keeps the queue file's progress
 /// roughly current (written at most every 2 s).
-private final class QueueProgress: UploadObserver, @unchecked Sendable {
-    private weak var queue: UploadQueue?
+private final class QueueProgress: UploadObserver, Sendable {
+    private weak let queue: UploadQueue?
     private let id: String
     private let observer: UploadObserver
     private let state = Mutex<(ack: Int64, written: Double)>((0, 0))

@@ -14,11 +14,11 @@ public enum UploadStages {
         d.bucket = p.string("bucket")
         d.region = p.string("region")
         d.keyPrefix = p.string("key-prefix")
-        d.addressing = p.string("addressing")
+        d.addressing = p.string("addressing").flatMap(S3Options.AddressingStyle.init(rawValue:))
         d.uploadURLTemplate = p.string("upload-url")
         d.chunkSize = p.int("chunk-size").map(Int64.init)
         d.minimumPartSize = p.int("min-part-size").map(Int64.init)
-        d.checksum = p.string("checksum")
+        d.checksum = p.string("checksum").flatMap(TUSOptions.Checksum.init(rawValue:))
         d.stallTimeout = p.int("stall-timeout")
         d.maxRetries = p.int("retries")
         d.retryDelay = p.double("retry-delay")
@@ -41,6 +41,9 @@ public enum UploadStages {
 /// upload queue, resumably, and reports progress, retries and results as pipeline events. When the
 /// pipeline is stopped (SIGINT) the uploads pause and stay queued: `clipflow upload run` (or the
 /// next pipeline run) continues them where the server stopped.
+/// `@unchecked Sendable`: the runner calls every hook on this stage's serial queue, which owns the
+/// mutable state (`queue`, `ids`, `results`); `cancel()`, from any thread, only reads `queue`,
+/// set in `prepare` before any other hook runs.
 public final class UploadStage: Stage, @unchecked Sendable {
     public let id: String
     public let destination: UploadDestination
@@ -66,11 +69,11 @@ public final class UploadStage: Stage, @unchecked Sendable {
             ParamSpec("bucket", .string, help: "s3: the bucket"),
             ParamSpec("region", .string, help: "s3: the signing region (default us-east-1)"),
             ParamSpec("key-prefix", .string, help: "s3: prefix of object keys (the key is prefix + file name)"),
-            ParamSpec("addressing", .choice(["path", "virtual"]), help: "s3: path style (endpoint/bucket/key, default) or virtual-hosted (bucket.endpoint/key)"),
+            ParamSpec("addressing", .choice(S3Options.AddressingStyle.allCases.map(\.rawValue)), help: "s3: path style (endpoint/bucket/key, default) or virtual-hosted (bucket.endpoint/key)"),
             ParamSpec("upload-url", .string, help: "gcore: TUS URL template, {hostname} replaced (default https://{hostname}/upload)"),
             ParamSpec("chunk-size", .integer(min: 1, max: nil), help: "TUS chunk / S3 part size in bytes (default: automatic)"),
             ParamSpec("min-part-size", .integer(min: 1, max: nil), help: "s3: the backend's smallest part (S3 5242880, OSS 102400)"),
-            ParamSpec("checksum", .choice(["auto", "off", "sha1", "sha256"]), help: "TUS checksum per chunk: auto (sha256 or sha1 when the server offers one; default), off, or sha1/sha256 (the upload fails if the server does not offer it)"),
+            ParamSpec("checksum", .choice(TUSOptions.Checksum.allCases.map(\.rawValue)), help: "TUS checksum per chunk: auto (sha256 or sha1 when the server offers one; default), off, or sha1/sha256 (the upload fails if the server does not offer it)"),
             ParamSpec("stall-timeout", .integer(min: 1, max: nil), help: "seconds without a byte moving before a request is retried (default 30)"),
             ParamSpec("retries", .integer(min: 0, max: nil), help: "failed requests in a row without progress before giving up (default 8)"),
             ParamSpec("retry-delay", .number(min: 0, max: nil), help: "first retry delay in seconds, doubled per failure, jittered (default 0.5)"),
@@ -165,7 +168,7 @@ public final class UploadStage: Stage, @unchecked Sendable {
 
 /// Turns upload events into pipeline events: progress, and notices for retries and credential
 /// refreshes (already redacted).
-private struct StageUploadObserver: UploadObserver, @unchecked Sendable {
+private struct StageUploadObserver: UploadObserver {
     let context: StageContext
     func upload(_ event: UploadEvent) {
         switch event {

@@ -2,6 +2,7 @@ import ArgumentParser
 import ClipFlowCore
 import ClipFlowUpload
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -89,11 +90,21 @@ struct DestinationFlags: ParsableArguments {
         d.bucket = bucket
         d.region = region
         d.keyPrefix = keyPrefix
-        d.addressing = addressing
+        if let addressing {
+            guard let a = S3Options.AddressingStyle(rawValue: addressing) else {
+                throw ValidationError("--addressing: must be \"path\" or \"virtual\"")
+            }
+            d.addressing = a
+        }
         d.uploadURLTemplate = uploadURLTemplate
         d.chunkSize = chunkSize
         d.minimumPartSize = minimumPartSize
-        d.checksum = checksum
+        if let checksum {
+            guard let c = TUSOptions.Checksum(rawValue: checksum) else {
+                throw ValidationError("--checksum: must be auto, off, sha1 or sha256")
+            }
+            d.checksum = c
+        }
         d.stallTimeout = stallTimeout
         d.responseTimeout = responseTimeout
         d.maxRetries = retries
@@ -269,11 +280,12 @@ struct UploadPrune: ParsableCommand {
 
 /// Prints upload events: a progress line per upload on stderr (every 10%, or a redrawn line on a
 /// terminal), retries and results; or JSON lines on stdout. Thread-safe.
-final class UploadPrinter: UploadObserver, @unchecked Sendable {
+final class UploadPrinter: UploadObserver, Sendable {
     let format: UploadEventFormat
     let quiet: Bool
-    private let lock = NSLock()
-    private var lastTenth: [String: Int] = [:]
+    /// Held while one event is written, so lines from concurrent uploads do not interleave; holds
+    /// the last tenth printed per upload.
+    private let lastTenth = Mutex<[String: Int]>([:])
     private let isTTY = isatty(2) == 1
 
     init(format: UploadEventFormat, quiet: Bool) {
@@ -282,7 +294,10 @@ final class UploadPrinter: UploadObserver, @unchecked Sendable {
     }
 
     func upload(_ event: UploadEvent) {
-        lock.lock(); defer { lock.unlock() }
+        lastTenth.withLock { lastTenth in write(event, &lastTenth) }
+    }
+
+    private func write(_ event: UploadEvent, _ lastTenth: inout [String: Int]) {
         if format == .json {
             FileHandle.standardOutput.write((Self.json(event) + "\n").data(using: .utf8)!)
             return
@@ -318,8 +333,7 @@ final class UploadPrinter: UploadObserver, @unchecked Sendable {
 
     func say(_ s: String) {
         guard format == .text, !quiet else { return }
-        lock.lock(); defer { lock.unlock() }
-        err(s)
+        lastTenth.withLock { _ in err(s) }
     }
 
     /// Exit status from how the uploads ended: 0 when none failed (uploads paused or cancelled on

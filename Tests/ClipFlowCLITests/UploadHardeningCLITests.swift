@@ -129,4 +129,19 @@ final class UploadHardeningCLITests: XCTestCase {
         XCTAssertTrue(contents(of: queue).contains("UPLOAD_TOKEN_VAR"), "the command is kept, so `upload run` can resume")
         XCTAssertTrue(try server.requests().contains { $0.headers["authorization"] == "Bearer \(token)" })
     }
+
+    /// Without a usable libcurl the upload fails with a message naming the library and what to
+    /// install, through the CLI's error path (the shim never exits the process itself).
+    func testMissingLibcurlIsReportedNotExited() throws {
+        let dir = fx.scratch("upload-no-libcurl").path
+        try "int clipflow_fake_curl;\n".write(toFile: dir + "/e.c", atomically: true, encoding: .utf8)
+        // A libcurl.so.4 without curl's functions, found first through LD_LIBRARY_PATH.
+        _ = try Run.run(["cc", "-shared", "-fPIC", "-o", dir + "/libcurl.so.4", dir + "/e.c"])
+        let file = try makeFile("no-curl.bin", bytes: 1000)
+        let r = try Run.run([binary, "upload", file, "--to", "tus", "--endpoint", "http://127.0.0.1:9/files",
+                             "--queue", dir + "/queue"], env: ["LD_LIBRARY_PATH": dir], check: false)
+        XCTAssertEqual(r.status, 1, r.stderr)
+        let line = try XCTUnwrap(r.stderr.split(separator: "\n").first { $0.hasPrefix("error:") }, r.stderr)
+        XCTAssertTrue(line.hasPrefix("error: \(file): cannot upload: libcurl has no curl_global_init; install libcurl4"), String(line))
+    }
 }

@@ -694,9 +694,9 @@ final class TUSReviewFixTests: XCTestCase {
             XCTAssertTrue(u?.message.contains("sha256") ?? false, u?.message ?? "")
         }
         var d = UploadDestination(method: .tus, endpoint: server.baseURL)
-        d.checksum = "sha256"
+        d.checksum = .sha256
         XCTAssertEqual(d.tusOptions.checksum, .sha256)
-        d.checksum = "sha1"
+        d.checksum = .sha1
         XCTAssertEqual(d.tusOptions.checksum, .sha1)
     }
 }

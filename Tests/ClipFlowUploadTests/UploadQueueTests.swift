@@ -29,7 +29,7 @@ final class UploadQueueTests: XCTestCase {
             var have = (try? Data(contentsOf: out)) ?? Data()
             observer.upload(.started(id: id, file: file, bytes: Int64(data.count), resumedAt: Int64(have.count)))
             if failFirst, StepUploader.active.withLock({ $0.failed.insert(file).inserted }) {
-                throw UploadError(code: "http-500", message: "\(file): server error", retryable: true)
+                throw UploadError(.http(500), message: "\(file): server error", retryable: true)
             }
             while have.count < data.count {
                 try control.check()
@@ -188,6 +188,6 @@ final class UploadQueueTests: XCTestCase {
             Thread.sleep(forTimeInterval: 0.01)
         }
         XCTFail("condition not met within \(timeout) s", file: file, line: line)
-        throw UploadError(code: "timeout", message: "timed out")
+        throw UploadError(.internal, message: "timed out")
     }
 }

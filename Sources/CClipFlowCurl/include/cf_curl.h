@@ -1,6 +1,13 @@
-// C shim for libcurl (and libcrypto's digests): only what Swift cannot import (the variadic curl_easy_setopt and
-// curl_easy_getinfo), as typed non-variadic wrappers. Every name is prefixed cf_. Imported only by
-// ClipFlowUpload (internal import). Both libraries are loaded on first use (see cf_curl.c).
+// C shim for libcurl and libcrypto's digests, imported only by ClipFlowUpload (internal import).
+// It holds three things and nothing else:
+//  - typed non-variadic wrappers (prefixed cf_) for what Swift cannot import: the variadic
+//    curl_easy_setopt/curl_easy_getinfo and the callback return values built from casts;
+//  - the loader: both libraries are opened with dlopen on first use, not linked, and the curl and
+//    EVP/HMAC functions ClipFlowUpload calls are defined in cf_curl.c under their own names,
+//    forwarding to the loaded library;
+//  - cf_curl_load_error(), the one way to learn whether loading worked.
+// No function here exits or prints: when loading failed, every forwarding function returns its
+// library's failure value (CURLE_FAILED_INIT, NULL, 0) and the Swift side reports the load error.
 #ifndef CF_CURL_H
 #define CF_CURL_H
 #include <curl/curl.h>
@@ -15,7 +22,7 @@ typedef int (*cf_curl_xferinfo_cb)(void *userdata, curl_off_t dltotal, curl_off_
 typedef int (*cf_curl_seek_cb)(void *userdata, curl_off_t offset, int origin);
 
 /// NULL once libcurl and libcrypto are loaded, else why they could not be (loads them on the first
-/// call). Any other function of either library, called when this is not NULL, exits the process.
+/// call; thread-safe). While this is not NULL, every other function returns a failure value.
 const char *cf_curl_load_error(void);
 
 CURLcode cf_curl_setopt_long(CURL *h, CURLoption opt, long value);

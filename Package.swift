@@ -21,21 +21,21 @@ let package = Package(
         .library(name: "ClipFlowCore", targets: ["ClipFlowCore"]),
         .library(name: "ClipFlowMedia", targets: ["ClipFlowMedia"]),
         .library(name: "ClipFlowCapture", targets: ["ClipFlowCapture"]),
-        .library(name: "ClipFlowUpload", targets: ["ClipFlowUpload"]),
+        .library(name: "ClipFlowUpload", targets: ["ClipFlowUpload"])
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0")
     ],
     targets: [
         .target(
             name: "CClipFlowFFmpeg",
             linkerSettings: [
                 .linkedLibrary("avformat"), .linkedLibrary("avcodec"),
-                .linkedLibrary("swscale"), .linkedLibrary("avutil"),
+                .linkedLibrary("swscale"), .linkedLibrary("avutil")
             ]
         ),
         .target(name: "CClipFlowV4L2"),
-        .target(name: "CClipFlowCurl", linkerSettings: [.linkedLibrary("dl")]),   // libcurl, libcrypto: dlopen (cf_curl.c)
+        .target(name: "CClipFlowCurl", linkerSettings: [.linkedLibrary("dl")]),  // libcurl, libcrypto: dlopen (cf_curl.c)
         .target(name: "ClipFlowCore", swiftSettings: staticStdlib),
         .target(name: "ClipFlowMedia", dependencies: ["ClipFlowCore", "CClipFlowFFmpeg"], swiftSettings: staticStdlib),
         .target(name: "ClipFlowCapture", dependencies: ["ClipFlowCore", "ClipFlowMedia", "CClipFlowV4L2"], swiftSettings: staticStdlib),
@@ -43,13 +43,14 @@ let package = Package(
         // The emulated vivid camera (a kernel stand-in behind ClipFlowCapture's syscall seam): the
         // tests' camera, and the CLI's "no camera here" feature (CLIPFLOW_V4L2_EMULATE). It speaks
         // the kernel's side of the V4L2 structs, so it imports the V4L2 shim too.
-        .target(name: "ClipFlowCaptureEmulation", dependencies: ["ClipFlowCapture", "ClipFlowCore", "ClipFlowMedia", "CClipFlowV4L2"],
-                swiftSettings: staticStdlib),
+        .target(
+            name: "ClipFlowCaptureEmulation", dependencies: ["ClipFlowCapture", "ClipFlowCore", "ClipFlowMedia", "CClipFlowV4L2"],
+            swiftSettings: staticStdlib),
         .executableTarget(
             name: "clipflow",
             dependencies: [
                 "ClipFlowCore", "ClipFlowMedia", "ClipFlowCapture", "ClipFlowCaptureEmulation", "ClipFlowUpload",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser")
             ],
             swiftSettings: staticStdlib,
             linkerSettings: [.unsafeFlags(["-static-stdlib"], .when(configuration: .release))]
@@ -58,9 +59,10 @@ let package = Package(
         .target(name: "ClipFlowTestSupport", path: "Tests/ClipFlowTestSupport"),
         .testTarget(name: "ClipFlowCoreTests", dependencies: ["ClipFlowCore"]),
         .testTarget(name: "ClipFlowMediaTests", dependencies: ["ClipFlowMedia", "ClipFlowCore", "ClipFlowTestSupport"]),
-        .testTarget(name: "ClipFlowCaptureTests", dependencies: ["ClipFlowCapture", "ClipFlowCaptureEmulation", "ClipFlowMedia", "ClipFlowCore", "ClipFlowTestSupport"]),
+        .testTarget(
+            name: "ClipFlowCaptureTests", dependencies: ["ClipFlowCapture", "ClipFlowCaptureEmulation", "ClipFlowMedia", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowCaptureEmulationTests", dependencies: ["ClipFlowCaptureEmulation", "ClipFlowCapture", "ClipFlowCore"]),
         .testTarget(name: "ClipFlowUploadTests", dependencies: ["ClipFlowUpload", "ClipFlowCore", "ClipFlowTestSupport"]),
-        .testTarget(name: "ClipFlowCLITests", dependencies: ["clipflow", "ClipFlowTestSupport"]),
+        .testTarget(name: "ClipFlowCLITests", dependencies: ["clipflow", "ClipFlowTestSupport"])
     ]
 )

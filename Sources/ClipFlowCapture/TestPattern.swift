@@ -175,8 +175,9 @@ public final class TestPatternGenerator {
         case .yuyv422: data = Self.toYUYV(planar, w, h)
         default: data = planar
         }
-        return VideoFrame(width: w, height: h, format: settings.format == .mjpeg ? .yuv420p : settings.format,
-                          data: data, time: Double(n) / settings.fps, sequence: n, nominalRate: settings.fps)
+        return VideoFrame(
+            width: w, height: h, format: settings.format == .mjpeg ? .yuv420p : settings.format,
+            data: data, time: Double(n) / settings.fps, sequence: n, nominalRate: settings.fps)
     }
 
     /// `count` sample frames starting at sample frame `first`.
@@ -220,7 +221,7 @@ public final class TestPatternGenerator {
     /// 3x5 glyphs for 0-9, one row per 3 bits.
     private static let glyphs: [[UInt8]] = [
         [7, 5, 5, 5, 7], [2, 6, 2, 2, 7], [7, 1, 7, 4, 7], [7, 1, 7, 1, 7], [5, 5, 7, 1, 1],
-        [7, 4, 7, 1, 7], [7, 4, 7, 5, 7], [7, 1, 1, 1, 1], [7, 5, 7, 5, 7], [7, 5, 7, 1, 7],
+        [7, 4, 7, 1, 7], [7, 4, 7, 5, 7], [7, 1, 1, 1, 1], [7, 5, 7, 5, 7], [7, 5, 7, 1, 7]
     ]
 
     private func drawNumber(_ p: UnsafeMutablePointer<UInt8>, _ n: Int64, x: Int, y: Int, unit u: Int) {

@@ -34,7 +34,7 @@ public final class TestPatternSource: Stage, @unchecked Sendable {
             ParamSpec("sample-rate", .integer(min: 8000, max: 192_000), default: .number(48000), help: "audio sample rate"),
             ParamSpec("realtime", .boolean, default: .bool(true), help: "pace like a camera (false: as fast as the consumer takes it)"),
             ParamSpec("duration", .number(min: 0, max: nil), default: .number(0), help: "seconds to record (0: until stopped, unless frames is set)"),
-            ParamSpec("frames", .integer(min: 0, max: nil), default: .number(0), help: "pictures to make (0: no limit)"),
+            ParamSpec("frames", .integer(min: 0, max: nil), default: .number(0), help: "pictures to make (0: no limit)")
         ],
         queue: LinkLimits(maxItems: 64, maxBytes: 64 << 20),
         check: { p, path in
@@ -47,12 +47,14 @@ public final class TestPatternSource: Stage, @unchecked Sendable {
             return issues
         },
         make: { id, p in
-            var s = TestPatternSettings(width: p.int("width") ?? 1280, height: p.int("height") ?? 720, fps: p.double("fps") ?? 30,
-                                        format: PixelFormat(rawValue: p.string("format") ?? "yuv420p") ?? .yuv420p,
-                                        sampleRate: p.int("sample-rate") ?? 48000)
+            var s = TestPatternSettings(
+                width: p.int("width") ?? 1280, height: p.int("height") ?? 720, fps: p.double("fps") ?? 30,
+                format: PixelFormat(rawValue: p.string("format") ?? "yuv420p") ?? .yuv420p,
+                sampleRate: p.int("sample-rate") ?? 48000)
             if p.bool("audio") == false { s.sampleRate = 0 }
-            return TestPatternSource(id: id, settings: s, realtime: p.bool("realtime") ?? true,
-                                     duration: p.double("duration") ?? 0, frames: Int64(p.int("frames") ?? 0))
+            return TestPatternSource(
+                id: id, settings: s, realtime: p.bool("realtime") ?? true,
+                duration: p.double("duration") ?? 0, frames: Int64(p.int("frames") ?? 0))
         })
 
     /// `duration` seconds or `frames` pictures, whichever is set and smaller (both 0: until stopped).
@@ -78,9 +80,11 @@ public final class TestPatternSource: Stage, @unchecked Sendable {
         let clock = context.clock
         let start = clock.now()
         var n: Int64 = 0
-        context.emit(.notice("test pattern \(settings.width)x\(settings.height) \(settings.format.rawValue) at \(settings.fps) fps"
-                             + (settings.sampleRate > 0 ? ", audio \(settings.sampleRate) Hz" : ", no audio")
-                             + (realtime ? ", real time" : ", as fast as possible")))
+        context.emit(
+            .notice(
+                "test pattern \(settings.width)x\(settings.height) \(settings.format.rawValue) at \(settings.fps) fps"
+                    + (settings.sampleRate > 0 ? ", audio \(settings.sampleRate) Hz" : ", no audio")
+                    + (realtime ? ", real time" : ", as fast as possible")))
         while frameLimit.map({ n < $0 }) ?? true {
             if context.stopRequested { break }
             if realtime {

@@ -58,7 +58,6 @@ extension V4L2Device {
         return b
     }
 
-
     /// Stops streaming (STREAMOFF), unmaps the buffers and frees them (REQBUFS 0). Safe to call
     /// again, and after the device was unplugged (errors are ignored: nothing more can be done).
     public func stop() {
@@ -67,7 +66,7 @@ extension V4L2Device {
             try? fd.ioctl("VIDIOC_STREAMOFF", cf_VIDIOC_STREAMOFF, &type)
             streaming = false
         }
-        buffers.removeAll()   // munmap each (MappedBuffer.deinit)
+        buffers.removeAll()  // munmap each (MappedBuffer.deinit)
         if buffersRequested {
             var req = v4l2_requestbuffers()
             req.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue

@@ -34,9 +34,11 @@ extension V4L2Device {
             d.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
             guard try enumerate("VIDIOC_ENUM_FMT", cf_VIDIOC_ENUM_FMT, &d) else { break }
             let (sizes, range) = try frameSizes(d.pixelformat)
-            out.append(CameraFormatInfo(fourcc: fourccString(d.pixelformat), format: CameraFormat(fourcc: d.pixelformat),
-                                        description: cString(&d.description),
-                                        compressed: d.flags & UInt32(V4L2_FMT_FLAG_COMPRESSED) != 0, sizes: sizes, sizeRange: range))
+            out.append(
+                CameraFormatInfo(
+                    fourcc: fourccString(d.pixelformat), format: CameraFormat(fourcc: d.pixelformat),
+                    description: cString(&d.description),
+                    compressed: d.flags & UInt32(V4L2_FMT_FLAG_COMPRESSED) != 0, sizes: sizes, sizeRange: range))
         }
         return out
     }
@@ -63,8 +65,12 @@ extension V4L2Device {
             } else {
                 // STEPWISE or CONTINUOUS (step 1): one entry describes every size.
                 let r = s.stepwise
-                return (sizes, CameraSizeRange(minWidth: Int(r.min_width), maxWidth: Int(r.max_width), stepWidth: Int(r.step_width),
-                                               minHeight: Int(r.min_height), maxHeight: Int(r.max_height), stepHeight: Int(r.step_height)))
+                return (
+                    sizes,
+                    CameraSizeRange(
+                        minWidth: Int(r.min_width), maxWidth: Int(r.max_width), stepWidth: Int(r.step_width),
+                        minHeight: Int(r.min_height), maxHeight: Int(r.max_height), stepHeight: Int(r.step_height))
+                )
             }
         }
         return (sizes, nil)

@@ -14,7 +14,8 @@ extension V4L2Device {
     public func configure(_ request: CaptureRequest) throws -> NegotiatedFormat {
         guard !streaming else { throw ClipFlowError.failure("camera '\(path)': cannot change the format while streaming") }
         guard request.width > 0, request.height > 0, request.fps > 0 else {
-            throw ClipFlowError.badInput("camera '\(path)': asked for \(request.width)x\(request.height) at \(request.fps) fps; width, height and fps must be positive")
+            throw ClipFlowError.badInput(
+                "camera '\(path)': asked for \(request.width)x\(request.height) at \(request.fps) fps; width, height and fps must be positive")
         }
         let offered = try formats()
         let chosen = try choose(request, offered)
@@ -56,15 +57,17 @@ extension V4L2Device {
         // Raw at the size and rate, MJPEG at the size and rate, then either at the size, then
         // anything (S_FMT will adjust the size).
         if let f = first(sizeAndRate, raw: true) ?? first(sizeAndRate, raw: false) ?? first(size, raw: true)
-            ?? first(size, raw: false) ?? first({ _ in true }, raw: true) ?? first({ _ in true }, raw: false) {
+            ?? first(size, raw: false) ?? first({ _ in true }, raw: true) ?? first({ _ in true }, raw: false)
+        {
             return f
         }
         throw unsupported("any format clipflow reads (yuyv, nv12, yuv420, mjpeg)", offered)
     }
 
     private func unsupported(_ what: String, _ offered: [CameraFormatInfo]) -> ClipFlowError {
-        .badInput("camera '\(path)' (\(card)) does not support \(what); it supports:\n"
-            + (offered.isEmpty ? "  nothing it lists" : offered.map { "  " + $0.summary }.joined(separator: "\n")))
+        .badInput(
+            "camera '\(path)' (\(card)) does not support \(what); it supports:\n"
+                + (offered.isEmpty ? "  nothing it lists" : offered.map { "  " + $0.summary }.joined(separator: "\n")))
     }
 
     /// S_PARM with 1/fps when the driver can set it; returns the rate G_PARM reports (0: unknown).

@@ -62,16 +62,18 @@ extension V4L2Device {
                 decoder = jpeg
                 do {
                     let d = try jpeg.decode(picture, time: time, sequence: Int64(seq))
-                    frame = VideoFrame(width: d.width, height: d.height, format: d.format, data: d.data, time: time,
-                                       sequence: Int64(seq), nominalRate: n.fps > 0 ? n.fps : nil)
+                    frame = VideoFrame(
+                        width: d.width, height: d.height, format: d.format, data: d.data, time: time,
+                        sequence: Int64(seq), nominalRate: n.fps > 0 ? n.fps : nil)
                 } catch {
                     brokenFrames += 1
                     if deviceLost { return .deviceLost }
                     continue
                 }
             } else {
-                frame = VideoFrame(width: n.width, height: n.height, format: n.format.output, data: picture, time: time, sequence: Int64(seq),
-                                   nominalRate: n.fps > 0 ? n.fps : nil)
+                frame = VideoFrame(
+                    width: n.width, height: n.height, format: n.format.output, data: picture, time: time, sequence: Int64(seq),
+                    nominalRate: n.fps > 0 ? n.fps : nil)
             }
             return .frame(frame)
         }

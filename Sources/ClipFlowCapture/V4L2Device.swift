@@ -74,8 +74,9 @@ public final class V4L2Device {
         switch e.code {
         case ENOENT, ENODEV, ENXIO:
             let others = syscalls.deviceNodes().filter { $0 != path }
-            return .badInput("camera '\(path)': no such device; is the camera plugged in?"
-                + (others.isEmpty ? " (no video devices found)" : " (video devices found: \(others.joined(separator: ", ")); run 'clipflow devices')"))
+            return .badInput(
+                "camera '\(path)': no such device; is the camera plugged in?"
+                    + (others.isEmpty ? " (no video devices found)" : " (video devices found: \(others.joined(separator: ", ")); run 'clipflow devices')"))
         case EACCES, EPERM:
             return .badInput("camera '\(path)': permission denied; add your user to the 'video' group (sudo usermod -aG video $USER) and log in again")
         case EBUSY:

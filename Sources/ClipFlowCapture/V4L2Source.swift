@@ -58,22 +58,27 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
             ParamSpec("width", .integer(min: 16, max: 8192), default: .number(1280), help: "picture width (the camera may adjust it)"),
             ParamSpec("height", .integer(min: 16, max: 8192), default: .number(720), help: "picture height (the camera may adjust it)"),
             ParamSpec("fps", .number(min: 1, max: 240), default: .number(30), help: "frames per second to ask for"),
-            ParamSpec("format", .choice(["auto", "yuyv", "nv12", "yuv420", "mjpeg"]), default: .string("auto"),
-                      help: "camera pixel format; auto: the best raw format offering the size, else MJPEG (decoded to yuv420p)"),
+            ParamSpec(
+                "format", .choice(["auto", "yuyv", "nv12", "yuv420", "mjpeg"]), default: .string("auto"),
+                help: "camera pixel format; auto: the best raw format offering the size, else MJPEG (decoded to yuv420p)"),
             ParamSpec("duration", .number(min: 0, max: nil), default: .number(0), help: "seconds to capture (0: until stopped)"),
-            ParamSpec("frames", .integer(min: 0, max: nil), default: .number(0), help: "frames to capture (0: unlimited)"),
+            ParamSpec("frames", .integer(min: 0, max: nil), default: .number(0), help: "frames to capture (0: unlimited)")
         ],
         make: { id, p in
             let f = p.string("format") ?? "auto"
-            return V4L2Source(id: id, device: p.string("device") ?? "/dev/video0",
-                              request: CaptureRequest(width: p.int("width") ?? 1280, height: p.int("height") ?? 720,
-                                                      fps: p.double("fps") ?? 30, format: CameraFormat(rawValue: f)),
-                              duration: p.double("duration") ?? 0, frames: p.int("frames") ?? 0)
+            return V4L2Source(
+                id: id, device: p.string("device") ?? "/dev/video0",
+                request: CaptureRequest(
+                    width: p.int("width") ?? 1280, height: p.int("height") ?? 720,
+                    fps: p.double("fps") ?? 30, format: CameraFormat(rawValue: f)),
+                duration: p.double("duration") ?? 0, frames: p.int("frames") ?? 0)
         })
 
     /// `syscalls` nil: the process-wide default (`V4L2System.defaultSyscalls()`).
-    public init(id: String, device: String = "/dev/video0", request: CaptureRequest = CaptureRequest(),
-                duration: Double = 0, frames: Int = 0, syscalls: (any V4L2Syscalls)? = nil) {
+    public init(
+        id: String, device: String = "/dev/video0", request: CaptureRequest = CaptureRequest(),
+        duration: Double = 0, frames: Int = 0, syscalls: (any V4L2Syscalls)? = nil
+    ) {
         self.id = id
         self.device = device
         self.request = request
@@ -105,7 +110,8 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
             case .timeout:
                 quiet += Double(Self.pollMs) / 1000
                 if quiet >= Self.stallSeconds {
-                    throw ClipFlowError.failure("camera \(device) sent no frame for \(Int(Self.stallSeconds)) seconds; is it covered by another program, or broken?")
+                    throw ClipFlowError.failure(
+                        "camera \(device) sent no frame for \(Int(Self.stallSeconds)) seconds; is it covered by another program, or broken?")
                 }
             case .deviceLost:
                 deviceLost = true
@@ -141,7 +147,10 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
         }
         brokenFrames = cam.brokenFrames
         if brokenFrames > 0 {
-            context.emit(.notice("camera \(device): \(brokenFrames) broken picture\(brokenFrames == 1 ? "" : "s") skipped (flagged by the driver, or MJPEG that did not decode)"))
+            context.emit(
+                .notice(
+                    "camera \(device): \(brokenFrames) broken picture\(brokenFrames == 1 ? "" : "s") skipped (flagged by the driver, or MJPEG that did not decode)"
+                ))
         }
         report(context)
         cam.stop()

@@ -65,9 +65,10 @@ extension EmulatedVivid {
         try checkType(f.pointee.type)
         let want = f.pointee.fmt.pix
         let code = offers(want.pixelformat) ? want.pixelformat : (configuration.formats.first?.fourcc ?? fourcc)
-        let nearest = configuration.sizes.min { a, b in
-            abs(a.width - Int(want.width)) + abs(a.height - Int(want.height)) < abs(b.width - Int(want.width)) + abs(b.height - Int(want.height))
-        } ?? size
+        let nearest =
+            configuration.sizes.min { a, b in
+                abs(a.width - Int(want.width)) + abs(a.height - Int(want.height)) < abs(b.width - Int(want.width)) + abs(b.height - Int(want.height))
+            } ?? size
         fill(f, fourcc: code, size: nearest)
     }
 

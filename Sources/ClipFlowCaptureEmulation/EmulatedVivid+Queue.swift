@@ -37,7 +37,8 @@ extension EmulatedVivid {
         try checkOwner(fd)
         let i = Int(b.pointee.index)
         guard owner == fd, i < buffers.count, b.pointee.memory == V4L2_MEMORY_MMAP.rawValue,
-              buffers[i].state == .dequeued else { throw SyscallErrno(EINVAL) }
+            buffers[i].state == .dequeued
+        else { throw SyscallErrno(EINVAL) }
         buffers[i].state = .queued
         queued.append(i)
         describe(i, into: b)

@@ -55,7 +55,8 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
             if fd < 0 { throw SyscallErrno(errno) }
             shm_unlink(name)
             guard ftruncate(fd, off_t(total)) == 0,
-                  let p = Glibc.mmap(nil, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), p != MAP_FAILED else {
+                let p = Glibc.mmap(nil, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), p != MAP_FAILED
+            else {
                 let e = errno
                 Glibc.close(fd)
                 throw SyscallErrno(e)
@@ -166,7 +167,8 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
             guard fds[fd] != nil else { throw SyscallErrno(EBADF) }
             if unplugged { throw SyscallErrno(ENODEV) }
             guard owner == fd, let memory, offset % bufferLength == 0, offset / bufferLength < buffers.count,
-                  length > 0, length <= bufferLength, flags & MAP_SHARED != 0 else { throw SyscallErrno(EINVAL) }
+                length > 0, length <= bufferLength, flags & MAP_SHARED != 0
+            else { throw SyscallErrno(EINVAL) }
             guard let p = Glibc.mmap(nil, length, prot, MAP_SHARED, memory.fd, off_t(offset)), p != MAP_FAILED else {
                 throw SyscallErrno(errno)
             }
@@ -256,7 +258,6 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
             return 0
         }
     }
-
 
     func locked<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
         lock.lock()

@@ -71,12 +71,15 @@ extension EmulatedVivid {
                     readerStall = (n, ms / 1000)
                 case ("formats", let v?):
                     guard let f = Format(rawValue: v) else {
-                        throw ClipFlowError.badInput("\(V4L2Emulation.environmentVariable): unknown format '\(v)'; known: \(Format.allCases.map(\.rawValue).joined(separator: ", "))")
+                        throw ClipFlowError.badInput(
+                            "\(V4L2Emulation.environmentVariable): unknown format '\(v)'; known: \(Format.allCases.map(\.rawValue).joined(separator: ", "))")
                     }
                     formats = [f]
                     inFormats = true
                 default:
-                    throw ClipFlowError.badInput("\(V4L2Emulation.environmentVariable): unknown option '\(token)'; known: 1, formats=yuyv,nv12,yuv420,mjpeg, unplug-after=N, jitter=MS, stall=FRAMES:MS, broken-every=N, busy, denied, missing, output")
+                    throw ClipFlowError.badInput(
+                        "\(V4L2Emulation.environmentVariable): unknown option '\(token)'; known: 1, formats=yuyv,nv12,yuv420,mjpeg, unplug-after=N, jitter=MS, stall=FRAMES:MS, broken-every=N, busy, denied, missing, output"
+                    )
                 }
             }
         }

@@ -10,8 +10,8 @@ import Foundation
 final class PictureGenerator {
     let fourcc: UInt32
     let size: EmulatedVivid.FrameSize
-    private let packed: Bool          // YUYV: luma at every other byte
-    private var background: [UInt8]   // in the device's layout (yuv420p for MJPEG)
+    private let packed: Bool  // YUYV: luma at every other byte
+    private var background: [UInt8]  // in the device's layout (yuv420p for MJPEG)
     private let encoder: JPEGEncoder?
 
     init(fourcc: UInt32, size: EmulatedVivid.FrameSize) {

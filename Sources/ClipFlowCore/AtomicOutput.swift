@@ -1,6 +1,6 @@
 import Foundation
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// An output file written under a temporary name next to its target and renamed into place only
@@ -29,11 +29,13 @@ public final class AtomicOutput {
     /// missing or not writable, or if the target is an existing directory.
     public convenience init(target: URL, label: String = "output") throws {
         do {
-            try self.init(target: target, label: label, make: { path in
-                let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o666)
-                if fd >= 0 { close(fd) }
-                return fd >= 0 ? 0 : errno
-            })
+            try self.init(
+                target: target, label: label,
+                make: { path in
+                    let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o666)
+                    if fd >= 0 { close(fd) }
+                    return fd >= 0 ? 0 : errno
+                })
         } catch let e as CannotCreate {
             throw ClipFlowError.output(e.description)
         }
@@ -187,7 +189,7 @@ public enum LeftoverTemporaries {
             var st = stat()
             guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { continue }
             guard now - Double(st.st_mtim.tv_sec) >= minimumAge else { continue }
-            guard flock(fd, LOCK_EX | LOCK_NB) == 0 else { continue }   // a live writer holds it
+            guard flock(fd, LOCK_EX | LOCK_NB) == 0 else { continue }  // a live writer holds it
             // Still the file we locked (not committed or replaced meanwhile): remove it while
             // holding the lock, so no writer can be handed it.
             if sameFile(fd, path), unlink(path) == 0 { removed.append(name) }

@@ -1,6 +1,6 @@
 import Foundation
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// What a path names on disk, for "is this the same file" checks that spelled paths get wrong
@@ -117,7 +117,8 @@ public enum OutputSafety {
             if let i = inputByEntry[id.entry] {
                 found.append(Clash(outputIndex: n, output: o.path, outputLabel: o.label, other: i.path, otherLabel: i.label, otherIsInput: true))
             } else if let f = id.file, let i = inputByFile[f],
-                      !(o.copyOf.map { FileIdentity(path: $0).file == f } ?? false) {
+                !(o.copyOf.map { FileIdentity(path: $0).file == f } ?? false)
+            {
                 found.append(Clash(outputIndex: n, output: o.path, outputLabel: o.label, other: i.path, otherLabel: i.label, otherIsInput: true))
             } else if let earlier = outputByEntry[id.entry], earlier.copyOf == nil || earlier.copyOf != o.copyOf {
                 found.append(Clash(outputIndex: n, output: o.path, outputLabel: o.label, other: earlier.path, otherLabel: earlier.label, otherIsInput: false))

@@ -58,7 +58,7 @@ public struct AudioJoinPlan: Equatable, Sendable {
 
         /// Raw range over which the shift may change.
         public var slideZone: Range<Int64> {
-            (frames.lowerBound + 1) * AudioJoinPlan.frameSize ..< (frames.upperBound - 1) * AudioJoinPlan.frameSize
+            (frames.lowerBound + 1) * AudioJoinPlan.frameSize..<(frames.upperBound - 1) * AudioJoinPlan.frameSize
         }
     }
 
@@ -98,7 +98,7 @@ public struct AudioJoinPlan: Equatable, Sendable {
             let z = priming + c.start - c.priming
             let f = floorDiv(z, F)
             offsets.append(f)
-            shifts.append(f * F - z) // in (-1024, 0]
+            shifts.append(f * F - z)  // in (-1024, 0]
         }
         // Copyable packets per clip (clip packet indices, inclusive range; may be empty).
         var lo: [Int64] = [], hi: [Int64] = []
@@ -123,8 +123,8 @@ public struct AudioJoinPlan: Equatable, Sendable {
         // One region per join, then merge regions that touch or swallow a clip.
         var regions: [Region] = []
         for i in 1..<max(1, clips.count) where clips.count > 1 {
-            let A = hi[i - 1] + 1          // first out frame not copied from the left clip
-            let B = lo[i]                  // first out frame copied from the right clip
+            let A = hi[i - 1] + 1  // first out frame not copied from the left clip
+            let B = lo[i]  // first out frame copied from the right clip
             let need = max(4, regionFrames)
             var a = min(A, B), b = max(A, B)
             if b - a < need {
@@ -140,7 +140,7 @@ public struct AudioJoinPlan: Equatable, Sendable {
         var merged: [Region] = []
         for r in regions {
             if var last = merged.last {
-                let gapClip = r.clips.lowerBound // the clip between last and r
+                let gapClip = r.clips.lowerBound  // the clip between last and r
                 let copyLo = max(last.frames.upperBound, lo[gapClip])
                 let copyHi = min(r.frames.lowerBound - 1, hi[gapClip])
                 if copyHi < copyLo {

@@ -29,8 +29,8 @@ struct AudioRegionRenderer {
     let channels: Int32
     let bitRate: Int64
 
-    static let spliceWindow = 256        // half-width of the correlation window
-    static let spliceSearch: Int64 = 300 // search +- this many samples around the ideal jump
+    static let spliceWindow = 256  // half-width of the correlation window
+    static let spliceSearch: Int64 = 300  // search +- this many samples around the ideal jump
     static let crossfade = 256
 
     /// Renders every region in order; `deliver(i, packets)` is called as soon as region i is
@@ -107,8 +107,11 @@ struct AudioRegionRenderer {
             pending.removeAll()
         }
         for r in pending {
-            deliver(r.index, .failure(ClipFlowError.failure(
-                "internal: re-encoded \(collected[r.index]?.count ?? 0) audio frames for a join, expected \(r.keep.count)")))
+            deliver(
+                r.index,
+                .failure(
+                    ClipFlowError.failure(
+                        "internal: re-encoded \(collected[r.index]?.count ?? 0) audio frames for a join, expected \(r.keep.count)")))
         }
     }
 
@@ -121,9 +124,9 @@ struct AudioRegionRenderer {
         let r1 = (region.frames.upperBound + 2) * F
         let zone = region.slideZone
         // Timeline (without jump) at the start of the zone, and the jump wanted.
-        let delta = region.rightShift - region.leftShift       // shift change
-        let ideal = -delta                                      // content jump wanted
-        let base0 = -P - region.leftShift                       // T = r + base0 before the zone
+        let delta = region.rightShift - region.leftShift  // shift change
+        let ideal = -delta  // content jump wanted
+        let base0 = -P - region.leftShift  // T = r + base0 before the zone
         let tLo = r0 + base0 - Self.spliceSearch - Int64(Self.spliceWindow) - 8
         let tHi = r1 + base0 + abs(ideal) + Self.spliceSearch + Int64(Self.spliceWindow) + 8
         let timeline = try decoders.timeline(plan: plan, from: tLo, to: tHi)
@@ -154,24 +157,32 @@ struct AudioRegionRenderer {
                     let r = r0 + Int64(k)
                     let rd = Double(r)
                     var slide = 0.0
-                    if r >= zone.upperBound { slide = residual }
-                    else if r > zone.lowerBound { slide = residual * (rd - Double(zone.lowerBound)) / zlen }
+                    if r >= zone.upperBound { slide = residual } else if r > zone.lowerBound { slide = residual * (rd - Double(zone.lowerBound)) / zlen }
                     let t = Double(r + base0 - tLo) + slide
                     // Crossfade from "before the jump" to "after the jump" around mid.
                     let w: Double
-                    if jump == 0 || rd < Double(mid) - half { w = 0 }
-                    else if rd >= Double(mid) + half { w = 1 }
-                    else { w = 0.5 - 0.5 * cos(Double.pi * (rd - (Double(mid) - half)) / Double(Self.crossfade)) }
+                    if jump == 0 || rd < Double(mid) - half {
+                        w = 0
+                    } else if rd >= Double(mid) + half {
+                        w = 1
+                    } else {
+                        w = 0.5 - 0.5 * cos(Double.pi * (rd - (Double(mid) - half)) / Double(Self.crossfade))
+                    }
                     // Fades on the first and last frame (outside every kept packet's window).
                     var g: Float = 1
-                    if k < Int(F) { g = Float(0.5 - 0.5 * cos(Double.pi * Double(k) / Double(F))) }
-                    else if k >= n - Int(F) { g = Float(0.5 + 0.5 * cos(Double.pi * Double(k - (n - Int(F))) / Double(F))) }
+                    if k < Int(F) {
+                        g = Float(0.5 - 0.5 * cos(Double.pi * Double(k) / Double(F)))
+                    } else if k >= n - Int(F) {
+                        g = Float(0.5 + 0.5 * cos(Double.pi * Double(k - (n - Int(F))) / Double(F)))
+                    }
                     for ch in 0..<chans {
                         let x = UnsafeBufferPointer(rebasing: src[(ch * tn)..<((ch + 1) * tn)])
                         var v: Float
-                        if w == 0 { v = Self.interpolate(x, at: t) }
-                        else if w == 1 { v = Self.interpolate(x, at: t + Double(jump)) }
-                        else {
+                        if w == 0 {
+                            v = Self.interpolate(x, at: t)
+                        } else if w == 1 {
+                            v = Self.interpolate(x, at: t + Double(jump))
+                        } else {
                             v = Float(1 - w) * Self.interpolate(x, at: t) + Float(w) * Self.interpolate(x, at: t + Double(jump))
                         }
                         dst[ch * n + k] = v * g

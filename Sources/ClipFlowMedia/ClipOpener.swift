@@ -106,9 +106,10 @@ final class ClipOpener: @unchecked Sendable {
             let si = Int(p.stream_index)
             guard si == clip.video.streamIndex || si == audioIndex else { continue }
             let skipped = reader.takeSkipped()
-            var e = ClipPacket(stream: si, pos: p.pos, size: p.size, pts: p.pts, dts: p.dts,
-                               duration: p.duration, flags: p.flags,
-                               shadowed: reader.isShadowed(pos: p.pos), own: nil)
+            var e = ClipPacket(
+                stream: si, pos: p.pos, size: p.size, pts: p.pts, dts: p.dts,
+                duration: p.duration, flags: p.flags,
+                shadowed: reader.isShadowed(pos: p.pos), own: nil)
             if !reader.isSample(pos: p.pos, size: p.size) || !mapped.contains(pos: p.pos, size: p.size) {
                 // Read for real (not as one whole sample of the index): keep the bytes read.
                 guard skipped == 0 else {

@@ -19,8 +19,8 @@ public struct ClipInfo: Sendable {
         public var profile: String?
         public var extradata: [UInt8]
         public var timeBase: Rational
-        public var start: Int64        // first presentation time (time base units)
-        public var duration: Int64     // presentation duration (time base units)
+        public var start: Int64  // first presentation time (time base units)
+        public var duration: Int64  // presentation duration (time base units)
         public var packets: Int
         public var keyframes: Int
         public var bytes: Int64
@@ -35,12 +35,12 @@ public struct ClipInfo: Sendable {
         var codecID: UInt32
         public var sampleRate: Int32
         public var channels: Int32
-        public var objectType: Int    // AAC audio object type (2 = LC)
+        public var objectType: Int  // AAC audio object type (2 = LC)
         public var extradata: [UInt8]
         public var timeBase: Rational
-        public var start: Int64       // first audible sample (time base units)
-        public var duration: Int64    // audible length (time base units)
-        public var priming: Int64     // samples before the first audible one
+        public var start: Int64  // first audible sample (time base units)
+        public var duration: Int64  // audible length (time base units)
+        public var priming: Int64  // samples before the first audible one
         public var packets: Int
         public var bytes: Int64
         public var bitRate: Int64
@@ -117,7 +117,7 @@ struct AudioEdges: Sendable {
             head = (0..<e).compactMap(at)
             tail = ((n - e)..<n).compactMap(at)
         }
-        if head.count + tail.count != min(n, 2 * e) { head = []; tail = []; total = 0 }   // unreadable index: no edges
+        if head.count + tail.count != min(n, 2 * e) { head = []; tail = []; total = 0 }  // unreadable index: no edges
     }
 }
 
@@ -169,7 +169,10 @@ public enum ClipProbe {
         for i in 0..<dmx.streamCount {
             let t = dmx.codecpar(i).pointee.codec_type
             if t == AVMEDIA_TYPE_VIDEO, videoIdx == nil,
-               (dmx.stream(i).pointee.disposition & AV_DISPOSITION_ATTACHED_PIC) == 0 { videoIdx = i }
+                (dmx.stream(i).pointee.disposition & AV_DISPOSITION_ATTACHED_PIC) == 0
+            {
+                videoIdx = i
+            }
             if t == AVMEDIA_TYPE_AUDIO, audioIdx == nil { audioIdx = i }
         }
         guard let vi = videoIdx else { throw ClipFlowError.badInput("input '\(path)' has no video track") }
@@ -255,7 +258,8 @@ public enum ClipProbe {
             let audible = rescale(adur, atb, AVRational(num: 1, den: sr))
             if astats.count > 0 && adur > 0 && max(0, priming) + audible > Int64(astats.count) * AudioJoinPlan.frameSize {
                 throw ClipFlowError.badInput(
-                    "input '\(path)': its audio edit list (elst) makes \(audible) samples audible after \(priming) of priming, but its \(astats.count) AAC frames hold \(Int64(astats.count) * AudioJoinPlan.frameSize)")
+                    "input '\(path)': its audio edit list (elst) makes \(audible) samples audible after \(priming) of priming, but its \(astats.count) AAC frames hold \(Int64(astats.count) * AudioJoinPlan.frameSize)"
+                )
             }
             if astats.count > 0 && adur > 0 {
                 audio = ClipInfo.Audio(
@@ -278,8 +282,10 @@ public enum ClipProbe {
     }
 
     /// FFmpeg's index of a track must be the tables as written: same sample count, same timescale.
-    private static func checkIndex(_ stats: Demuxer.IndexStats, against t: SampleTables, kind: String,
-                                   timeBase: AVRational, path: String) throws {
+    private static func checkIndex(
+        _ stats: Demuxer.IndexStats, against t: SampleTables, kind: String,
+        timeBase: AVRational, path: String
+    ) throws {
         if stats.count != t.sampleSizes.count {
             throw ClipFlowError.badInput(
                 "input '\(path)': only \(stats.count) of the \(t.sampleSizes.count) \(kind) samples its tables list can be read")
@@ -311,8 +317,9 @@ public enum ClipProbe {
             dmx.forEachIndexEntry(vi) { pos, size in samples[pos] = size }
             reader.skipPayloads(samples, shadowed: [])
         }
-        try FF.check(av_seek_frame(dmx.ctx, Int32(vi), e.pointee.timestamp, AVSEEK_FLAG_ANY | AVSEEK_FLAG_BACKWARD),
-                     "input '\(dmx.path)': seeking to its last frames", kind: .badInput)
+        try FF.check(
+            av_seek_frame(dmx.ctx, Int32(vi), e.pointee.timestamp, AVSEEK_FLAG_ANY | AVSEEK_FLAG_BACKWARD),
+            "input '\(dmx.path)': seeking to its last frames", kind: .badInput)
         let pkt = try Packet()
         var end = Int64.min
         while try dmx.read(into: pkt) {

@@ -16,7 +16,8 @@ public enum Compatibility {
             return videoConfigDifference(codec: va.codec, va.extradata, vb.extradata)
         }
         if va.sampleAspect.num * vb.sampleAspect.den != vb.sampleAspect.num * va.sampleAspect.den,
-           va.sampleAspect.num != 0, vb.sampleAspect.num != 0 {
+            va.sampleAspect.num != 0, vb.sampleAspect.num != 0
+        {
             return "pixel aspect ratio differs (\(va.sampleAspect) vs \(vb.sampleAspect))"
         }
         if va.rotation != vb.rotation {

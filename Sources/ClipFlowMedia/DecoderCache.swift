@@ -56,17 +56,20 @@ struct DecoderCache {
 
     /// Decodes audible samples [s0, s1) of clip i, calling `put(firstSampleIndex, channel,
     /// source, stride, count)` for each run of decoded samples of one channel.
-    private mutating func decode(clip i: Int, from s0: Int64, to s1: Int64,
-                                 put: (Int64, Int, UnsafePointer<Float>, Int, Int) -> Void) throws {
+    private mutating func decode(
+        clip i: Int, from s0: Int64, to s1: Int64,
+        put: (Int64, Int, UnsafePointer<Float>, Int, Int) -> Void
+    ) throws {
         let clip = clips[i]
         guard let a = clip.audio else { return }
         let src: Source
-        if let o = open[i] { src = o } else {
+        if let o = open[i] {
+            src = o
+        } else {
             let fd = Glibc.open(clip.path, O_RDONLY | O_CLOEXEC)
             if fd < 0 { throw ClipFlowError.badInput("input '\(clip.path)': \(String(cString: strerror(errno)))") }
             let dec: CodecContext
-            do { dec = try CodecContext.aacDecoder(for: a, what: "decoding audio of '\(clip.path)'") }
-            catch { Glibc.close(fd); throw error }
+            do { dec = try CodecContext.aacDecoder(for: a, what: "decoding audio of '\(clip.path)'") } catch { Glibc.close(fd); throw error }
             src = Source(fd: fd, decoder: dec)
             open[i] = src
         }
@@ -108,7 +111,7 @@ struct DecoderCache {
             let j = floorDiv(ptsSamples - rawZero + F / 2, F)
             pkt.p.pointee.pts = j * F
             pkt.p.pointee.dts = pkt.p.pointee.pts
-            av_packet_free_side_data(pkt.p)     // no skip-samples: we trim ourselves
+            av_packet_free_side_data(pkt.p)  // no skip-samples: we trim ourselves
             _ = try dec.send(pkt)
             try drain()
         }
@@ -123,7 +126,7 @@ struct DecoderCache {
         avcodec_flush_buffers(dec.ctx)
         if var k = a.edges.lastIndex(atOrBefore: seekTo) {
             while !done, k < a.edges.total {
-                guard let e = a.edges.entry(k) else { break }    // past the edges: demuxer below
+                guard let e = a.edges.entry(k) else { break }  // past the edges: demuxer below
                 pkt.unref()
                 try FF.check(av_new_packet(pkt.p, e.size), "reading audio of '\(clip.path)'")
                 try readFully(src.fd, into: pkt.p.pointee.data, count: Int(e.size), at: e.pos, path: clip.path)
@@ -139,7 +142,9 @@ struct DecoderCache {
         // Through the demuxer, with exact-size reads of the audio samples only (a buffered read
         // would pull in the video around each sample).
         let dmx: Demuxer
-        if let d = src.demuxer { dmx = d } else {
+        if let d = src.demuxer {
+            dmx = d
+        } else {
             let reader = try MappedReader(path: clip.path)
             reader.directReads()
             let d = try Demuxer(path: clip.path, format: ClipProbe.demuxerName, reader: reader)

@@ -28,8 +28,10 @@ enum FF {
 
     /// Checks an FFmpeg return code. Negative values throw, naming the operation and FFmpeg's message.
     @discardableResult
-    static func check(_ rc: Int32, _ operation: @autoclosure () -> String,
-                      kind: ClipFlowError.Kind = .failure) throws -> Int32 {
+    static func check(
+        _ rc: Int32, _ operation: @autoclosure () -> String,
+        kind: ClipFlowError.Kind = .failure
+    ) throws -> Int32 {
         if rc < 0 {
             throw ClipFlowError(kind, "\(operation()): \(describe(rc))")
         }
@@ -127,7 +129,7 @@ final class Demuxer: @unchecked Sendable {
         guard let alloc = c else { throw ClipFlowError.failure("out of memory opening '\(path)'") }
         alloc.pointee.pb = reader.pb
         alloc.pointee.flags |= AVFMT_FLAG_CUSTOM_IO | AVFMT_FLAG_NOPARSE
-        let rc = avformat_open_input(&c, path, format.flatMap { av_find_input_format($0) }, nil)   // frees the context on failure
+        let rc = avformat_open_input(&c, path, format.flatMap { av_find_input_format($0) }, nil)  // frees the context on failure
         if rc < 0 { throw ClipFlowError.badInput("input '\(path)' is not a video FFmpeg can read: \(FF.describe(rc))") }
         guard let c else { throw ClipFlowError.failure("input '\(path)': demuxer did not open") }
         ctx = c
@@ -166,9 +168,9 @@ final class Demuxer: @unchecked Sendable {
         var count = 0
         var keyframes = 0
         var bytes: Int64 = 0
-        var endOfData: Int64 = 0   // max(pos + size)
+        var endOfData: Int64 = 0  // max(pos + size)
         var firstTimestamp: Int64 = 0
-        var durationRuns = 0       // number of runs of equal dts deltas
+        var durationRuns = 0  // number of runs of equal dts deltas
     }
 
     /// Calls `body(position, size)` for every entry of a stream's index (its sample table).
@@ -195,8 +197,9 @@ final class Demuxer: @unchecked Sendable {
             s.bytes += size
             s.endOfData = max(s.endOfData, e.pointee.pos + size)
             if (e.pointee.flags & AVINDEX_KEYFRAME) != 0 { s.keyframes += 1 }
-            if k == 0 { s.firstTimestamp = e.pointee.timestamp }
-            else {
+            if k == 0 {
+                s.firstTimestamp = e.pointee.timestamp
+            } else {
                 let d = e.pointee.timestamp - prevTs
                 if d != prevDelta { s.durationRuns += 1; prevDelta = d }
             }
@@ -256,8 +259,10 @@ final class CodecContext: @unchecked Sendable {
     }
 
     /// An encoder by name, configured by `configure` before opening.
-    static func encoder(named name: String, what: String, options: [String: String] = [:],
-                        configure: (UnsafeMutablePointer<AVCodecContext>) -> Void) throws -> CodecContext {
+    static func encoder(
+        named name: String, what: String, options: [String: String] = [:],
+        configure: (UnsafeMutablePointer<AVCodecContext>) -> Void
+    ) throws -> CodecContext {
         guard let codec = avcodec_find_encoder_by_name(name) else {
             throw ClipFlowError.failure("\(what): FFmpeg has no '\(name)' encoder")
         }
@@ -334,6 +339,6 @@ enum MediaThreads {
     /// cores they would preempt the copy. At nice 10 the helpers mostly take the cycles the copy
     /// leaves; the copy waits for them only when they fall behind.
     static func yieldToCopy() {
-        _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10)   // 0: the calling thread (nice is per thread on Linux)
+        _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10)  // 0: the calling thread (nice is per thread on Linux)
     }
 }

@@ -69,7 +69,7 @@ final class FileSink {
             if n > 0 { left -= n; continue }
             if n < 0 && errno == EINTR { continue }
             if n < 0 && (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) && left == pendingLength {
-                useSendfile = false      // this pair of files cannot splice: write from the mapping
+                useSendfile = false  // this pair of files cannot splice: write from the mapping
                 break
             }
             return fail(n < 0 ? errno : EIO)

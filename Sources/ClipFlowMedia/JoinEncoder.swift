@@ -31,7 +31,8 @@ final class JoinEncoder {
             c.pointee.profile = FF_PROFILE_AAC_LOW
         }
         guard enc.ctx.pointee.frame_size == Int32(AudioJoinPlan.frameSize),
-              Int64(enc.ctx.pointee.initial_padding) == AudioJoinPlan.frameSize else {
+            Int64(enc.ctx.pointee.initial_padding) == AudioJoinPlan.frameSize
+        else {
             throw ClipFlowError.failure("the AAC encoder does not use 1024-sample frames with 1024 samples of delay")
         }
         pkt = try Packet()

@@ -45,7 +45,8 @@ public enum MP4Boxes {
     /// True if `moov` comes before `mdat`.
     public static func isFastStart(_ boxes: [Box]) -> Bool {
         guard let m = boxes.firstIndex(where: { $0.type == "moov" }),
-              let d = boxes.firstIndex(where: { $0.type == "mdat" }) else { return false }
+            let d = boxes.firstIndex(where: { $0.type == "mdat" })
+        else { return false }
         return m < d
     }
 }

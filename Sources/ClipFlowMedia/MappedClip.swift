@@ -62,7 +62,7 @@ final class MappedClip {
         }
         // The reserved second view: read-only zero pages.
         let shadow = UnsafeMutableRawPointer(bitPattern: (Int(bitPattern: m) + view + huge - 1) / huge * huge)!
-        _ = madvise(shadow, view, MADV_HUGEPAGE)   // best effort: without it, 4 KiB zero pages
+        _ = madvise(shadow, view, MADV_HUGEPAGE)  // best effort: without it, 4 KiB zero pages
         self.fd = fd
         self.base = m
         self.shadow = shadow

@@ -41,10 +41,12 @@ public final class MergeStage: StoppableStage, @unchecked Sendable {
         inputs: [.clips], minInputs: 1, output: .video,
         params: [
             ParamSpec("output", .path, required: true, help: "the merged MP4 (written under a temporary name, renamed when complete)"),
-            ParamSpec("rotate", .integerChoice([0, 90, 180, 270]), default: .number(0),
-                      help: "turn the displayed picture clockwise (display matrix; pixels untouched)"),
-            ParamSpec("on-stop", .choice(["discard", "finish"]), default: .string("discard"),
-                      help: "on a graceful stop (first SIGINT): write nothing, or join the clips that arrived (use finish after a recorder)"),
+            ParamSpec(
+                "rotate", .integerChoice([0, 90, 180, 270]), default: .number(0),
+                help: "turn the displayed picture clockwise (display matrix; pixels untouched)"),
+            ParamSpec(
+                "on-stop", .choice(["discard", "finish"]), default: .string("discard"),
+                help: "on a graceful stop (first SIGINT): write nothing, or join the clips that arrived (use finish after a recorder)")
         ],
         // Clips are small items (paths): a queue of 1024 never holds the files themselves.
         queue: LinkLimits(maxItems: 1024, maxBytes: 1 << 20),
@@ -91,8 +93,9 @@ public final class MergeStage: StoppableStage, @unchecked Sendable {
             return
         }
         guard !clips.isEmpty else { throw ClipFlowError.badInput("no clips reached the merge") }
-        let merger = Merger(inputs: clips, options: MergeOptions(output: URL(fileURLWithPath: output), rotate: rotate),
-                            progress: StageProgress(context: context), cancel: cancelFlag)
+        let merger = Merger(
+            inputs: clips, options: MergeOptions(output: URL(fileURLWithPath: output), rotate: rotate),
+            progress: StageProgress(context: context), cancel: cancelFlag)
         do {
             let r = try merger.run()
             context.emit(.output(path: r.output.path))
@@ -123,7 +126,7 @@ public final class ThumbnailStage: Stage {
         inputs: [.video], minInputs: 1, maxInputs: 1, output: .image,
         params: [
             ParamSpec("output", .path, required: true, help: "the JPEG to write"),
-            ParamSpec("size", .string, help: "limit: N pixels on the longer side, or WxH to fit within (default: display size)"),
+            ParamSpec("size", .string, help: "limit: N pixels on the longer side, or WxH to fit within (default: display size)")
         ],
         check: { p, path in
             if let s = p.string("size"), ThumbnailSize(parsing: s) == nil {
@@ -162,7 +165,11 @@ public final class RecordControl: Sendable {
     private let pending = Mutex<[Command]>([])
     public init() {}
     public func send(_ c: Command) { pending.withLock { $0.append(c) } }
-    func take() -> [Command] { pending.withLock { c in defer { c = [] }; return c } }
+    func take() -> [Command] {
+        pending.withLock { c in
+            defer { c = [] }; return c
+        }
+    }
 }
 
 /// Encodes raw frames into clip fragments (see `FragmentRecorder`) and passes each fragment on
@@ -186,23 +193,29 @@ public final class RecordStage: Stage, @unchecked Sendable {
             ParamSpec("directory", .path, required: true, help: "where fragments go (<prefix>-NNNN.mp4, numbered on from what is there)"),
             ParamSpec("prefix", .string, default: .string("clip"), help: "fragment file name prefix"),
             ParamSpec("segment", .number(min: 0, max: nil), default: .number(0), help: "seconds per fragment (0: one fragment until stopped)"),
-            ParamSpec("max-duration", .number(min: 0, max: nil), default: .number(0), help: "stop once the directory's fragments reach this many seconds (0: no cap)"),
+            ParamSpec(
+                "max-duration", .number(min: 0, max: nil), default: .number(0), help: "stop once the directory's fragments reach this many seconds (0: no cap)"),
             ParamSpec("preset", .choice(RecordOptions.presets), default: .string("veryfast"), help: "libx264 preset (ultrafast for 1080p30 on 2 cores)"),
             ParamSpec("crf", .integer(min: 0, max: 51), default: .number(23), help: "libx264 quality (lower: better, bigger)"),
-            ParamSpec("keyframe-interval", .number(min: 0.04, max: 60), default: .number(2), help: "longest run between keyframes, seconds"),
+            ParamSpec("keyframe-interval", .number(min: 0.04, max: 60), default: .number(2), help: "longest run between keyframes, seconds")
         ],
         // Raw pictures are large: at most 32 frames (about 1 s of video with its audio) or 128 MiB.
         queue: LinkLimits(maxItems: 64, maxBytes: 128 << 20),
         check: { p, path in
             if let prefix = p.string("prefix"),
-               prefix.isEmpty || prefix.contains("/") || prefix.unicodeScalars.contains(where: PipelineValidator.isControl) {
-                return [PipelineIssue("\(path).prefix", "expected a file name prefix (no '/', no control characters), got \(PipelineValidator.escaped(prefix))")]
+                prefix.isEmpty || prefix.contains("/") || prefix.unicodeScalars.contains(where: PipelineValidator.isControl)
+            {
+                return [
+                    PipelineIssue("\(path).prefix", "expected a file name prefix (no '/', no control characters), got \(PipelineValidator.escaped(prefix))")
+                ]
             }
             guard let d = p.string("directory") else { return [] }
             var isDir: ObjCBool = false
             if FileManager.default.fileExists(atPath: d, isDirectory: &isDir) {
                 if !isDir.boolValue { return [PipelineIssue("\(path).directory", "'\(d)' exists and is not a directory")] }
-                if !FileManager.default.isWritableFile(atPath: d) { return [PipelineIssue("\(path).directory", "'\(d)': permission denied (cannot write there)")] }
+                if !FileManager.default.isWritableFile(atPath: d) {
+                    return [PipelineIssue("\(path).directory", "'\(d)': permission denied (cannot write there)")]
+                }
             }
             return []
         },
@@ -227,8 +240,11 @@ public final class RecordStage: Stage, @unchecked Sendable {
         let r = try FragmentRecorder(options: options)
         r.onClosed = { clip in
             context.emit(.output(path: clip.path))
-            context.emit(.notice(String(format: "%@: %d pictures, %.2f s, %lld audio samples",
-                                        (clip.path as NSString).lastPathComponent, clip.videoFrames, clip.seconds, clip.audioSamples)))
+            context.emit(
+                .notice(
+                    String(
+                        format: "%@: %d pictures, %.2f s, %lld audio samples",
+                        (clip.path as NSString).lastPathComponent, clip.videoFrames, clip.seconds, clip.audioSamples)))
             context.push(.file(clip.path, type: .clips))
         }
         if r.full { context.emit(.notice("the directory already holds \(options.maxSeconds) s of clips (max-duration); nothing will be recorded")) }

@@ -39,7 +39,7 @@ extension Merger {
             rotation = (first.video.rotation + rotate) % 360
             videoTB = Self.commonTimeBase(clips.map(\.video.timeBase.av))
             var offsets: [Int64] = []
-            var v: Int64 = 0                       // V_c, output time of clip c's first frame
+            var v: Int64 = 0  // V_c, output time of clip c's first frame
             var starts: [Int64] = []
             for c in clips {
                 let tb = c.video.timeBase.av
@@ -67,11 +67,13 @@ extension Merger {
             let x0 = xs[0]
             if a0.objectType != 2 && clips.count > 1 {
                 throw ClipFlowError.incompatible(
-                    "'\(first.path)': \(Compatibility.aacProfileName(a0.objectType)) audio cannot be joined sample-accurately yet; only AAC LC is supported for joins")
+                    "'\(first.path)': \(Compatibility.aacProfileName(a0.objectType)) audio cannot be joined sample-accurately yet; only AAC LC is supported for joins"
+                )
             }
             let planClips = clips.enumerated().map { i, c in
-                AudioJoinPlan.Clip(start: xs[i] - x0, length: c.audioSamples, priming: c.audio!.priming,
-                                   frames: Int64(c.audio!.packets))
+                AudioJoinPlan.Clip(
+                    start: xs[i] - x0, length: c.audioSamples, priming: c.audio!.priming,
+                    frames: Int64(c.audio!.packets))
             }
             audio = try AudioJoinPlan(clips: planClips)
             audioBase = x0 - audio!.priming

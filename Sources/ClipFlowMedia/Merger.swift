@@ -50,8 +50,10 @@ public final class Merger {
     let progress: ProgressReporter
     let cancel: CancellationFlag
 
-    public init(inputs: [String], options: MergeOptions, progress: ProgressReporter = SilentProgress(),
-                cancel: CancellationFlag = CancellationFlag()) {
+    public init(
+        inputs: [String], options: MergeOptions, progress: ProgressReporter = SilentProgress(),
+        cancel: CancellationFlag = CancellationFlag()
+    ) {
         self.inputs = inputs
         self.options = options
         self.progress = progress
@@ -147,13 +149,15 @@ public final class Merger {
         if let plan = layout.audio, !plan.regions.isEmpty, let a0 = first.audio {
             let results = RegionResults(count: plan.regions.count)
             regionResults = results
-            let renderer = AudioRegionRenderer(plan: plan, clips: clips, sampleRate: a0.sampleRate,
-                                               channels: a0.channels, bitRate: a0.bitRate)
+            let renderer = AudioRegionRenderer(
+                plan: plan, clips: clips, sampleRate: a0.sampleRate,
+                channels: a0.channels, bitRate: a0.bitRate)
             let cancel = self.cancel
             Thread {
                 MediaThreads.yieldToCopy()
-                renderer.renderAll(shouldStop: { cancel.isCancelled || results.abandoned },
-                                   deliver: { i, r in results.put(i, r) })
+                renderer.renderAll(
+                    shouldStop: { cancel.isCancelled || results.abandoned },
+                    deliver: { i, r in results.put(i, r) })
             }.start()
             reencoded = plan.regions.reduce(0) { $0 + Int64($1.frames.count) }
         }
@@ -168,14 +172,18 @@ public final class Merger {
 
         var reserve: Int? = nil
         if onePass {
-            var tracks = [MoovEstimate.Track(
-                samples: clips.reduce(0) { $0 + $1.video.packets },
-                keyframes: clips.reduce(0) { $0 + $1.video.keyframes },
-                durationRuns: clips.reduce(0) { $0 + $1.video.durationRuns + 2 },
-                isVideo: true, extradataBytes: first.video.extradata.count)]
+            var tracks = [
+                MoovEstimate.Track(
+                    samples: clips.reduce(0) { $0 + $1.video.packets },
+                    keyframes: clips.reduce(0) { $0 + $1.video.keyframes },
+                    durationRuns: clips.reduce(0) { $0 + $1.video.durationRuns + 2 },
+                    isVideo: true, extradataBytes: first.video.extradata.count)
+            ]
             if let plan = layout.audio {
-                tracks.append(.init(samples: Int(plan.frameCount), keyframes: Int(plan.frameCount),
-                                    durationRuns: 4, isVideo: false, extradataBytes: first.audio!.extradata.count))
+                tracks.append(
+                    .init(
+                        samples: Int(plan.frameCount), keyframes: Int(plan.frameCount),
+                        durationRuns: 4, isVideo: false, extradataBytes: first.audio!.extradata.count))
             }
             reserve = options.moovReserveOverride ?? MoovEstimate.bytes(tracks: tracks)
         }
@@ -246,7 +254,8 @@ public final class Merger {
                             throw ClipFlowError.badInput("input '\(clip.path)': its video decode times do not increase; it cannot be joined by copy")
                         }
                         throw ClipFlowError.incompatible(
-                            "cannot join '\(clips[lastVideoClip].path)' and '\(clip.path)' by copy: the second's first frames would be decoded before the first's last ones (decode times not increasing)")
+                            "cannot join '\(clips[lastVideoClip].path)' and '\(clip.path)' by copy: the second's first frames would be decoded before the first's last ones (decode times not increasing)"
+                        )
                     }
                     lastVideoDts = dts
                     lastVideoClip = ci
@@ -295,13 +304,15 @@ public final class Merger {
         }
         var st = stat()
         let bytes: Int64 = stat(path, &st) == 0 ? Int64(st.st_size) : 0
-        return MergeResult(output: options.output, clips: clips.count, videoFrames: videoFrames,
-                           audioFrames: layout.audio?.frameCount ?? 0, reencodedAudioFrames: reencoded,
-                           rotation: layout.rotation, bytes: bytes, moovReserved: reserve, moovUsed: nil,
-                           usedSecondPass: !onePass,
-                           sources: clips.indices.map { i in
-                               Thumbnailer.Source(path: clips[i].path, start: Double(layout.starts[i]) * layout.videoTB.double,
-                                                  end: Double(i + 1 < clips.count ? layout.starts[i + 1] : layout.videoEnd) * layout.videoTB.double)
-                           })
+        return MergeResult(
+            output: options.output, clips: clips.count, videoFrames: videoFrames,
+            audioFrames: layout.audio?.frameCount ?? 0, reencodedAudioFrames: reencoded,
+            rotation: layout.rotation, bytes: bytes, moovReserved: reserve, moovUsed: nil,
+            usedSecondPass: !onePass,
+            sources: clips.indices.map { i in
+                Thumbnailer.Source(
+                    path: clips[i].path, start: Double(layout.starts[i]) * layout.videoTB.double,
+                    end: Double(i + 1 < clips.count ? layout.starts[i + 1] : layout.videoEnd) * layout.videoTB.double)
+            })
     }
 }

@@ -18,25 +18,25 @@ public struct MoovEstimate: Sendable, Equatable {
     }
 
     public static func bytes(tracks: [Track]) -> Int {
-        var total = 8 + 120 + 512               // moov header, mvhd, udta/meta (encoder name)
+        var total = 8 + 120 + 512  // moov header, mvhd, udta/meta (encoder name)
         for t in tracks {
             let n = t.samples
-            var trak = 8 + 104 + 8 + 64         // trak, tkhd (v1), edts+elst (two v1 entries)
-            trak += 8 + 44 + 80                 // mdia, mdhd (v1), hdlr with name
-            trak += 8 + 24 + 36                 // minf, vmhd/smhd, dinf/dref
-            trak += 8 + 16 + 200 + t.extradataBytes // stbl, stsd, sample entry incl. colr/pasp/btrt/esds
-            trak += 16 + 8 * (t.durationRuns + 4)   // stts (+ joins may add runs)
+            var trak = 8 + 104 + 8 + 64  // trak, tkhd (v1), edts+elst (two v1 entries)
+            trak += 8 + 44 + 80  // mdia, mdhd (v1), hdlr with name
+            trak += 8 + 24 + 36  // minf, vmhd/smhd, dinf/dref
+            trak += 8 + 16 + 200 + t.extradataBytes  // stbl, stsd, sample entry incl. colr/pasp/btrt/esds
+            trak += 16 + 8 * (t.durationRuns + 4)  // stts (+ joins may add runs)
             if t.isVideo {
-                trak += 16 + 8 * n              // ctts, worst case one entry per sample
-                trak += 16 + 4 * t.keyframes    // stss
+                trak += 16 + 8 * n  // ctts, worst case one entry per sample
+                trak += 16 + 4 * t.keyframes  // stss
             } else {
-                trak += 64                      // sgpd/sbgp (AAC pre-roll)
+                trak += 64  // sgpd/sbgp (AAC pre-roll)
             }
-            trak += 20 + 4 * n                  // stsz
-            trak += 16 + 12 * n                 // stsc, one entry per chunk at most
-            trak += 16 + 8 * n                  // co64, one chunk per sample at most
+            trak += 20 + 4 * n  // stsz
+            trak += 16 + 12 * n  // stsc, one entry per chunk at most
+            trak += 16 + 8 * n  // co64, one chunk per sample at most
             total += trak
         }
-        return total + 1024 + total / 100       // slack for muxer versions
+        return total + 1024 + total / 100  // slack for muxer versions
     }
 }

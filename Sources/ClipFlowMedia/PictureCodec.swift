@@ -53,8 +53,9 @@ public final class JPEGDecoder: @unchecked Sendable {
         try FF.check(av_frame_get_buffer(out.f, 0), "JPEG frame \(sequence): allocating a picture")
         guard let scaler else { throw ClipFlowError.failure("JPEG frame \(sequence): no scaler") }
         try scaler.scale(decoded, into: out)
-        return VideoFrame(width: Int(w), height: Int(h), format: .yuv420p, data: packPlanes(out, Int(w), Int(h)),
-                          time: time, sequence: sequence)
+        return VideoFrame(
+            width: Int(w), height: Int(h), format: .yuv420p, data: packPlanes(out, Int(w), Int(h)),
+            time: time, sequence: sequence)
     }
 }
 
@@ -81,15 +82,17 @@ public final class JPEGEncoder: @unchecked Sendable {
             c.pointee.flags |= Int32(AV_CODEC_FLAG_QSCALE)
             c.pointee.global_quality = Int32(FF_QP2LAMBDA) * Int32(quality)
         }
-        scaler = try Scaler(srcW: Int32(width), srcH: Int32(height), srcFormat: AV_PIX_FMT_YUV420P,
-                            dstW: Int32(width), dstH: Int32(height), dstFormat: AV_PIX_FMT_YUVJ420P)
+        scaler = try Scaler(
+            srcW: Int32(width), srcH: Int32(height), srcFormat: AV_PIX_FMT_YUV420P,
+            dstW: Int32(width), dstH: Int32(height), dstFormat: AV_PIX_FMT_YUVJ420P)
         packet = try Packet()
     }
 
     /// One JPEG picture of `frame` (which must be yuv420p of this encoder's size).
     public func encode(_ frame: VideoFrame) throws -> Data {
         guard frame.format == .yuv420p, frame.width == width, frame.height == height,
-              frame.data.count >= PixelFormat.yuv420p.frameBytes(width: width, height: height) ?? 0 else {
+            frame.data.count >= PixelFormat.yuv420p.frameBytes(width: width, height: height) ?? 0
+        else {
             throw ClipFlowError.failure("JPEG encoder for \(width)x\(height) yuv420p got \(frame.width)x\(frame.height) \(frame.format.rawValue)")
         }
         let src = try Frame(), dst = try Frame()

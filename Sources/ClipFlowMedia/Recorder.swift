@@ -282,17 +282,18 @@ public final class FragmentRecorder {
             let muxFlags = mux.ctx.pointee.oformat.pointee.flags
             venc = try CodecContext.encoder(
                 named: "libx264", what: "H.264 encoder",
-                options: ["preset": o.preset, "crf": String(o.crf)]) { c in
-                    c.pointee.width = Int32(first.width)
-                    c.pointee.height = Int32(first.height)
-                    c.pointee.pix_fmt = AV_PIX_FMT_YUV420P
-                    c.pointee.time_base = Segment.videoTimeBase
-                    c.pointee.framerate = fps
-                    c.pointee.gop_size = gop
-                    c.pointee.max_b_frames = 0
-                    c.pointee.thread_count = Int32(o.threads)
-                    if muxFlags & AVFMT_GLOBALHEADER != 0 { c.pointee.flags |= AV_CODEC_FLAG_GLOBAL_HEADER }
-                }
+                options: ["preset": o.preset, "crf": String(o.crf)]
+            ) { c in
+                c.pointee.width = Int32(first.width)
+                c.pointee.height = Int32(first.height)
+                c.pointee.pix_fmt = AV_PIX_FMT_YUV420P
+                c.pointee.time_base = Segment.videoTimeBase
+                c.pointee.framerate = fps
+                c.pointee.gop_size = gop
+                c.pointee.max_b_frames = 0
+                c.pointee.thread_count = Int32(o.threads)
+                if muxFlags & AVFMT_GLOBALHEADER != 0 { c.pointee.flags |= AV_CODEC_FLAG_GLOBAL_HEADER }
+            }
             guard let vs = avformat_new_stream(mux.ctx, nil) else { throw ClipFlowError.failure("out of memory adding a stream") }
             vstream = vs
             try FF.check(avcodec_parameters_from_context(vs.pointee.codecpar, venc.ctx), "video stream parameters")
@@ -338,8 +339,9 @@ public final class FragmentRecorder {
             // av_frame_make_writable only reallocates if it ever holds a reference.
             try FF.check(av_frame_make_writable(picture.f), "preparing a picture")
             if scaler == nil || scalerFormat != fmt {
-                scaler = try Scaler(srcW: Int32(width), srcH: Int32(height), srcFormat: fmt,
-                                    dstW: Int32(width), dstH: Int32(height), dstFormat: AV_PIX_FMT_YUV420P)
+                scaler = try Scaler(
+                    srcW: Int32(width), srcH: Int32(height), srcFormat: fmt,
+                    dstW: Int32(width), dstH: Int32(height), dstFormat: AV_PIX_FMT_YUV420P)
                 scalerFormat = fmt
             }
             try v.data.withUnsafeBytes { raw in

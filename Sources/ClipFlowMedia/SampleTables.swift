@@ -81,7 +81,11 @@ struct SampleTables {
             let trackSeconds = Double(trackDuration) / Double(movieTimescale)
             let mediaSeconds = Double(totalDuration) / Double(timescale)
             if mediaSeconds * 2 < trackSeconds {
-                throw fail(String(format: "media header (mdhd) gives a timescale of %u units per second, which makes the media %.3f s long, but its track header (tkhd) says %.3f s", timescale, mediaSeconds, trackSeconds))
+                throw fail(
+                    String(
+                        format:
+                            "media header (mdhd) gives a timescale of %u units per second, which makes the media %.3f s long, but its track header (tkhd) says %.3f s",
+                        timescale, mediaSeconds, trackSeconds))
             }
         }
         if let runs = compositionOffsets {
@@ -116,11 +120,13 @@ struct SampleTables {
             if run.descriptionIndex == 0 || Int(run.descriptionIndex) > descriptions {
                 throw fail("sample-to-chunk table (stsc) entry \(i + 1) names sample description \(run.descriptionIndex) but there are \(descriptions) (stsd)")
             }
-            covered += (min(next, chunks + 1) - first) * UInt64(run.samplesPerChunk)   // <= 2^32 * 2^32: no overflow
+            covered += (min(next, chunks + 1) - first) * UInt64(run.samplesPerChunk)  // <= 2^32 * 2^32: no overflow
             if covered > samples { break }
         }
         if covered != samples {
-            throw fail("sample-to-chunk table (stsc) places \(covered > samples ? "more than \(samples)" : String(covered)) samples in its \(chunks) chunks but the sample-size table (stsz) lists \(samples)")
+            throw fail(
+                "sample-to-chunk table (stsc) places \(covered > samples ? "more than \(samples)" : String(covered)) samples in its \(chunks) chunks but the sample-size table (stsz) lists \(samples)"
+            )
         }
         // Every sample lies inside the file. Chunks in file order with no sample larger than the
         // file that still run past its end: the file was cut short (a copy or a recording that
@@ -143,7 +149,9 @@ struct SampleTables {
                     let n = UInt64(sampleSizes[k])
                     if at + n > size {
                         if inOrder { throw truncated(at + n) }
-                        throw fail("sample-size table (stsz) lists \(n) bytes for sample \(k + 1) at byte \(at), beyond the end of the file (\(Self.describe(bytes: fileSize)))")
+                        throw fail(
+                            "sample-size table (stsz) lists \(n) bytes for sample \(k + 1) at byte \(at), beyond the end of the file (\(Self.describe(bytes: fileSize)))"
+                        )
                     }
                     at += n
                     k += 1
@@ -163,8 +171,10 @@ struct SampleTables {
         var deltas = timeToSample.lazy.flatMap { repeatElement(Int64($0.delta), count: Int($0.count)) }.makeIterator()
         for run in runs {
             if Int64(run.offset.magnitude) > total {
-                throw fail(String(format: "composition-offset table (ctts) moves sample %d by %.3f s, more than the whole track lasts (%.3f s)",
-                                  pts.count + 1, Double(run.offset) / Double(timescale), Double(total) / Double(timescale)))
+                throw fail(
+                    String(
+                        format: "composition-offset table (ctts) moves sample %d by %.3f s, more than the whole track lasts (%.3f s)",
+                        pts.count + 1, Double(run.offset) / Double(timescale), Double(total) / Double(timescale)))
             }
             for _ in 0..<run.count {
                 pts.append(dts + Int64(run.offset))
@@ -186,10 +196,13 @@ struct SampleTables {
         for run in timeToSample {
             // delta * sampleRate / timescale must be 1024 (checked exactly, without rounding).
             if run.count > 0, k + UInt64(run.count) < samples || run.count > 1,
-               UInt64(run.delta) * UInt64(sampleRate) != 1024 * UInt64(timescale) {
-                throw ClipFlowError.badInput(String(format:
-                    "input '%@': audio time-to-sample table (stts) gives AAC frame %llu a duration of %u units at timescale %u (%.1f samples); an AAC frame lasts 1024",
-                    path, k + 1, run.delta, timescale, Double(run.delta) * Double(sampleRate) / Double(timescale)))
+                UInt64(run.delta) * UInt64(sampleRate) != 1024 * UInt64(timescale)
+            {
+                throw ClipFlowError.badInput(
+                    String(
+                        format:
+                            "input '%@': audio time-to-sample table (stts) gives AAC frame %llu a duration of %u units at timescale %u (%.1f samples); an AAC frame lasts 1024",
+                        path, k + 1, run.delta, timescale, Double(run.delta) * Double(sampleRate) / Double(timescale)))
             }
             k += UInt64(run.count)
         }
@@ -201,7 +214,7 @@ struct SampleTables {
     static let tableName = [
         "mdhd": "media header (mdhd)", "stsd": "sample descriptions (stsd)", "stts": "time-to-sample table (stts)",
         "ctts": "composition-offset table (ctts)", "stss": "sync-sample table (stss)",
-        "stsc": "sample-to-chunk table (stsc)", "stsz": "sample-size table (stsz)", "stco": "chunk-offset table (stco)",
+        "stsc": "sample-to-chunk table (stsc)", "stsz": "sample-size table (stsz)", "stco": "chunk-offset table (stco)"
     ]
 
     static func describe(bytes n: Int64) -> String {
@@ -313,8 +326,10 @@ struct SampleTables {
         return t
     }
 
-    private static func readTables(_ stbl: Box, into t: inout SampleTables, path: String, fileSize: Int64,
-                                   dup: (String) -> ClipFlowError) throws {
+    private static func readTables(
+        _ stbl: Box, into t: inout SampleTables, path: String, fileSize: Int64,
+        dup: (String) -> ClipFlowError
+    ) throws {
         for box in children(stbl) {
             var name = box.type
             if name == "co64" { name = "stco" }
@@ -362,7 +377,8 @@ struct SampleTables {
                     // A constant size costs no table bytes: bound the count by what the file holds.
                     if UInt64(n) * UInt64(constant) > UInt64(max(0, fileSize)) {
                         throw ClipFlowError.badInput(
-                            "input '\(path)': its sample-size table (stsz) lists \(n) samples of \(constant) bytes, more than the file holds (\(describe(bytes: fileSize)))")
+                            "input '\(path)': its sample-size table (stsz) lists \(n) samples of \(constant) bytes, more than the file holds (\(describe(bytes: fileSize)))"
+                        )
                     }
                     t.sampleSizes = Array(repeating: constant, count: n)
                 } else {

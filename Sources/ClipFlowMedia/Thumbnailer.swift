@@ -88,7 +88,7 @@ public final class Thumbnailer {
             let target = start + Int64(Double(max(duration, 1)) * frac)
             let seconds = Double(target - start) * tb.double
             var rc = av_seek_frame(dmx.ctx, Int32(vi), target, AVSEEK_FLAG_BACKWARD)
-            if rc < 0 { rc = av_seek_frame(dmx.ctx, Int32(vi), target, 0) }   // else the next keyframe
+            if rc < 0 { rc = av_seek_frame(dmx.ctx, Int32(vi), target, 0) }  // else the next keyframe
             if rc < 0 {
                 // av_seek_frame returns -1 (read as EPERM) when no keyframe is at or before the time.
                 let why = rc == -1 ? "no keyframe near it" : FF.describe(rc)
@@ -129,14 +129,15 @@ public final class Thumbnailer {
         let turned = rotation == 90 || rotation == 270
         let (ow, oh) = (limit ?? ThumbnailSize(maxWidth: 1 << 20, maxHeight: 1 << 20))
             .fit(width: Int(turned ? dh : dw), height: Int(turned ? dw : dh))
-        let (sw, sh) = turned ? (oh, ow) : (ow, oh)    // size before turning
+        let (sw, sh) = turned ? (oh, ow) : (ow, oh)  // size before turning
         let scaled = try Frame()
         scaled.f.pointee.width = Int32(sw)
         scaled.f.pointee.height = Int32(sh)
         scaled.f.pointee.format = AV_PIX_FMT_YUVJ420P.rawValue
         try FF.check(av_frame_get_buffer(scaled.f, 0), "allocating the cover")
-        let scaler = try Scaler(srcW: f.width, srcH: f.height, srcFormat: AVPixelFormat(rawValue: f.format),
-                                dstW: Int32(sw), dstH: Int32(sh), dstFormat: AV_PIX_FMT_YUVJ420P)
+        let scaler = try Scaler(
+            srcW: f.width, srcH: f.height, srcFormat: AVPixelFormat(rawValue: f.format),
+            dstW: Int32(sw), dstH: Int32(sh), dstFormat: AV_PIX_FMT_YUVJ420P)
         try scaler.scale(chosen.frame, into: scaled)
         let upright = try turn(scaled, clockwise: rotation)
         let jpeg = try encodeJPEG(upright)
@@ -169,8 +170,10 @@ public final class Thumbnailer {
         g.f.pointee.width = 64; g.f.pointee.height = 36
         g.f.pointee.format = AV_PIX_FMT_GRAY8.rawValue
         try FF.check(av_frame_get_buffer(g.f, 0), "allocating")
-        try Scaler(srcW: f.width, srcH: f.height, srcFormat: AVPixelFormat(rawValue: f.format),
-                   dstW: 64, dstH: 36, dstFormat: AV_PIX_FMT_GRAY8).scale(frame, into: g)
+        try Scaler(
+            srcW: f.width, srcH: f.height, srcFormat: AVPixelFormat(rawValue: f.format),
+            dstW: 64, dstH: 36, dstFormat: AV_PIX_FMT_GRAY8
+        ).scale(frame, into: g)
         var sum = 0.0, sq = 0.0
         guard let d = g.data(0) else { return (0, 0) }
         let ls = g.linesize(0)

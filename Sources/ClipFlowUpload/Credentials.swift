@@ -62,8 +62,10 @@ public func parseCredentials(_ data: Data, source: String) throws -> Credentials
                 expiration = f.date(from: e)
             }
         }
-        return .aws(AWSCredentials(accessKeyID: key, secretAccessKey: secret,
-                                   sessionToken: field("sessiontoken", "session_token", "securitytoken"), expiration: expiration))
+        return .aws(
+            AWSCredentials(
+                accessKeyID: key, secretAccessKey: secret,
+                sessionToken: field("sessiontoken", "session_token", "securitytoken"), expiration: expiration))
     }
     if let token = field("token", "access", "access_token") {
         let refresh = field("refresh", "refresh_token")
@@ -114,9 +116,13 @@ public struct CommandCredentialProvider: CredentialProvider {
         let box = Box()
         let group = DispatchGroup()
         group.enter()
-        DispatchQueue.global().async { box.out = out.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+        DispatchQueue.global().async {
+            box.out = out.fileHandleForReading.readDataToEndOfFile(); group.leave()
+        }
         group.enter()
-        DispatchQueue.global().async { box.err = err.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+        DispatchQueue.global().async {
+            box.err = err.fileHandleForReading.readDataToEndOfFile(); group.leave()
+        }
         if group.wait(timeout: .now() + timeout) == .timedOut {
             p.terminate()
             // Its children may hold the pipes open: give the readers a moment, then go on (the
@@ -155,8 +161,9 @@ public struct URLCredentialProvider: CredentialProvider {
             throw UploadError(.credentials, message: "credential URL \(displayURL(url)): \(e.message)", retryable: e.isRetryable)
         }
         guard response.isSuccess else {
-            throw UploadError(.credentials, message: "credential URL \(displayURL(url)) answered HTTP \(response.status)",
-                              retryable: isRetryableStatus(response.status))
+            throw UploadError(
+                .credentials, message: "credential URL \(displayURL(url)) answered HTTP \(response.status)",
+                retryable: isRetryableStatus(response.status))
         }
         return try parseCredentials(response.body, source: "credential URL \(displayURL(url))")
     }

@@ -32,8 +32,9 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
 
     public func perform(_ request: HTTPRequest, onSent: ((Int64) -> Void)?) throws -> HTTPResponse {
         curl_easy_reset(handle)
-        let ctx = TransferContext(shouldAbort: shouldAbort, onSent: onSent, stallTimeout: Double(settings.stallTimeout),
-                                  responseTimeout: settings.responseTimeout)
+        let ctx = TransferContext(
+            shouldAbort: shouldAbort, onSent: onSent, stallTimeout: Double(settings.stallTimeout),
+            responseTimeout: settings.responseTimeout)
         defer { ctx.closeFile() }
         var headerList: UnsafeMutablePointer<curl_slist>? = nil
         defer { if let headerList { curl_slist_free_all(headerList) } }
@@ -83,7 +84,8 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
         // A name or value with a line break or NUL would let a value (a title, a key) write
         // headers of its own: refused, whichever protocol client built it.
         for h in request.headers where (h.name + h.value).unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) {
-            throw TransportError(.invalid, "\(displayURL(request.url)): header '\(h.name.debugDescription.dropFirst().dropLast())' holds a line break or NUL; refused")
+            throw TransportError(
+                .invalid, "\(displayURL(request.url)): header '\(h.name.debugDescription.dropFirst().dropLast())' holds a line break or NUL; refused")
         }
         var lines = request.headers.map { "\($0.name): \($0.value)" }
         lines.append("Expect:")
@@ -123,7 +125,10 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
             return TransportError(.stalled, "\(target): the answer did not complete within \(Int(settings.responseTimeout)) s", bytesSent: sent)
         case CURLE_OUT_OF_MEMORY where ctx.connected:
             // curl's only way of saying that one header line exceeded its limit (CURL_MAX_HTTP_HEADER).
-            return TransportError(.oversized, "\(target): the server's response header is larger than curl's limit of 102400 bytes for one header; not a valid answer for this request", bytesSent: sent)
+            return TransportError(
+                .oversized,
+                "\(target): the server's response header is larger than curl's limit of 102400 bytes for one header; not a valid answer for this request",
+                bytesSent: sent)
         case CURLE_ABORTED_BY_CALLBACK where ctx.stalled:
             return TransportError(.stalled, "\(target): no data moved for \(settings.stallTimeout) s (stalled)", bytesSent: sent)
         case CURLE_ABORTED_BY_CALLBACK:
@@ -136,7 +141,8 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
         case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_CONNECT:
             return TransportError(.connect, "\(target): \(text)", bytesSent: sent)
         case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CERTPROBLEM:
-            return TransportError(.tls, "\(target): TLS certificate not trusted (\(text)); the server's certificate must be valid, or pass a CA bundle", bytesSent: sent)
+            return TransportError(
+                .tls, "\(target): TLS certificate not trusted (\(text)); the server's certificate must be valid, or pass a CA bundle", bytesSent: sent)
         case CURLE_SSL_CONNECT_ERROR:
             return TransportError(.connect, "\(target): TLS handshake failed (\(text))", bytesSent: sent)
         case CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL, CURLE_BAD_FUNCTION_ARGUMENT, CURLE_UNKNOWN_OPTION:
@@ -243,7 +249,8 @@ private final class TransferContext {
                     return cf_CURL_READFUNC_ABORT
                 }
                 if n == 0 {
-                    fileError = "\(path): the file shrank while being uploaded (ended at byte \(start + position + Int64(done)), expected \(start + length)); it must not change during an upload"
+                    fileError =
+                        "\(path): the file shrank while being uploaded (ended at byte \(start + position + Int64(done)), expected \(start + length)); it must not change during an upload"
                     return cf_CURL_READFUNC_ABORT
                 }
                 done += n

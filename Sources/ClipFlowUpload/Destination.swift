@@ -83,7 +83,11 @@ public struct UploadDestination: Codable, Sendable, Equatable {
             out.append(("endpoint", "'\(displayURL(endpoint))' is not an http(s) URL"))
         }
         if let what = literalSecret(inURL: endpoint) {
-            out.append(("endpoint", "holds \(what); the endpoint is kept in the upload queue file, so a secret must not be part of it. Give credentials through the environment, --credentials-command or --credentials-url"))
+            out.append(
+                (
+                    "endpoint",
+                    "holds \(what); the endpoint is kept in the upload queue file, so a secret must not be part of it. Give credentials through the environment, --credentials-command or --credentials-url"
+                ))
         }
         if method == .s3 {
             if (bucket ?? "").isEmpty { out.append(("bucket", "an S3 upload needs a bucket")) }
@@ -115,7 +119,12 @@ public struct CredentialSource: Codable, Sendable, Equatable {
         if command != nil && url != nil { return [("credentials", "give a credentials command or a credentials URL, not both")] }
         if let c = command, c.isEmpty { return [("credentials-command", "is empty")] }
         if let c = command, let what = literalSecret(inCommand: c.last ?? "") {
-            return [("credentials-command", "holds \(what) written out; the command is kept in the upload queue file, so a secret must not be part of it. Put the secret in an environment variable and refer to it (e.g. $MY_TOKEN), or in a file the command reads")]
+            return [
+                (
+                    "credentials-command",
+                    "holds \(what) written out; the command is kept in the upload queue file, so a secret must not be part of it. Put the secret in an environment variable and refer to it (e.g. $MY_TOKEN), or in a file the command reads"
+                )
+            ]
         }
         if let u = url, let what = literalSecret(inURL: u) {
             return [("credentials-url", "holds \(what); the URL is kept in the upload queue file, so a secret must not be part of it")]
@@ -124,8 +133,10 @@ public struct CredentialSource: Codable, Sendable, Equatable {
     }
 
     /// The provider to ask for (fresh) credentials, for `method`.
-    public func provider(for method: UploadDestination.Method, settings: TransportSettings,
-                         environment: [String: String] = ProcessInfo.processInfo.environment) -> CredentialProvider? {
+    public func provider(
+        for method: UploadDestination.Method, settings: TransportSettings,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) -> CredentialProvider? {
         if let command { return CommandCredentialProvider(command: command) }
         if let url { return URLCredentialProvider(url: url, settings: settings) }
         return EnvironmentCredentialProvider(method: method, environment: environment)
@@ -154,12 +165,20 @@ public struct EnvironmentCredentialProvider: CredentialProvider {
         switch method {
         case .s3:
             guard let key = environment["AWS_ACCESS_KEY_ID"], let secret = environment["AWS_SECRET_ACCESS_KEY"] else {
-                throw UploadError(.credentials, message: "S3 upload: no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, optionally AWS_SESSION_TOKEN, or give a credentials command or URL)")
+                throw UploadError(
+                    .credentials,
+                    message:
+                        "S3 upload: no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, optionally AWS_SESSION_TOKEN, or give a credentials command or URL)"
+                )
             }
             return .aws(AWSCredentials(accessKeyID: key, secretAccessKey: secret, sessionToken: environment["AWS_SESSION_TOKEN"]))
         case .tus, .gcore:
             guard let token = environment["CLIPFLOW_UPLOAD_TOKEN"] else {
-                throw UploadError(.credentials, message: "\(method.rawValue) upload: no token (set CLIPFLOW_UPLOAD_TOKEN, optionally CLIPFLOW_UPLOAD_REFRESH_TOKEN, or give a credentials command or URL)")
+                throw UploadError(
+                    .credentials,
+                    message:
+                        "\(method.rawValue) upload: no token (set CLIPFLOW_UPLOAD_TOKEN, optionally CLIPFLOW_UPLOAD_REFRESH_TOKEN, or give a credentials command or URL)"
+                )
             }
             let refresh = environment["CLIPFLOW_UPLOAD_REFRESH_TOKEN"]
             Secrets.shared.register(token)
@@ -173,10 +192,12 @@ public struct EnvironmentCredentialProvider: CredentialProvider {
 
 /// Names under which credentials travel (JSON keys, option names, variable names), lower case,
 /// with `-` read as `_`.
-private let credentialWords = ["token", "access_token", "refresh", "refresh_token", "access", "secret",
-                               "secretaccesskey", "secret_access_key", "aws_secret_access_key", "sessiontoken",
-                               "session_token", "aws_session_token", "securitytoken", "password", "passwd",
-                               "api_key", "apikey", "clipflow_upload_token", "clipflow_upload_refresh_token"]
+private let credentialWords = [
+    "token", "access_token", "refresh", "refresh_token", "access", "secret",
+    "secretaccesskey", "secret_access_key", "aws_secret_access_key", "sessiontoken",
+    "session_token", "aws_session_token", "securitytoken", "password", "passwd",
+    "api_key", "apikey", "clipflow_upload_token", "clipflow_upload_refresh_token"
+]
 
 /// What looks like a credential written literally into a shell command (nil when nothing does):
 /// a credential name followed by a value (`{"token":"abc"}`, `--token abc`, `--password=abc`,

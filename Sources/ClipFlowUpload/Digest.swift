@@ -19,8 +19,9 @@ public enum DigestAlgorithm: String, Sendable, Codable, CaseIterable {
 /// without the libraries, digests come out empty and requests fail.
 public func checkUploadLibraries() throws {
     if let e = cf_curl_load_error() {
-        throw UploadError(.libraries,
-                          message: "cannot upload: \(String(cString: e)); install libcurl4 and libssl3 (apt-get install libcurl4 libssl3)")
+        throw UploadError(
+            .libraries,
+            message: "cannot upload: \(String(cString: e)); install libcurl4 and libssl3 (apt-get install libcurl4 libssl3)")
     }
 }
 
@@ -68,8 +69,10 @@ public final class Digest {
     /// Digests of `length` bytes of a file from `offset`, one per algorithm, from one read of the
     /// range in 1 MiB blocks (bounded memory). `stop` is polled per block; when it returns true
     /// the read ends with `DigestCancelled`.
-    public static func hash(_ algorithms: [DigestAlgorithm], file path: String, offset: Int64, length: Int64,
-                            stop: (() -> Bool)? = nil) throws -> [[UInt8]] {
+    public static func hash(
+        _ algorithms: [DigestAlgorithm], file path: String, offset: Int64, length: Int64,
+        stop: (() -> Bool)? = nil
+    ) throws -> [[UInt8]] {
         try checkUploadLibraries()
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
@@ -87,7 +90,8 @@ public final class Digest {
             let n = pread(fd, buffer.baseAddress, want, off_t(offset + done))
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else {
-                throw UploadError(.fileChanged, message: "\(path): could not read bytes \(offset + done)..\(offset + length) (the file is shorter than expected)")
+                throw UploadError(
+                    .fileChanged, message: "\(path): could not read bytes \(offset + done)..\(offset + length) (the file is shorter than expected)")
             }
             for d in digests { d.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) }
             done += Int64(n)
@@ -101,8 +105,9 @@ public final class Digest {
         var n: UInt32 = 0
         key.withUnsafeBufferPointer { k in
             data.withUnsafeBytes { d in
-                _ = HMAC(EVP_sha256(), k.baseAddress, Int32(k.count),
-                         d.baseAddress?.assumingMemoryBound(to: UInt8.self), d.count, &out, &n)
+                _ = HMAC(
+                    EVP_sha256(), k.baseAddress, Int32(k.count),
+                    d.baseAddress?.assumingMemoryBound(to: UInt8.self), d.count, &out, &n)
             }
         }
         return Array(out.prefix(Int(n)))

@@ -22,10 +22,12 @@ extension UploadDestination {
             // CLIPFLOW_UPLOAD_TOKEN when set; otherwise no Authorization header.
             if credentials.command != nil || credentials.url != nil
                 || EnvironmentCredentialProvider(method: .tus, environment: ProcessInfo.processInfo.environment).isAvailable,
-               let provider = credentials.provider(for: .tus, settings: settings) {
+                let provider = credentials.provider(for: .tus, settings: settings)
+            {
                 let auth = TUSBearerAuth(provider: provider)
-                return TUSUploader(options: tusOptions, store: store, headers: { try auth.headers() },
-                                   refreshHeaders: { try auth.refresh(reason: $0) })
+                return TUSUploader(
+                    options: tusOptions, store: store, headers: { try auth.headers() },
+                    refreshHeaders: { try auth.refresh(reason: $0) })
             }
             return TUSUploader(options: tusOptions, store: store)
         case .gcore:
@@ -40,9 +42,10 @@ extension UploadDestination {
             guard let provider = credentials.provider(for: .s3, settings: settings) else {
                 throw UploadError(.credentials, message: "s3 upload: no credentials source")
             }
-            var o = S3Options(endpoint: endpoint, region: region ?? "us-east-1", bucket: bucket ?? "", keyPrefix: keyPrefix ?? "",
-                              addressingStyle: addressing ?? .path, partSize: chunkSize,
-                              minimumPartSize: minimumPartSize ?? S3Options.awsMinimumPartSize, retry: retryPolicy)
+            var o = S3Options(
+                endpoint: endpoint, region: region ?? "us-east-1", bucket: bucket ?? "", keyPrefix: keyPrefix ?? "",
+                addressingStyle: addressing ?? .path, partSize: chunkSize,
+                minimumPartSize: minimumPartSize ?? S3Options.awsMinimumPartSize, retry: retryPolicy)
             o.network = settings
             // The first credentials come from the same source that refreshes them.
             guard case .aws(let keys) = try provider.refresh(reason: "start of upload") else {

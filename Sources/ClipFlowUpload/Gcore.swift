@@ -23,8 +23,10 @@ public struct GcoreOptions: Codable, Sendable, Equatable {
     /// TUS settings (chunk size, checksum, retries, transport). Its `endpoint` is not used.
     public var tus: TUSOptions = TUSOptions(endpoint: "")
 
-    public init(apiBase: String, uploadURLTemplate: String = "https://{hostname}/upload", name: String? = nil,
-                description: String? = nil, tus: TUSOptions = TUSOptions(endpoint: "")) {
+    public init(
+        apiBase: String, uploadURLTemplate: String = "https://{hostname}/upload", name: String? = nil,
+        description: String? = nil, tus: TUSOptions = TUSOptions(endpoint: "")
+    ) {
         self.apiBase = apiBase
         self.uploadURLTemplate = uploadURLTemplate
         self.name = name
@@ -94,10 +96,13 @@ public final class GcoreAuth: Sendable {
     private func refreshByToken(_ refresh: String) throws -> String {
         let t = try CurlTransport(settings: settings)
         let body = try JSONSerialization.data(withJSONObject: ["refresh": refresh])
-        let r = try t.perform(HTTPRequest(method: "POST", url: apiBase + "/auth/refresh",
-                                          headers: [("Content-Type", "application/json")], body: .bytes(body)))
+        let r = try t.perform(
+            HTTPRequest(
+                method: "POST", url: apiBase + "/auth/refresh",
+                headers: [("Content-Type", "application/json")], body: .bytes(body)))
         guard r.isSuccess, let obj = try? JSONSerialization.jsonObject(with: r.body) as? [String: Any],
-              let access = (obj["access"] ?? obj["access_token"]) as? String, !access.isEmpty else {
+            let access = (obj["access"] ?? obj["access_token"]) as? String, !access.isEmpty
+        else {
             throw UploadError(.credentials, message: "Gcore API \(displayURL(apiBase)): token refresh answered HTTP \(r.status)")
         }
         Secrets.shared.register(access)
@@ -123,56 +128,71 @@ public final class GcoreUploader: FileUploader, Sendable {
         tus = TUSUploader(options: t, store: store, headers: nil, destination: "gcore:" + options.apiBase, method: "gcore")
     }
 
-    public func upload(file: String, id: String, metadata: [String: String], control: UploadControl,
-                       observer: UploadObserver) throws -> UploadResult {
+    public func upload(
+        file: String, id: String, metadata: [String: String], control: UploadControl,
+        observer: UploadObserver
+    ) throws -> UploadResult {
         let name = options.name ?? metadata["title"] ?? (file as NSString).lastPathComponent
         let description = options.description ?? metadata["description"]
         let api = API(uploader: self, id: id, control: control, observer: observer)
         let fileName = (file as NSString).lastPathComponent
         let store = self.store
         let destination = self.destination
-        return try tus.run(file: file, id: id, metadata: [:], control: control, observer: observer, target: { previous in
-            var video: [String: Any]
-            if let vid = previous?["video_id"] {
-                video = ["id": vid, "hls_url": previous?["hls_url"] ?? ""]
-            } else {
-                var body: [String: Any] = ["name": name]
-                if let description { body["description"] = description }
-                video = try api.call("POST", "/videos", body)
-                // Remember the video at once: a crash before the TUS creation must not make a second one.
-                if let vid = jsonString(video["id"]) {
-                    let fp = try FileFingerprint.of(file)
-                    try store.save(ResumeRecord(method: "gcore", fingerprint: fp, destination: destination,
-                                                extra: ["video_id": vid, "hls_url": jsonString(video["hls_url"]) ?? ""]))
+        return try tus.run(
+            file: file, id: id, metadata: [:], control: control, observer: observer,
+            target: { previous in
+                var video: [String: Any]
+                if let vid = previous?["video_id"] {
+                    video = ["id": vid, "hls_url": previous?["hls_url"] ?? ""]
+                } else {
+                    var body: [String: Any] = ["name": name]
+                    if let description { body["description"] = description }
+                    video = try api.call("POST", "/videos", body)
+                    // Remember the video at once: a crash before the TUS creation must not make a second one.
+                    if let vid = jsonString(video["id"]) {
+                        let fp = try FileFingerprint.of(file)
+                        try store.save(
+                            ResumeRecord(
+                                method: "gcore", fingerprint: fp, destination: destination,
+                                extra: ["video_id": vid, "hls_url": jsonString(video["hls_url"]) ?? ""]))
+                    }
                 }
-            }
-            guard let vid = jsonString(video["id"]) else {
-                throw UploadError(.protocol, message: "Gcore API \(displayURL(self.options.apiBase)): POST /videos answered without a video id")
-            }
-            let info = try api.call("GET", "/videos/\(vid)/upload", nil)
-            guard let servers = info["servers"] as? [[String: Any]], let host = servers.first.flatMap({ jsonString($0["hostname"]) }),
-                  let token = jsonString(info["token"]) else {
-                throw UploadError(.protocol, message: "Gcore API \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload answered without servers[].hostname and token")
-            }
-            Secrets.shared.register(token)
-            // The upload server is expected to differ from the API host (the upload token is made for
-            // it; the API's bearer token never goes there: the TUS part sends no Authorization). It
-            // must be a plain host name or host:port, so it cannot reshape the URL template.
-            guard isPlainHost(host) else {
-                throw UploadError(.protocol, message: "Gcore API \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload named the upload server '\(String(host.prefix(200)))', which is not a host name (letters, digits, '.', '-', an optional :port)")
-            }
-            let clientID = (info["video"] as? [String: Any]).flatMap { jsonString($0["client_id"]) } ?? jsonString(video["client_id"]) ?? ""
-            var meta = ["filename": fileName, "video_id": vid, "token": token]
-            if !clientID.isEmpty { meta["client_id"] = clientID }
-            let endpoint = self.options.uploadURLTemplate.replacingOccurrences(of: "{hostname}", with: host)
-            return TUSTarget(endpoint: endpoint, metadata: meta,
-                             extra: ["video_id": vid, "hls_url": jsonString(video["hls_url"]) ?? previous?["hls_url"] ?? ""])
-        }, finish: { result, record in
-            result.method = "gcore"
-            result.videoID = record.extra["video_id"]
-            let hls = record.extra["hls_url"] ?? ""
-            result.playbackURL = hls.isEmpty ? nil : hls
-        })
+                guard let vid = jsonString(video["id"]) else {
+                    throw UploadError(.protocol, message: "Gcore API \(displayURL(self.options.apiBase)): POST /videos answered without a video id")
+                }
+                let info = try api.call("GET", "/videos/\(vid)/upload", nil)
+                guard let servers = info["servers"] as? [[String: Any]], let host = servers.first.flatMap({ jsonString($0["hostname"]) }),
+                    let token = jsonString(info["token"])
+                else {
+                    throw UploadError(
+                        .protocol,
+                        message: "Gcore API \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload answered without servers[].hostname and token")
+                }
+                Secrets.shared.register(token)
+                // The upload server is expected to differ from the API host (the upload token is made for
+                // it; the API's bearer token never goes there: the TUS part sends no Authorization). It
+                // must be a plain host name or host:port, so it cannot reshape the URL template.
+                guard isPlainHost(host) else {
+                    throw UploadError(
+                        .protocol,
+                        message:
+                            "Gcore API \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload named the upload server '\(String(host.prefix(200)))', which is not a host name (letters, digits, '.', '-', an optional :port)"
+                    )
+                }
+                let clientID = (info["video"] as? [String: Any]).flatMap { jsonString($0["client_id"]) } ?? jsonString(video["client_id"]) ?? ""
+                var meta = ["filename": fileName, "video_id": vid, "token": token]
+                if !clientID.isEmpty { meta["client_id"] = clientID }
+                let endpoint = self.options.uploadURLTemplate.replacingOccurrences(of: "{hostname}", with: host)
+                return TUSTarget(
+                    endpoint: endpoint, metadata: meta,
+                    extra: ["video_id": vid, "hls_url": jsonString(video["hls_url"]) ?? previous?["hls_url"] ?? ""])
+            },
+            finish: { result, record in
+                result.method = "gcore"
+                result.videoID = record.extra["video_id"]
+                let hls = record.extra["hls_url"] ?? ""
+                result.playbackURL = hls.isEmpty ? nil : hls
+            })
     }
 
     public func discard(file: String) throws { try tus.discard(file: file) }
@@ -193,8 +213,9 @@ public final class GcoreUploader: FileUploader, Sendable {
             var token = try uploader.auth.accessToken()
             while true {
                 try control.check()
-                var req = HTTPRequest(method: method, url: base + path,
-                                      headers: [("Authorization", "Bearer \(token)"), ("Accept", "application/json")])
+                var req = HTTPRequest(
+                    method: method, url: base + path,
+                    headers: [("Authorization", "Bearer \(token)"), ("Accept", "application/json")])
                 if let body {
                     req.body = .bytes(try JSONSerialization.data(withJSONObject: body))
                     req.setHeader("Content-Type", "application/json")
@@ -206,9 +227,12 @@ public final class GcoreUploader: FileUploader, Sendable {
                     let r = try transport.perform(req)
                     if r.status == 401 && !requests.refreshedSinceAccepted {
                         let rejected = token
-                        try requests.refreshCredentials(canRefresh: true, fail: { _ in
-                            UploadError(.http(401), message: "\(what): HTTP 401; the credentials were refused even after a refresh")
-                        }) {
+                        try requests.refreshCredentials(
+                            canRefresh: true,
+                            fail: { _ in
+                                UploadError(.http(401), message: "\(what): HTTP 401; the credentials were refused even after a refresh")
+                            }
+                        ) {
                             token = try uploader.auth.refresh(rejected: rejected, reason: "\(what) answered 401")
                         }
                         continue

@@ -194,7 +194,8 @@ public func displayURL(_ url: String) -> String {
 /// default when absent), as `scheme://host:port`. Nil for anything else.
 public func urlOrigin(_ url: String) -> String? {
     guard let c = URLComponents(string: url), let scheme = c.scheme?.lowercased(), ["http", "https"].contains(scheme),
-          let host = c.host?.lowercased(), !host.isEmpty else { return nil }
+        let host = c.host?.lowercased(), !host.isEmpty
+    else { return nil }
     let port = c.port ?? (scheme == "https" ? 443 : 80)
     return "\(scheme)://\(host):\(port)"
 }
@@ -204,6 +205,7 @@ public func urlOrigin(_ url: String) -> String? {
 /// or changes user info is not where the user's credentials were meant to go.
 public func isSameOrigin(_ url: String, _ base: String) -> Bool {
     guard let a = urlOrigin(url), let b = urlOrigin(base), a == b,
-          let u = URLComponents(string: url), let v = URLComponents(string: base) else { return false }
+        let u = URLComponents(string: url), let v = URLComponents(string: base)
+    else { return false }
     return u.user == v.user && u.password == v.password
 }

@@ -42,8 +42,10 @@ public struct RequestDecisions: Sendable, Equatable {
 
     /// A retryable failure with `progress` bytes acknowledged so far (progress since the last
     /// failure resets the count). `retryAfter` is the server's Retry-After in seconds.
-    public mutating func failure(progress: Int64, retryAfter: Double? = nil,
-                                 random: () -> Double = { Double.random(in: 0..<1) }) -> Retry {
+    public mutating func failure(
+        progress: Int64, retryAfter: Double? = nil,
+        random: () -> Double = { Double.random(in: 0..<1) }
+    ) -> Retry {
         guard let delay = retry.failure(at: progress, retryAfter: retryAfter, random: random) else { return .giveUp }
         pendingResume = retry.attempts
         return .wait(delay)
@@ -87,8 +89,10 @@ final class RequestExecutor {
 
     /// After a retryable failure: reports the retry and waits (no wait when `immediate`, e.g. a
     /// TUS 409 that only needs a HEAD), or throws `giveUp`'s error when the policy stops.
-    func backoff(reason: String, progress: Int64, retryAfter: Double? = nil, immediate: Bool = false,
-                 giveUp: (RetryState) -> UploadError) throws {
+    func backoff(
+        reason: String, progress: Int64, retryAfter: Double? = nil, immediate: Bool = false,
+        giveUp: (RetryState) -> UploadError
+    ) throws {
         let reason = Secrets.shared.redact(reason)
         guard case .wait(let delay) = decisions.failure(progress: progress, retryAfter: retryAfter) else {
             throw giveUp(decisions.retry)
@@ -100,8 +104,10 @@ final class RequestExecutor {
 
     /// After a credential refusal: reports it and runs `refresh`, or throws `fail`'s error when no
     /// refresh may be made.
-    func refreshCredentials(canRefresh: Bool, fail: (RequestDecisions.Refusal) -> UploadError,
-                            refresh: () throws -> Void) throws {
+    func refreshCredentials(
+        canRefresh: Bool, fail: (RequestDecisions.Refusal) -> UploadError,
+        refresh: () throws -> Void
+    ) throws {
         let d = decisions.refusal(canRefresh: canRefresh)
         guard d == .refresh else { throw fail(d) }
         observer.upload(.credentialsExpired(id: id))

@@ -45,9 +45,11 @@ public struct ResumeRecord: Sendable, Equatable, Codable {
     /// When the server said the upload expires (TUS `Upload-Expires`), if it did.
     public var expires: Date?
 
-    public init(method: String, fingerprint: FileFingerprint, destination: String, uploadURL: String? = nil,
-                uploadID: String? = nil, objectKey: String? = nil, partSize: Int64? = nil,
-                extra: [String: String] = [:], created: Date = Date(), expires: Date? = nil) {
+    public init(
+        method: String, fingerprint: FileFingerprint, destination: String, uploadURL: String? = nil,
+        uploadID: String? = nil, objectKey: String? = nil, partSize: Int64? = nil,
+        extra: [String: String] = [:], created: Date = Date(), expires: Date? = nil
+    ) {
         self.method = method
         self.fingerprint = fingerprint
         self.destination = destination
@@ -73,7 +75,8 @@ public final class ResumeStore: Sendable {
     /// The default location: `$XDG_STATE_HOME/clipflow/resume.json` (or `~/.local/state/...`).
     public static var defaultPath: String {
         let env = ProcessInfo.processInfo.environment
-        let base = env["XDG_STATE_HOME"].map { URL(fileURLWithPath: $0) }
+        let base =
+            env["XDG_STATE_HOME"].map { URL(fileURLWithPath: $0) }
             ?? URL(fileURLWithPath: NSHomeDirectory()).appendingPathComponent(".local/state")
         return base.appendingPathComponent("clipflow/resume.json").path
     }

@@ -65,9 +65,10 @@ public final class S3Uploader: FileUploader, Sendable {
         for (rawName, rawValue) in metadata.sorted(by: { $0.key < $1.key }) {
             let value = rawValue.trimmingCharacters(in: .whitespaces)
             if value.isEmpty { continue }
-            var name = String(rawName.lowercased().unicodeScalars.map { s -> Character in
-                (s >= "a" && s <= "z") || (s >= "0" && s <= "9") || s == "-" ? Character(s) : "-"
-            })
+            var name = String(
+                rawName.lowercased().unicodeScalars.map { s -> Character in
+                    (s >= "a" && s <= "z") || (s >= "0" && s <= "9") || s == "-" ? Character(s) : "-"
+                })
             while name.contains("--") { name = name.replacingOccurrences(of: "--", with: "-") }
             name = name.trimmingCharacters(in: CharacterSet(charactersIn: "-"))
             if name.isEmpty { continue }
@@ -91,14 +92,17 @@ public final class S3Uploader: FileUploader, Sendable {
     /// Decodes a value made by `encodeMetadataValue` (returns other values unchanged).
     public static func decodeMetadataValue(_ value: String) -> String {
         guard value.hasPrefix("=?UTF-8?B?"), value.hasSuffix("?="),
-              let data = Data(base64Encoded: String(value.dropFirst(10).dropLast(2))) else { return value }
+            let data = Data(base64Encoded: String(value.dropFirst(10).dropLast(2)))
+        else { return value }
         return String(decoding: data, as: UTF8.self)
     }
 
     // MARK: FileUploader
 
-    public func upload(file: String, id: String, metadata: [String: String], control: UploadControl,
-                       observer: UploadObserver) throws -> UploadResult {
+    public func upload(
+        file: String, id: String, metadata: [String: String], control: UploadControl,
+        observer: UploadObserver
+    ) throws -> UploadResult {
         let path = URL(fileURLWithPath: file).standardizedFileURL.path
         let session: S3Session
         do {
@@ -167,7 +171,8 @@ public final class S3Uploader: FileUploader, Sendable {
     /// one every 30 s, so a provider that hands out short-lived credentials cannot loop us).
     func proactiveRefreshDue() -> Bool {
         guard provider != nil, let exp = currentCredentials().expiration,
-              exp.timeIntervalSinceNow < options.credentialRefreshMargin else { return false }
+            exp.timeIntervalSinceNow < options.credentialRefreshMargin
+        else { return false }
         return lastProactiveRefresh.withLock { last in
             if let l = last, Date().timeIntervalSince(l) < 30 { return false }
             last = Date()

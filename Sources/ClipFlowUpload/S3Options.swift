@@ -49,12 +49,14 @@ public struct S3Options: Codable, Sendable, Equatable {
     public static let awsMinimumPartSize: Int64 = 5 << 20
     public static let ossMinimumPartSize: Int64 = 100 << 10
 
-    public init(endpoint: String, region: String, bucket: String, key: String? = nil, keyPrefix: String = "",
-                addressingStyle: AddressingStyle = .path, partSize: Int64? = nil,
-                minimumPartSize: Int64 = S3Options.awsMinimumPartSize, maximumParts: Int = 10_000,
-                contentType: String? = nil, metadata: [String: String] = [:], retry: RetryPolicy = RetryPolicy(),
-                network: TransportSettings = TransportSettings(), payloadSigning: PayloadSigning = .signed,
-                verifyResumedParts: Bool = true, credentialRefreshMargin: Double = 60) {
+    public init(
+        endpoint: String, region: String, bucket: String, key: String? = nil, keyPrefix: String = "",
+        addressingStyle: AddressingStyle = .path, partSize: Int64? = nil,
+        minimumPartSize: Int64 = S3Options.awsMinimumPartSize, maximumParts: Int = 10_000,
+        contentType: String? = nil, metadata: [String: String] = [:], retry: RetryPolicy = RetryPolicy(),
+        network: TransportSettings = TransportSettings(), payloadSigning: PayloadSigning = .signed,
+        verifyResumedParts: Bool = true, credentialRefreshMargin: Double = 60
+    ) {
         self.endpoint = endpoint
         self.region = region
         self.bucket = bucket
@@ -90,7 +92,8 @@ public struct S3Options: Codable, Sendable, Equatable {
         let floorForCount = (size + maxParts - 1) / maxParts
         if let p = partSize {
             guard p >= minimumPartSize, p > 0 else {
-                throw UploadError(.badInput, message: "S3 part size \(p) is below the backend's minimum of \(minimumPartSize) bytes; raise partSize or lower minimumPartSize")
+                throw UploadError(
+                    .badInput, message: "S3 part size \(p) is below the backend's minimum of \(minimumPartSize) bytes; raise partSize or lower minimumPartSize")
             }
             return max(p, floorForCount)
         }

@@ -61,7 +61,8 @@ final class S3Session {
         var done: [Int: (etag: String, size: Int64)] = [:]
         var partSize: Int64
         if let r = uploader.store.record(for: fingerprint, destination: uploader.destination),
-           r.method == "s3", let uploadID = r.uploadID, r.objectKey == key, let ps = r.partSize, ps > 0 {
+            r.method == "s3", let uploadID = r.uploadID, r.objectKey == key, let ps = r.partSize, ps > 0
+        {
             partSize = ps
             record = r
             if let listed = try listParts(uploadID: uploadID) {
@@ -79,8 +80,9 @@ final class S3Session {
             // A new upload sends part 1 first: hash it while CreateMultipartUpload is answered.
             digester.prefetch(offset: 0, length: min(partSize, stamp.size))
             let uploadID = try createUpload(metaHeaders)
-            let r = ResumeRecord(method: "s3", fingerprint: fingerprint, destination: uploader.destination,
-                                 uploadID: uploadID, objectKey: key, partSize: partSize)
+            let r = ResumeRecord(
+                method: "s3", fingerprint: fingerprint, destination: uploader.destination,
+                uploadID: uploadID, objectKey: key, partSize: partSize)
             try uploader.store.save(r)
             record = r
         }
@@ -141,15 +143,19 @@ final class S3Session {
 
     // MARK: Requests
 
-    func objectRequest(_ method: String, query: [(String, String?)] = [], headers: [(name: String, value: String)] = [],
-                       body: HTTPBody = .empty) -> HTTPRequest {
+    func objectRequest(
+        _ method: String, query: [(String, String?)] = [], headers: [(name: String, value: String)] = [],
+        body: HTTPBody = .empty
+    ) -> HTTPRequest {
         var url = options.objectURL(key: key)
         if !query.isEmpty {
-            url += "?" + query.map { name, value in
-                let n = SigV4Signer.uriEncode(name, keepSlash: false)
-                guard let value else { return n }
-                return n + "=" + SigV4Signer.uriEncode(value, keepSlash: false)
-            }.joined(separator: "&")
+            url +=
+                "?"
+                + query.map { name, value in
+                    let n = SigV4Signer.uriEncode(name, keepSlash: false)
+                    guard let value else { return n }
+                    return n + "=" + SigV4Signer.uriEncode(value, keepSlash: false)
+                }.joined(separator: "&")
         }
         return HTTPRequest(method: method, url: url, headers: headers, body: body)
     }
@@ -186,8 +192,9 @@ final class S3Session {
             let text = r.text
             for part in XML.all("Part", in: text) {
                 guard let n = XML.first("PartNumber", in: part).flatMap({ Int($0) }),
-                      let etag = XML.first("ETag", in: part),
-                      let size = XML.first("Size", in: part).flatMap({ Int64($0) }) else { continue }
+                    let etag = XML.first("ETag", in: part),
+                    let size = XML.first("Size", in: part).flatMap({ Int64($0) })
+                else { continue }
                 parts[n] = (etag, size)
             }
             guard XML.first("IsTruncated", in: text)?.lowercased() == "true" else { return parts }
@@ -201,8 +208,10 @@ final class S3Session {
 
     /// Sends part `n`. `next` is the range of the part that will be sent after it, hashed in the
     /// background meanwhile.
-    func uploadPart(_ n: Int, uploadID: String, offset: Int64, length: Int64,
-                    next: (offset: Int64, length: Int64)? = nil) throws -> String {
+    func uploadPart(
+        _ n: Int, uploadID: String, offset: Int64, length: Int64,
+        next: (offset: Int64, length: Int64)? = nil
+    ) throws -> String {
         let body = HTTPBody.file(path: path, offset: offset, length: length)
         // SHA-256 for a signed payload (the server verifies the bytes against it), else MD5 to
         // check the ETag.
@@ -214,7 +223,9 @@ final class S3Session {
             let r = try send(req, payloadHash: payloadHash, step: "UploadPart \(n)")
             guard r.isSuccess else {
                 if r.status == 404 && S3ErrorInfo(r).code == "NoSuchUpload" {
-                    throw UploadError(.s3NoSuchUpload, message: "\(what): the server no longer knows the multipart upload (aborted or expired); it will start anew", retryable: true)
+                    throw UploadError(
+                        .s3NoSuchUpload, message: "\(what): the server no longer knows the multipart upload (aborted or expired); it will start anew",
+                        retryable: true)
                 }
                 throw failure(r, step: "UploadPart \(n)")
             }
@@ -267,7 +278,8 @@ final class S3Session {
     func completedObjectETag(parts: [(Int, String)]) throws -> String? {
         let r = try send(objectRequest("HEAD"), payloadHash: SigV4Signer.emptyPayloadHash, step: "HeadObject")
         guard r.isSuccess, r.header("content-length").flatMap({ Int64($0) }) == stamp.size,
-              let etag = r.header("etag") else { return nil }
+            let etag = r.header("etag")
+        else { return nil }
         if let expected = S3Session.multipartETag(parts.map(\.1)) {
             let got = etag.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased()
             guard got == expected else { return nil }
@@ -338,11 +350,22 @@ final class S3Session {
             if r.isSuccess { return r }
             let info = S3ErrorInfo(r)
             if info.isExpiry {
-                try requests.refreshCredentials(canRefresh: uploader.provider != nil, fail: { why in
-                    why == .noProvider
-                        ? UploadError(.credentialsExpired, message: "\(what): \(step): the server refused the credentials as expired (\(info.summary)) and no credential provider is configured to renew them", retryable: false)
-                        : UploadError(.credentialsExpired, message: "\(what): \(step): the server refused the credentials (\(info.summary)) again right after they were renewed; check the credential provider", retryable: true)
-                }) {
+                try requests.refreshCredentials(
+                    canRefresh: uploader.provider != nil,
+                    fail: { why in
+                        why == .noProvider
+                            ? UploadError(
+                                .credentialsExpired,
+                                message:
+                                    "\(what): \(step): the server refused the credentials as expired (\(info.summary)) and no credential provider is configured to renew them",
+                                retryable: false)
+                            : UploadError(
+                                .credentialsExpired,
+                                message:
+                                    "\(what): \(step): the server refused the credentials (\(info.summary)) again right after they were renewed; check the credential provider",
+                                retryable: true)
+                    }
+                ) {
                     _ = try uploader.refreshCredentials(reason: "\(step): \(info.code.isEmpty ? "HTTP \(info.status)" : info.code)")
                 }
                 continue
@@ -371,7 +394,8 @@ final class S3Session {
     /// Records a failure with the retry policy; waits, or throws when the policy gives up.
     func retryAfter(reason: String, retryAfter: Double?, code: UploadErrorCode = .retry) throws {
         try requests.backoff(reason: reason, progress: meter.acknowledged, retryAfter: retryAfter) { retry in
-            UploadError(code, message: "\(what): \(reason); gave up after \(retry.policy.maxAttemptsWithoutProgress) attempts without progress", retryable: true)
+            UploadError(
+                code, message: "\(what): \(reason); gave up after \(retry.policy.maxAttemptsWithoutProgress) attempts without progress", retryable: true)
         }
     }
 
@@ -381,13 +405,22 @@ final class S3Session {
         switch info.code {
         case "SignatureDoesNotMatch":
             let keyID = maskAccessKeyID(uploader.currentCredentials().accessKeyID)
-            return UploadError(.credentials, message: "\(what): \(step): the server refused the request signature (\(info.code)): the secret access key for access key \(keyID) is wrong (or the region '\(options.region)' does not match the bucket's); check the credentials")
+            return UploadError(
+                .credentials,
+                message:
+                    "\(what): \(step): the server refused the request signature (\(info.code)): the secret access key for access key \(keyID) is wrong (or the region '\(options.region)' does not match the bucket's); check the credentials"
+            )
         case "InvalidAccessKeyId":
             let keyID = maskAccessKeyID(uploader.currentCredentials().accessKeyID)
             let renewed = requests.refreshedSinceAccepted ? ", also after asking the credential provider for fresh keys" : ""
-            return UploadError(.credentials, message: "\(what): \(step): the server does not know access key \(keyID) (\(info.code))\(renewed); check the credentials")
+            return UploadError(
+                .credentials, message: "\(what): \(step): the server does not know access key \(keyID) (\(info.code))\(renewed); check the credentials")
         case "RequestTimeTooSkewed":
-            return UploadError(.clockSkew, message: "\(what): \(step): the server refused the request time (\(info.summary)): this machine's clock is off; set it right (e.g. enable NTP) and upload again")
+            return UploadError(
+                .clockSkew,
+                message:
+                    "\(what): \(step): the server refused the request time (\(info.summary)): this machine's clock is off; set it right (e.g. enable NTP) and upload again"
+            )
         case "AccessDenied":
             return UploadError(.http(403), message: "\(what): \(step): access denied (\(info.summary)); the credentials lack permission for this bucket/key")
         case "NoSuchBucket":

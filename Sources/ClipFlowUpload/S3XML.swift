@@ -17,8 +17,11 @@ struct S3ErrorInfo {
 
     /// Credentials that expired or a token the server no longer takes: ask for fresh ones.
     var isExpiry: Bool {
-        status == 401 || ["ExpiredToken", "InvalidToken", "TokenRefreshRequired", "ExpiredTokenException",
-                          "RequestExpired", "SecurityTokenExpired"].contains(code)
+        status == 401
+            || [
+                "ExpiredToken", "InvalidToken", "TokenRefreshRequired", "ExpiredTokenException",
+                "RequestExpired", "SecurityTokenExpired"
+            ].contains(code)
     }
 
     /// Throttling or a server error: try the same request again.

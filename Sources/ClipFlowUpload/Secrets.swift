@@ -32,12 +32,12 @@ public final class Secrets: Sendable {
     /// Header names whose values are always secret.
     public static let secretHeaders: Set<String> = [
         "authorization", "proxy-authorization", "x-amz-security-token", "x-oss-security-token",
-        "cookie", "set-cookie", "x-api-key",
+        "cookie", "set-cookie", "x-api-key"
     ]
     /// Query parameter names whose values are always secret.
     public static let secretQueryNames: Set<String> = [
         "x-amz-signature", "x-amz-security-token", "x-amz-credential", "signature", "token",
-        "access_token", "refresh_token", "securitytoken", "accesskeyid",
+        "access_token", "refresh_token", "securitytoken", "accesskeyid"
     ]
 
     /// `text` with every registered secret, and every value of a secret query parameter, replaced

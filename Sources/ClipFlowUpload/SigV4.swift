@@ -77,8 +77,9 @@ public struct SigV4Signer: Sendable {
         let scope = "\(day)/\(region)/\(service)/aws4_request"
         let toSign = ["AWS4-HMAC-SHA256", stamp, scope, Digest.hash(.sha256, Data(canonical.text.utf8)).hex].joined(separator: "\n")
         let signature = Digest.hmacSHA256(key: signingKey(day: day), Data(toSign.utf8)).hex
-        request.setHeader("Authorization",
-                          "AWS4-HMAC-SHA256 Credential=\(credentials.accessKeyID)/\(scope), SignedHeaders=\(canonical.signedHeaders), Signature=\(signature)")
+        request.setHeader(
+            "Authorization",
+            "AWS4-HMAC-SHA256 Credential=\(credentials.accessKeyID)/\(scope), SignedHeaders=\(canonical.signedHeaders), Signature=\(signature)")
     }
 
     /// The canonical request text and the signed-header list (exposed for tests).
@@ -93,8 +94,10 @@ public struct SigV4Signer: Sendable {
         let names = grouped.keys.sorted()
         let headerLines = names.map { "\($0):\(grouped[$0]!.joined(separator: ","))\n" }.joined()
         let signed = names.joined(separator: ";")
-        let text = [request.method.uppercased(), SigV4Signer.canonicalURI(path), SigV4Signer.canonicalQuery(query),
-                    headerLines, signed, payloadHash].joined(separator: "\n")
+        let text = [
+            request.method.uppercased(), SigV4Signer.canonicalURI(path), SigV4Signer.canonicalQuery(query),
+            headerLines, signed, payloadHash
+        ].joined(separator: "\n")
         return (text, signed)
     }
 
@@ -112,8 +115,9 @@ public struct SigV4Signer: Sendable {
         var t = time_t(floor(date.timeIntervalSince1970))
         var parts = tm()
         gmtime_r(&t, &parts)
-        return String(format: "%04d%02d%02dT%02d%02d%02dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1,
-                      Int(parts.tm_mday), Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec))
+        return String(
+            format: "%04d%02d%02dT%02d%02d%02dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1,
+            Int(parts.tm_mday), Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec))
     }
 
     /// RFC 3986 percent-encoding as SigV4 wants it: everything but `A-Z a-z 0-9 - _ . ~` is
@@ -124,8 +128,8 @@ public struct SigV4Signer: Sendable {
         for b in s.utf8 {
             switch b {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"),
-                 UInt8(ascii: "."), UInt8(ascii: "~"):
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"),
+                UInt8(ascii: "."), UInt8(ascii: "~"):
                 out.unicodeScalars.append(Unicode.Scalar(b))
             case UInt8(ascii: "/") where keepSlash:
                 out.append("/")
@@ -144,7 +148,8 @@ public struct SigV4Signer: Sendable {
         while let b = it.first {
             it = it.dropFirst()
             if b == UInt8(ascii: "%"), it.count >= 2,
-               let v = UInt8(String(decoding: it.prefix(2), as: UTF8.self), radix: 16) {
+                let v = UInt8(String(decoding: it.prefix(2), as: UTF8.self), radix: 16)
+            {
                 bytes.append(v)
                 it = it.dropFirst(2)
             } else {
@@ -169,8 +174,10 @@ public struct SigV4Signer: Sendable {
         if rawQuery.isEmpty { return "" }
         let pairs: [(String, String)] = rawQuery.split(separator: "&").map { item in
             if let eq = item.firstIndex(of: "=") {
-                return (uriEncode(percentDecode(item[..<eq]), keepSlash: false),
-                        uriEncode(percentDecode(item[item.index(after: eq)...]), keepSlash: false))
+                return (
+                    uriEncode(percentDecode(item[..<eq]), keepSlash: false),
+                    uriEncode(percentDecode(item[item.index(after: eq)...]), keepSlash: false)
+                )
             }
             return (uriEncode(percentDecode(item), keepSlash: false), "")
         }

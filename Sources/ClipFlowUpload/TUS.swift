@@ -37,8 +37,10 @@ public final class TUSUploader: FileUploader, Sendable {
     /// Test seam: called with each chunk's checksum value before it is sent; may return another.
     let checksumHook: Mutex<(@Sendable (String) -> String)?> = Mutex(nil)
 
-    public init(options: TUSOptions, store: ResumeStore, headers: (@Sendable () throws -> [String: String])? = nil,
-                refreshHeaders: (@Sendable (_ reason: String) throws -> [String: String])? = nil) {
+    public init(
+        options: TUSOptions, store: ResumeStore, headers: (@Sendable () throws -> [String: String])? = nil,
+        refreshHeaders: (@Sendable (_ reason: String) throws -> [String: String])? = nil
+    ) {
         self.options = options
         self.store = store
         self.headers = headers
@@ -47,8 +49,10 @@ public final class TUSUploader: FileUploader, Sendable {
         self.method = "tus"
     }
 
-    init(options: TUSOptions, store: ResumeStore, headers: (@Sendable () throws -> [String: String])?,
-         refreshHeaders: (@Sendable (_ reason: String) throws -> [String: String])? = nil, destination: String, method: String) {
+    init(
+        options: TUSOptions, store: ResumeStore, headers: (@Sendable () throws -> [String: String])?,
+        refreshHeaders: (@Sendable (_ reason: String) throws -> [String: String])? = nil, destination: String, method: String
+    ) {
         self.options = options
         self.store = store
         self.headers = headers
@@ -59,11 +63,14 @@ public final class TUSUploader: FileUploader, Sendable {
 
     public var lastRun: TUSRunStats { stats.withLock { $0 } }
 
-    public func upload(file: String, id: String, metadata: [String: String], control: UploadControl,
-                       observer: UploadObserver) throws -> UploadResult {
+    public func upload(
+        file: String, id: String, metadata: [String: String], control: UploadControl,
+        observer: UploadObserver
+    ) throws -> UploadResult {
         let endpoint = options.endpoint
-        return try run(file: file, id: id, metadata: metadata, control: control, observer: observer,
-                       target: { _ in TUSTarget(endpoint: endpoint) })
+        return try run(
+            file: file, id: id, metadata: metadata, control: control, observer: observer,
+            target: { _ in TUSTarget(endpoint: endpoint) })
     }
 
     public func discard(file: String) throws {
@@ -80,15 +87,18 @@ public final class TUSUploader: FileUploader, Sendable {
     /// The TUS upload, parametrised by how a new upload's URL/metadata are obtained. `target` gets
     /// the `extra` of the record being replaced (or of a resumable record without URL), if any,
     /// and is called only when a new upload must be created.
-    func run(file: String, id: String, metadata: [String: String], control: UploadControl, observer: UploadObserver,
-             target: @escaping (_ previousExtra: [String: String]?) throws -> TUSTarget,
-             finish: ((inout UploadResult, ResumeRecord) -> Void)? = nil) throws -> UploadResult {
+    func run(
+        file: String, id: String, metadata: [String: String], control: UploadControl, observer: UploadObserver,
+        target: @escaping (_ previousExtra: [String: String]?) throws -> TUSTarget,
+        finish: ((inout UploadResult, ResumeRecord) -> Void)? = nil
+    ) throws -> UploadResult {
         stats.withLock { $0 = TUSRunStats() }
         var session: TUSSession?
         defer { session?.digester?.stop() }
         do {
-            let s = try TUSSession(uploader: self, file: file, id: id, userMetadata: metadata, control: control,
-                                observer: observer, target: target)
+            let s = try TUSSession(
+                uploader: self, file: file, id: id, userMetadata: metadata, control: control,
+                observer: observer, target: target)
             session = s
             var result = try s.run()
             if let finish, let record = s.finalRecord { finish(&result, record) }

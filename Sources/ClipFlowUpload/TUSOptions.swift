@@ -41,9 +41,11 @@ public struct TUSOptions: Codable, Sendable, Equatable {
     /// Minimum seconds between progress events (the last one is always sent).
     public var progressInterval: Double = 0.25
 
-    public init(endpoint: String, chunkSize: Int64 = TUSOptions.defaultChunkSize, checksum: Checksum = .auto, headers: [String: String] = [:],
-                retry: RetryPolicy = RetryPolicy(), transport: TransportSettings = TransportSettings(),
-                creationWithUpload: Bool = true, deleteOnCancel: Bool = true, maxChecksumAttempts: Int = 3) {
+    public init(
+        endpoint: String, chunkSize: Int64 = TUSOptions.defaultChunkSize, checksum: Checksum = .auto, headers: [String: String] = [:],
+        retry: RetryPolicy = RetryPolicy(), transport: TransportSettings = TransportSettings(),
+        creationWithUpload: Bool = true, deleteOnCancel: Bool = true, maxChecksumAttempts: Int = 3
+    ) {
         self.endpoint = endpoint
         self.chunkSize = chunkSize
         self.checksum = checksum

@@ -45,8 +45,10 @@ final class TUSSession {
     /// Credential headers from the last refresh; they override the uploader's `headers`.
     var freshHeaders: [String: String]?
 
-    init(uploader: TUSUploader, file: String, id: String, userMetadata: [String: String], control: UploadControl,
-         observer: UploadObserver, target: @escaping ([String: String]?) throws -> TUSTarget) throws {
+    init(
+        uploader: TUSUploader, file: String, id: String, userMetadata: [String: String], control: UploadControl,
+        observer: UploadObserver, target: @escaping ([String: String]?) throws -> TUSTarget
+    ) throws {
         up = uploader
         options = uploader.options
         self.file = URL(fileURLWithPath: file).standardizedFileURL.path
@@ -75,8 +77,11 @@ final class TUSSession {
         let endpoint = try discoveryEndpoint()
         try withRetries { try self.discover(endpoint) }
         if let max = caps.maxSize, max > 0, size > max {
-            throw UploadError(.tooLarge,
-                              message: "\(file): \(size) bytes is more than the server accepts (Tus-Max-Size \(max) bytes at \(displayURL(endpoint))); upload a smaller file or raise the server's limit")
+            throw UploadError(
+                .tooLarge,
+                message:
+                    "\(file): \(size) bytes is more than the server accepts (Tus-Max-Size \(max) bytes at \(displayURL(endpoint))); upload a smaller file or raise the server's limit"
+            )
         }
         dropStaleRecords()
         if let r = record, let expires = r.expires, expires <= Date() {
@@ -144,7 +149,8 @@ final class TUSSession {
                 case .gone(let why):
                     recreations += 1
                     guard recreations <= 2 else {
-                        throw UploadError(.gone, message: "\(displayURL(url ?? options.endpoint)): \(why), again after creating it anew; giving up", retryable: true)
+                        throw UploadError(
+                            .gone, message: "\(displayURL(url ?? options.endpoint)): \(why), again after creating it anew; giving up", retryable: true)
                     }
                     try forgetUpload()
                     up.note { $0.recreated += 1 }
@@ -161,8 +167,10 @@ final class TUSSession {
         if let u = url { _ = try? up.terminate(u, cleanupTransport()) }
         if let r = record { try? up.store.remove(r) }
         record = nil
-        return UploadError(.fileChanged,
-                           message: "\(file): the file changed while it was being uploaded; the partial upload was deleted on the server. Upload it again once it is complete.")
+        return UploadError(
+            .fileChanged,
+            message: "\(file): the file changed while it was being uploaded; the partial upload was deleted on the server. Upload it again once it is complete."
+        )
     }
 
     /// Runs `step` until it succeeds, retrying `TUSRedo.retry` per the policy (used outside the PATCH
@@ -184,9 +192,11 @@ final class TUSSession {
 
     func backoff(code: UploadErrorCode, reason: String, retryAfter: Double?, immediate: Bool = false) throws {
         try requests.backoff(reason: reason, progress: meter.acknowledged, retryAfter: retryAfter, immediate: immediate) { retry in
-            UploadError(code,
-                        message: "\(file): upload to \(displayURL(url ?? options.endpoint)) failed \(retry.failures) times in a row without progress; last: \(reason). It can be resumed later.",
-                        retryable: true)
+            UploadError(
+                code,
+                message:
+                    "\(file): upload to \(displayURL(url ?? options.endpoint)) failed \(retry.failures) times in a row without progress; last: \(reason). It can be resumed later.",
+                retryable: true)
         }
     }
 
@@ -213,10 +223,13 @@ final class TUSSession {
             }
             let what = "\(req.method) \(displayURL(req.url)): HTTP \(r.status)\(serverText(r))"
             let refreshHeaders = up.refreshHeaders
-            try requests.refreshCredentials(canRefresh: refreshHeaders != nil, fail: { why in
-                let hint = why == .refusedAfterRefresh ? "; the credentials were refused again right after a refresh" : ""
-                return UploadError(.http(r.status), message: "\(file): \(what)\(hint)")
-            }) {
+            try requests.refreshCredentials(
+                canRefresh: refreshHeaders != nil,
+                fail: { why in
+                    let hint = why == .refusedAfterRefresh ? "; the credentials were refused again right after a refresh" : ""
+                    return UploadError(.http(r.status), message: "\(file): \(what)\(hint)")
+                }
+            ) {
                 guard let refreshHeaders else { return }
                 let fresh = try refreshHeaders("TUS \(what)")
                 for v in fresh.values { Secrets.shared.register(v) }
@@ -284,27 +297,31 @@ final class TUSSession {
         func list(_ name: String) -> [String] {
             (r.header(name) ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         }
-        caps = TUSCapabilities(versions: list("tus-version"), extensions: Set(list("tus-extension")),
-                               checksumAlgorithms: list("tus-checksum-algorithm").map { $0.lowercased() },
-                               maxSize: r.header("tus-max-size").flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) })
+        caps = TUSCapabilities(
+            versions: list("tus-version"), extensions: Set(list("tus-extension")),
+            checksumAlgorithms: list("tus-checksum-algorithm").map { $0.lowercased() },
+            maxSize: r.header("tus-max-size").flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) })
         if !caps.versions.isEmpty && !caps.versions.contains("1.0.0") {
-            throw UploadError(.unsupported,
-                              message: "\(displayURL(endpoint)): the server speaks TUS \(caps.versions.joined(separator: ", ")), not 1.0.0")
+            throw UploadError(
+                .unsupported,
+                message: "\(displayURL(endpoint)): the server speaks TUS \(caps.versions.joined(separator: ", ")), not 1.0.0")
         }
         algorithm = nil
         switch options.checksum {
         case .off: break
         case .auto:
             if caps.offers("checksum") {
-                if caps.checksumAlgorithms.contains("sha256") { algorithm = .sha256 }
-                else if caps.checksumAlgorithms.contains("sha1") { algorithm = .sha1 }
+                if caps.checksumAlgorithms.contains("sha256") { algorithm = .sha256 } else if caps.checksumAlgorithms.contains("sha1") { algorithm = .sha1 }
             }
         case .sha1, .sha256:
             let wanted = options.checksum.rawValue
             guard caps.offers("checksum"), caps.checksumAlgorithms.contains(wanted) else {
-                let offered = caps.offers("checksum") ? (caps.checksumAlgorithms.isEmpty ? "no algorithms" : caps.checksumAlgorithms.joined(separator: ", ")) : "no checksum extension"
-                throw UploadError(.unsupported,
-                                  message: "\(displayURL(endpoint)): checksum \(wanted) was asked for, but the server offers \(offered); use checksum auto or off")
+                let offered =
+                    caps.offers("checksum")
+                    ? (caps.checksumAlgorithms.isEmpty ? "no algorithms" : caps.checksumAlgorithms.joined(separator: ", ")) : "no checksum extension"
+                throw UploadError(
+                    .unsupported,
+                    message: "\(displayURL(endpoint)): checksum \(wanted) was asked for, but the server offers \(offered); use checksum auto or off")
             }
             algorithm = wanted == "sha1" ? .sha1 : .sha256
         }
@@ -332,7 +349,9 @@ final class TUSSession {
 
     func create() throws {
         let t: TUSTarget
-        if let p = pendingTarget { t = p } else {
+        if let p = pendingTarget {
+            t = p
+        } else {
             t = try target(record?.extra)
             pendingTarget = t
         }
@@ -364,9 +383,11 @@ final class TUSSession {
             guard r.status == 460 else { break }
             up.note { $0.checksumResends += 1 }
             guard attempts < options.maxChecksumAttempts else {
-                throw UploadError(.checksumMismatch,
-                                  message: "\(file): the server rejected the checksum of bytes 0..<\(req.body.length) \(attempts) times; the file may be changing or the network corrupting data",
-                                  retryable: true)
+                throw UploadError(
+                    .checksumMismatch,
+                    message:
+                        "\(file): the server rejected the checksum of bytes 0..<\(req.body.length) \(attempts) times; the file may be changing or the network corrupting data",
+                    retryable: true)
             }
             try stamp.verifyUnchanged(file)
         }
@@ -380,17 +401,24 @@ final class TUSSession {
         // sending the file somewhere it was not meant to go; either way the user has to decide.
         guard isSameOrigin(u, t.endpoint) else {
             let sameHost = urlOrigin(u) != nil && urlOrigin(u) == urlOrigin(t.endpoint)
-            let why = sameHost ? "a URL with other user info than the endpoint's" : "\(displayURL(u)), which is not on the endpoint's origin \(urlOrigin(t.endpoint) ?? displayURL(t.endpoint)) (scheme, host and port must match)"
-            throw UploadError(.crossOrigin,
-                              message: "POST \(displayURL(t.endpoint)): the server put the upload at \(why); refused so that neither credentials nor the file go anywhere but the endpoint's origin")
+            let why =
+                sameHost
+                ? "a URL with other user info than the endpoint's"
+                : "\(displayURL(u)), which is not on the endpoint's origin \(urlOrigin(t.endpoint) ?? displayURL(t.endpoint)) (scheme, host and port must match)"
+            throw UploadError(
+                .crossOrigin,
+                message:
+                    "POST \(displayURL(t.endpoint)): the server put the upload at \(why); refused so that neither credentials nor the file go anywhere but the endpoint's origin"
+            )
         }
         url = u
         pendingTarget = nil
         offset = r.header("upload-offset").flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) } ?? 0
         var extra = t.extra
         extra["tus_endpoint"] = t.endpoint
-        var rec = ResumeRecord(method: up.method, fingerprint: fingerprint, destination: up.destination, uploadURL: u,
-                               partSize: options.chunkSize, extra: extra)
+        var rec = ResumeRecord(
+            method: up.method, fingerprint: fingerprint, destination: up.destination, uploadURL: u,
+            partSize: options.chunkSize, extra: extra)
         rec.expires = parseHTTPDate(r.header("upload-expires"))
         record = rec
         try up.store.save(rec)
@@ -414,9 +442,11 @@ final class TUSSession {
             if r.status == 460 {
                 up.note { $0.checksumResends += 1 }
                 guard attempts < options.maxChecksumAttempts else {
-                    throw UploadError(.checksumMismatch,
-                                      message: "\(file): the server rejected the checksum of bytes \(offset)..<\(offset + length) \(attempts) times; the file may be changing or the network corrupting data",
-                                      retryable: true)
+                    throw UploadError(
+                        .checksumMismatch,
+                        message:
+                            "\(file): the server rejected the checksum of bytes \(offset)..<\(offset + length) \(attempts) times; the file may be changing or the network corrupting data",
+                        retryable: true)
                 }
                 try control.check()
                 try stamp.verifyUnchanged(file)
@@ -432,9 +462,10 @@ final class TUSSession {
             guard o > offset || length == 0 else {
                 // Accepted but nothing stored: through the retry backoff, so it ends after
                 // maxAttemptsWithoutProgress instead of looping for ever.
-                throw TUSRedo.retry(code: .noProgress,
-                                 reason: "PATCH \(displayURL(url)): HTTP \(r.status) but Upload-Offset stayed at \(o) for \(length) bytes sent",
-                                 retryAfter: nil)
+                throw TUSRedo.retry(
+                    code: .noProgress,
+                    reason: "PATCH \(displayURL(url)): HTTP \(r.status) but Upload-Offset stayed at \(o) for \(length) bytes sent",
+                    retryAfter: nil)
             }
             offset = o
             noteExpires(r)

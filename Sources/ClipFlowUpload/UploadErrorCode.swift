@@ -60,7 +60,7 @@ public enum UploadErrorCode: Sendable, Hashable, CustomStringConvertible {
         (.protocol, "protocol"), (.checksumMismatch, "checksum-mismatch"), (.crossOrigin, "cross-origin"),
         (.gone, "gone"), (.conflict, "conflict"), (.noProgress, "no-progress"), (.credentials, "credentials"),
         (.credentialsExpired, "credentials-expired"), (.clockSkew, "clock-skew"), (.retry, "retry"), (.api, "api"),
-        (.failure, "failure"), (.s3NoSuchUpload, "s3-no-such-upload"),
+        (.failure, "failure"), (.s3NoSuchUpload, "s3-no-such-upload")
     ]
 
     public var rawValue: String {

@@ -20,8 +20,10 @@ public struct UploadResult: Sendable, Equatable, Codable {
     /// Playback URL reported by hosting (Gcore `hls_url`).
     public var playbackURL: String?
 
-    public init(method: String, bytes: Int64, url: String? = nil, videoID: String? = nil, etag: String? = nil,
-                uploadID: String? = nil, playbackURL: String? = nil) {
+    public init(
+        method: String, bytes: Int64, url: String? = nil, videoID: String? = nil, etag: String? = nil,
+        uploadID: String? = nil, playbackURL: String? = nil
+    ) {
         self.method = method
         self.bytes = bytes
         self.url = url
@@ -85,8 +87,8 @@ public enum UploadEvent: Sendable, Equatable {
     public var uploadID: String {
         switch self {
         case .started(let id, _, _, _), .progress(let id, _), .finished(let id, _), .failed(let id, _, _),
-             .credentialsExpired(let id), .retryStarted(let id, _, _, _), .retryResumed(let id, _, _),
-             .paused(let id), .cancelled(let id):
+            .credentialsExpired(let id), .retryStarted(let id, _, _, _), .retryResumed(let id, _, _),
+            .paused(let id), .cancelled(let id):
             return id
         }
     }
@@ -316,8 +318,11 @@ public struct FileStamp: Sendable, Equatable, Codable {
     public func verifyUnchanged(_ path: String) throws {
         let now = try FileStamp.of(path)
         if now != self {
-            throw UploadError(.fileChanged,
-                              message: "\(path): the file changed while it was being uploaded (size \(size) -> \(now.size)); the partial upload was discarded, upload it again once it is complete")
+            throw UploadError(
+                .fileChanged,
+                message:
+                    "\(path): the file changed while it was being uploaded (size \(size) -> \(now.size)); the partial upload was discarded, upload it again once it is complete"
+            )
         }
     }
 }

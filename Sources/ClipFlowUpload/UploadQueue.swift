@@ -64,7 +64,8 @@ public final class UploadQueue: Sendable {
     /// The default directory: `$XDG_STATE_HOME/clipflow/uploads` (or `~/.local/state/...`).
     public static var defaultDirectory: String {
         let env = ProcessInfo.processInfo.environment
-        let base = env["XDG_STATE_HOME"].map { URL(fileURLWithPath: $0) }
+        let base =
+            env["XDG_STATE_HOME"].map { URL(fileURLWithPath: $0) }
             ?? URL(fileURLWithPath: NSHomeDirectory()).appendingPathComponent(".local/state")
         return base.appendingPathComponent("clipflow/uploads").path
     }
@@ -73,10 +74,12 @@ public final class UploadQueue: Sendable {
     ///   - makeUploader: builds the uploader for a destination (`UploadDestination.makeUploader`).
     ///   - cancellation: the process's stop flag (SIGINT): running uploads stop at once and go back
     ///     to `queued`, resumable by the next run.
-    public init(directory: String, concurrency: Int = 2,
-                observer: UploadObserver = NoUploadObserver(), cancellation: CancellationFlag? = nil,
-                pollInterval: Double = 0.2,
-                makeUploader: @escaping @Sendable (UploadDestination, ResumeStore) throws -> FileUploader) throws {
+    public init(
+        directory: String, concurrency: Int = 2,
+        observer: UploadObserver = NoUploadObserver(), cancellation: CancellationFlag? = nil,
+        pollInterval: Double = 0.2,
+        makeUploader: @escaping @Sendable (UploadDestination, ResumeStore) throws -> FileUploader
+    ) throws {
         self.directory = directory
         self.concurrency = max(1, concurrency)
         self.observer = observer
@@ -99,15 +102,17 @@ public final class UploadQueue: Sendable {
             throw UploadError(.badInput, message: "upload destination: \(p.field): \(p.message)")
         }
         return try modify { entries in
-            if let existing = entries.first(where: { $0.file == absolute && $0.destination == destination && [.queued, .running, .paused].contains($0.state) }) {
+            if let existing = entries.first(where: { $0.file == absolute && $0.destination == destination && [.queued, .running, .paused].contains($0.state) })
+            {
                 return existing
             }
             let now = Date()
             var id: String
             repeat { id = String(format: "%08x", UInt32.random(in: 0...UInt32.max)) } while entries.contains { $0.id == id }
-            let entry = QueueEntry(id: id, file: absolute, destination: destination, metadata: metadata, state: .queued,
-                                   request: nil, owner: nil, added: now, updated: now, acknowledged: 0, total: stamp.size,
-                                   errorCode: nil, errorMessage: nil, result: nil)
+            let entry = QueueEntry(
+                id: id, file: absolute, destination: destination, metadata: metadata, state: .queued,
+                request: nil, owner: nil, added: now, updated: now, acknowledged: 0, total: stamp.size,
+                errorCode: nil, errorMessage: nil, result: nil)
             entries.append(entry)
             return entry
         }
@@ -282,8 +287,10 @@ public final class UploadQueue: Sendable {
         let outcome: Result<UploadResult, UploadError>
         do {
             let uploader = try makeUploader(entry.destination, resumeStore)
-            outcome = .success(try uploader.upload(file: entry.file, id: entry.id, metadata: entry.metadata,
-                                                   control: control, observer: progressSink))
+            outcome = .success(
+                try uploader.upload(
+                    file: entry.file, id: entry.id, metadata: entry.metadata,
+                    control: control, observer: progressSink))
         } catch let e as UploadError {
             outcome = .failure(e)
         } catch let e as ClipFlowError {

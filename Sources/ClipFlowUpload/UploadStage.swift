@@ -24,8 +24,9 @@ public enum UploadStages {
         d.retryDelay = p.double("retry-delay")
         d.verifyTLS = p.bool("verify-tls")
         d.caBundle = p.string("ca-bundle")
-        d.credentials = CredentialSource(command: p.string("credentials-command").map { ["/bin/sh", "-c", $0] },
-                                         url: p.string("credentials-url"))
+        d.credentials = CredentialSource(
+            command: p.string("credentials-command").map { ["/bin/sh", "-c", $0] },
+            url: p.string("credentials-url"))
         return d
     }
 
@@ -62,25 +63,34 @@ public final class UploadStage: Stage, @unchecked Sendable {
         name: "upload", summary: "sink: upload every file it receives (TUS, Gcore-style hosting, S3/OSS multipart), resumably, through the upload queue",
         inputs: [.video, .image, .clips], minInputs: 1, output: nil,
         params: [
-            ParamSpec("method", .choice(UploadDestination.Method.allCases.map(\.rawValue)), required: true,
-                      help: "tus: a TUS 1.0 server; gcore: Gcore-style video hosting API, then TUS; s3: S3/OSS multipart"),
-            ParamSpec("endpoint", .string, required: true,
-                      help: "tus: the creation URL (https://host/files); gcore: the API base URL; s3: the service URL"),
+            ParamSpec(
+                "method", .choice(UploadDestination.Method.allCases.map(\.rawValue)), required: true,
+                help: "tus: a TUS 1.0 server; gcore: Gcore-style video hosting API, then TUS; s3: S3/OSS multipart"),
+            ParamSpec(
+                "endpoint", .string, required: true,
+                help: "tus: the creation URL (https://host/files); gcore: the API base URL; s3: the service URL"),
             ParamSpec("bucket", .string, help: "s3: the bucket"),
             ParamSpec("region", .string, help: "s3: the signing region (default us-east-1)"),
             ParamSpec("key-prefix", .string, help: "s3: prefix of object keys (the key is prefix + file name)"),
-            ParamSpec("addressing", .choice(S3Options.AddressingStyle.allCases.map(\.rawValue)), help: "s3: path style (endpoint/bucket/key, default) or virtual-hosted (bucket.endpoint/key)"),
+            ParamSpec(
+                "addressing", .choice(S3Options.AddressingStyle.allCases.map(\.rawValue)),
+                help: "s3: path style (endpoint/bucket/key, default) or virtual-hosted (bucket.endpoint/key)"),
             ParamSpec("upload-url", .string, help: "gcore: TUS URL template, {hostname} replaced (default https://{hostname}/upload)"),
             ParamSpec("chunk-size", .integer(min: 1, max: nil), help: "TUS chunk / S3 part size in bytes (default: automatic)"),
             ParamSpec("min-part-size", .integer(min: 1, max: nil), help: "s3: the backend's smallest part (S3 5242880, OSS 102400)"),
-            ParamSpec("checksum", .choice(TUSOptions.Checksum.allCases.map(\.rawValue)), help: "TUS checksum per chunk: auto (sha256 or sha1 when the server offers one; default), off, or sha1/sha256 (the upload fails if the server does not offer it)"),
+            ParamSpec(
+                "checksum", .choice(TUSOptions.Checksum.allCases.map(\.rawValue)),
+                help:
+                    "TUS checksum per chunk: auto (sha256 or sha1 when the server offers one; default), off, or sha1/sha256 (the upload fails if the server does not offer it)"
+            ),
             ParamSpec("stall-timeout", .integer(min: 1, max: nil), help: "seconds without a byte moving before a request is retried (default 30)"),
             ParamSpec("retries", .integer(min: 0, max: nil), help: "failed requests in a row without progress before giving up (default 8)"),
             ParamSpec("retry-delay", .number(min: 0, max: nil), help: "first retry delay in seconds, doubled per failure, jittered (default 0.5)"),
             ParamSpec("verify-tls", .boolean, help: "verify the server's TLS certificate (default true)"),
             ParamSpec("ca-bundle", .path, help: "extra CA certificates (PEM) to trust"),
-            ParamSpec("credentials-command", .string,
-                      help: "shell command printing credentials JSON, run at start and whenever they expire (default: from the environment)"),
+            ParamSpec(
+                "credentials-command", .string,
+                help: "shell command printing credentials JSON, run at start and whenever they expire (default: from the environment)"),
             ParamSpec("credentials-url", .string, help: "URL returning credentials JSON, called at start and whenever they expire"),
             ParamSpec("title", .string, help: "metadata: title (gcore: the video name; default the file name)"),
             ParamSpec("description", .string, help: "metadata: description"),
@@ -89,21 +99,25 @@ public final class UploadStage: Stage, @unchecked Sendable {
             ParamSpec("cover-url", .string, help: "metadata: cover image URL"),
             ParamSpec("queue-dir", .path, help: "upload queue directory (default $XDG_STATE_HOME/clipflow/uploads)"),
             ParamSpec("concurrency", .integer(min: 1, max: 16), default: .number(2), help: "uploads at once"),
-            ParamSpec("wait", .boolean, default: .bool(true),
-                      help: "wait for the uploads to finish (false: leave them queued for `clipflow upload run`)"),
+            ParamSpec(
+                "wait", .boolean, default: .bool(true),
+                help: "wait for the uploads to finish (false: leave them queued for `clipflow upload run`)")
         ],
         check: { p, path in
             UploadStages.destination(p).problems().map { PipelineIssue("\(path).\($0.field)", $0.message) }
         },
         make: { id, p in
-            UploadStage(id: id, destination: UploadStages.destination(p), metadata: UploadStages.metadata(p),
-                        queueDirectory: p.string("queue-dir") ?? UploadQueue.defaultDirectory,
-                        concurrency: p.int("concurrency") ?? 2, wait: p.bool("wait") ?? true)
+            UploadStage(
+                id: id, destination: UploadStages.destination(p), metadata: UploadStages.metadata(p),
+                queueDirectory: p.string("queue-dir") ?? UploadQueue.defaultDirectory,
+                concurrency: p.int("concurrency") ?? 2, wait: p.bool("wait") ?? true)
         })
 
-    public init(id: String, destination: UploadDestination, metadata: [String: String] = [:],
-                queueDirectory: String = UploadQueue.defaultDirectory, concurrency: Int = 2, wait: Bool = true,
-                makeUploader: @escaping @Sendable (UploadDestination, ResumeStore) throws -> FileUploader = { try $0.makeUploader(store: $1) }) {
+    public init(
+        id: String, destination: UploadDestination, metadata: [String: String] = [:],
+        queueDirectory: String = UploadQueue.defaultDirectory, concurrency: Int = 2, wait: Bool = true,
+        makeUploader: @escaping @Sendable (UploadDestination, ResumeStore) throws -> FileUploader = { try $0.makeUploader(store: $1) }
+    ) {
         self.id = id
         self.destination = destination
         self.metadata = metadata
@@ -115,9 +129,10 @@ public final class UploadStage: Stage, @unchecked Sendable {
 
     public func prepare(_ context: StageContext) throws {
         do {
-            queue = try UploadQueue(directory: queueDirectory, concurrency: concurrency,
-                                    observer: StageUploadObserver(context: context),
-                                    cancellation: context.cancellation, makeUploader: makeUploader)
+            queue = try UploadQueue(
+                directory: queueDirectory, concurrency: concurrency,
+                observer: StageUploadObserver(context: context),
+                cancellation: context.cancellation, makeUploader: makeUploader)
         } catch let e as UploadError {
             throw ClipFlowError.output(e.message)
         }
@@ -152,11 +167,16 @@ public final class UploadStage: Stage, @unchecked Sendable {
                     context.emit(.output(path: r.url ?? e.file))
                 }
             case .queued, .paused, .running:
-                context.emit(.notice("upload \(e.id) of \((e.file as NSString).lastPathComponent) paused at \(e.acknowledged) of \(e.total) bytes; `clipflow upload run --queue \(queueDirectory)` continues it"))
+                context.emit(
+                    .notice(
+                        "upload \(e.id) of \((e.file as NSString).lastPathComponent) paused at \(e.acknowledged) of \(e.total) bytes; `clipflow upload run --queue \(queueDirectory)` continues it"
+                    ))
             case .cancelled:
                 failures.append("\((e.file as NSString).lastPathComponent): cancelled")
             case .failed:
-                failures.append("\((e.file as NSString).lastPathComponent): \(e.errorMessage ?? "failed") (kept in the queue as \(e.id); `clipflow upload resume \(e.id)` retries it)")
+                failures.append(
+                    "\((e.file as NSString).lastPathComponent): \(e.errorMessage ?? "failed") (kept in the queue as \(e.id); `clipflow upload resume \(e.id)` retries it)"
+                )
             }
         }
         if context.cancellation.isCancelled { throw ClipFlowError.interrupted }

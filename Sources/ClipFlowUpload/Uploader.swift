@@ -11,8 +11,10 @@ public protocol FileUploader: Sendable {
     /// Uploads `file`. `id` tags the events. `metadata` is user metadata (title, description,
     /// tags, ...), each protocol sending what it can. Throws `UploadError` (`.paused` and
     /// `.cancelled` included).
-    func upload(file: String, id: String, metadata: [String: String], control: UploadControl,
-                observer: UploadObserver) throws -> UploadResult
+    func upload(
+        file: String, id: String, metadata: [String: String], control: UploadControl,
+        observer: UploadObserver
+    ) throws -> UploadResult
     /// Forgets a not-finished upload of `file`: deletes it on the server when the protocol can
     /// (TUS termination, S3 abort) and drops its resume record. Best effort; never throws for a
     /// server that is gone.

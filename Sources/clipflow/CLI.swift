@@ -4,7 +4,7 @@ import ClipFlowCore
 import ClipFlowMedia
 import Foundation
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 @main
@@ -17,7 +17,7 @@ struct ClipFlow: ParsableCommand {
     )
 
     static func main() {
-        V4L2Emulation.installFromProcessEnvironment()   // "no camera here": CLIPFLOW_V4L2_EMULATE (README, Capture)
+        V4L2Emulation.installFromProcessEnvironment()  // "no camera here": CLIPFLOW_V4L2_EMULATE (README, Capture)
         main(nil)
     }
 }
@@ -32,24 +32,27 @@ struct Merge: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Join MP4/MOV clips into one fast-start MP4 without re-encoding video.",
         discussion: """
-        Clips are joined in the order given. Video is copied; audio is copied except for a few \
-        frames around each join, which are re-encoded so the joins are sample-accurate and click-free. \
-        Clips must share codec parameters (size, profile, audio rate and channels).
-        """
+            Clips are joined in the order given. Video is copied; audio is copied except for a few \
+            frames around each join, which are re-encoded so the joins are sample-accurate and click-free. \
+            Clips must share codec parameters (size, profile, audio rate and channels).
+            """
     )
 
     @Option(name: .shortAndLong, help: "Output file.")
     var output: String = "merged.mp4"
 
-    @Option(help: ArgumentHelp("Turn the displayed picture clockwise by this many degrees (0, 90, 180, 270).",
-                               discussion: "Written as the track's display matrix; pixels are not touched."))
+    @Option(
+        help: ArgumentHelp(
+            "Turn the displayed picture clockwise by this many degrees (0, 90, 180, 270).",
+            discussion: "Written as the track's display matrix; pixels are not touched."))
     var rotate: Int = 0
 
     @Option(help: "Also write a JPEG cover image of a representative frame to this path.")
     var thumbnail: String?
 
-    @Option(name: .customLong("thumbnail-size"),
-            help: "Limit the cover to N pixels on its longer side, or to fit within WxH.")
+    @Option(
+        name: .customLong("thumbnail-size"),
+        help: "Limit the cover to N pixels on its longer side, or to fit within WxH.")
     var thumbnailSize: String?
 
     @OptionGroup var flags: OutputFlags
@@ -86,8 +89,9 @@ struct Merge: ParsableCommand {
             let r = try merger.run()
             ui.finish()
             let secs = Date().timeIntervalSince(started)
-            var line = String(format: "merged %d clips into %@ (%d video frames, %.1f MB) in %.2f s",
-                              r.clips, output, r.videoFrames, Double(r.bytes) / 1e6, secs)
+            var line = String(
+                format: "merged %d clips into %@ (%d video frames, %.1f MB) in %.2f s",
+                r.clips, output, r.videoFrames, Double(r.bytes) / 1e6, secs)
             if r.rotation != 0 { line += ", turned \(r.rotation) degrees" }
             ui.say(line)
             if let thumb = thumbnail {

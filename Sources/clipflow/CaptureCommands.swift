@@ -4,7 +4,7 @@ import ClipFlowCore
 import ClipFlowMedia
 import Foundation
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `clipflow record`: a camera (or the test pattern) into clip fragments.
@@ -12,13 +12,13 @@ struct Record: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Record clip fragments from a camera (V4L2) or the test pattern.",
         discussion: """
-        Pictures are encoded to H.264 (libx264) and audio to AAC, into fragments DIR/<prefix>-NNNN.mp4, \
-        each a complete MP4 the moment it is closed. --segment starts a new fragment every N seconds \
-        (on a keyframe); --max-duration caps the total over every clip in DIR. SIGINT/SIGTERM (or \
-        the camera being unplugged) finalises the open fragment; earlier ones are untouched. With \
-        --interactive, type on standard input: p pause (closes the clip), r resume (starts a new one), \
-        s split, d delete the last clip, l list, q stop.
-        """)
+            Pictures are encoded to H.264 (libx264) and audio to AAC, into fragments DIR/<prefix>-NNNN.mp4, \
+            each a complete MP4 the moment it is closed. --segment starts a new fragment every N seconds \
+            (on a keyframe); --max-duration caps the total over every clip in DIR. SIGINT/SIGTERM (or \
+            the camera being unplugged) finalises the open fragment; earlier ones are untouched. With \
+            --interactive, type on standard input: p pause (closes the clip), r resume (starts a new one), \
+            s split, d delete the last clip, l list, q stop.
+            """)
 
     enum Source: String, ExpressibleByArgument { case testpattern, v4l2 }
 
@@ -79,7 +79,9 @@ struct Record: ParsableCommand {
             switch source {
             case .testpattern:
                 let fmt = PixelFormat(rawValue: format ?? "yuv420p")
-                guard let fmt, fmt != .mjpeg else { throw ClipFlowError.badInput("--format '\(format ?? "")': the test pattern makes yuv420p, nv12 or yuyv422") }
+                guard let fmt, fmt != .mjpeg else {
+                    throw ClipFlowError.badInput("--format '\(format ?? "")': the test pattern makes yuv420p, nv12 or yuyv422")
+                }
                 var s = TestPatternSettings(width: w, height: h, fps: fps, format: fmt)
                 if noAudio { s.sampleRate = 0 }
                 src = TestPatternSource(id: "camera", settings: s, realtime: !fast, duration: duration)
@@ -88,8 +90,9 @@ struct Record: ParsableCommand {
                 guard f == "auto" || CameraFormat(rawValue: f) != nil else {
                     throw ClipFlowError.badInput("--format '\(f)': a V4L2 camera takes auto, yuyv, nv12, yuv420 or mjpeg")
                 }
-                src = V4L2Source(id: "camera", device: device, request: CaptureRequest(width: w, height: h, fps: fps, format: CameraFormat(rawValue: f)),
-                                 duration: duration)
+                src = V4L2Source(
+                    id: "camera", device: device, request: CaptureRequest(width: w, height: h, fps: fps, format: CameraFormat(rawValue: f)),
+                    duration: duration)
             }
             var o = RecordOptions(directory: output)
             o.prefix = prefix
@@ -114,12 +117,14 @@ struct Record: ParsableCommand {
             let atSource = (src as? V4L2Source).map { $0.droppedFrames + $0.brokenFrames } ?? Int((src as? TestPatternSource)?.skipped ?? 0)
             let inQueue = runner.linkStats.reduce(0) { $0 + $1.stats.dropped }
             if atSource + inQueue > 0 {
-                summary += "; \(atSource + inQueue) picture\(atSource + inQueue == 1 ? "" : "s") dropped (\(atSource) by the \(source == .v4l2 ? "camera" : "test pattern"), \(inQueue) in the queue)"
+                summary +=
+                    "; \(atSource + inQueue) picture\(atSource + inQueue == 1 ? "" : "s") dropped (\(atSource) by the \(source == .v4l2 ? "camera" : "test pattern"), \(inQueue) in the queue)"
             }
             switch outcome {
             case .completed:
                 if let v = src as? V4L2Source, v.deviceLost {
-                    FileHandle.standardError.write("error: \(device): the camera went away (unplugged?); \(summary); the open clip was finalised\n".data(using: .utf8)!)
+                    FileHandle.standardError.write(
+                        "error: \(device): the camera went away (unplugged?); \(summary); the open clip was finalised\n".data(using: .utf8)!)
                     throw ExitCode(1)
                 }
                 if !flags.quiet { FileHandle.standardError.write("\(summary)\n".data(using: .utf8)!) }
@@ -188,7 +193,9 @@ struct Clips: ParsableCommand {
         let store = ClipStore(directory: directory, prefix: prefix)
         if deleteLast {
             do {
-                if let p = try store.deleteLast() { print("deleted \(p)") } else {
+                if let p = try store.deleteLast() {
+                    print("deleted \(p)")
+                } else {
                     FileHandle.standardError.write("error: no clips (\(prefix)-NNNN.mp4) in '\(directory)'\n".data(using: .utf8)!)
                     throw ExitCode(1)
                 }
@@ -209,8 +216,10 @@ func printClips(_ store: ClipStore) {
         let name = (e.path as NSString).lastPathComponent
         if let info = try? ClipProbe.probe(e.path) {
             total += info.videoSeconds
-            print(String(format: "%@  %7.2f s  %dx%d  %d frames%@", name, info.videoSeconds, info.video.width, info.video.height,
-                         info.video.packets, info.audio == nil ? "  no audio" : ""))
+            print(
+                String(
+                    format: "%@  %7.2f s  %dx%d  %d frames%@", name, info.videoSeconds, info.video.width, info.video.height,
+                    info.video.packets, info.audio == nil ? "  no audio" : ""))
         } else {
             print("\(name)  unreadable")
         }

@@ -5,7 +5,7 @@ import ClipFlowCapture
 import ClipFlowMedia
 import Foundation
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Every stage kind this build knows (core + media; later modules register here too).
@@ -65,7 +65,8 @@ func loadPipeline(_ file: String, variables: [String: String], registry: StageRe
 struct Validate: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Check a pipeline file without running it.",
-        discussion: "Reports every problem (JSON syntax, kinds, parameters, types and ranges, inputs, cycles, connections, unreadable inputs), each at its JSON path.")
+        discussion:
+            "Reports every problem (JSON syntax, kinds, parameters, types and ranges, inputs, cycles, connections, unreadable inputs), each at its JSON path.")
 
     @Argument(help: "Pipeline JSON file.") var file: String
     @OptionGroup var vars: VariableFlags
@@ -74,7 +75,9 @@ struct Validate: ParsableCommand {
         let registry = makeRegistry()
         do {
             let p = try loadPipeline(file, variables: try vars.variables(), registry: registry)
-            print("\(file): valid (\(p.stages.count) stage\(p.stages.count == 1 ? "" : "s"): \(p.stages.map { "\($0.id) (\($0.kind))" }.joined(separator: ", ")))")
+            print(
+                "\(file): valid (\(p.stages.count) stage\(p.stages.count == 1 ? "" : "s"): \(p.stages.map { "\($0.id) (\($0.kind))" }.joined(separator: ", ")))"
+            )
         } catch let e as ClipFlowError {
             FileHandle.standardError.write("error: \(e.description)\n".data(using: .utf8)!)
             throw ExitCode(e.exitCode)
@@ -111,10 +114,10 @@ struct Run: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Validate a pipeline file, then run it.",
         discussion: """
-        Stages run concurrently, linked by bounded queues. SIGINT/SIGTERM stops the sources and lets \
-        the rest finish or discard what is in progress (exit status 130); a second signal, or the \
-        --grace deadline, cancels at once. Outputs are complete or absent, never partial.
-        """)
+            Stages run concurrently, linked by bounded queues. SIGINT/SIGTERM stops the sources and lets \
+            the rest finish or discard what is in progress (exit status 130); a second signal, or the \
+            --grace deadline, cancels at once. Outputs are complete or absent, never partial.
+            """)
 
     enum EventFormat: String, ExpressibleByArgument { case text, json }
 
@@ -202,8 +205,10 @@ final class JSONEventWriter: EventSink, @unchecked Sendable {
         case .dropped(let n): fields += [("event", .string("dropped")), ("count", .number(Double(n)))]
         case .notice(let m): fields += [("event", .string("notice")), ("message", .string(m))]
         case .queue(let from, let items, let bytes, let dropped):
-            fields += [("event", .string("queue")), ("from", .string(from)), ("peak_items", .number(Double(items))),
-                       ("peak_bytes", .number(Double(bytes))), ("dropped", .number(Double(dropped)))]
+            fields += [
+                ("event", .string("queue")), ("from", .string(from)), ("peak_items", .number(Double(items))),
+                ("peak_bytes", .number(Double(bytes))), ("dropped", .number(Double(dropped)))
+            ]
         case .finished: fields.append(("event", .string("finished")))
         case .failed(let m): fields += [("event", .string("failed")), ("message", .string(m))]
         case .interrupted: fields.append(("event", .string("interrupted")))

@@ -2,7 +2,7 @@ import ClipFlowCore
 import Dispatch
 import Foundation
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// SIGINT/SIGTERM: the first signal sets the cancellation flag (work stops at the next packet,

@@ -4,7 +4,7 @@ import ClipFlowUpload
 import Foundation
 import Synchronization
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `clipflow upload ...`: send files, and manage the persistent upload queue.
@@ -12,15 +12,17 @@ struct Upload: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Upload files resumably (TUS, Gcore-style hosting, S3/OSS multipart) through a persistent queue.",
         discussion: """
-        `clipflow upload FILE... --to tus|gcore|s3 --endpoint URL` adds the files to the queue and uploads \
-        them, resuming any earlier partial upload of the same file. Ctrl-C pauses: the uploads stay queued \
-        and `clipflow upload run` continues them where the server stopped. Credentials are never stored: \
-        they come from the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN for S3, \
-        CLIPFLOW_UPLOAD_TOKEN/CLIPFLOW_UPLOAD_REFRESH_TOKEN for tokens), a command or a URL, and are asked \
-        for again when the server says they expired.
-        """,
-        subcommands: [UploadSend.self, UploadList.self, UploadRun.self, UploadPause.self, UploadResume.self,
-                      UploadCancel.self, UploadPrune.self],
+            `clipflow upload FILE... --to tus|gcore|s3 --endpoint URL` adds the files to the queue and uploads \
+            them, resuming any earlier partial upload of the same file. Ctrl-C pauses: the uploads stay queued \
+            and `clipflow upload run` continues them where the server stopped. Credentials are never stored: \
+            they come from the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN for S3, \
+            CLIPFLOW_UPLOAD_TOKEN/CLIPFLOW_UPLOAD_REFRESH_TOKEN for tokens), a command or a URL, and are asked \
+            for again when the server says they expired.
+            """,
+        subcommands: [
+            UploadSend.self, UploadList.self, UploadRun.self, UploadPause.self, UploadResume.self,
+            UploadCancel.self, UploadPrune.self
+        ],
         defaultSubcommand: UploadSend.self
     )
 }
@@ -85,8 +87,9 @@ struct DestinationFlags: ParsableArguments {
             throw ValidationError("--to must be tus, gcore or s3 (got '\(methodName)')")
         }
         guard let endpoint else { throw ValidationError("--endpoint URL is required") }
-        var d = UploadDestination(method: m, endpoint: endpoint,
-                                  credentials: CredentialSource(command: credentialsCommand.map { ["/bin/sh", "-c", $0] }, url: credentialsURL))
+        var d = UploadDestination(
+            method: m, endpoint: endpoint,
+            credentials: CredentialSource(command: credentialsCommand.map { ["/bin/sh", "-c", $0] }, url: credentialsURL))
         d.bucket = bucket
         d.region = region
         d.keyPrefix = keyPrefix
@@ -203,7 +206,8 @@ struct UploadList: ParsableCommand {
             if entries.isEmpty { print("the upload queue is empty (\(queue.path))"); return }
             for e in entries {
                 let pct = e.total > 0 ? Int(Double(e.acknowledged) * 100 / Double(e.total)) : 100
-                var line = "\(e.id)  \(e.state.rawValue.padding(toLength: 9, withPad: " ", startingAt: 0)) \(String(format: "%3d%%", pct))  \(e.file)  -> \(e.destination.name)"
+                var line =
+                    "\(e.id)  \(e.state.rawValue.padding(toLength: 9, withPad: " ", startingAt: 0)) \(String(format: "%3d%%", pct))  \(e.file)  -> \(e.destination.name)"
                 if let m = e.errorMessage { line += "\n          error: \(m)" }
                 if let r = e.result { line += "\n          " + UploadPrinter.describe(r) }
                 print(line)

@@ -50,7 +50,7 @@ final class CLITests: XCTestCase {
             (text, "input '\(text)' is not a video FFmpeg can read"),
             (cutTail, "input '\(cutTail)' is not a video FFmpeg can read"),
             (cutFront, "input '\(cutFront)' is truncated"),
-            (folder, "input '\(folder)' is a directory"),
+            (folder, "input '\(folder)' is a directory")
         ]
         let before = try sha(good)
         for (bad, message) in cases {
@@ -123,11 +123,14 @@ final class CLITests: XCTestCase {
         let out = dir.appendingPathComponent("out.mp4").path
         let cases: [(args: [String], message: String)] = [
             (["-o", out, "--thumbnail", a, a, b], "--thumbnail '\(a)' is the same file as input 1 '\(a)'; inputs are never overwritten"),
-            (["-o", out, "--thumbnail", "\(dir.path)/./b.mp4", a, b], "--thumbnail '\(dir.path)/./b.mp4' is the same file as input 2 '\(b)'; inputs are never overwritten"),
+            (
+                ["-o", out, "--thumbnail", "\(dir.path)/./b.mp4", a, b],
+                "--thumbnail '\(dir.path)/./b.mp4' is the same file as input 2 '\(b)'; inputs are never overwritten"
+            ),
             (["-o", out, "--thumbnail", out, a, b], "--thumbnail '\(out)' is the same file as -o '\(out)'; give each output its own file"),
             (["-o", "\(link.path)/x.mp4", a, b], "-o '\(link.path)/x.mp4' is the same file as input 1 '\(a)'; inputs are never overwritten"),
             (["-o", "\(link.path)/../real/x.mp4", a, b], "-o '\(link.path)/../real/x.mp4' is the same file as input 1 '\(a)'; inputs are never overwritten"),
-            (["-o", hard, a, b], "-o '\(hard)' is the same file as input 2 '\(b)'; inputs are never overwritten"),
+            (["-o", hard, a, b], "-o '\(hard)' is the same file as input 2 '\(b)'; inputs are never overwritten")
         ]
         let before = try [a, b].map(sha)
         let listing = try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted()

@@ -2,7 +2,7 @@ import XCTest
 import Foundation
 import ClipFlowTestSupport
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A writer killed with SIGKILL leaves its hidden temporary; the next clipflow run writing into

@@ -20,9 +20,12 @@ final class MP4FuzzTests: XCTestCase {
     func testMutatedClipsAreMergedOrRefusedNamingTheBadFileAndLeaveNothingBehind() throws {
         let work = Fixtures.shared.scratch("mp4-fuzz")
         let fixtures = Fixtures.shared.dir.appendingPathComponent("mp4-fuzz-clips").path
-        let r = try Run.run(["python3", Self.driver, "--clipflow", binary, "--fixtures", fixtures,
-                             "--work", work.path, "--seed", "25", "--cases", "24", "--jobs", "2", "--timeout", "20"],
-                            check: false)
+        let r = try Run.run(
+            [
+                "python3", Self.driver, "--clipflow", binary, "--fixtures", fixtures,
+                "--work", work.path, "--seed", "25", "--cases", "24", "--jobs", "2", "--timeout", "20"
+            ],
+            check: false)
         XCTAssertEqual(r.status, 0, "fuzz failures:\n\(r.out.suffix(6000))\n\(r.stderr.suffix(2000))")
         XCTAssertTrue(r.out.contains("fuzz_mp4: 24 cases"), r.out + r.stderr)
     }

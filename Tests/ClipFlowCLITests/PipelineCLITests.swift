@@ -71,16 +71,16 @@ final class PipelineCLITests: XCTestCase {
         let schema = Self.root.appendingPathComponent("schema/pipeline.schema.json").path
         func schemaAccepts(_ f: String) throws -> Bool {
             let code = """
-            import json, sys, jsonschema
-            schema = json.load(open(sys.argv[1]))
-            jsonschema.Draft202012Validator.check_schema(schema)
-            try:
-                doc = json.load(open(sys.argv[2]))
-            except ValueError:
-                sys.exit(3)
-            errors = list(jsonschema.Draft202012Validator(schema).iter_errors(doc))
-            sys.exit(0 if not errors else 3)
-            """
+                import json, sys, jsonschema
+                schema = json.load(open(sys.argv[1]))
+                jsonschema.Draft202012Validator.check_schema(schema)
+                try:
+                    doc = json.load(open(sys.argv[2]))
+                except ValueError:
+                    sys.exit(3)
+                errors = list(jsonschema.Draft202012Validator(schema).iter_errors(doc))
+                sys.exit(0 if not errors else 3)
+                """
             let r = try Run.run(["python3", "-c", code, schema, f], check: false)
             XCTAssertTrue(r.status == 0 || r.status == 3, r.stderr)
             return r.status == 0
@@ -88,11 +88,13 @@ final class PipelineCLITests: XCTestCase {
         let clips = try fragments(), out = fx.scratch("schema-agree").path
         for f in try files("pipelines", ".json") {
             XCTAssertTrue(try schemaAccepts(f), "schema rejects example \(f)")
-            let r = try clipflow(["validate", "--set", "CLIPS=\(clips)", "--set", "OUT=\(out)", "--set", "ROTATE=90", "--set", "COUNT=10",
-                                   "--set", "DURATION=2", "--set", "DEVICE=/dev/video0",
-                                   "--set", "TUS_ENDPOINT=https://tus.example/files", "--set", "GCORE_API=https://api.example/streaming",
-                                   "--set", "GCORE_UPLOAD_URL=https://{hostname}/upload",
-                                   "--set", "S3_ENDPOINT=https://s3.example", "--set", "BUCKET=media", f])
+            let r = try clipflow([
+                "validate", "--set", "CLIPS=\(clips)", "--set", "OUT=\(out)", "--set", "ROTATE=90", "--set", "COUNT=10",
+                "--set", "DURATION=2", "--set", "DEVICE=/dev/video0",
+                "--set", "TUS_ENDPOINT=https://tus.example/files", "--set", "GCORE_API=https://api.example/streaming",
+                "--set", "GCORE_UPLOAD_URL=https://{hostname}/upload",
+                "--set", "S3_ENDPOINT=https://s3.example", "--set", "BUCKET=media", f
+            ])
             XCTAssertEqual(r.status, 0, "validator rejects example \(f): \(r.stderr)")
         }
         for f in try files("fixtures/pipelines/invalid", ".json") {
@@ -132,16 +134,21 @@ final class PipelineCLITests: XCTestCase {
             let name = (f as NSString).lastPathComponent
             let out = fx.scratch("example-\(name)").path
             // The webcam example records from the emulated vivid camera (there is no camera here).
-            let r = try Run.run([binary, "run", "--events", "json", "--set", "CLIPS=\(clips)", "--set", "OUT=\(out)",
-                                 "--set", "ROTATE=90", "--set", "COUNT=200", "--set", "DURATION=2", "--set", "DEVICE=/dev/video0",
-                                 "--set", "TUS_ENDPOINT=\(tus.baseURL)", "--set", "GCORE_API=\(gcore.url)",
-                                 "--set", "GCORE_UPLOAD_URL=http://{hostname}/files",
-                                 "--set", "S3_ENDPOINT=\(s3.endpoint)", "--set", "BUCKET=\(s3.bucket)", f],
-                                env: ["CLIPFLOW_V4L2_EMULATE": "1",
-                                      "CLIPFLOW_UPLOAD_TOKEN": "example-access", "CLIPFLOW_UPLOAD_REFRESH_TOKEN": "example-refresh",
-                                      "AWS_ACCESS_KEY_ID": s3.sessionCredentials.accessKeyID,
-                                      "AWS_SECRET_ACCESS_KEY": s3.sessionCredentials.secretAccessKey,
-                                      "AWS_SESSION_TOKEN": s3.sessionCredentials.sessionToken ?? ""], check: false)
+            let r = try Run.run(
+                [
+                    binary, "run", "--events", "json", "--set", "CLIPS=\(clips)", "--set", "OUT=\(out)",
+                    "--set", "ROTATE=90", "--set", "COUNT=200", "--set", "DURATION=2", "--set", "DEVICE=/dev/video0",
+                    "--set", "TUS_ENDPOINT=\(tus.baseURL)", "--set", "GCORE_API=\(gcore.url)",
+                    "--set", "GCORE_UPLOAD_URL=http://{hostname}/files",
+                    "--set", "S3_ENDPOINT=\(s3.endpoint)", "--set", "BUCKET=\(s3.bucket)", f
+                ],
+                env: [
+                    "CLIPFLOW_V4L2_EMULATE": "1",
+                    "CLIPFLOW_UPLOAD_TOKEN": "example-access", "CLIPFLOW_UPLOAD_REFRESH_TOKEN": "example-refresh",
+                    "AWS_ACCESS_KEY_ID": s3.sessionCredentials.accessKeyID,
+                    "AWS_SECRET_ACCESS_KEY": s3.sessionCredentials.secretAccessKey,
+                    "AWS_SESSION_TOKEN": s3.sessionCredentials.sessionToken ?? ""
+                ], check: false)
             XCTAssertEqual(r.status, 0, "\(name): \(r.stderr)")
             let events = r.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
             XCTAssertFalse(events.isEmpty, name)
@@ -224,8 +231,10 @@ final class PipelineCLITests: XCTestCase {
         let clip = try fx.toneClip(0, seconds: 1)
         let dir = fx.scratch("pipe-numbers")
         let pipeline = dir.appendingPathComponent("p.json").path
-        for (rotate, r, shown) in [("1e19", "0", "1e+19"), ("\"${R}\"", "inf", "inf (from ${R})"), ("\"${R}\"", "nan", "nan (from ${R})"),
-                                   ("\"${R}\"", "-1e300", "-1e+300 (from ${R})")] {
+        for (rotate, r, shown) in [
+            ("1e19", "0", "1e+19"), ("\"${R}\"", "inf", "inf (from ${R})"), ("\"${R}\"", "nan", "nan (from ${R})"),
+            ("\"${R}\"", "-1e300", "-1e+300 (from ${R})")
+        ] {
             try """
             {"version": 1, "stages": [
               {"id": "clips", "kind": "files", "paths": ["\(clip)"]},
@@ -263,11 +272,13 @@ final class PipelineCLITests: XCTestCase {
         for cmd in ["validate", "run"] {
             let r = try clipflow([cmd, "--set", "OUT=\(out)/\u{1B}[2J", pipeline])
             XCTAssertEqual(r.status, 1, "\(cmd): \(r.stderr)")
-            XCTAssertEqual(r.stderr.split(separator: "\n").map(String.init), [
-                "\(pipeline):3:68: stages[1].output: expected a path without control characters, got \"\(out)/merged\\u0000.mp4\" (U+0000)",
-                "\(pipeline):4:72: stages[2].output: expected a path without control characters, got \"\(out)/\\u001b[2J/c.jpg\" (U+001B)",
-                "error: \(pipeline): 2 problems found; nothing was run",
-            ])
+            XCTAssertEqual(
+                r.stderr.split(separator: "\n").map(String.init),
+                [
+                    "\(pipeline):3:68: stages[1].output: expected a path without control characters, got \"\(out)/merged\\u0000.mp4\" (U+0000)",
+                    "\(pipeline):4:72: stages[2].output: expected a path without control characters, got \"\(out)/\\u001b[2J/c.jpg\" (U+001B)",
+                    "error: \(pipeline): 2 problems found; nothing was run"
+                ])
         }
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), ["p.json"], "no stray output, no folder")
     }
@@ -298,13 +309,15 @@ final class PipelineCLITests: XCTestCase {
         for cmd in ["validate", "run"] {
             let r = try clipflow([cmd, "--set", "OUT=\(out)", pipeline])
             XCTAssertEqual(r.status, 1, "\(cmd): \(r.stderr)")
-            XCTAssertEqual(r.stderr.split(separator: "\n").map(String.init), [
-                "\(pipeline):4:72: stages[2].output: '\(link.path)/b.mp4' is the same file as stages[0].paths[1] '\(b)'; inputs are never overwritten",
-                "\(pipeline):5:73: stages[3].output: '\(out)/./m.mp4' is the same file as stages[1].output '\(out)/m.mp4'; give each output its own file",
-                "\(pipeline):6:71: stages[4].path: would write '\(link.path)/a.mp4' (the copy of '\(a)'), which is the same file as stages[0].paths[0] '\(a)'; inputs are never overwritten",
-                "\(pipeline):6:71: stages[4].path: would write '\(link.path)/b.mp4' (the copy of '\(b)'), which is the same file as stages[0].paths[1] '\(b)'; inputs are never overwritten",
-                "error: \(pipeline): 4 problems found; nothing was run",
-            ])
+            XCTAssertEqual(
+                r.stderr.split(separator: "\n").map(String.init),
+                [
+                    "\(pipeline):4:72: stages[2].output: '\(link.path)/b.mp4' is the same file as stages[0].paths[1] '\(b)'; inputs are never overwritten",
+                    "\(pipeline):5:73: stages[3].output: '\(out)/./m.mp4' is the same file as stages[1].output '\(out)/m.mp4'; give each output its own file",
+                    "\(pipeline):6:71: stages[4].path: would write '\(link.path)/a.mp4' (the copy of '\(a)'), which is the same file as stages[0].paths[0] '\(a)'; inputs are never overwritten",
+                    "\(pipeline):6:71: stages[4].path: would write '\(link.path)/b.mp4' (the copy of '\(b)'), which is the same file as stages[0].paths[1] '\(b)'; inputs are never overwritten",
+                    "error: \(pipeline): 4 problems found; nothing was run"
+                ])
             XCTAssertEqual(try [a, b].map { try sha256(ofFile: $0) }, before)
             XCTAssertFalse(FileManager.default.fileExists(atPath: out))
             XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: real.path).sorted(), ["a.mp4", "b.mp4"])
@@ -326,8 +339,9 @@ final class PipelineCLITests: XCTestCase {
           {"id": "publish", "kind": "directory", "inputs": ["joined", "cover"], "path": "\(out)/publish"}
         ]}
         """.write(toFile: pipeline, atomically: true, encoding: .utf8)
-        let (status, text) = try Run.interrupt(binary, ["run", "--events", "json", pipeline],
-                                               after: "\"stage\":\"joined\",\"event\":\"progress\"", watchStdout: true)
+        let (status, text) = try Run.interrupt(
+            binary, ["run", "--events", "json", pipeline],
+            after: "\"stage\":\"joined\",\"event\":\"progress\"", watchStdout: true)
         XCTAssertFalse(text.contains("\"event\":\"output\",\"path\":\"\(out)/joined.mp4\""), "the merge finished before the signal")
         XCTAssertEqual(status, 130, text)
         XCTAssertTrue(text.contains("\"stage\":\"joined\",\"event\":\"interrupted\""), text)

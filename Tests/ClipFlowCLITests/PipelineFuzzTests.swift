@@ -63,7 +63,9 @@ final class PipelineFuzzTests: XCTestCase {
         }
         for f in failures.all.prefix(20) { XCTFail(f) }
         XCTAssertEqual(try Self.listing(work).filter { !$0.hasPrefix("case-") }, snapshot, "validate created or changed files")
-        print("pipeline fuzz: \(cases) cases from seed \(seed) in \(String(format: "%.1f", Date().timeIntervalSince(started))) s, \(failures.validCount) valid, \(failures.all.count) failed; kept in \(work.path)")
+        print(
+            "pipeline fuzz: \(cases) cases from seed \(seed) in \(String(format: "%.1f", Date().timeIntervalSince(started))) s, \(failures.validCount) valid, \(failures.all.count) failed; kept in \(work.path)"
+        )
     }
 
     /// Why a run's outcome is wrong, or nil.
@@ -123,7 +125,6 @@ final class PipelineFuzzTests: XCTestCase {
     }
 }
 
-
 /// A JSON document that can also hold what Foundation would not write: numbers as raw text
 /// (1e400, -0), duplicate keys, strings with any character.
 indirect enum Doc: Decodable {
@@ -173,23 +174,31 @@ struct Mutator {
         var variables: [String: String]
     }
 
-    static let numbers = ["1e19", "-1e19", "9223372036854775808", "1e308", "-1e300", "9007199254740993", "1e-400", "0.5", "-1", "-0", "0",
-                          "1e400", "2147483648", "4294967296", "90", "270"]
-    static let strings = ["${R}", "${NOPE}", "$", "${", "${R", "$$", "${1X}", "", "a\u{0}b", "\u{1}", "x\u{7F}y", "\u{85}", "\u{1B}[2J",
-                          "../../../../etc/passwd", "/dev/null", "/", ".", "${CLIPS}/fragment0.mp4", "${OUT}/merged.mp4",
-                          "${CLIPS}", "${OUT}/m\u{0}.mp4", String(repeating: "x", count: 5000), "clips", "merged", "inf", "NaN"]
-    static let variableValues = ["inf", "-inf", "nan", "NaN", "-1e300", "1e19", "90", "abc", "", "\u{1}", "${R}", "1e400", "0x10", " 90",
-                                 "true", "/tmp/does-not-exist", "a\u{7F}b", "\u{1B}[31m"]
+    static let numbers = [
+        "1e19", "-1e19", "9223372036854775808", "1e308", "-1e300", "9007199254740993", "1e-400", "0.5", "-1", "-0", "0",
+        "1e400", "2147483648", "4294967296", "90", "270"
+    ]
+    static let strings = [
+        "${R}", "${NOPE}", "$", "${", "${R", "$$", "${1X}", "", "a\u{0}b", "\u{1}", "x\u{7F}y", "\u{85}", "\u{1B}[2J",
+        "../../../../etc/passwd", "/dev/null", "/", ".", "${CLIPS}/fragment0.mp4", "${OUT}/merged.mp4",
+        "${CLIPS}", "${OUT}/m\u{0}.mp4", String(repeating: "x", count: 5000), "clips", "merged", "inf", "NaN"
+    ]
+    static let variableValues = [
+        "inf", "-inf", "nan", "NaN", "-1e300", "1e19", "90", "abc", "", "\u{1}", "${R}", "1e400", "0x10", " 90",
+        "true", "/tmp/does-not-exist", "a\u{7F}b", "\u{1B}[31m"
+    ]
 
     func make(from example: Doc, _ rng: inout SplitMix64) -> Case {
         var doc = example
         for _ in 0..<(1 + Int(rng.next() % 4)) { doc = mutate(doc, &rng, depth: 0) }
         var text = Data(doc.text.utf8)
         if rng.next() % 8 == 0 { text = corrupt(text, &rng) }
-        var vars = ["CLIPS": clips, "OUT": out, "ROTATE": "90", "COUNT": "10", "DURATION": "2", "DEVICE": "/dev/video0",
-                    "TUS_ENDPOINT": "https://tus.example/files", "GCORE_API": "https://api.example/streaming",
-                    "GCORE_UPLOAD_URL": "https://{hostname}/upload", "S3_ENDPOINT": "https://s3.example", "BUCKET": "media",
-                    "R": pick(Self.variableValues, &rng)]
+        var vars = [
+            "CLIPS": clips, "OUT": out, "ROTATE": "90", "COUNT": "10", "DURATION": "2", "DEVICE": "/dev/video0",
+            "TUS_ENDPOINT": "https://tus.example/files", "GCORE_API": "https://api.example/streaming",
+            "GCORE_UPLOAD_URL": "https://{hostname}/upload", "S3_ENDPOINT": "https://s3.example", "BUCKET": "media",
+            "R": pick(Self.variableValues, &rng)
+        ]
         if rng.next() % 4 == 0 {
             let k = pick(["CLIPS", "OUT", "ROTATE", "COUNT", "DURATION", "DEVICE", "BUCKET"], &rng)
             vars[k] = pick(Self.variableValues + ["\(out)/\u{1}", "\(clips)/fragment0.mp4"], &rng)
@@ -229,7 +238,8 @@ struct Mutator {
             case 2 where !o.isEmpty:
                 let i = Int(rng.next() % UInt64(o.count))
                 o[i].0 = String(o[i].0.dropLast()) + pick(["", "s", "_", "-", "\u{1}"], &rng)
-            case 3: o.append((pick(["output", "rotate", "inputs", "queue", "paths", "glob", "id", "kind", "size", "version", "stages"], &rng), hostileValue(&rng)))
+            case 3:
+                o.append((pick(["output", "rotate", "inputs", "queue", "paths", "glob", "id", "kind", "size", "version", "stages"], &rng), hostileValue(&rng)))
             case 4 where !o.isEmpty: o[Int(rng.next() % UInt64(o.count))].1 = hostileValue(&rng)
             default: return hostileValue(&rng)
             }

@@ -18,8 +18,9 @@ final class RecordCLITests: XCTestCase {
     /// complete, decodable MP4, and no temporary file is left.
     func testSigintFinalisesTheOpenFragment() throws {
         let dir = fx.scratch("cli-record-sigint").path
-        let (status, text) = try Run.interrupt(binary, ["record", "-o", dir, "--size", "320x240", "--segment", "1"],
-                                               after: "clip-0002.mp4: 30 pictures")
+        let (status, text) = try Run.interrupt(
+            binary, ["record", "-o", dir, "--size", "320x240", "--segment", "1"],
+            after: "clip-0002.mp4: 30 pictures")
         XCTAssertEqual(status, 130, text)
         XCTAssertTrue(text.contains("the open clip was finalised"), text)
         let clips = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasSuffix(".mp4") }.sorted()
@@ -39,7 +40,9 @@ final class RecordCLITests: XCTestCase {
         XCTAssertEqual(r.status, 0, r.stderr)
         let list = try clipflow(["clips", dir])
         XCTAssertEqual(list.status, 0)
-        XCTAssertEqual(list.out, """
+        XCTAssertEqual(
+            list.out,
+            """
             clip-0001.mp4     1.00 s  320x240  30 frames
             clip-0002.mp4     1.00 s  320x240  30 frames
             2 clips, 2.00 s
@@ -72,9 +75,11 @@ final class RecordCLITests: XCTestCase {
     /// Numbers no frame count can hold are refused before recording, not a crash (SIGILL).
     func testDurationsBeyondAnyFrameCountAreRefused() throws {
         let dir = fx.scratch("cli-record-huge").path
-        for (source, option, value) in [("v4l2", "--duration", "inf"), ("testpattern", "--duration", "1e19"),
-                                        ("v4l2", "--segment", "nan"), ("testpattern", "--max-duration", "-1"),
-                                        ("testpattern", "--fps", "inf")] {
+        for (source, option, value) in [
+            ("v4l2", "--duration", "inf"), ("testpattern", "--duration", "1e19"),
+            ("v4l2", "--segment", "nan"), ("testpattern", "--max-duration", "-1"),
+            ("testpattern", "--fps", "inf")
+        ] {
             let r = try clipflow(["record", "-o", dir, "--source", source, "--device", "/dev/null", option, value, "--fast"])
             XCTAssertEqual(r.status, 64, "\(option) \(value): \(r.stderr)")
             XCTAssertTrue(r.stderr.contains(option), "\(option) \(value): \(r.stderr)")
@@ -144,8 +149,9 @@ final class RecordCLITests: XCTestCase {
     /// earlier ones are untouched, and the exit status says it went wrong.
     func testUnpluggedCameraFinalisesWhatWasRecorded() throws {
         let dir = fx.scratch("cli-record-unplug").path
-        let r = try runWithEnv(["record", "--source", "v4l2", "-o", dir, "--size", "640x480", "--format", "mjpeg", "--segment", "1"],
-                               ["CLIPFLOW_V4L2_EMULATE": "unplug-after=45"])
+        let r = try runWithEnv(
+            ["record", "--source", "v4l2", "-o", dir, "--size", "640x480", "--format", "mjpeg", "--segment", "1"],
+            ["CLIPFLOW_V4L2_EMULATE": "unplug-after=45"])
         XCTAssertEqual(r.status, 1, r.stderr)
         XCTAssertTrue(r.stderr.contains("error: /dev/video0: the camera went away (unplugged?); recorded 2 clips, 1.50 s"), r.stderr)
         XCTAssertEqual(try Probe.videoFrames("\(dir)/clip-0001.mp4"), 30)
@@ -160,8 +166,9 @@ final class RecordCLITests: XCTestCase {
     /// then deletes the second fragment, the clip just recorded.
     func testFixedLengthRecordingIsExactlyTwoFragmentsDespiteTimestampJitter() throws {
         let dir = fx.scratch("cli-record-exact").path
-        let r = try runWithEnv(["record", "--source", "v4l2", "-o", dir, "--size", "320x240", "--fps", "30", "--duration", "4", "--segment", "2"],
-                               ["CLIPFLOW_V4L2_EMULATE": "jitter=4"])
+        let r = try runWithEnv(
+            ["record", "--source", "v4l2", "-o", dir, "--size", "320x240", "--fps", "30", "--duration", "4", "--segment", "2"],
+            ["CLIPFLOW_V4L2_EMULATE": "jitter=4"])
         XCTAssertEqual(r.status, 0, r.stderr)
         XCTAssertTrue(r.stderr.contains("recorded 2 clips, 4.00 s, into \(dir)\n"), r.stderr)
         let clips = try FileManager.default.contentsOfDirectory(atPath: dir).sorted()
@@ -180,8 +187,9 @@ final class RecordCLITests: XCTestCase {
     /// and queue-side, matching the pictures missing from the fragments.
     func testCameraDropsAreCountedInTheSummary() throws {
         let dir = fx.scratch("cli-record-drops").path
-        let r = try runWithEnv(["record", "--source", "v4l2", "-o", dir, "--size", "320x240", "--duration", "4"],
-                               ["CLIPFLOW_V4L2_EMULATE": "stall=10:2000"])
+        let r = try runWithEnv(
+            ["record", "--source", "v4l2", "-o", dir, "--size", "320x240", "--duration", "4"],
+            ["CLIPFLOW_V4L2_EMULATE": "stall=10:2000"])
         XCTAssertEqual(r.status, 0, r.stderr)
         XCTAssertFalse(r.stderr.contains("input queue full"), r.stderr)
         let frames = try Probe.videoFrames("\(dir)/clip-0001.mp4")
@@ -195,8 +203,9 @@ final class RecordCLITests: XCTestCase {
     /// the camera's drops, matching the pictures missing from the fragment.
     func testBrokenPicturesAreCountedInTheSummary() throws {
         let dir = fx.scratch("cli-record-broken").path
-        let r = try runWithEnv(["record", "--source", "v4l2", "-o", dir, "--size", "320x240", "--duration", "2"],
-                               ["CLIPFLOW_V4L2_EMULATE": "broken-every=10"])
+        let r = try runWithEnv(
+            ["record", "--source", "v4l2", "-o", dir, "--size", "320x240", "--duration", "2"],
+            ["CLIPFLOW_V4L2_EMULATE": "broken-every=10"])
         XCTAssertEqual(r.status, 0, r.stderr)
         XCTAssertEqual(try Probe.videoFrames("\(dir)/clip-0001.mp4"), 54)
         XCTAssertTrue(r.stderr.contains("6 broken pictures skipped"), r.stderr)
@@ -207,8 +216,9 @@ final class RecordCLITests: XCTestCase {
     /// asked for; 4 once, which dropped 5 pictures here) hold them.
     func testShortStallLosesNoPicture() throws {
         let dir = fx.scratch("cli-record-stall").path
-        let r = try runWithEnv(["record", "--source", "v4l2", "-o", dir, "--size", "320x240", "--duration", "2"],
-                               ["CLIPFLOW_V4L2_EMULATE": "stall=10:300"])
+        let r = try runWithEnv(
+            ["record", "--source", "v4l2", "-o", dir, "--size", "320x240", "--duration", "2"],
+            ["CLIPFLOW_V4L2_EMULATE": "stall=10:300"])
         XCTAssertEqual(r.status, 0, r.stderr)
         XCTAssertFalse(r.stderr.contains("dropping items"), r.stderr)
         XCTAssertFalse(r.stderr.contains("pictures dropped"), r.stderr)

@@ -28,8 +28,11 @@ final class UploadCLITests: XCTestCase {
         defer { server.stop() }
         let file = try makeFile("clip.mp4", bytes: 3_000_000)
         let queue = fx.scratch("upload-cli-q1").path
-        let r = try Run.run([binary, "upload", file, "--to", "tus", "--endpoint", server.baseURL, "--queue", queue,
-                             "--chunk-size", "1000000", "--title", "Holiday", "--tag", "a", "--tag", "b", "--events", "json"], check: false)
+        let r = try Run.run(
+            [
+                binary, "upload", file, "--to", "tus", "--endpoint", server.baseURL, "--queue", queue,
+                "--chunk-size", "1000000", "--title", "Holiday", "--tag", "a", "--tag", "b", "--events", "json"
+            ], check: false)
         XCTAssertEqual(r.status, 0, r.stderr)
         let ev = events(r.out)
         XCTAssertEqual(ev.first?["event"] as? String, "started")
@@ -57,9 +60,13 @@ final class UploadCLITests: XCTestCase {
         try proxy.setRules([["method": "PATCH", "action": "delay", "seconds": 0.3, "times": -1]])
         let file = try makeFile("long.mp4", bytes: 24_000_000)
         let queue = fx.scratch("upload-cli-q2").path
-        let (status, text) = try Run.interrupt(binary, ["upload", file, "--to", "tus", "--endpoint", proxy.url + "/files", "--queue", queue,
-                                                        "--chunk-size", "262144", "--events", "json"],
-                                               after: "\"event\":\"progress\"", watchStdout: true)
+        let (status, text) = try Run.interrupt(
+            binary,
+            [
+                "upload", file, "--to", "tus", "--endpoint", proxy.url + "/files", "--queue", queue,
+                "--chunk-size", "262144", "--events", "json"
+            ],
+            after: "\"event\":\"progress\"", watchStdout: true)
         XCTAssertEqual(status, 130, text)
         XCTAssertFalse(text.contains("\"event\":\"finished\""), "finished before the signal")
         let list = try Run.run([binary, "upload", "list", "--json", "--queue", queue])
@@ -89,7 +96,8 @@ final class UploadCLITests: XCTestCase {
         XCTAssertEqual(ids.count, 2)
         _ = try Run.run([binary, "upload", "pause", ids[1], "--queue", queue])
         XCTAssertEqual(try Run.run([binary, "upload", "run", "--queue", queue], check: false).status, 0)
-        var states = try (JSONSerialization.jsonObject(with: try Run.run([binary, "upload", "list", "--json", "--queue", queue]).stdout) as? [[String: Any]] ?? [])
+        var states = try
+            (JSONSerialization.jsonObject(with: try Run.run([binary, "upload", "list", "--json", "--queue", queue]).stdout) as? [[String: Any]] ?? [])
             .map { $0["state"] as? String ?? "" }
         XCTAssertEqual(states, ["finished", "paused"])
         _ = try Run.run([binary, "upload", "cancel", ids[1], "--queue", queue])
@@ -109,9 +117,12 @@ final class UploadCLITests: XCTestCase {
         defer { api.stop() }
         try api.expireAccess()
         let file = try makeFile("holiday.mp4", bytes: 2_000_000)
-        let r = try Run.run([binary, "upload", file, "--to", "gcore", "--endpoint", api.url, "--upload-url", "http://{hostname}/files",
-                             "--queue", fx.scratch("upload-cli-q4").path, "--events", "json"],
-                            env: ["CLIPFLOW_UPLOAD_TOKEN": "cli-access-1234", "CLIPFLOW_UPLOAD_REFRESH_TOKEN": "cli-refresh-5678"], check: false)
+        let r = try Run.run(
+            [
+                binary, "upload", file, "--to", "gcore", "--endpoint", api.url, "--upload-url", "http://{hostname}/files",
+                "--queue", fx.scratch("upload-cli-q4").path, "--events", "json"
+            ],
+            env: ["CLIPFLOW_UPLOAD_TOKEN": "cli-access-1234", "CLIPFLOW_UPLOAD_REFRESH_TOKEN": "cli-refresh-5678"], check: false)
         XCTAssertEqual(r.status, 0, r.stderr)
         let ev = events(r.out)
         XCTAssertEqual(ev.filter { $0["event"] as? String == "credentials-expired" }.count, 1)
@@ -125,9 +136,12 @@ final class UploadCLITests: XCTestCase {
         }
         // A refused refresh fails clearly, without the token.
         try api.expireAccess()
-        let bad = try Run.run([binary, "upload", file, "--to", "gcore", "--endpoint", api.url, "--upload-url", "http://{hostname}/files",
-                               "--queue", fx.scratch("upload-cli-q5").path],
-                              env: ["CLIPFLOW_UPLOAD_TOKEN": "cli-access-1234", "CLIPFLOW_UPLOAD_REFRESH_TOKEN": "wrong-refresh-0000"], check: false)
+        let bad = try Run.run(
+            [
+                binary, "upload", file, "--to", "gcore", "--endpoint", api.url, "--upload-url", "http://{hostname}/files",
+                "--queue", fx.scratch("upload-cli-q5").path
+            ],
+            env: ["CLIPFLOW_UPLOAD_TOKEN": "cli-access-1234", "CLIPFLOW_UPLOAD_REFRESH_TOKEN": "wrong-refresh-0000"], check: false)
         XCTAssertEqual(bad.status, 1)
         XCTAssertTrue(bad.stderr.contains("401"), bad.stderr)
         XCTAssertFalse(bad.stderr.contains("cli-access-1234") || bad.stderr.contains("wrong-refresh-0000"), bad.stderr)
@@ -135,7 +149,8 @@ final class UploadCLITests: XCTestCase {
 
     func testBadInputAndUnreachableServerGiveClearErrors() throws {
         let queue = fx.scratch("upload-cli-q6").path
-        let missing = try Run.run([binary, "upload", "/nonexistent/clip.mp4", "--to", "tus", "--endpoint", "http://127.0.0.1:9/files", "--queue", queue], check: false)
+        let missing = try Run.run(
+            [binary, "upload", "/nonexistent/clip.mp4", "--to", "tus", "--endpoint", "http://127.0.0.1:9/files", "--queue", queue], check: false)
         XCTAssertEqual(missing.status, 1)
         XCTAssertTrue(missing.stderr.contains("/nonexistent/clip.mp4") && missing.stderr.contains("No such file"), missing.stderr)
         let usage = try Run.run([binary, "upload", "x.mp4", "--to", "ftp", "--endpoint", "http://h"], check: false)
@@ -143,8 +158,11 @@ final class UploadCLITests: XCTestCase {
         XCTAssertTrue(usage.stderr.contains("--to must be tus, gcore or s3"), usage.stderr)
         let file = try makeFile("c.mp4", bytes: 1000)
         let port = ServerProcess.freePort()
-        let down = try Run.run([binary, "upload", file, "--to", "tus", "--endpoint", "http://127.0.0.1:\(port)/files", "--queue", queue,
-                                "--retries", "2", "--retry-delay", "0.01"], check: false)
+        let down = try Run.run(
+            [
+                binary, "upload", file, "--to", "tus", "--endpoint", "http://127.0.0.1:\(port)/files", "--queue", queue,
+                "--retries", "2", "--retry-delay", "0.01"
+            ], check: false)
         XCTAssertEqual(down.status, 1)
         XCTAssertTrue(down.stderr.contains("retry 1") && down.stderr.contains("127.0.0.1:\(port)") && down.stderr.contains("upload resume"), down.stderr)
         XCTAssertTrue(try Run.run([binary, "upload", "list", "--queue", queue]).out.contains("failed"))
@@ -159,11 +177,14 @@ final class UploadCLITests: XCTestCase {
         {"Credentials": {"AccessKeyId": "\(c.accessKeyID)", "SecretAccessKey": "\(c.secretAccessKey)", "SessionToken": "\(c.sessionToken ?? "")"}}
         """.write(to: creds, atomically: true, encoding: .utf8)
         let file = try makeFile("trip.mp4", bytes: 3_500_000)
-        let r = try Run.run([binary, "upload", file, "--to", "s3", "--endpoint", s3.endpoint, "--bucket", s3.bucket,
-                             "--key-prefix", "in/", "--chunk-size", "1000000", "--min-part-size", "1000000",
-                             "--credentials-command", "cat '\(creds.path)'", "--title", "Trip", "--tag", "x",
-                             "--queue", fx.scratch("upload-cli-q7").path, "--events", "json"], env: ["AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""],
-                            check: false)
+        let r = try Run.run(
+            [
+                binary, "upload", file, "--to", "s3", "--endpoint", s3.endpoint, "--bucket", s3.bucket,
+                "--key-prefix", "in/", "--chunk-size", "1000000", "--min-part-size", "1000000",
+                "--credentials-command", "cat '\(creds.path)'", "--title", "Trip", "--tag", "x",
+                "--queue", fx.scratch("upload-cli-q7").path, "--events", "json"
+            ], env: ["AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""],
+            check: false)
         XCTAssertEqual(r.status, 0, r.stderr)
         XCTAssertEqual(try s3.objectSHA256(key: "in/trip.mp4"), try sha256(ofFile: file))
         XCTAssertEqual(try s3.objectMetadata(key: "in/trip.mp4")["title"], "Trip")
@@ -176,8 +197,11 @@ final class UploadCLITests: XCTestCase {
         try """
         {"AccessKeyId": "\(c.accessKeyID)", "SecretAccessKey": "wrong-secret-value-123", "SessionToken": "\(c.sessionToken ?? "")"}
         """.write(to: creds, atomically: true, encoding: .utf8)
-        let bad = try Run.run([binary, "upload", file, "--to", "s3", "--endpoint", s3.endpoint, "--bucket", s3.bucket, "--key-prefix", "bad/",
-                               "--credentials-command", "cat '\(creds.path)'", "--queue", fx.scratch("upload-cli-q8").path], check: false)
+        let bad = try Run.run(
+            [
+                binary, "upload", file, "--to", "s3", "--endpoint", s3.endpoint, "--bucket", s3.bucket, "--key-prefix", "bad/",
+                "--credentials-command", "cat '\(creds.path)'", "--queue", fx.scratch("upload-cli-q8").path
+            ], check: false)
         XCTAssertEqual(bad.status, 1)
         XCTAssertTrue(bad.stderr.contains("SignatureDoesNotMatch"), bad.stderr)
         XCTAssertFalse(bad.stderr.contains("wrong-secret-value-123"), bad.stderr)

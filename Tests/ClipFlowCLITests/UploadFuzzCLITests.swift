@@ -24,10 +24,12 @@ final class UploadFuzzCLITests: XCTestCase {
     static let firstSeed = Int(env["CLIPFLOW_FUZZ_SEED"] ?? "") ?? 1
     static let rate = Double(env["CLIPFLOW_FUZZ_RATE"] ?? "") ?? 0.3
 
-    let secrets = ["CLIPFLOW_UPLOAD_TOKEN": "tok-fuzz-5ecret-api-0123456789",
-                   "AWS_ACCESS_KEY_ID": "AKIAFUZZFUZZFUZZ0001",
-                   "AWS_SECRET_ACCESS_KEY": "fuzzSecretAccessKey0123456789abcdefGHIJ",
-                   "AWS_SESSION_TOKEN": "fuzz-session-token-0123456789-secret"]
+    let secrets = [
+        "CLIPFLOW_UPLOAD_TOKEN": "tok-fuzz-5ecret-api-0123456789",
+        "AWS_ACCESS_KEY_ID": "AKIAFUZZFUZZFUZZ0001",
+        "AWS_SECRET_ACCESS_KEY": "fuzzSecretAccessKey0123456789abcdefGHIJ",
+        "AWS_SESSION_TOKEN": "fuzz-session-token-0123456789-secret"
+    ]
 
     func testHostileAnswersIntoTUS() throws { try fuzz("tus") }
     func testHostileAnswersIntoGcore() throws { try fuzz("gcore") }
@@ -62,8 +64,10 @@ final class UploadFuzzCLITests: XCTestCase {
 
         try foreign.plan(rules: [])
         try server.plan(seed: seed, rate: Self.rate)
-        var args = [binary, "upload", file, "--to", method, "--queue", queue, "--chunk-size", "65536",
-                    "--stall-timeout", "1", "--response-timeout", "2", "--retries", "2", "--retry-delay", "0.01", "--events", "json"]
+        var args = [
+            binary, "upload", file, "--to", method, "--queue", queue, "--chunk-size", "65536",
+            "--stall-timeout", "1", "--response-timeout", "2", "--retries", "2", "--retry-delay", "0.01", "--events", "json"
+        ]
         switch method {
         case "tus": args += ["--endpoint", server.url + "/files"]
         case "gcore": args += ["--endpoint", server.url + "/api", "--upload-url", "http://{hostname}/files"]
@@ -89,8 +93,10 @@ final class UploadFuzzCLITests: XCTestCase {
 
         // Queue and resume store: readable, nothing left running, nothing else in the folder.
         let names = Set((try? FileManager.default.contentsOfDirectory(atPath: queue)) ?? [])
-        XCTAssertTrue(names.isSubset(of: ["queue.json", "queue.json.lock", "resume.json", "resume.json.lock"]), "left in the queue folder: \(names.sorted()) \(context)")
-        let queueDoc = try XCTUnwrap(try? JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: queue + "/queue.json"))) as? [String: Any], context)
+        XCTAssertTrue(
+            names.isSubset(of: ["queue.json", "queue.json.lock", "resume.json", "resume.json.lock"]), "left in the queue folder: \(names.sorted()) \(context)")
+        let queueDoc = try XCTUnwrap(
+            try? JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: queue + "/queue.json"))) as? [String: Any], context)
         let states = ((queueDoc["uploads"] as? [[String: Any]]) ?? []).compactMap { $0["state"] as? String }
         XCTAssertEqual(states.count, 1, context)
         if names.contains("resume.json") {
@@ -111,8 +117,9 @@ final class UploadFuzzCLITests: XCTestCase {
         let line = r.stderr.split(separator: "\n").first { $0.hasPrefix("error:") }.map(String.init) ?? ""
         XCTAssertTrue(line.hasPrefix("error: \(file): "), "the error names the file: \(context)")
         XCTAssertEqual(line.components(separatedBy: file).count - 1, 1, "the file is named once: \(context)")
-        let code = (r.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-            .last { $0["event"] as? String == "failed" }?["code"] as? String) ?? "?"
+        let code =
+            (r.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+                .last { $0["event"] as? String == "failed" }?["code"] as? String) ?? "?"
         return "failed:\(code)"
     }
 }

@@ -33,8 +33,11 @@ final class UploadHardeningCLITests: XCTestCase {
         try server.plan(rules: [["method": "POST", "path": "/files", "mutation": "status", "value": 0.004, "times": -1]])  // 400
         let file = try makeFile("once.bin", bytes: 20_000)
         let queue = fx.scratch("upload-hard-once").path
-        let r = try Run.run([binary, "upload", file, "--to", "tus", "--endpoint", server.url + "/files", "--queue", queue,
-                             "--retries", "1", "--retry-delay", "0.01"], check: false)
+        let r = try Run.run(
+            [
+                binary, "upload", file, "--to", "tus", "--endpoint", server.url + "/files", "--queue", queue,
+                "--retries", "1", "--retry-delay", "0.01"
+            ], check: false)
         XCTAssertEqual(r.status, 1, r.stderr)
         let line = try XCTUnwrap(r.stderr.split(separator: "\n").first { $0.hasPrefix("error:") }, r.stderr)
         XCTAssertTrue(line.hasPrefix("error: \(file): "), String(line))
@@ -46,14 +49,19 @@ final class UploadHardeningCLITests: XCTestCase {
         let server = try HostileServer.start()
         defer { server.stop() }
         let file = try makeFile("big-answer.bin", bytes: 20_000)
-        for (mutation, expected) in [("giant-header", "response header is larger than"),
-                                     ("endless-body", "answer is larger than"),
-                                     ("drip", "did not complete within 2 s")] {
+        for (mutation, expected) in [
+            ("giant-header", "response header is larger than"),
+            ("endless-body", "answer is larger than"),
+            ("drip", "did not complete within 2 s")
+        ] {
             try server.plan(rules: [["method": "OPTIONS", "mutation": mutation, "times": -1]])
             let queue = fx.scratch("upload-hard-\(mutation)").path
             let start = Date()
-            let r = try Run.run(["timeout", "-s", "KILL", "60", binary, "upload", file, "--to", "tus", "--endpoint", server.url + "/files",
-                                 "--queue", queue, "--retries", "1", "--retry-delay", "0.01", "--response-timeout", "2"], check: false)
+            let r = try Run.run(
+                [
+                    "timeout", "-s", "KILL", "60", binary, "upload", file, "--to", "tus", "--endpoint", server.url + "/files",
+                    "--queue", queue, "--retries", "1", "--retry-delay", "0.01", "--response-timeout", "2"
+                ], check: false)
             XCTAssertEqual(r.status, 1, "\(mutation): \(r.stderr)")
             XCTAssertLessThan(Date().timeIntervalSince(start), 20, mutation)
             XCTAssertTrue(r.stderr.contains(expected), "\(mutation): \(r.stderr)")
@@ -72,9 +80,12 @@ final class UploadHardeningCLITests: XCTestCase {
         let file = try makeFile("cross.bin", bytes: 20_000)
         let queue = fx.scratch("upload-hard-cross").path
         let token = "tok-cli-cross-0r1g1n-secret"
-        let r = try Run.run([binary, "upload", file, "--to", "tus", "--endpoint", server.url + "/files", "--queue", queue,
-                             "--credentials-command", "printf '{\"token\":\"%s\"}' \"$CROSS_TOKEN\""],
-                            env: ["CROSS_TOKEN": token], check: false)
+        let r = try Run.run(
+            [
+                binary, "upload", file, "--to", "tus", "--endpoint", server.url + "/files", "--queue", queue,
+                "--credentials-command", "printf '{\"token\":\"%s\"}' \"$CROSS_TOKEN\""
+            ],
+            env: ["CROSS_TOKEN": token], check: false)
         XCTAssertEqual(r.status, 1, r.stderr)
         XCTAssertTrue(r.stderr.contains("refused"), r.stderr)
         XCTAssertFalse(r.stderr.contains(token))
@@ -91,9 +102,13 @@ final class UploadHardeningCLITests: XCTestCase {
         try proxy.setRules([["method": "PATCH", "action": "delay", "seconds": 0.3, "times": -1]])
         let file = try makeFile("pause-once.bin", bytes: 4_000_000)
         let queue = fx.scratch("upload-hard-q-pause").path
-        let (status, text) = try Run.interrupt(binary, ["upload", file, "--to", "tus", "--endpoint", proxy.url + "/files", "--queue", queue,
-                                                        "--chunk-size", "262144", "--events", "json"],
-                                               after: "\"event\":\"progress\"", watchStdout: true)
+        let (status, text) = try Run.interrupt(
+            binary,
+            [
+                "upload", file, "--to", "tus", "--endpoint", proxy.url + "/files", "--queue", queue,
+                "--chunk-size", "262144", "--events", "json"
+            ],
+            after: "\"event\":\"progress\"", watchStdout: true)
         XCTAssertEqual(status, 130, text)
         XCTAssertEqual(text.components(separatedBy: "\"event\":\"paused\"").count - 1, 1, text)
     }
@@ -104,14 +119,19 @@ final class UploadHardeningCLITests: XCTestCase {
         let server = try HostileServer.start()
         defer { server.stop() }
         let file = try makeFile("creds.bin", bytes: 20_000)
-        for command in ["echo {\"token\":\"s3cr3t-literal\"}",
-                        "my-helper --secret-access-key s3cr3t-literal",
-                        "env AWS_SECRET_ACCESS_KEY=s3cr3t-literal helper",
-                        "curl -s -H 'Authorization: Bearer s3cr3t-literal' https://example.invalid/creds",
-                        "echo wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY1"] {
+        for command in [
+            "echo {\"token\":\"s3cr3t-literal\"}",
+            "my-helper --secret-access-key s3cr3t-literal",
+            "env AWS_SECRET_ACCESS_KEY=s3cr3t-literal helper",
+            "curl -s -H 'Authorization: Bearer s3cr3t-literal' https://example.invalid/creds",
+            "echo wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY1"
+        ] {
             let queue = fx.scratch("upload-hard-creds-\(abs(command.hashValue))").path
-            let r = try Run.run([binary, "upload", file, "--to", "tus", "--endpoint", server.url + "/files", "--queue", queue,
-                                 "--credentials-command", command], check: false)
+            let r = try Run.run(
+                [
+                    binary, "upload", file, "--to", "tus", "--endpoint", server.url + "/files", "--queue", queue,
+                    "--credentials-command", command
+                ], check: false)
             XCTAssertNotEqual(r.status, 0, command)
             XCTAssertTrue(r.stderr.contains("--credentials-command"), "\(command): \(r.stderr)")
             XCTAssertFalse(r.stderr.contains("s3cr3t-literal"), r.stderr)
@@ -121,9 +141,12 @@ final class UploadHardeningCLITests: XCTestCase {
         // The safe form: the command names a variable; the queue keeps the command, not the value.
         let queue = fx.scratch("upload-hard-creds-env").path
         let token = "tok-from-env-0123456789"
-        let r = try Run.run([binary, "upload", file, "--to", "tus", "--endpoint", server.url + "/files", "--queue", queue,
-                             "--credentials-command", "printf '{\"token\":\"%s\"}' \"$UPLOAD_TOKEN_VAR\""],
-                            env: ["UPLOAD_TOKEN_VAR": token], check: false)
+        let r = try Run.run(
+            [
+                binary, "upload", file, "--to", "tus", "--endpoint", server.url + "/files", "--queue", queue,
+                "--credentials-command", "printf '{\"token\":\"%s\"}' \"$UPLOAD_TOKEN_VAR\""
+            ],
+            env: ["UPLOAD_TOKEN_VAR": token], check: false)
         XCTAssertEqual(r.status, 0, r.stderr)
         XCTAssertFalse(contents(of: queue).contains(token))
         XCTAssertTrue(contents(of: queue).contains("UPLOAD_TOKEN_VAR"), "the command is kept, so `upload run` can resume")
@@ -138,8 +161,11 @@ final class UploadHardeningCLITests: XCTestCase {
         // A libcurl.so.4 without curl's functions, found first through LD_LIBRARY_PATH.
         _ = try Run.run(["cc", "-shared", "-fPIC", "-o", dir + "/libcurl.so.4", dir + "/e.c"])
         let file = try makeFile("no-curl.bin", bytes: 1000)
-        let r = try Run.run([binary, "upload", file, "--to", "tus", "--endpoint", "http://127.0.0.1:9/files",
-                             "--queue", dir + "/queue"], env: ["LD_LIBRARY_PATH": dir], check: false)
+        let r = try Run.run(
+            [
+                binary, "upload", file, "--to", "tus", "--endpoint", "http://127.0.0.1:9/files",
+                "--queue", dir + "/queue"
+            ], env: ["LD_LIBRARY_PATH": dir], check: false)
         XCTAssertEqual(r.status, 1, r.stderr)
         let line = try XCTUnwrap(r.stderr.split(separator: "\n").first { $0.hasPrefix("error:") }, r.stderr)
         XCTAssertTrue(line.hasPrefix("error: \(file): cannot upload: libcurl has no curl_global_init; install libcurl4"), String(line))

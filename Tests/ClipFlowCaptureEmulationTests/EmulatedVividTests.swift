@@ -12,7 +12,7 @@ final class EmulatedVividTests: XCTestCase {
     func testEmulatorQueueRulesMatchTheKernel() throws {
         let emu = EmulatedVivid(clock: ManualClock(start: 100))
         let fd = try emu.open("/dev/video0", O_RDWR | O_NONBLOCK)
-        var type: UInt32 = 1 // V4L2_BUF_TYPE_VIDEO_CAPTURE
+        var type: UInt32 = 1  // V4L2_BUF_TYPE_VIDEO_CAPTURE
         // STREAMON without buffers: EINVAL; unknown ioctl: ENOTTY; bad fd: EBADF.
         XCTAssertThrowsError(try emu.ioctl(fd, cf_VIDIOC_STREAMON, &type)) { XCTAssertEqual(($0 as? SyscallErrno)?.code, EINVAL) }
         XCTAssertThrowsError(try emu.ioctl(fd, 0x1234, &type)) { XCTAssertEqual(($0 as? SyscallErrno)?.code, ENOTTY) }

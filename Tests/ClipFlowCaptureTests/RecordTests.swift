@@ -11,8 +11,10 @@ struct GreyVideo {
     var frames: [[UInt8]]
 
     init(_ path: String) throws {
-        let size = try Run.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
-                                "stream=width,height", "-of", "csv=p=0", path]).out
+        let size = try Run.run([
+            "ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+            "stream=width,height", "-of", "csv=p=0", path
+        ]).out
             .trimmingCharacters(in: .whitespacesAndNewlines).split(separator: ",").compactMap { Int($0) }
         width = size[0]; height = size[1]
         if let rot = try Probe.rotation(path), abs(rot) == 90 || abs(rot) == 270 { swap(&width, &height) }
@@ -99,7 +101,7 @@ final class TestPatternTests: XCTestCase {
                 switch item.media {
                 case .video(let v)?:
                     sequences.append(v.sequence)
-                    if v.sequence == 10 { clock.advance(by: 0.2) } // stalls for 6 frame times
+                    if v.sequence == 10 { clock.advance(by: 0.2) }  // stalls for 6 frame times
                 case .audio(let a)?: audioSamples += a.frameCount
                 case nil: break
                 }
@@ -108,8 +110,9 @@ final class TestPatternTests: XCTestCase {
         }
         let sink = LateSink(clock)
         let src = TestPatternSource(id: "cam", settings: TestPatternSettings(width: 320, height: 240, fps: 30), realtime: true, frames: 30)
-        let runner = try GraphRunner(stages: [src, sink], edges: [Edge(from: "cam", to: "late", limits: LinkLimits(maxItems: 1, maxBytes: 1 << 30))],
-                                     clock: clock, sink: EventRecorder())
+        let runner = try GraphRunner(
+            stages: [src, sink], edges: [Edge(from: "cam", to: "late", limits: LinkLimits(maxItems: 1, maxBytes: 1 << 30))],
+            clock: clock, sink: EventRecorder())
         XCTAssertEqual(runner.run(), .completed)
         XCTAssertEqual(sink.sequences.first, 0)
         XCTAssertEqual(sink.sequences.last, 29)
@@ -123,15 +126,18 @@ final class RecordTests: XCTestCase {
     let fx = Fixtures.shared
 
     /// Records `frames` test-pattern pictures through the graph (source -> record), unpaced.
-    func record(_ dir: String, frames: Int64, size: (Int, Int) = (640, 360), fps: Double = 30, segment: Double,
-                configure: (inout RecordOptions) -> Void = { _ in }) throws -> (RecordStage, EventRecorder) {
+    func record(
+        _ dir: String, frames: Int64, size: (Int, Int) = (640, 360), fps: Double = 30, segment: Double,
+        configure: (inout RecordOptions) -> Void = { _ in }
+    ) throws -> (RecordStage, EventRecorder) {
         var o = RecordOptions(directory: dir)
         o.segmentSeconds = segment
         configure(&o)
         let rec = RecordStage(id: "rec", options: o)
         let src = TestPatternSource(id: "cam", settings: TestPatternSettings(width: size.0, height: size.1, fps: fps), realtime: false, frames: frames)
         let events = EventRecorder()
-        let runner = try GraphRunner(stages: [src, rec], edges: [Edge(from: "cam", to: "rec", limits: LinkLimits(maxItems: 16, maxBytes: 64 << 20))], sink: events)
+        let runner = try GraphRunner(
+            stages: [src, rec], edges: [Edge(from: "cam", to: "rec", limits: LinkLimits(maxItems: 16, maxBytes: 64 << 20))], sink: events)
         XCTAssertEqual(runner.run(), .completed)
         return (rec, events)
     }
@@ -151,8 +157,10 @@ final class RecordTests: XCTestCase {
             XCTAssertEqual(try Probe.decodeErrors(c.path), "")
             XCTAssertEqual(try Probe.stream(c.path, "v:0", "codec_name"), "h264")
             XCTAssertEqual(try Probe.stream(c.path, "a:0", "codec_name"), "aac")
-            let keyflags = try Run.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "packet=flags",
-                                        "-of", "csv=p=0", c.path]).out.split(separator: "\n")
+            let keyflags = try Run.run([
+                "ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "packet=flags",
+                "-of", "csv=p=0", c.path
+            ]).out.split(separator: "\n")
             XCTAssertTrue(keyflags.first?.hasPrefix("K") ?? false, "fragment starts on a keyframe")
             let video = try GreyVideo(c.path)
             XCTAssertEqual(video.frames.count, c.videoFrames)
@@ -252,6 +260,8 @@ final class RecordTests: XCTestCase {
         let g1 = try TestPatternGenerator(TestPatternSettings(width: 320, height: 240))
         let g2 = try TestPatternGenerator(TestPatternSettings(width: 640, height: 360))
         try r.append(.video(g1.video(frame: 0)))
-        XCTAssertThrowsError(try r.append(.video(g2.video(frame: 1)))) { XCTAssertTrue("\($0)".contains("picture size changed from 320x240 to 640x360"), "\($0)") }
+        XCTAssertThrowsError(try r.append(.video(g2.video(frame: 1)))) {
+            XCTAssertTrue("\($0)".contains("picture size changed from 320x240 to 640x360"), "\($0)")
+        }
     }
 }

@@ -13,9 +13,13 @@ final class V4L2SystemTests: XCTestCase {
         let d = DefaultSyscalls()
         let calls = Counter()
         let made = LinuxV4L2Syscalls()
-        d.set { calls.add(); return made }
+        d.set {
+            calls.add(); return made
+        }
         XCTAssertTrue(try d.get() === made)
-        d.set { XCTFail("replaced after first use"); return LinuxV4L2Syscalls() }
+        d.set {
+            XCTFail("replaced after first use"); return LinuxV4L2Syscalls()
+        }
         XCTAssertTrue(try d.get() === made)
         XCTAssertEqual(calls.value, 1)
     }
@@ -32,7 +36,7 @@ final class V4L2SystemTests: XCTestCase {
     }
 }
 
-private final class Counter: @unchecked Sendable {   // read and written under `lock`
+private final class Counter: @unchecked Sendable {  // read and written under `lock`
     private let lock = NSLock()
     private var n = 0
     func add() { lock.lock(); n += 1; lock.unlock() }

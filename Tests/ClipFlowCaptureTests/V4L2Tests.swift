@@ -59,7 +59,7 @@ final class V4L2Tests: XCTestCase {
         XCTAssertEqual(n.format, .nv12)
         XCTAssertEqual([n.width, n.height], [1280, 720])
         XCTAssertTrue(n.sizeAdjusted)
-        XCTAssertEqual(n.fps, 30)   // nearest offered interval to 1/25
+        XCTAssertEqual(n.fps, 30)  // nearest offered interval to 1/25
         XCTAssertTrue(n.summary.contains("asked for 1000x700"), n.summary)
         let fast = try d.configure(CaptureRequest(width: 640, height: 480, fps: 60, format: .yuyv))
         XCTAssertEqual([fast.width, fast.height], [640, 480])
@@ -173,8 +173,9 @@ final class V4L2Tests: XCTestCase {
 
     func testMissingDeviceSaysSo() {
         let (emu, _) = vivid { $0.missing = true }
-        XCTAssertEqual(message { _ = try V4L2Device(path: "/dev/video0", syscalls: emu) },
-                       "camera '/dev/video0': no such device; is the camera plugged in? (no video devices found)")
+        XCTAssertEqual(
+            message { _ = try V4L2Device(path: "/dev/video0", syscalls: emu) },
+            "camera '/dev/video0': no such device; is the camera plugged in? (no video devices found)")
         let (present, _) = vivid()
         XCTAssertTrue(message { _ = try V4L2Device(path: "/dev/video3", syscalls: present) }.contains("(video devices found: /dev/video0;"))
     }
@@ -214,7 +215,7 @@ final class V4L2Tests: XCTestCase {
         let got = try frames(d, 100)
         XCTAssertEqual(got.map(\.sequence), [0, 1, 2, 3, 4])
         XCTAssertTrue(d.deviceLost)
-        d.close()   // STREAMOFF/REQBUFS fail with ENODEV; the buffers are still unmapped
+        d.close()  // STREAMOFF/REQBUFS fail with ENODEV; the buffers are still unmapped
         XCTAssertEqual(emu.liveMappings, 0)
         XCTAssertEqual(emu.openDescriptors, 0)
     }
@@ -260,7 +261,7 @@ final class V4L2Tests: XCTestCase {
         let h = StageHarness(stage, clock: clock)
         try h.prepare()
         try h.produce()
-        XCTAssertEqual(stage.framesPushed, 30)   // times 0 ..< 2 s at 15 fps
+        XCTAssertEqual(stage.framesPushed, 30)  // times 0 ..< 2 s at 15 fps
         h.finish()
 
         let stopped = V4L2Source(id: "cam2", request: CaptureRequest(width: 320, height: 240), syscalls: emu)
@@ -295,7 +296,7 @@ final class V4L2Tests: XCTestCase {
     func testSourceStageCountsAndReportsBrokenPictures() throws {
         let clock = ManualClock()
         var c = EmulatedVivid.Configuration()
-        c.brokenEvery = 5   // sequences 4, 9, 14, ...
+        c.brokenEvery = 5  // sequences 4, 9, 14, ...
         let emu = EmulatedVivid(c, clock: clock)
         let stage = V4L2Source(id: "cam", request: CaptureRequest(width: 320, height: 240), frames: 16, syscalls: emu)
         let h = StageHarness(stage, clock: clock)
@@ -304,8 +305,9 @@ final class V4L2Tests: XCTestCase {
         XCTAssertEqual(stage.framesPushed, 16)
         XCTAssertEqual(stage.brokenFrames, 3)
         XCTAssertEqual(stage.droppedFrames, 0)
-        XCTAssertTrue(h.events.contains { $0.kind == .notice("camera /dev/video0: 3 broken pictures skipped (flagged by the driver, or MJPEG that did not decode)") },
-                      "\(h.events.map(\.kind))")
+        XCTAssertTrue(
+            h.events.contains { $0.kind == .notice("camera /dev/video0: 3 broken pictures skipped (flagged by the driver, or MJPEG that did not decode)") },
+            "\(h.events.map(\.kind))")
         XCTAssertEqual(h.finish().count, 16)
     }
 
@@ -313,11 +315,13 @@ final class V4L2Tests: XCTestCase {
 
     func testRealSyscallsReportMissingNodesAndNonV4L2Files() {
         let linux = LinuxV4L2Syscalls()
-        XCTAssertTrue(message { _ = try V4L2Device(path: "/dev/video-clipflow-none", syscalls: linux) }
-            .hasPrefix("camera '/dev/video-clipflow-none': no such device; is the camera plugged in?"))
+        XCTAssertTrue(
+            message { _ = try V4L2Device(path: "/dev/video-clipflow-none", syscalls: linux) }
+                .hasPrefix("camera '/dev/video-clipflow-none': no such device; is the camera plugged in?"))
         // /dev/null opens but does not answer VIDIOC_QUERYCAP (ENOTTY).
-        XCTAssertEqual(message { _ = try V4L2Device(path: "/dev/null", syscalls: linux) },
-                       "'/dev/null' is not a Video4Linux device (it does not answer VIDIOC_QUERYCAP)")
+        XCTAssertEqual(
+            message { _ = try V4L2Device(path: "/dev/null", syscalls: linux) },
+            "'/dev/null' is not a Video4Linux device (it does not answer VIDIOC_QUERYCAP)")
     }
 
     func testSourceStageReportsDropsWhenItFallsBehind() throws {
@@ -329,7 +333,9 @@ final class V4L2Tests: XCTestCase {
         let h = StageHarness(stage, clock: ManualClock())
         try h.prepare()
         try h.produce()
-        let seqs = h.finish().compactMap { item -> Int64? in if case .video(let f)? = item.media { return f.sequence }; return nil }
+        let seqs = h.finish().compactMap { item -> Int64? in
+            if case .video(let f)? = item.media { return f.sequence }; return nil
+        }
         XCTAssertEqual(seqs, Array(0...31) + [41])
         XCTAssertEqual(stage.droppedFrames, 9)
         XCTAssertTrue(h.events.contains { $0.kind == .dropped(count: 9) })
@@ -344,10 +350,15 @@ final class V4L2Tests: XCTestCase {
         let h = StageHarness(stage, clock: ManualClock())
         try h.prepare()
         try h.produce()
-        let seqs = h.finish().compactMap { item -> Int64? in if case .video(let f)? = item.media { return f.sequence }; return nil }
+        let seqs = h.finish().compactMap { item -> Int64? in
+            if case .video(let f)? = item.media { return f.sequence }; return nil
+        }
         XCTAssertEqual(seqs, Array(0..<40))
         XCTAssertEqual(stage.droppedFrames, 0)
-        XCTAssertFalse(h.events.contains { if case .dropped = $0.kind { return true }; return false })
+        XCTAssertFalse(
+            h.events.contains {
+                if case .dropped = $0.kind { return true }; return false
+            })
     }
 
     /// A fixed-length capture is exactly duration x fps pictures however the kernel's timestamps
@@ -360,7 +371,9 @@ final class V4L2Tests: XCTestCase {
             let h = StageHarness(stage, clock: clock)
             try h.prepare()
             try h.produce()
-            let frames = h.finish().compactMap { item -> VideoFrame? in if case .video(let f)? = item.media { return f }; return nil }
+            let frames = h.finish().compactMap { item -> VideoFrame? in
+                if case .video(let f)? = item.media { return f }; return nil
+            }
             XCTAssertEqual(frames.count, Int(4 * fps), "at \(fps) fps")
             XCTAssertEqual(frames.map(\.sequence), Array(0..<Int64(4 * fps)))
             XCTAssertLessThan(frames.last?.time ?? 0, 4 - 0.5 / fps)
@@ -384,7 +397,9 @@ extension V4L2Tests {
         let gaps = zip(sink.sequences, sink.sequences.dropFirst()).reduce(Int64(sink.sequences.first ?? 0)) { $0 + $1.1 - $1.0 - 1 }
         XCTAssertGreaterThan(source.droppedFrames, 0, "the camera had to drop: \(sink.sequences)")
         XCTAssertEqual(Int64(source.droppedFrames), gaps, "\(sink.sequences)")
-        let reported = events.events.compactMap { e -> Int? in if e.stage == "cam", case .dropped(let n) = e.kind { return n }; return nil }.last
+        let reported = events.events.compactMap { e -> Int? in
+            if e.stage == "cam", case .dropped(let n) = e.kind { return n }; return nil
+        }.last
         XCTAssertEqual(reported, source.droppedFrames)
         XCTAssertEqual(runner.linkStats.map(\.stats.dropped), [0], "a blocking queue drops nothing itself")
     }

@@ -3,7 +3,7 @@ import Foundation
 @testable import ClipFlowCore
 import ClipFlowTestSupport
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Temporaries of writers that died are removed by the next writer into the folder; a live
@@ -77,8 +77,10 @@ final class AtomicOutputLeftoverTests: XCTestCase {
     /// that merely look alike, not directories or symlinks (whose targets stay untouched).
     func testOnlyTemporaryFilesAreRemoved() throws {
         let dir = fx.scratch("atomic-names")
-        let keep = [".clipflow-tmp-1-2", ".x.mp4.clipflow-tmp-1", ".x.mp4.clipflow-tmp-a-2", "x.mp4.clipflow-tmp-1-2",
-                    ".x.mp4.clipflow-tmp-1-2-3", "out.mp4", ".hidden"]
+        let keep = [
+            ".clipflow-tmp-1-2", ".x.mp4.clipflow-tmp-1", ".x.mp4.clipflow-tmp-a-2", "x.mp4.clipflow-tmp-1-2",
+            ".x.mp4.clipflow-tmp-1-2-3", "out.mp4", ".hidden"
+        ]
         for n in keep { touch(dir, n) }
         try FileManager.default.createDirectory(at: dir.appendingPathComponent(".d.clipflow-tmp-1-2"), withIntermediateDirectories: false)
         let victim = fx.scratch("atomic-names-target").appendingPathComponent("precious.mp4")
@@ -124,12 +126,12 @@ final class AtomicOutputLeftoverTests: XCTestCase {
     /// look dead, so there the sweep also waits for an hour without writes.
     func testNetworkFilesystemsAreRecognisedFromTheMountTable() {
         let mounts = """
-        /dev/vda1 / ext4 rw 0 0
-        tmpfs /tmp tmpfs rw 0 0
-        srv:/export /mnt/nas nfs4 rw 0 0
-        //srv/share /mnt/my\\040share cifs rw 0 0
-        sshfs#me@h: /home/me/remote fuse.sshfs rw 0 0
-        """
+            /dev/vda1 / ext4 rw 0 0
+            tmpfs /tmp tmpfs rw 0 0
+            srv:/export /mnt/nas nfs4 rw 0 0
+            //srv/share /mnt/my\\040share cifs rw 0 0
+            sshfs#me@h: /home/me/remote fuse.sshfs rw 0 0
+            """
         XCTAssertEqual(LeftoverTemporaries.filesystemType(of: "/mnt/nas/videos", mounts: mounts), "nfs4")
         XCTAssertEqual(LeftoverTemporaries.filesystemType(of: "/mnt/nasty", mounts: mounts), "ext4")
         XCTAssertEqual(LeftoverTemporaries.filesystemType(of: "/mnt/my share/x", mounts: mounts), "cifs")

@@ -24,13 +24,16 @@ final class Recorder: Stage, @unchecked Sendable {
 
 final class GraphTests: XCTestCase {
     func run(_ stages: [any Stage], _ edges: [Edge], timeout: Double = 20, during: ((GraphRunner) -> Void)? = nil)
-        throws -> (GraphOutcome, GraphRunner, EventRecorder) {
+        throws -> (GraphOutcome, GraphRunner, EventRecorder)
+    {
         let rec = EventRecorder()
         let runner = try GraphRunner(stages: stages, edges: edges, sink: rec)
         let done = DispatchSemaphore(value: 0)
         final class Box: @unchecked Sendable { var o: GraphOutcome? }
         let box = Box()
-        DispatchQueue.global().async { box.o = runner.run(); done.signal() }
+        DispatchQueue.global().async {
+            box.o = runner.run(); done.signal()
+        }
         during?(runner)
         XCTAssertEqual(done.wait(timeout: .now() + timeout), .success, "the graph hung")
         return (box.o ?? .interrupted, runner, rec)
@@ -56,21 +59,25 @@ final class GraphTests: XCTestCase {
     func testDropOldestReportsExactlyWhatTheSinkMissed() throws {
         let src = SyntheticSource(id: "live", count: 400, size: 1024, rate: 0)
         let sink = NullSink(id: "preview", delay: 0.0005)
-        let (outcome, runner, rec) = try run([src, sink], [Edge(from: "live", to: "preview", limits: LinkLimits(maxItems: 2, maxBytes: 1 << 30), policy: .dropOldest)])
+        let (outcome, runner, rec) = try run(
+            [src, sink], [Edge(from: "live", to: "preview", limits: LinkLimits(maxItems: 2, maxBytes: 1 << 30), policy: .dropOldest)])
         XCTAssertEqual(outcome, .completed)
         let st = try XCTUnwrap(runner.linkStats.first).stats
         XCTAssertGreaterThan(st.dropped, 0, "a slow sink must cause drops")
         XCTAssertEqual(sink.received + st.dropped, 400)
         XCTAssertEqual(Int(sink.missing), st.dropped, "drop-oldest loses only items before ones delivered")
         XCTAssertGreaterThan(sink.discontinuities, 0)
-        let lastReported = rec.events.compactMap { e -> Int? in if case .dropped(let n) = e.kind { return n }; return nil }.last
+        let lastReported = rec.events.compactMap { e -> Int? in
+            if case .dropped(let n) = e.kind { return n }; return nil
+        }.last
         XCTAssertEqual(lastReported, st.dropped, "the dropped event reports the exact count")
     }
 
     func testDropNewestCountsEveryRefusedItem() throws {
         let src = SyntheticSource(id: "live", count: 400, size: 1024, rate: 0)
         let sink = NullSink(id: "preview", delay: 0.0005)
-        let (outcome, runner, _) = try run([src, sink], [Edge(from: "live", to: "preview", limits: LinkLimits(maxItems: 2, maxBytes: 1 << 30), policy: .dropNewest)])
+        let (outcome, runner, _) = try run(
+            [src, sink], [Edge(from: "live", to: "preview", limits: LinkLimits(maxItems: 2, maxBytes: 1 << 30), policy: .dropNewest)])
         XCTAssertEqual(outcome, .completed)
         let st = try XCTUnwrap(runner.linkStats.first).stats
         XCTAssertGreaterThan(st.dropped, 0)
@@ -82,10 +89,12 @@ final class GraphTests: XCTestCase {
         let a = FilesStage(id: "a", paths: ["/dev/null", "/etc/hostname"].filter { FileManager.default.fileExists(atPath: $0) }, glob: nil)
         let b = FilesStage(id: "b", paths: ["/etc/passwd"], glob: nil)
         let mid = Recorder("mid"), left = Recorder("left"), right = Recorder("right")
-        let (outcome, _, _) = try run([a, b, mid, left, right], [
-            Edge(from: "a", to: "mid"), Edge(from: "b", to: "mid"),
-            Edge(from: "mid", to: "left"), Edge(from: "mid", to: "right"),
-        ])
+        let (outcome, _, _) = try run(
+            [a, b, mid, left, right],
+            [
+                Edge(from: "a", to: "mid"), Edge(from: "b", to: "mid"),
+                Edge(from: "mid", to: "left"), Edge(from: "mid", to: "right")
+            ])
         XCTAssertEqual(outcome, .completed)
         let expected = a.paths.map { "0:\($0)" } + ["1:/etc/passwd"]
         XCTAssertEqual(mid.seen, expected)
@@ -140,7 +149,8 @@ final class GraphTests: XCTestCase {
     func testCancelReleasesBlockedStages() throws {
         let src = SyntheticSource(id: "fast", count: 0, size: 16, rate: 0)
         let sink = NullSink(id: "stuck", delay: 30)
-        let (outcome, _, _) = try run([src, sink], [Edge(from: "fast", to: "stuck", limits: LinkLimits(maxItems: 2, maxBytes: 1 << 20))], timeout: 10) { runner in
+        let (outcome, _, _) = try run([src, sink], [Edge(from: "fast", to: "stuck", limits: LinkLimits(maxItems: 2, maxBytes: 1 << 20))], timeout: 10) {
+            runner in
             usleep(100_000)
             runner.cancel()
         }
@@ -166,7 +176,9 @@ final class HarnessTests: XCTestCase {
         let src = SyntheticSource(id: "s", count: 0, size: 8, rate: 0)
         let h = StageHarness(src, outputLimit: 1 << 20)
         // Stop from inside: after 100 items a watcher asks the stage to stop.
-        DispatchQueue.global().async { while src.produced < 100 { usleep(100) }; h.stop() }
+        DispatchQueue.global().async {
+            while src.produced < 100 { usleep(100) }; h.stop()
+        }
         try h.produce()
         XCTAssertGreaterThanOrEqual(src.produced, 100)
         XCTAssertEqual(h.finish(.stopped).count, src.produced, "leftovers: everything produced and not pulled")

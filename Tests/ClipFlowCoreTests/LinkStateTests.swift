@@ -59,34 +59,47 @@ final class LinkStateTests: XCTestCase {
     static let items3 = LinkLimits(maxItems: 3, maxBytes: 1000, lowWatermark: 0.34)
 
     let rows: [Row] = [
-        Row(name: "block: fills to the item limit, then waits",
+        Row(
+            name: "block: fills to the item limit, then waits",
             limits: items3, policy: .block, ops: "o1 o1 o1 o1 o1", expect: "A A A W W"),
-        Row(name: "block: stays closed until the low watermark (1 of 3), then wakes the producer once",
+        Row(
+            name: "block: stays closed until the low watermark (1 of 3), then wakes the producer once",
             limits: items3, policy: .block, ops: "o1 o1 o1 o1 t o1 t o1", expect: "A A A W I W I+ A"),
-        Row(name: "block: the byte limit counts too (one take brings 12 bytes down to 4, under 5)",
+        Row(
+            name: "block: the byte limit counts too (one take brings 12 bytes down to 4, under 5)",
             limits: LinkLimits(maxItems: 100, maxBytes: 10, lowWatermark: 0.5), policy: .block,
             ops: "o4 o4 o4 t t o4", expect: "A A W I+ I A"),
-        Row(name: "block: an item larger than the byte limit passes an empty link",
+        Row(
+            name: "block: an item larger than the byte limit passes an empty link",
             limits: LinkLimits(maxItems: 100, maxBytes: 10), policy: .block, ops: "o50 o1 t o1", expect: "A W I+ A"),
-        Row(name: "block: the time limit (live media): 1.5 s would span more than 1 s",
+        Row(
+            name: "block: the time limit (live media): 1.5 s would span more than 1 s",
             limits: LinkLimits(maxItems: 100, maxBytes: 1000, maxDuration: 1.0, lowWatermark: 0.5), policy: .block,
             ops: "o1@0 o1@0.5 o1@1.0 o1@1.5 t t o1@1.5", expect: "A A A W I+ I A"),
-        Row(name: "drop-newest: arriving items are dropped, the next accepted one is marked",
+        Row(
+            name: "drop-newest: arriving items are dropped, the next accepted one is marked",
             limits: items3, policy: .dropNewest, ops: "o1 o1 o1 o1 o1 t o1 t t t", expect: "A A A D D I A I I I!", dropped: 2),
-        Row(name: "drop-oldest: the oldest make room; the new front is marked",
+        Row(
+            name: "drop-oldest: the oldest make room; the new front is marked",
             limits: items3, policy: .dropOldest, ops: "o1 o1 o1 o1 o1 t t t t", expect: "A A A A1 A1 I! I I w", dropped: 2),
-        Row(name: "drop-oldest: bytes limit can drop several at once",
+        Row(
+            name: "drop-oldest: bytes limit can drop several at once",
             limits: LinkLimits(maxItems: 100, maxBytes: 10), policy: .dropOldest, ops: "o3 o3 o3 o9 t t", expect: "A A A A3 I! w", dropped: 3),
-        Row(name: "end of stream after the queued items",
+        Row(
+            name: "end of stream after the queued items",
             limits: items3, policy: .block, ops: "o1 e t t t", expect: "A - I E E"),
-        Row(name: "push after end of stream is an error",
+        Row(
+            name: "push after end of stream is an error",
             limits: items3, policy: .block, ops: "e o1", expect: "- Rerr"),
-        Row(name: "consumer ended: producers get end of stream, even a waiting one",
+        Row(
+            name: "consumer ended: producers get end of stream, even a waiting one",
             limits: items3, policy: .block, ops: "o1 o1 o1 o1 c o1", expect: "A A A W - Reos"),
-        Row(name: "flush: producers and consumers are released, queued items discarded",
+        Row(
+            name: "flush: producers and consumers are released, queued items discarded",
             limits: items3, policy: .block, ops: "o1 o1 o1 o1 f o1 t", expect: "A A A W - Rflush F"),
-        Row(name: "empty link: the consumer waits",
-            limits: items3, policy: .block, ops: "t o1 t t", expect: "w A I w"),
+        Row(
+            name: "empty link: the consumer waits",
+            limits: items3, policy: .block, ops: "t o1 t t", expect: "w A I w")
     ]
 
     func testTable() {
@@ -116,7 +129,9 @@ final class LinkStateTests: XCTestCase {
                         case .wait: refusedWaits += 1
                         case .refuse: XCTFail("refused while open")
                         }
-                    } else if case .item = s.take() { taken += 1 }
+                    } else if case .item = s.take() {
+                        taken += 1
+                    }
                     XCTAssertLessThanOrEqual(s.count, s.limits.maxItems)
                 }
                 XCTAssertEqual(taken + s.dropped + s.count, offered, "\(policy): every item accounted for")

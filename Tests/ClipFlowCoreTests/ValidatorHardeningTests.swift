@@ -18,13 +18,19 @@ final class ValidatorHardeningTests: XCTestCase {
         let r = StageRegistry()
         CoreStages.register(into: r)
         let writes: StageFilesOf = { p in StageFiles(writes: p.string("output").map { [FileField("output", $0)] } ?? []) }
-        r.register(StageKind(name: "join", summary: "test joiner", inputs: [.clips], minInputs: 1, output: .video,
-                             params: [ParamSpec("output", .path, required: true, help: "out"),
-                                      ParamSpec("rotate", .integerChoice([0, 90, 180, 270]), default: .number(0), help: "turn")],
-                             files: writes, make: { id, _ in NullSink(id: id, delay: 0) }))
-        r.register(StageKind(name: "cover", summary: "test cover", inputs: [.video], minInputs: 1, output: .image,
-                             params: [ParamSpec("output", .path, required: true, help: "out")],
-                             files: writes, make: { id, _ in NullSink(id: id, delay: 0) }))
+        r.register(
+            StageKind(
+                name: "join", summary: "test joiner", inputs: [.clips], minInputs: 1, output: .video,
+                params: [
+                    ParamSpec("output", .path, required: true, help: "out"),
+                    ParamSpec("rotate", .integerChoice([0, 90, 180, 270]), default: .number(0), help: "turn")
+                ],
+                files: writes, make: { id, _ in NullSink(id: id, delay: 0) }))
+        r.register(
+            StageKind(
+                name: "cover", summary: "test cover", inputs: [.video], minInputs: 1, output: .image,
+                params: [ParamSpec("output", .path, required: true, help: "out")],
+                files: writes, make: { id, _ in NullSink(id: id, delay: 0) }))
         return r
     }
 
@@ -47,25 +53,29 @@ final class ValidatorHardeningTests: XCTestCase {
     func testNumbersNoIntegerCanHoldAreReportedWithTheOtherProblems() throws {
         let a = try clip("a.mp4")
         let doc = """
-        {"version": 1, "stages": [
-          {"id": "clips", "kind": "files", "paths": ["\(a)", "\(dir.path)/missing.mp4"]},
-          {"id": "j", "kind": "join", "inputs": ["clips"], "output": "\(dir.path)/o.mp4", "rotate": 1e19},
-          {"id": "s", "kind": "synthetic", "count": 1e19, "size": -1e300, "rate": "${R}"},
-          {"id": "n", "kind": "null", "inputs": ["s"], "queue": {"max-bytes": 1e19, "max-time": 1e308}}
-        ]}
-        """
-        XCTAssertEqual(issues(doc, ["R": "inf"]), [
-            "stages[0].paths[1]: '\(dir.path)/missing.mp4': no such file",
-            "stages[1].rotate: expected one of 0, 90, 180, 270, got 1e+19",
-            "stages[2].count: expected an integer of at least 0, got 1e+19 (larger than any number a pipeline takes, 9007199254740992)",
-            "stages[2].size: expected an integer from 0 to 1073741824, got -1e+300",
-            "stages[2].rate: expected a number of at least 0, got inf (from ${R})",
-            "stages[3].queue.max-bytes: expected an integer from 1 to 9007199254740992, got 1e+19",
-            "stages[3].queue.max-time: expected a number of seconds above 0 (at most 9007199254740992), got 1e+308",
-        ])
+            {"version": 1, "stages": [
+              {"id": "clips", "kind": "files", "paths": ["\(a)", "\(dir.path)/missing.mp4"]},
+              {"id": "j", "kind": "join", "inputs": ["clips"], "output": "\(dir.path)/o.mp4", "rotate": 1e19},
+              {"id": "s", "kind": "synthetic", "count": 1e19, "size": -1e300, "rate": "${R}"},
+              {"id": "n", "kind": "null", "inputs": ["s"], "queue": {"max-bytes": 1e19, "max-time": 1e308}}
+            ]}
+            """
+        XCTAssertEqual(
+            issues(doc, ["R": "inf"]),
+            [
+                "stages[0].paths[1]: '\(dir.path)/missing.mp4': no such file",
+                "stages[1].rotate: expected one of 0, 90, 180, 270, got 1e+19",
+                "stages[2].count: expected an integer of at least 0, got 1e+19 (larger than any number a pipeline takes, 9007199254740992)",
+                "stages[2].size: expected an integer from 0 to 1073741824, got -1e+300",
+                "stages[2].rate: expected a number of at least 0, got inf (from ${R})",
+                "stages[3].queue.max-bytes: expected an integer from 1 to 9007199254740992, got 1e+19",
+                "stages[3].queue.max-time: expected a number of seconds above 0 (at most 9007199254740992), got 1e+308"
+            ])
         for r in ["nan", "-1e300", "1e19", "-inf"] {
             let i = issues(doc.replacingOccurrences(of: "\"rotate\": 1e19", with: "\"rotate\": \"${R}\""), ["R": r])
-            XCTAssertTrue(i.contains("stages[1].rotate: expected one of 0, 90, 180, 270, got \(r == "1e19" ? "1e+19" : r == "-1e300" ? "-1e+300" : r) (from ${R})"), "\(r): \(i)")
+            XCTAssertTrue(
+                i.contains("stages[1].rotate: expected one of 0, 90, 180, 270, got \(r == "1e19" ? "1e+19" : r == "-1e300" ? "-1e+300" : r) (from ${R})"),
+                "\(r): \(i)")
         }
         // The largest accepted integer still converts.
         let ok = "{\"version\": 1, \"stages\": [{\"id\": \"s\", \"kind\": \"synthetic\", \"count\": 9007199254740992}]}"
@@ -79,19 +89,21 @@ final class ValidatorHardeningTests: XCTestCase {
     func testControlCharactersInPathsAreRefusedNamingTheField() throws {
         let a = try clip("a.mp4")
         let doc = """
-        {"version": 1, "stages": [
-          {"id": "clips", "kind": "files", "paths": ["\(a)", "\(dir.path)/b\\u0007.mp4"]},
-          {"id": "j", "kind": "join", "inputs": ["clips"], "output": "\(dir.path)/merged\\u0000.mp4"},
-          {"id": "c", "kind": "cover", "inputs": ["j"], "output": "${OUT}/c.jpg"},
-          {"id": "d", "kind": "directory", "inputs": ["j"], "path": "\(dir.path)/pub\\u007f"}
-        ]}
-        """
-        XCTAssertEqual(issues(doc, ["OUT": "\(dir.path)/x\u{85}y"]), [
-            "stages[0].paths[1]: expected a path without control characters, got \"\(dir.path)/b\\u0007.mp4\" (U+0007)",
-            "stages[1].output: expected a path without control characters, got \"\(dir.path)/merged\\u0000.mp4\" (U+0000)",
-            "stages[2].output: expected a path without control characters, got \"\(dir.path)/x\\u0085y/c.jpg\" (U+0085)",
-            "stages[3].path: expected a path without control characters, got \"\(dir.path)/pub\\u007f\" (U+007F)",
-        ])
+            {"version": 1, "stages": [
+              {"id": "clips", "kind": "files", "paths": ["\(a)", "\(dir.path)/b\\u0007.mp4"]},
+              {"id": "j", "kind": "join", "inputs": ["clips"], "output": "\(dir.path)/merged\\u0000.mp4"},
+              {"id": "c", "kind": "cover", "inputs": ["j"], "output": "${OUT}/c.jpg"},
+              {"id": "d", "kind": "directory", "inputs": ["j"], "path": "\(dir.path)/pub\\u007f"}
+            ]}
+            """
+        XCTAssertEqual(
+            issues(doc, ["OUT": "\(dir.path)/x\u{85}y"]),
+            [
+                "stages[0].paths[1]: expected a path without control characters, got \"\(dir.path)/b\\u0007.mp4\" (U+0007)",
+                "stages[1].output: expected a path without control characters, got \"\(dir.path)/merged\\u0000.mp4\" (U+0000)",
+                "stages[2].output: expected a path without control characters, got \"\(dir.path)/x\\u0085y/c.jpg\" (U+0085)",
+                "stages[3].path: expected a path without control characters, got \"\(dir.path)/pub\\u007f\" (U+007F)"
+            ])
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), ["a.mp4"], "nothing created")
     }
 
@@ -104,21 +116,23 @@ final class ValidatorHardeningTests: XCTestCase {
         let x = try clip("real/x.mp4"), b = try clip("b.mp4")
         try FileManager.default.linkItem(atPath: b, toPath: dir.appendingPathComponent("hard.jpg").path)
         let doc = """
-        {"version": 1, "stages": [
-          {"id": "clips", "kind": "files", "paths": ["\(x)", "\(b)"]},
-          {"id": "j", "kind": "join", "inputs": ["clips"], "output": "\(link.path)/x.mp4"},
-          {"id": "c", "kind": "cover", "inputs": ["j"], "output": "\(dir.path)/hard.jpg"},
-          {"id": "c2", "kind": "cover", "inputs": ["j"], "output": "\(dir.path)/./out/../out.jpg"},
-          {"id": "c3", "kind": "cover", "inputs": ["j"], "output": "\(dir.path)/out.jpg"},
-          {"id": "d", "kind": "directory", "inputs": ["clips"], "path": "\(link.path)"}
-        ]}
-        """
-        XCTAssertEqual(issues(doc), [
-            "stages[1].output: '\(link.path)/x.mp4' is the same file as stages[0].paths[0] '\(x)'; inputs are never overwritten",
-            "stages[2].output: '\(dir.path)/hard.jpg' is the same file as stages[0].paths[1] '\(b)'; inputs are never overwritten",
-            "stages[4].output: '\(dir.path)/out.jpg' is the same file as stages[3].output '\(dir.path)/./out/../out.jpg'; give each output its own file",
-            "stages[5].path: would write '\(link.path)/x.mp4' (the copy of '\(x)'), which is the same file as stages[0].paths[0] '\(x)'; inputs are never overwritten",
-        ])
+            {"version": 1, "stages": [
+              {"id": "clips", "kind": "files", "paths": ["\(x)", "\(b)"]},
+              {"id": "j", "kind": "join", "inputs": ["clips"], "output": "\(link.path)/x.mp4"},
+              {"id": "c", "kind": "cover", "inputs": ["j"], "output": "\(dir.path)/hard.jpg"},
+              {"id": "c2", "kind": "cover", "inputs": ["j"], "output": "\(dir.path)/./out/../out.jpg"},
+              {"id": "c3", "kind": "cover", "inputs": ["j"], "output": "\(dir.path)/out.jpg"},
+              {"id": "d", "kind": "directory", "inputs": ["clips"], "path": "\(link.path)"}
+            ]}
+            """
+        XCTAssertEqual(
+            issues(doc),
+            [
+                "stages[1].output: '\(link.path)/x.mp4' is the same file as stages[0].paths[0] '\(x)'; inputs are never overwritten",
+                "stages[2].output: '\(dir.path)/hard.jpg' is the same file as stages[0].paths[1] '\(b)'; inputs are never overwritten",
+                "stages[4].output: '\(dir.path)/out.jpg' is the same file as stages[3].output '\(dir.path)/./out/../out.jpg'; give each output its own file",
+                "stages[5].path: would write '\(link.path)/x.mp4' (the copy of '\(x)'), which is the same file as stages[0].paths[0] '\(x)'; inputs are never overwritten"
+            ])
     }
 
     /// A `directory` sink in link mode, run again: its earlier hard link of the same file is no clash.
@@ -128,11 +142,11 @@ final class ValidatorHardeningTests: XCTestCase {
         try FileManager.default.createDirectory(at: pub, withIntermediateDirectories: true)
         try FileManager.default.linkItem(atPath: a, toPath: pub.appendingPathComponent("a.mp4").path)
         let doc = """
-        {"version": 1, "stages": [
-          {"id": "clips", "kind": "files", "paths": ["\(a)", "\(a)"]},
-          {"id": "d", "kind": "directory", "inputs": ["clips"], "path": "\(pub.path)", "mode": "link"}
-        ]}
-        """
+            {"version": 1, "stages": [
+              {"id": "clips", "kind": "files", "paths": ["\(a)", "\(a)"]},
+              {"id": "d", "kind": "directory", "inputs": ["clips"], "path": "\(pub.path)", "mode": "link"}
+            ]}
+            """
         XCTAssertEqual(issues(doc), [])
     }
 
@@ -154,13 +168,18 @@ final class ValidatorHardeningTests: XCTestCase {
         try FileManager.default.linkItem(atPath: x, toPath: dir.appendingPathComponent("h.mp4").path)
         XCTAssertEqual(FileIdentity(path: "h.mp4").file, FileIdentity(path: x).file)
         XCTAssertNotEqual(FileIdentity(path: "h.mp4").entry, FileIdentity(path: x).entry)
-        let clashes = OutputSafety.clashes(inputs: [.init(path: x, label: "input 1")],
-                                           outputs: [.init(path: "h.mp4", label: "-o"), .init(path: "t.jpg", label: "--thumbnail"),
-                                                     .init(path: "./t.jpg", label: "--other")])
-        XCTAssertEqual(clashes.map(\.description), [
-            "-o 'h.mp4' is the same file as input 1 '\(x)'; inputs are never overwritten",
-            "--other './t.jpg' is the same file as --thumbnail 't.jpg'; give each output its own file",
-        ])
+        let clashes = OutputSafety.clashes(
+            inputs: [.init(path: x, label: "input 1")],
+            outputs: [
+                .init(path: "h.mp4", label: "-o"), .init(path: "t.jpg", label: "--thumbnail"),
+                .init(path: "./t.jpg", label: "--other")
+            ])
+        XCTAssertEqual(
+            clashes.map(\.description),
+            [
+                "-o 'h.mp4' is the same file as input 1 '\(x)'; inputs are never overwritten",
+                "--other './t.jpg' is the same file as --thumbnail 't.jpg'; give each output its own file"
+            ])
     }
 
     // MARK: long lists (point 10)
@@ -191,7 +210,9 @@ final class ValidatorHardeningTests: XCTestCase {
         let found = issues("{\"version\": 1, \"stages\": [\(stages.joined(separator: ",\n"))]}")
         XCTAssertLessThan(Date().timeIntervalSince(start), 10)
         XCTAssertEqual(found.count, 4_999)
-        XCTAssertEqual(found.first, "stages[1].inputs[0]: unknown stage id \"missing1\"; known ids: n1, n10, n100, n1000, n1001, n1002, n1003, n1004, n1005, n1006, ... (5000 in all)")
+        XCTAssertEqual(
+            found.first,
+            "stages[1].inputs[0]: unknown stage id \"missing1\"; known ids: n1, n10, n100, n1000, n1001, n1002, n1003, n1004, n1005, n1006, ... (5000 in all)")
         XCTAssertLessThan(found.map(\.count).max() ?? 0, 200)
     }
 }

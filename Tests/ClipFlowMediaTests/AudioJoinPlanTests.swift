@@ -24,11 +24,12 @@ final class AudioJoinPlanTests: XCTestCase {
             Row(name: "two 4 s clips at 48 kHz (half-frame misaligned)", clips: [clip(0, 192_000), clip(192_000, 192_000)]),
             Row(name: "aligned join", clips: [clip(0, 1024 * 100), clip(1024 * 100, 1024 * 50)]),
             Row(name: "44.1 kHz, Apple priming 2112", clips: [clip(0, 176_400, priming: 2112), clip(176_400, 176_400, priming: 2112)]),
-            Row(name: "tiny middle clip swallowed by one region",
+            Row(
+                name: "tiny middle clip swallowed by one region",
                 clips: [clip(0, 96_000), clip(96_000, 2_000), clip(98_000, 96_000)]),
             Row(name: "audio shorter than video (gap)", clips: [clip(0, 90_000), clip(96_000, 96_000)]),
             Row(name: "audio longer than video (trimmed)", clips: [C(start: 0, length: 120_000, priming: 1024, frames: 119), clip(96_000, 96_000)]),
-            Row(name: "sixty joins", clips: (0..<60).map { clip(Int64($0) * 192_000, 192_000) }),
+            Row(name: "sixty joins", clips: (0..<60).map { clip(Int64($0) * 192_000, 192_000) })
         ]
         for row in rows {
             let p = try AudioJoinPlan(clips: row.clips)
@@ -66,6 +67,6 @@ final class AudioJoinPlanTests: XCTestCase {
         let r = AudioJoinPlan.Region(frames: 10..<20, leftShift: 0, rightShift: -900, clips: 0...1)
         // The seams (one frame each side of the region's edges) keep the copied clips' shifts:
         // the shift may change only in raw [11*1024, 19*1024).
-        XCTAssertEqual(r.slideZone, 11 * 1024 ..< 19 * 1024)
+        XCTAssertEqual(r.slideZone, 11 * 1024..<19 * 1024)
     }
 }

@@ -21,28 +21,41 @@ final class DamagedClipTests: XCTestCase {
     static let video = "moov/trak[0]/mdia"
     static let audio = "moov/trak[1]/mdia"
     static let damages: [Damage] = [
-        Damage(name: "timescale-minus-one", box: "\(video)/mdhd", at: 12, value: { _ in 0xFFFF_FFFF },
-               says: { _ in "video media header (mdhd) gives a timescale of 4294967295 units per second" }),
-        Damage(name: "timescale-42x", box: "\(video)/mdhd", at: 12, value: { $0 * 42 },
-               says: { "video media header (mdhd) gives a timescale of \($0 * 42) units per second, which makes the media 0.024 s long, but its track header (tkhd) says 1.000 s" }),
-        Damage(name: "stsz-2GiB", box: "\(video)/minf/stbl/stsz", at: 20, value: { _ in 0x7FFF_FFFF },
-               says: { _ in "video sample-size table (stsz) lists 2147483647 bytes for sample 3 at byte" }),
-        Damage(name: "stsz-constant-2GiB", box: "\(video)/minf/stbl/stsz", at: 4, value: { _ in 0x7FFF_FFFF },
-               says: { _ in "its sample-size table (stsz) lists 30 samples of 2147483647 bytes, more than the file holds" }),
-        Damage(name: "stsz-count", box: "\(video)/minf/stbl/stsz", at: 8, value: { $0 - 1 },
-               says: { "video time-to-sample table (stts) covers \($0) samples but the sample-size table (stsz) lists \($0 - 1)" }),
-        Damage(name: "stsc-first-chunk", box: "\(video)/minf/stbl/stsc", at: 8, value: { _ in 2 },
-               says: { _ in "video sample-to-chunk table (stsc) starts at chunk 2, not 1" }),
-        Damage(name: "stsc-samples-per-chunk", box: "\(video)/minf/stbl/stsc", at: 12, value: { $0 + 1 },
-               says: { _ in "video sample-to-chunk table (stsc) places" }),
-        Damage(name: "ctts-count", box: "\(video)/minf/stbl/ctts", at: 8, value: { $0 + 1 },
-               says: { _ in "video composition-offset table (ctts) covers" }),
-        Damage(name: "stco-beyond", box: "\(video)/minf/stbl/stco", at: 8, value: { _ in 0x7FFF_FFF0 },
-               says: { _ in "video chunk-offset table (stco) puts chunk 1 at byte 2147483632, beyond the end of the file" }),
-        Damage(name: "audio-stts-half-frames", box: "\(audio)/minf/stbl/stts", at: 12, value: { $0 / 2 },
-               says: { _ in "audio time-to-sample table (stts) gives AAC frame 1 a duration of 512 units" }),
-        Damage(name: "audio-stsc-samples-per-chunk", box: "\(audio)/minf/stbl/stsc", at: 12, value: { $0 + 1 },
-               says: { _ in "audio sample-to-chunk table (stsc) places" }),
+        Damage(
+            name: "timescale-minus-one", box: "\(video)/mdhd", at: 12, value: { _ in 0xFFFF_FFFF },
+            says: { _ in "video media header (mdhd) gives a timescale of 4294967295 units per second" }),
+        Damage(
+            name: "timescale-42x", box: "\(video)/mdhd", at: 12, value: { $0 * 42 },
+            says: {
+                "video media header (mdhd) gives a timescale of \($0 * 42) units per second, which makes the media 0.024 s long, but its track header (tkhd) says 1.000 s"
+            }),
+        Damage(
+            name: "stsz-2GiB", box: "\(video)/minf/stbl/stsz", at: 20, value: { _ in 0x7FFF_FFFF },
+            says: { _ in "video sample-size table (stsz) lists 2147483647 bytes for sample 3 at byte" }),
+        Damage(
+            name: "stsz-constant-2GiB", box: "\(video)/minf/stbl/stsz", at: 4, value: { _ in 0x7FFF_FFFF },
+            says: { _ in "its sample-size table (stsz) lists 30 samples of 2147483647 bytes, more than the file holds" }),
+        Damage(
+            name: "stsz-count", box: "\(video)/minf/stbl/stsz", at: 8, value: { $0 - 1 },
+            says: { "video time-to-sample table (stts) covers \($0) samples but the sample-size table (stsz) lists \($0 - 1)" }),
+        Damage(
+            name: "stsc-first-chunk", box: "\(video)/minf/stbl/stsc", at: 8, value: { _ in 2 },
+            says: { _ in "video sample-to-chunk table (stsc) starts at chunk 2, not 1" }),
+        Damage(
+            name: "stsc-samples-per-chunk", box: "\(video)/minf/stbl/stsc", at: 12, value: { $0 + 1 },
+            says: { _ in "video sample-to-chunk table (stsc) places" }),
+        Damage(
+            name: "ctts-count", box: "\(video)/minf/stbl/ctts", at: 8, value: { $0 + 1 },
+            says: { _ in "video composition-offset table (ctts) covers" }),
+        Damage(
+            name: "stco-beyond", box: "\(video)/minf/stbl/stco", at: 8, value: { _ in 0x7FFF_FFF0 },
+            says: { _ in "video chunk-offset table (stco) puts chunk 1 at byte 2147483632, beyond the end of the file" }),
+        Damage(
+            name: "audio-stts-half-frames", box: "\(audio)/minf/stbl/stts", at: 12, value: { $0 / 2 },
+            says: { _ in "audio time-to-sample table (stts) gives AAC frame 1 a duration of 512 units" }),
+        Damage(
+            name: "audio-stsc-samples-per-chunk", box: "\(audio)/minf/stbl/stsc", at: 12, value: { $0 + 1 },
+            says: { _ in "audio sample-to-chunk table (stsc) places" })
     ]
 
     func testDamagedSampleTablesAreRefusedNamingTheFileAndTheTableInEitherOrder() throws {

@@ -10,8 +10,11 @@ final class JoinAudioSourceTests: XCTestCase {
     /// One clip's timeline samples [from, to) through a fresh decoder cache.
     func samples(_ clip: ClipInfo, _ range: Range<Int64>) throws -> (pcm: [[Float]], demuxerOpens: Int) {
         let a = try XCTUnwrap(clip.audio)
-        let plan = try AudioJoinPlan(clips: [.init(start: 0, length: clip.audioSamples, priming: a.priming,
-                                                   frames: Int64(a.packets))])
+        let plan = try AudioJoinPlan(clips: [
+            .init(
+                start: 0, length: clip.audioSamples, priming: a.priming,
+                frames: Int64(a.packets))
+        ])
         var cache = DecoderCache(clips: [clip], channels: Int(a.channels))
         let pcm = try cache.timeline(plan: plan, from: range.lowerBound, to: range.upperBound)
         return (pcm, cache.demuxerOpens)
@@ -33,7 +36,8 @@ final class JoinAudioSourceTests: XCTestCase {
             let viaEdges = try samples(clip, range)
             let viaDemuxer = try samples(noEdges, range)
             XCTAssertEqual(viaDemuxer.demuxerOpens, 1)
-            let middle = range.lowerBound > 48 * 1024
+            let middle =
+                range.lowerBound > 48 * 1024
                 && range.upperBound < n - 48 * 1024
             XCTAssertEqual(viaEdges.demuxerOpens, middle ? 1 : 0, "range \(range)")
             XCTAssertEqual(viaEdges.pcm.count, 2)

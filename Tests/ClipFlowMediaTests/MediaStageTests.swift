@@ -21,9 +21,12 @@ final class MediaStageTests: XCTestCase {
         XCTAssertEqual(item.type, .video)
         XCTAssertEqual(h.finish().count, 0)
         XCTAssertEqual(try Probe.videoFrames(out), 60)
-        XCTAssertEqual(try Probe.rotation(out), 90) // 270 clockwise == ffprobe's +90
+        XCTAssertEqual(try Probe.rotation(out), 90)  // 270 clockwise == ffprobe's +90
         XCTAssertTrue(h.events.contains { $0.kind == .output(path: out) })
-        XCTAssertTrue(h.events.contains { if case .progress = $0.kind { return true }; return false })
+        XCTAssertTrue(
+            h.events.contains {
+                if case .progress = $0.kind { return true }; return false
+            })
     }
 
     /// Stopped (SIGINT) before its inputs ended: a merge of part of the clips would be wrong, so

@@ -7,8 +7,10 @@ import ClipFlowTestSupport
 final class MergeTests: XCTestCase {
     let fx = Fixtures.shared
 
-    func merge(_ inputs: [String], rotate: Int = 0, name: String = #function,
-               reserve: Int? = nil) throws -> (URL, MergeResult) {
+    func merge(
+        _ inputs: [String], rotate: Int = 0, name: String = #function,
+        reserve: Int? = nil
+    ) throws -> (URL, MergeResult) {
         let out = fx.scratch(name).appendingPathComponent("merged.mp4")
         var o = MergeOptions(output: out, rotate: rotate)
         o.moovReserveOverride = reserve
@@ -59,8 +61,10 @@ final class MergeTests: XCTestCase {
         // ahead on one track (a player streaming it would otherwise stall or buffer a lot).
         let clips = try toneClips(5)
         let (out, _) = try merge(clips)
-        let csv = try Run.run(["ffprobe", "-v", "error", "-show_entries", "packet=codec_type,pts_time,pos",
-                               "-of", "csv=p=0", out.path]).out
+        let csv = try Run.run([
+            "ffprobe", "-v", "error", "-show_entries", "packet=codec_type,pts_time,pos",
+            "-of", "csv=p=0", out.path
+        ]).out
         var packets: [(pos: Int, video: Bool, t: Double)] = []
         for line in csv.split(separator: "\n") {
             let f = line.split(separator: ",").map(String.init)
@@ -80,17 +84,22 @@ final class MergeTests: XCTestCase {
 
     func testVariableFrameRateTimingIsKept() throws {
         // Frames held for 1, 2 or 3 ticks: a variable frame rate input.
-        let vfr = ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30,setpts='N*1/30/TB+if(gt(N,20),(N-20)*1/30/TB,0)+if(gt(N,40),(N-40)*2/30/TB,0)',trim=end_frame=60",
-                   "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000", "-fps_mode", "passthrough"] +
-                  Fixtures.x264 + ["-c:a", "aac", "-shortest"]
+        let vfr =
+            [
+                "-f", "lavfi", "-i",
+                "testsrc2=size=320x240:rate=30,setpts='N*1/30/TB+if(gt(N,20),(N-20)*1/30/TB,0)+if(gt(N,40),(N-40)*2/30/TB,0)',trim=end_frame=60",
+                "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000", "-fps_mode", "passthrough"
+            ] + Fixtures.x264 + ["-c:a", "aac", "-shortest"]
         let a = try fx.clip("vfr.mp4", vfr)
         let (out, _) = try merge([a, a])
         let inPTS = try Probe.videoPTS(a)
         let outPTS = try Probe.videoPTS(out.path)
         // Where the clip's pictures end: the last frame's presentation time plus its duration (the
         // container's track duration is shorter here, which is why merge does not trust it).
-        let packets = try Run.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
-                                   "packet=pts_time,duration_time", "-of", "csv=p=0", a]).out
+        let packets = try Run.run([
+            "ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+            "packet=pts_time,duration_time", "-of", "csv=p=0", a
+        ]).out
         let dur = packets.split(separator: "\n").map { $0.split(separator: ",").compactMap { Double($0) }.reduce(0, +) }.max()!
         XCTAssertEqual(outPTS.count, 2 * inPTS.count)
         let expected = inPTS + inPTS.map { $0 + dur }
@@ -99,9 +108,13 @@ final class MergeTests: XCTestCase {
     }
 
     func testHEVCClipsJoin() throws {
-        let args = { (i: Int) in ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25:duration=1", "-f", "lavfi", "-i", "sine=d=1",
-                                  "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error", "-tag:v", "hvc1",
-                                  "-pix_fmt", "yuv420p", "-c:a", "aac", "-metadata", "title=\(i)"] }
+        let args = { (i: Int) in
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25:duration=1", "-f", "lavfi", "-i", "sine=d=1",
+                "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error", "-tag:v", "hvc1",
+                "-pix_fmt", "yuv420p", "-c:a", "aac", "-metadata", "title=\(i)"
+            ]
+        }
         let a = try fx.clip("hevc0.mp4", args(0)), b = try fx.clip("hevc1.mp4", args(1))
         let (out, _) = try merge([a, b])
         XCTAssertEqual(try Probe.stream(out.path, "v:0", "codec_name"), "hevc")
@@ -177,8 +190,9 @@ final class MergeTests: XCTestCase {
             ref += Array(try Probe.audioSamples(c).prefix(n))
         }
         let inherent = joinDamage(ref, joins: joins)
-        XCTAssertLessThan(ours.click, max(1.5 * inherent.click, 0.002),
-                          "click at a join beyond the clips' own edges (\(inherent.click))")
+        XCTAssertLessThan(
+            ours.click, max(1.5 * inherent.click, 0.002),
+            "click at a join beyond the clips' own edges (\(inherent.click))")
         XCTAssertLessThan(ours.dip, 0.08, "loudness dip at a join")
 
         // The oracle can fail: ffmpeg's concat copy-join of the same clips clicks and dips.
@@ -220,9 +234,12 @@ final class MergeTests: XCTestCase {
     func testAClipWhoseAudioIsShorterOrLongerThanItsVideoDoesNotShiftLaterClips() throws {
         // Clip A: 2 s of video with 1.5 s (or 2.5 s) of silence; clip B: 2 s video, tone from its first sample.
         for audioLen in [1.5, 2.5] {
-            let a = try fx.clip("silent-\(audioLen).mp4", [
-                "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30:duration=2",
-                "-f", "lavfi", "-i", "anullsrc=r=48000:cl=mono:d=\(audioLen)"] + Fixtures.x264 + ["-c:a", "aac"])
+            let a = try fx.clip(
+                "silent-\(audioLen).mp4",
+                [
+                    "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30:duration=2",
+                    "-f", "lavfi", "-i", "anullsrc=r=48000:cl=mono:d=\(audioLen)"
+                ] + Fixtures.x264 + ["-c:a", "aac"])
             let b = try fx.toneClip(0, seconds: 2)
             let (out, _) = try merge([a, b], name: "sync-\(audioLen)")
             let x = try Probe.audioSamples(out.path)
@@ -234,9 +251,12 @@ final class MergeTests: XCTestCase {
     // MARK: orientation
 
     func markerClip(rotateMetadata: Int? = nil) throws -> String {
-        let plain = try fx.clip("marker.mp4", [
-            "-f", "lavfi", "-i", "color=c=black:size=320x240:rate=30:duration=1,drawbox=x=0:y=0:w=80:h=60:color=white:t=fill",
-            "-f", "lavfi", "-i", "sine=d=1"] + Fixtures.x264 + ["-c:a", "aac"])
+        let plain = try fx.clip(
+            "marker.mp4",
+            [
+                "-f", "lavfi", "-i", "color=c=black:size=320x240:rate=30:duration=1,drawbox=x=0:y=0:w=80:h=60:color=white:t=fill",
+                "-f", "lavfi", "-i", "sine=d=1"
+            ] + Fixtures.x264 + ["-c:a", "aac"])
         guard let r = rotateMetadata else { return plain }
         // ffmpeg 5.1 writes the rotate tag as a display matrix when stream-copying.
         return try fx.clip("marker-\(r).mp4", ["-i", plain, "-c", "copy", "-metadata:s:v", "rotate=\(r)"])
@@ -277,12 +297,32 @@ final class MergeTests: XCTestCase {
     func testIncompatibleClipsAreRefusedNamingBothFilesAndTheParameter() throws {
         let a = try fx.toneClip(0, seconds: 1)
         let cases: [(String, [String], String)] = [
-            ("size", ["-f", "lavfi", "-i", "testsrc2=size=640x480:rate=30:duration=1", "-f", "lavfi", "-i", "sine=sample_rate=48000:d=1"] + Fixtures.x264 + ["-c:a", "aac"], "video size differs (320x240 vs 640x480)"),
-            ("rate", ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30:duration=1", "-f", "lavfi", "-i", "sine=sample_rate=44100:d=1"] + Fixtures.x264 + ["-c:a", "aac"], "audio sample rate differs (48000 Hz vs 44100 Hz)"),
-            ("profile", ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30:duration=1", "-f", "lavfi", "-i", "sine=sample_rate=48000:d=1", "-c:v", "libx264", "-preset", "ultrafast", "-profile:v", "baseline", "-pix_fmt", "yuv420p", "-c:a", "aac"], "H.264 profile differs"),
-            ("channels", ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30:duration=1", "-f", "lavfi", "-i", "sine=sample_rate=48000:d=1", "-ac", "2"] + Fixtures.x264 + ["-c:a", "aac"], "audio channel count differs (1 vs 2)"),
+            (
+                "size",
+                ["-f", "lavfi", "-i", "testsrc2=size=640x480:rate=30:duration=1", "-f", "lavfi", "-i", "sine=sample_rate=48000:d=1"] + Fixtures.x264 + [
+                    "-c:a", "aac"
+                ], "video size differs (320x240 vs 640x480)"
+            ),
+            (
+                "rate",
+                ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30:duration=1", "-f", "lavfi", "-i", "sine=sample_rate=44100:d=1"] + Fixtures.x264 + [
+                    "-c:a", "aac"
+                ], "audio sample rate differs (48000 Hz vs 44100 Hz)"
+            ),
+            (
+                "profile",
+                [
+                    "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30:duration=1", "-f", "lavfi", "-i", "sine=sample_rate=48000:d=1", "-c:v", "libx264",
+                    "-preset", "ultrafast", "-profile:v", "baseline", "-pix_fmt", "yuv420p", "-c:a", "aac"
+                ], "H.264 profile differs"
+            ),
+            (
+                "channels",
+                ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30:duration=1", "-f", "lavfi", "-i", "sine=sample_rate=48000:d=1", "-ac", "2"] + Fixtures.x264
+                    + ["-c:a", "aac"], "audio channel count differs (1 vs 2)"
+            ),
             ("noaudio", ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30:duration=1"] + Fixtures.x264, "the second has no audio track"),
-            ("rotated", ["-i", a, "-c", "copy", "-metadata:s:v", "rotate=90"], "orientation differs"),
+            ("rotated", ["-i", a, "-c", "copy", "-metadata:s:v", "rotate=90"], "orientation differs")
         ]
         for (name, args, why) in cases {
             let b = try fx.clip("incompat-\(name).mp4", args)
@@ -301,9 +341,13 @@ final class MergeTests: XCTestCase {
 
     func testCoverIsARepresentativeUprightFrameAtDisplaySize() throws {
         // Fades in from black and out to black: the cover must be neither.
-        let clip = try fx.clip("fade.mp4", [
-            "-f", "lavfi", "-i", "color=c=black:size=320x240:rate=30:duration=4,drawbox=x=0:y=0:w=80:h=60:color=white:t=fill,drawgrid=w=40:h=40:t=2:c=gray,fade=t=in:st=0:d=1,fade=t=out:st=3:d=1",
-            "-f", "lavfi", "-i", "sine=d=4"] + Fixtures.x264 + ["-c:a", "aac"])
+        let clip = try fx.clip(
+            "fade.mp4",
+            [
+                "-f", "lavfi", "-i",
+                "color=c=black:size=320x240:rate=30:duration=4,drawbox=x=0:y=0:w=80:h=60:color=white:t=fill,drawgrid=w=40:h=40:t=2:c=gray,fade=t=in:st=0:d=1,fade=t=out:st=3:d=1",
+                "-f", "lavfi", "-i", "sine=d=4"
+            ] + Fixtures.x264 + ["-c:a", "aac"])
         let (merged, _) = try merge([clip], rotate: 90)
         let jpg = merged.deletingLastPathComponent().appendingPathComponent("cover.jpg")
         let t = try Thumbnailer(path: merged.path).write(to: jpg)
@@ -323,8 +367,12 @@ final class MergeTests: XCTestCase {
     }
 
     func testCoverHonoursPixelAspectRatio() throws {
-        let clip = try fx.clip("anamorphic.mp4", ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30:duration=1,setsar=2/1",
-                                                  "-f", "lavfi", "-i", "sine=d=1"] + Fixtures.x264 + ["-c:a", "aac"])
+        let clip = try fx.clip(
+            "anamorphic.mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30:duration=1,setsar=2/1",
+                "-f", "lavfi", "-i", "sine=d=1"
+            ] + Fixtures.x264 + ["-c:a", "aac"])
         let jpg = fx.scratch("sar").appendingPathComponent("c.jpg")
         let t = try Thumbnailer(path: clip).write(to: jpg)
         XCTAssertEqual(t.width, 640); XCTAssertEqual(t.height, 240)

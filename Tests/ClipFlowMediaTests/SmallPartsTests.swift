@@ -11,7 +11,7 @@ final class ThumbnailSizeTests: XCTestCase {
         XCTAssertNil(ThumbnailSize(parsing: "big"))
         let s = ThumbnailSize(maxWidth: 160, maxHeight: 160)
         XCTAssertTrue(s.fit(width: 1920, height: 1080) == (160, 90))
-        XCTAssertTrue(s.fit(width: 100, height: 50) == (100, 50)) // never scaled up
+        XCTAssertTrue(s.fit(width: 100, height: 50) == (100, 50))  // never scaled up
     }
 }
 

@@ -1,6 +1,6 @@
 import Foundation
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 // Real servers on 127.0.0.1 for the upload tests, started by a test's setup and stopped after it
@@ -39,15 +39,19 @@ public final class ServerProcess: @unchecked Sendable {
 
     /// `arguments` run through `/usr/bin/env` (so `python3` comes from PATH). Give either the
     /// `port` the server will listen on or a `portFile` it writes its port into.
-    public init(name: String, arguments: [String], environment: [String: String] = [:],
-                port: Int? = nil, portFile: URL? = nil, logDirectory: URL? = nil, host: String = "127.0.0.1") {
+    public init(
+        name: String, arguments: [String], environment: [String: String] = [:],
+        port: Int? = nil, portFile: URL? = nil, logDirectory: URL? = nil, host: String = "127.0.0.1"
+    ) {
         self.name = name
         self.host = host
         self.arguments = arguments
         self.environment = environment
         self.port = port ?? 0
         self.portFile = portFile
-        self.logDirectory = logDirectory ?? FileManager.default.temporaryDirectory
+        self.logDirectory =
+            logDirectory
+            ?? FileManager.default.temporaryDirectory
             .appendingPathComponent("clipflow-server-\(name)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         try? FileManager.default.createDirectory(at: self.logDirectory, withIntermediateDirectories: true)
     }
@@ -90,26 +94,33 @@ public final class ServerProcess: @unchecked Sendable {
         while Date() < deadline {
             if !p.isRunning {
                 p.waitUntilExit()
-                throw ServerError("\(name) exited with status \(p.terminationStatus) before listening "
-                    + "(\(arguments.joined(separator: " "))):\n\(stderrText.suffix(3000))")
+                throw ServerError(
+                    "\(name) exited with status \(p.terminationStatus) before listening "
+                        + "(\(arguments.joined(separator: " "))):\n\(stderrText.suffix(3000))")
             }
             if let portFile, port == 0,
-               let s = try? String(contentsOf: portFile, encoding: .utf8),
-               let n = Int(s.trimmingCharacters(in: .whitespacesAndNewlines)) {
+                let s = try? String(contentsOf: portFile, encoding: .utf8),
+                let n = Int(s.trimmingCharacters(in: .whitespacesAndNewlines))
+            {
                 port = n
             }
             if port != 0 && Self.acceptsConnections(port: port, host: host) { return }
             usleep(50_000)
         }
         stop()
-        throw ServerError("\(name) did not listen within \(Int(timeout)) s "
-            + "(\(arguments.joined(separator: " "))):\n\(stderrText.suffix(3000))")
+        throw ServerError(
+            "\(name) did not listen within \(Int(timeout)) s "
+                + "(\(arguments.joined(separator: " "))):\n\(stderrText.suffix(3000))")
     }
 
     /// SIGTERM, then SIGKILL after 6 s (supervise.py needs up to ~1.2 s to end its server's
     /// process group); waits for the process to end.
     public func stop() {
-        guard let p = lock.withLock({ () -> Process? in defer { process = nil }; return process }) else { return }
+        guard
+            let p = lock.withLock({ () -> Process? in
+                defer { process = nil }; return process
+            })
+        else { return }
         if p.isRunning {
             kill(p.processIdentifier, SIGTERM)
             let deadline = Date().addingTimeInterval(6)
@@ -181,8 +192,10 @@ public struct HTTPReply: Sendable {
 
 public enum HTTP {
     /// One synchronous request (for control endpoints and oracles, not for the code under test).
-    public static func request(_ method: String, _ url: String, headers: [String: String] = [:],
-                               body: Data? = nil, json: Any? = nil, timeout: TimeInterval = 20) throws -> HTTPReply {
+    public static func request(
+        _ method: String, _ url: String, headers: [String: String] = [:],
+        body: Data? = nil, json: Any? = nil, timeout: TimeInterval = 20
+    ) throws -> HTTPReply {
         guard let u = URL(string: url) else { throw ServerError("bad URL \(url)") }
         var r = URLRequest(url: u, timeoutInterval: timeout)
         r.httpMethod = method
@@ -242,15 +255,21 @@ public final class TUSServer: @unchecked Sendable {
 
     /// `extraArgs` are more `resumable-upload serve` flags, e.g. ["--upload-expiry", "60"],
     /// ["--max-size", "1000000"], ["--lock-wait", "1"].
-    public static func start(directory: URL, port: Int? = nil, extraArgs: [String] = [],
-                             maxSeconds: Int = 600) throws -> TUSServer {
+    public static func start(
+        directory: URL, port: Int? = nil, extraArgs: [String] = [],
+        maxSeconds: Int = 600
+    ) throws -> TUSServer {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let p = port ?? ServerProcess.freePort()
-        let cmd = ["python3", "-m", "resumable_upload", "serve", "--host", "127.0.0.1", "--port", String(p),
-                   "--upload-dir", directory.path, "--db-path", directory.appendingPathComponent("db.sqlite").path,
-                   "--checksum-algorithms", "sha1,sha256,md5"] + extraArgs
-        let proc = ServerProcess(name: "tus", arguments: ServerProcess.supervised(cmd, maxSeconds: maxSeconds),
-                                 port: p, logDirectory: directory.appendingPathComponent("logs"))
+        let cmd =
+            [
+                "python3", "-m", "resumable_upload", "serve", "--host", "127.0.0.1", "--port", String(p),
+                "--upload-dir", directory.path, "--db-path", directory.appendingPathComponent("db.sqlite").path,
+                "--checksum-algorithms", "sha1,sha256,md5"
+            ] + extraArgs
+        let proc = ServerProcess(
+            name: "tus", arguments: ServerProcess.supervised(cmd, maxSeconds: maxSeconds),
+            port: p, logDirectory: directory.appendingPathComponent("logs"))
         try proc.start()
         return TUSServer(directory: directory, process: proc)
     }
@@ -293,16 +312,18 @@ public final class TUSServer: @unchecked Sendable {
     /// HEAD on the upload (straight to the server, not through any proxy): Upload-Offset, or nil
     /// when the server does not know the upload (404/410).
     public func offset(of uploadURL: String) throws -> Int? {
-        let r = try HTTP.request("HEAD", "http://127.0.0.1:\(port)/files/\(Self.uploadID(of: uploadURL))",
-                                 headers: ["Tus-Resumable": "1.0.0"])
+        let r = try HTTP.request(
+            "HEAD", "http://127.0.0.1:\(port)/files/\(Self.uploadID(of: uploadURL))",
+            headers: ["Tus-Resumable": "1.0.0"])
         guard r.status == 200 else { return nil }
         return r.header("Upload-Offset").flatMap { Int($0) }
     }
 
     /// HEAD on the upload: all response headers (Upload-Offset, Upload-Length, Upload-Metadata...).
     public func head(_ uploadURL: String) throws -> HTTPReply {
-        try HTTP.request("HEAD", "http://127.0.0.1:\(port)/files/\(Self.uploadID(of: uploadURL))",
-                         headers: ["Tus-Resumable": "1.0.0"])
+        try HTTP.request(
+            "HEAD", "http://127.0.0.1:\(port)/files/\(Self.uploadID(of: uploadURL))",
+            headers: ["Tus-Resumable": "1.0.0"])
     }
 }
 
@@ -336,27 +357,35 @@ public final class MotoServer: @unchecked Sendable {
         // later request (setup itself makes 7 counted requests for one bucket).
         var env = ["INITIAL_NO_AUTH_ACTION_COUNT": "1000000"]
         if let partMinSize { env["S3_UPLOAD_PART_MIN_SIZE"] = String(partMinSize) }
-        let proc = ServerProcess(name: "moto",
-                                 arguments: ServerProcess.supervised(["moto_server", "-H", "127.0.0.1", "-p", String(p)],
-                                                                     maxSeconds: maxSeconds),
-                                 environment: env, port: p)
+        let proc = ServerProcess(
+            name: "moto",
+            arguments: ServerProcess.supervised(
+                ["moto_server", "-H", "127.0.0.1", "-p", String(p)],
+                maxSeconds: maxSeconds),
+            environment: env, port: p)
         try proc.start()
-        let r = try Run.run(["python3", ServerProcess.script("moto_setup.py"), "setup",
-                             "--endpoint", "http://127.0.0.1:\(p)", "--bucket", bucket, "--lock"])
+        let r = try Run.run([
+            "python3", ServerProcess.script("moto_setup.py"), "setup",
+            "--endpoint", "http://127.0.0.1:\(p)", "--bucket", bucket, "--lock"
+        ])
         guard let j = try JSONSerialization.jsonObject(with: r.stdout) as? [String: Any],
-              let ak = j["access_key_id"] as? String, let sk = j["secret_access_key"] as? String,
-              let tok = j["session_token"] as? String, let uak = j["user_access_key_id"] as? String,
-              let usk = j["user_secret_access_key"] as? String else {
+            let ak = j["access_key_id"] as? String, let sk = j["secret_access_key"] as? String,
+            let tok = j["session_token"] as? String, let uak = j["user_access_key_id"] as? String,
+            let usk = j["user_secret_access_key"] as? String
+        else {
             throw ServerError("moto_setup.py printed no credentials: \(r.out) \(r.stderr)")
         }
-        return MotoServer(process: proc, bucket: bucket, region: (j["region"] as? String) ?? "us-east-1",
-                          session: AWSCredentials(accessKeyID: ak, secretAccessKey: sk, sessionToken: tok),
-                          user: AWSCredentials(accessKeyID: uak, secretAccessKey: usk, sessionToken: nil),
-                          expiration: (j["expiration"] as? String) ?? "")
+        return MotoServer(
+            process: proc, bucket: bucket, region: (j["region"] as? String) ?? "us-east-1",
+            session: AWSCredentials(accessKeyID: ak, secretAccessKey: sk, sessionToken: tok),
+            user: AWSCredentials(accessKeyID: uak, secretAccessKey: usk, sessionToken: nil),
+            expiration: (j["expiration"] as? String) ?? "")
     }
 
-    private init(process: ServerProcess, bucket: String, region: String, session: AWSCredentials,
-                 user: AWSCredentials, expiration: String) {
+    private init(
+        process: ServerProcess, bucket: String, region: String, session: AWSCredentials,
+        user: AWSCredentials, expiration: String
+    ) {
         self.process = process
         self.bucket = bucket
         self.region = region
@@ -368,9 +397,12 @@ public final class MotoServer: @unchecked Sendable {
     public func stop() { process.stop() }
 
     private func helper(_ args: [String]) throws -> Run {
-        try Run.run(["python3", ServerProcess.script("moto_setup.py")] + args
-                    + ["--endpoint", endpoint, "--access-key", userCredentials.accessKeyID,
-                       "--secret-key", userCredentials.secretAccessKey])
+        try Run.run(
+            ["python3", ServerProcess.script("moto_setup.py")] + args
+                + [
+                    "--endpoint", endpoint, "--access-key", userCredentials.accessKeyID,
+                    "--secret-key", userCredentials.secretAccessKey
+                ])
     }
 
     /// Downloads the object (boto3, user's key) to `out` (a temporary file if nil) and returns
@@ -438,11 +470,14 @@ public final class FaultProxy: @unchecked Sendable {
         let dir = FileManager.default.temporaryDirectory
             .appendingPathComponent("clipflow-server-faultproxy-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         let portFile = dir.appendingPathComponent("port")
-        let proc = ServerProcess(name: "faultproxy",
-                                 arguments: ["python3", ServerProcess.script("faultproxy.py"), "--upstream", upstream,
-                                             "--port", "0", "--port-file", portFile.path,
-                                             "--max-seconds", String(maxSeconds)],
-                                 portFile: portFile, logDirectory: dir)
+        let proc = ServerProcess(
+            name: "faultproxy",
+            arguments: [
+                "python3", ServerProcess.script("faultproxy.py"), "--upstream", upstream,
+                "--port", "0", "--port-file", portFile.path,
+                "--max-seconds", String(maxSeconds)
+            ],
+            portFile: portFile, logDirectory: dir)
         try proc.start()
         return FaultProxy(process: proc, upstream: upstream)
     }
@@ -474,8 +509,9 @@ public final class FaultProxy: @unchecked Sendable {
         let reqs = (j["requests"] as? [[Any]]) ?? []
         return ProxyStats(
             requests: reqs.map { e in
-                ProxyStats.Entry(method: "\(e.count > 0 ? e[0] : "")", target: "\(e.count > 1 ? e[1] : "")",
-                                 outcome: "\(e.count > 2 ? e[2] : "")")
+                ProxyStats.Entry(
+                    method: "\(e.count > 0 ? e[0] : "")", target: "\(e.count > 1 ? e[1] : "")",
+                    outcome: "\(e.count > 2 ? e[2] : "")")
             },
             faultsApplied: (j["faults_applied"] as? Int) ?? 0,
             bytesForwarded: (j["bytes_forwarded"] as? Int) ?? 0)
@@ -496,17 +532,22 @@ public final class GcoreAPI: @unchecked Sendable {
     /// http://127.0.0.1:P
     public var url: String { "http://127.0.0.1:\(port)" }
 
-    public static func start(tusHost: String, access: String = "test-access-token",
-                             refresh: String = "test-refresh-token", maxSeconds: Int = 600) throws -> GcoreAPI {
+    public static func start(
+        tusHost: String, access: String = "test-access-token",
+        refresh: String = "test-refresh-token", maxSeconds: Int = 600
+    ) throws -> GcoreAPI {
         let dir = FileManager.default.temporaryDirectory
             .appendingPathComponent("clipflow-server-gcore-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         let portFile = dir.appendingPathComponent("port")
-        let proc = ServerProcess(name: "gcore",
-                                 arguments: ["python3", ServerProcess.script("gcore_api.py"), "--port", "0",
-                                             "--port-file", portFile.path, "--tus-host", tusHost,
-                                             "--max-seconds", String(maxSeconds), "--access", access,
-                                             "--refresh", refresh],
-                                 portFile: portFile, logDirectory: dir)
+        let proc = ServerProcess(
+            name: "gcore",
+            arguments: [
+                "python3", ServerProcess.script("gcore_api.py"), "--port", "0",
+                "--port-file", portFile.path, "--tus-host", tusHost,
+                "--max-seconds", String(maxSeconds), "--access", access,
+                "--refresh", refresh
+            ],
+            portFile: portFile, logDirectory: dir)
         try proc.start()
         return GcoreAPI(process: proc, access: access, refresh: refresh)
     }
@@ -560,8 +601,10 @@ public final class HostileServer: @unchecked Sendable {
         let dir = FileManager.default.temporaryDirectory
             .appendingPathComponent("clipflow-server-hostile-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         let portFile = dir.appendingPathComponent("port")
-        var args = ["python3", ServerProcess.script("hostile_http.py"), "--bind", host, "--port", "0",
-                    "--port-file", portFile.path, "--max-seconds", String(maxSeconds)]
+        var args = [
+            "python3", ServerProcess.script("hostile_http.py"), "--bind", host, "--port", "0",
+            "--port-file", portFile.path, "--max-seconds", String(maxSeconds)
+        ]
         if let foreign { args += ["--foreign", foreign] }
         let proc = ServerProcess(name: "hostile", arguments: args, portFile: portFile, logDirectory: dir, host: host)
         try proc.start()
@@ -595,8 +638,9 @@ public final class HostileServer: @unchecked Sendable {
     /// Every request since the last plan.
     public func requests() throws -> [Request] {
         ((try log()["requests"] as? [[String: Any]]) ?? []).map {
-            Request(method: $0["method"] as? String ?? "", path: $0["path"] as? String ?? "",
-                    headers: $0["headers"] as? [String: String] ?? [:])
+            Request(
+                method: $0["method"] as? String ?? "", path: $0["path"] as? String ?? "",
+                headers: $0["headers"] as? [String: String] ?? [:])
         }
     }
 

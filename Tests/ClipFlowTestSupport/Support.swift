@@ -26,15 +26,21 @@ public struct Run {
         let errBox = Box()
         let g = DispatchGroup()
         g.enter()
-        DispatchQueue.global().async { errBox.data = er.fileHandleForReading.readDataToEndOfFile(); g.leave() }
+        DispatchQueue.global().async {
+            errBox.data = er.fileHandleForReading.readDataToEndOfFile(); g.leave()
+        }
         let outData = o.fileHandleForReading.readDataToEndOfFile()
         g.wait()
         let errData = errBox.data
         p.waitUntilExit()
         let r = Run(status: p.terminationStatus, stdout: outData, stderr: String(decoding: errData, as: UTF8.self))
         if check && r.status != 0 {
-            throw NSError(domain: "Run", code: Int(r.status), userInfo: [NSLocalizedDescriptionKey:
-                "\(args.joined(separator: " ")) exited \(r.status): \(r.stderr.suffix(2000))"])
+            throw NSError(
+                domain: "Run", code: Int(r.status),
+                userInfo: [
+                    NSLocalizedDescriptionKey:
+                        "\(args.joined(separator: " ")) exited \(r.status): \(r.stderr.suffix(2000))"
+                ])
         }
         return r
     }
@@ -49,7 +55,11 @@ extension Run {
         p.executableURL = URL(fileURLWithPath: binary)
         p.arguments = args
         let pipe = Pipe()
-        if watchStdout { p.standardOutput = pipe; p.standardError = FileHandle.nullDevice } else { p.standardError = pipe; p.standardOutput = FileHandle.nullDevice }
+        if watchStdout {
+            p.standardOutput = pipe; p.standardError = FileHandle.nullDevice
+        } else {
+            p.standardError = pipe; p.standardOutput = FileHandle.nullDevice
+        }
         p.standardInput = FileHandle.nullDevice
         try p.run()
         var seen = Data()
@@ -68,30 +78,38 @@ extension Run {
 public enum Probe {
     /// Number of decodable video frames (ffprobe counts frames by decoding).
     public static func videoFrames(_ path: String) throws -> Int {
-        let r = try Run.run(["ffprobe", "-v", "error", "-count_frames", "-select_streams", "v:0",
-                             "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", path])
+        let r = try Run.run([
+            "ffprobe", "-v", "error", "-count_frames", "-select_streams", "v:0",
+            "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", path
+        ])
         let first = r.out.split(whereSeparator: { $0 == "\n" || $0 == "," }).first ?? ""
         return Int(first.trimmingCharacters(in: .whitespaces)) ?? -1
     }
 
     /// Presentation timestamps (seconds) of the video packets, in presentation order.
     public static func videoPTS(_ path: String) throws -> [Double] {
-        let r = try Run.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
-                             "packet=pts_time", "-of", "csv=p=0", path])
+        let r = try Run.run([
+            "ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+            "packet=pts_time", "-of", "csv=p=0", path
+        ])
         return r.out.split(separator: "\n").compactMap { Double($0.trimmingCharacters(in: .whitespaces)) }.sorted()
     }
 
     /// A stream field from ffprobe (e.g. "duration", "nb_frames", "width").
     public static func stream(_ path: String, _ selector: String, _ field: String) throws -> String {
-        let r = try Run.run(["ffprobe", "-v", "error", "-select_streams", selector, "-show_entries",
-                             "stream=\(field)", "-of", "csv=p=0", path])
+        let r = try Run.run([
+            "ffprobe", "-v", "error", "-select_streams", selector, "-show_entries",
+            "stream=\(field)", "-of", "csv=p=0", path
+        ])
         return r.out.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     /// Rotation reported by ffprobe from the display matrix (FFmpeg's sign convention).
     public static func rotation(_ path: String) throws -> Int? {
-        let r = try Run.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
-                             "stream_side_data=rotation", "-of", "csv=p=0", path])
+        let r = try Run.run([
+            "ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+            "stream_side_data=rotation", "-of", "csv=p=0", path
+        ])
         return Int(r.out.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "\n").first ?? "")
     }
 
@@ -124,14 +142,19 @@ public enum Probe {
 
     /// A decoded picture (first frame, display orientation applied by ffmpeg) as grey pixels.
     public static func greyPicture(_ path: String, at seconds: Double = 0) throws -> (w: Int, h: Int, px: [UInt8]) {
-        let size = try Run.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
-                                "stream=width,height", "-of", "csv=p=0", path]).out
+        let size = try Run.run([
+            "ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+            "stream=width,height", "-of", "csv=p=0", path
+        ]).out
             .trimmingCharacters(in: .whitespacesAndNewlines).split(separator: ",").compactMap { Int($0) }
         var w = size[0], h = size[1]
         if let rot = try? rotation(path), abs(rot) == 90 || abs(rot) == 270 { swap(&w, &h) }
         let seek = seconds > 0 ? ["-ss", String(seconds)] : []
-        let r = try Run.run(["ffmpeg", "-v", "error"] + seek + ["-i", path, "-frames:v", "1",
-                             "-f", "rawvideo", "-pix_fmt", "gray", "-"])
+        let r = try Run.run(
+            ["ffmpeg", "-v", "error"] + seek + [
+                "-i", path, "-frames:v", "1",
+                "-f", "rawvideo", "-pix_fmt", "gray", "-"
+            ])
         return (w, h, [UInt8](r.stdout))
     }
 
@@ -189,17 +212,21 @@ public final class Fixtures: @unchecked Sendable {
 
     /// Clip i of a continuous recording cut into `seconds`-long pieces: a moving test picture at
     /// `fps` and a 440 Hz tone that continues exactly across clips (so joins can be checked).
-    public func toneClip(_ i: Int, seconds: Double = 4, fps: Int = 30, size: String = "320x240",
-                         rate: Int = 48000, channels: Int = 1, audioSeconds: Double? = nil,
-                         extra: [String] = [], tag: String = "") throws -> String {
+    public func toneClip(
+        _ i: Int, seconds: Double = 4, fps: Int = 30, size: String = "320x240",
+        rate: Int = 48000, channels: Int = 1, audioSeconds: Double? = nil,
+        extra: [String] = [], tag: String = ""
+    ) throws -> String {
         let start = Double(i) * seconds
         let frames = Int((seconds * Double(fps)).rounded())
         let ad = audioSeconds ?? seconds
         let layout = channels == 2 ? "|0.2*sin(2*PI*660*(t+\(start)))" : ""
-        return try clip("tone\(i)-\(seconds)-\(fps)-\(size)-\(rate)-\(channels)-\(ad)\(tag).mp4", [
-            "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=\(fps),trim=start_frame=\(i * frames):end_frame=\(i * frames + frames),setpts=PTS-STARTPTS",
-            "-f", "lavfi", "-i", "aevalsrc=0.25*sin(2*PI*440*(t+\(start)))\(layout):s=\(rate):d=\(ad)",
-        ] + Fixtures.x264 + ["-c:a", "aac", "-b:a", "192k"] + extra)
+        return try clip(
+            "tone\(i)-\(seconds)-\(fps)-\(size)-\(rate)-\(channels)-\(ad)\(tag).mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=\(fps),trim=start_frame=\(i * frames):end_frame=\(i * frames + frames),setpts=PTS-STARTPTS",
+                "-f", "lavfi", "-i", "aevalsrc=0.25*sin(2*PI*440*(t+\(start)))\(layout):s=\(rate):d=\(ad)"
+            ] + Fixtures.x264 + ["-c:a", "aac", "-b:a", "192k"] + extra)
     }
 }
 

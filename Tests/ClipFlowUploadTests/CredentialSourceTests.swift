@@ -14,7 +14,7 @@ final class CredentialSourceTests: XCTestCase {
             "my-helper --secret-access-key wJalrX",
             "AWS_SECRET_ACCESS_KEY=abc my-helper",
             "curl -H 'Authorization: Bearer abcdef' https://x.invalid/creds",
-            "echo wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY1",
+            "echo wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY1"
         ]
         for c in refused {
             XCTAssertNotNil(literalSecret(inCommand: c), c)
@@ -34,7 +34,7 @@ final class CredentialSourceTests: XCTestCase {
             "my-helper --token-file /run/secrets/t --refresh --role x",
             "aws sts assume-role --role-arn arn:aws:iam::123456789012:role/uploader --role-session-name clipflow",
             "vault kv get -format=json secret/clipflow",
-            "/usr/local/lib/clipflow-helpers/credentials-v2.sh --profile production",
+            "/usr/local/lib/clipflow-helpers/credentials-v2.sh --profile production"
         ]
         for c in kept {
             XCTAssertNil(literalSecret(inCommand: c), c)

@@ -17,8 +17,12 @@ final class CurlTransportTests: XCTestCase {
         XCTAssertEqual(options.status, 204)
         XCTAssertEqual(options.header("Tus-Version")?.contains("1.0.0"), true)
 
-        let create = try t.perform(HTTPRequest(method: "POST", url: server.baseURL, headers: [
-            ("Tus-Resumable", "1.0.0"), ("Upload-Length", "3000000")]))
+        let create = try t.perform(
+            HTTPRequest(
+                method: "POST", url: server.baseURL,
+                headers: [
+                    ("Tus-Resumable", "1.0.0"), ("Upload-Length", "3000000")
+                ]))
         XCTAssertEqual(create.status, 201)
         let location = try XCTUnwrap(create.header("location"))
         let url = resolveURL(location, against: server.baseURL)
@@ -27,10 +31,14 @@ final class CurlTransportTests: XCTestCase {
         // Two ranges of the file: the transport streams exactly [offset, offset+length).
         var sent: Int64 = 0
         for (offset, length) in [(Int64(0), Int64(1_000_000)), (1_000_000, 2_000_000)] {
-            let r = try t.perform(HTTPRequest(method: "PATCH", url: url, headers: [
-                ("Tus-Resumable", "1.0.0"), ("Upload-Offset", String(offset)),
-                ("Content-Type", "application/offset+octet-stream")],
-                body: .file(path: file.path, offset: offset, length: length)), onSent: { sent = $0 })
+            let r = try t.perform(
+                HTTPRequest(
+                    method: "PATCH", url: url,
+                    headers: [
+                        ("Tus-Resumable", "1.0.0"), ("Upload-Offset", String(offset)),
+                        ("Content-Type", "application/offset+octet-stream")
+                    ],
+                    body: .file(path: file.path, offset: offset, length: length)), onSent: { sent = $0 })
             XCTAssertEqual(r.status, 204, r.text)
             XCTAssertEqual(r.header("upload-offset"), String(offset + length))
             XCTAssertEqual(sent, length)
@@ -62,8 +70,12 @@ final class CurlTransportTests: XCTestCase {
 
     func testMissingBodyFileIsAFileReadError() throws {
         let t = try CurlTransport()
-        XCTAssertThrowsError(try t.perform(HTTPRequest(method: "PUT", url: "http://127.0.0.1:9/x",
-                                                       body: .file(path: "/nonexistent/file", offset: 0, length: 10)))) { error in
+        XCTAssertThrowsError(
+            try t.perform(
+                HTTPRequest(
+                    method: "PUT", url: "http://127.0.0.1:9/x",
+                    body: .file(path: "/nonexistent/file", offset: 0, length: 10)))
+        ) { error in
             XCTAssertEqual((error as? TransportError)?.kind, .fileRead)
             XCTAssertTrue("\(error)".contains("/nonexistent/file"))
         }
@@ -73,8 +85,14 @@ final class CurlTransportTests: XCTestCase {
         let server = try TUSServer.start(directory: Fixtures.shared.scratch("transport-abort"))
         defer { server.stop() }
         let t = try CurlTransport(shouldAbort: { true })
-        XCTAssertThrowsError(try t.perform(HTTPRequest(method: "POST", url: server.baseURL, headers: [
-            ("Tus-Resumable", "1.0.0"), ("Upload-Length", "10")], body: .bytes(Data(count: 10))))) { error in
+        XCTAssertThrowsError(
+            try t.perform(
+                HTTPRequest(
+                    method: "POST", url: server.baseURL,
+                    headers: [
+                        ("Tus-Resumable", "1.0.0"), ("Upload-Length", "10")
+                    ], body: .bytes(Data(count: 10))))
+        ) { error in
             XCTAssertEqual((error as? TransportError)?.kind, .cancelled)
         }
     }

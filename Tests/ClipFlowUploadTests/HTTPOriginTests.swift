@@ -6,10 +6,12 @@ final class HTTPOriginTests: XCTestCase {
     func testOnlyTheSameSchemeHostPortAndUserInfoAreTheSameOrigin() {
         let base = "http://127.0.0.1:8080/files"
         let same = ["http://127.0.0.1:8080/files/abc", "HTTP://127.0.0.1:8080/other", resolveURL("/files/x", against: base)]
-        let other = ["http://127.0.0.2:8080/files/x", resolveURL("//127.0.0.2:8080/files/x", against: base),
-                     "http://127.0.0.1:8081/files/x", "http://localhost:8080/files/x", "https://127.0.0.1:8080/files/x",
-                     "http://user:pw@127.0.0.1:8080/files/x", "http://user@127.0.0.1:8080/files/x", "ftp://127.0.0.1:8080/x",
-                     "files/x", ""]
+        let other = [
+            "http://127.0.0.2:8080/files/x", resolveURL("//127.0.0.2:8080/files/x", against: base),
+            "http://127.0.0.1:8081/files/x", "http://localhost:8080/files/x", "https://127.0.0.1:8080/files/x",
+            "http://user:pw@127.0.0.1:8080/files/x", "http://user@127.0.0.1:8080/files/x", "ftp://127.0.0.1:8080/x",
+            "files/x", ""
+        ]
         for u in same { XCTAssertTrue(isSameOrigin(u, base), u) }
         for u in other { XCTAssertFalse(isSameOrigin(u, base), u) }
         XCTAssertTrue(isSameOrigin("https://h.example/x", "https://h.example:443/files"), "default ports")

@@ -40,9 +40,10 @@ final class HostileServerTests: XCTestCase {
         var o = TUSOptions(endpoint: endpoint, chunkSize: 64 << 10, retry: .fast, transport: t)
         o.progressInterval = 0
         let token = self.token
-        return TUSUploader(options: o, store: try ResumeStore(path: dir + "/resume.json"),
-                           headers: { ["Authorization": "Bearer \(token)"] },
-                           refreshHeaders: { _ in ["Authorization": "Bearer \(token)"] })
+        return TUSUploader(
+            options: o, store: try ResumeStore(path: dir + "/resume.json"),
+            headers: { ["Authorization": "Bearer \(token)"] },
+            refreshHeaders: { _ in ["Authorization": "Bearer \(token)"] })
     }
 
     /// Requests (server, method, host header) that carried the token anywhere but `main`'s origin.
@@ -65,7 +66,7 @@ final class HostileServerTests: XCTestCase {
             "scheme-relative": "//\(foreign.hostPort)/files/x",
             "another port": "http://127.0.0.1:\(otherPort.port)/files/x",
             "another host name": "http://localhost:\(main.port)/files/x",
-            "user info": "http://user:pw@127.0.0.1:\(main.port)/files/x",
+            "user info": "http://user:pw@127.0.0.1:\(main.port)/files/x"
         ]
         for (what, location) in variants.sorted(by: { $0.key < $1.key }) {
             for s in [main!, foreign!, otherPort!] { try s.plan(rules: []) }
@@ -80,8 +81,9 @@ final class HostileServerTests: XCTestCase {
             XCTAssertEqual(try leaks(), [], "\(what): the token went elsewhere")
             let patches = try [main!, foreign!, otherPort!].flatMap { try $0.requests() }.filter { $0.method == "PATCH" }
             XCTAssertEqual(patches.count, 0, "\(what): no byte of the file goes to the handed-out URL")
-            XCTAssertNil(try ResumeStore(path: dir + "/resume.json").all.first { $0.uploadURL?.contains("/files/x") == true },
-                         "\(what): the refused URL is not kept for a resume")
+            XCTAssertNil(
+                try ResumeStore(path: dir + "/resume.json").all.first { $0.uploadURL?.contains("/files/x") == true },
+                "\(what): the refused URL is not kept for a resume")
         }
     }
 
@@ -103,8 +105,9 @@ final class HostileServerTests: XCTestCase {
         var o = GcoreOptions(apiBase: main.url + "/api", uploadURLTemplate: "http://{hostname}/files")
         o.tus.chunkSize = 64 << 10
         o.tus.retry = .fast
-        let up = GcoreUploader(options: o, store: try ResumeStore(path: dir + "/resume.json"),
-                               credentials: StaticCredentialProvider(.bearer(token: token, refreshToken: nil)))
+        let up = GcoreUploader(
+            options: o, store: try ResumeStore(path: dir + "/resume.json"),
+            credentials: StaticCredentialProvider(.bearer(token: token, refreshToken: nil)))
         let r = try up.upload(file: file, id: "g", metadata: [:], control: UploadControl(), observer: NoUploadObserver())
         XCTAssertTrue(r.url?.hasPrefix(foreign.url) == true, r.url ?? "")
         let atForeign = try foreign.requests()
@@ -124,8 +127,9 @@ final class HostileServerTests: XCTestCase {
         try main.plan(rules: [["method": "GET", "path": "/api/videos", "mutation": "bad-host", "value": 0, "times": -1]])
         var o = GcoreOptions(apiBase: main.url + "/api", uploadURLTemplate: "http://{hostname}/files")
         o.tus.retry = .fast
-        let up = GcoreUploader(options: o, store: try ResumeStore(path: dir + "/resume.json"),
-                               credentials: StaticCredentialProvider(.bearer(token: token, refreshToken: nil)))
+        let up = GcoreUploader(
+            options: o, store: try ResumeStore(path: dir + "/resume.json"),
+            credentials: StaticCredentialProvider(.bearer(token: token, refreshToken: nil)))
         XCTAssertThrowsError(try up.upload(file: file, id: "g2", metadata: [:], control: UploadControl(), observer: NoUploadObserver())) {
             XCTAssertEqual(($0 as? UploadError)?.code, "protocol", "\($0)")
             XCTAssertTrue("\($0)".contains("not a host name"), "\($0)")
@@ -139,7 +143,9 @@ final class HostileServerTests: XCTestCase {
     func within<T>(_ limit: Double, _ what: String, _ body: @escaping @Sendable () -> T) -> T? {
         let box = ResultBox<T>()
         let done = DispatchSemaphore(value: 0)
-        Thread { box.value = body(); done.signal() }.start()
+        Thread {
+            box.value = body(); done.signal()
+        }.start()
         if done.wait(timeout: .now() + limit) == .timedOut {
             XCTFail("\(what): still running after \(limit) s")
             return nil
@@ -181,7 +187,7 @@ final class HostileServerTests: XCTestCase {
     /// curl can never finish sending, so the clock must start at the answer, not at the body's end.
     func testEarlyAnswerDrippedForeverEndsAtTheResponseTimeout() throws {
         try main.plan(rules: [["method": "PATCH", "mutation": "early-drip", "times": -1]])
-        let file = dir + "/big.bin"   // sparse, more than the socket buffers hold
+        let file = dir + "/big.bin"  // sparse, more than the socket buffers hold
         XCTAssertTrue(FileManager.default.createFile(atPath: file, contents: nil))
         XCTAssertEqual(truncate(file, 64 << 20), 0)
         let url = main.url + "/files/x"
@@ -189,8 +195,12 @@ final class HostileServerTests: XCTestCase {
         let result = within(20, "PATCH answered early, then one byte at a time") { () -> Result<HTTPResponse, Error> in
             var s = TransportSettings()
             s.responseTimeout = 2
-            return Result { try CurlTransport(settings: s).perform(HTTPRequest(method: "PATCH", url: url,
-                                                                                body: .file(path: file, offset: 0, length: 64 << 20))) }
+            return Result {
+                try CurlTransport(settings: s).perform(
+                    HTTPRequest(
+                        method: "PATCH", url: url,
+                        body: .file(path: file, offset: 0, length: 64 << 20)))
+            }
         }
         guard let result else { return }
         XCTAssertThrowsError(try result.get()) {
@@ -202,14 +212,20 @@ final class HostileServerTests: XCTestCase {
 
     /// 10 (b): oversized headers are named as such, never "Out of memory".
     func testOversizedResponseHeadersAreReportedAsSuch() throws {
-        for (mutation, expected) in [("giant-header", "larger than curl's limit of 102400 bytes"),
-                                     ("many-headers", "larger than \(HTTPResponse.maxHeaderBytes) bytes"),
-                                     ("endless-headers", "larger than \(HTTPResponse.maxHeaderBytes) bytes")] {
+        for (mutation, expected) in [
+            ("giant-header", "larger than curl's limit of 102400 bytes"),
+            ("many-headers", "larger than \(HTTPResponse.maxHeaderBytes) bytes"),
+            ("endless-headers", "larger than \(HTTPResponse.maxHeaderBytes) bytes")
+        ] {
             try main.plan(rules: [["method": "OPTIONS", "mutation": mutation, "times": -1]])
             let url = main.url + "/files"
-            guard let result = within(20, mutation, { () -> Result<HTTPResponse, Error> in
-                Result { try CurlTransport().perform(HTTPRequest(method: "OPTIONS", url: url)) }
-            }) else { continue }
+            guard
+                let result = within(
+                    20, mutation,
+                    { () -> Result<HTTPResponse, Error> in
+                        Result { try CurlTransport().perform(HTTPRequest(method: "OPTIONS", url: url)) }
+                    })
+            else { continue }
             XCTAssertThrowsError(try result.get(), mutation) {
                 XCTAssertEqual(($0 as? TransportError)?.kind, .oversized, "\(mutation): \($0)")
                 XCTAssertTrue("\($0)".contains("response header is \(expected)"), "\(mutation): \($0)")

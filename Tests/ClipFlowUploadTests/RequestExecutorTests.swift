@@ -31,40 +31,59 @@ final class RequestDecisionsTests: XCTestCase {
 
     func testRetriesBackOffAndGiveUpAfterTheAttemptsWithoutProgress() {
         let policy = RetryPolicy(baseDelay: 1, maxDelay: 4, maxAttemptsWithoutProgress: 3)
-        XCTAssertEqual(run(policy, [.fail(progress: 0, retryAfter: nil), .fail(progress: 0, retryAfter: nil),
-                                    .fail(progress: 0, retryAfter: nil), .fail(progress: 0, retryAfter: nil)]),
-                       [.retry(.wait(1)), .retry(.wait(2)), .retry(.wait(4)), .retry(.giveUp)])
+        XCTAssertEqual(
+            run(
+                policy,
+                [
+                    .fail(progress: 0, retryAfter: nil), .fail(progress: 0, retryAfter: nil),
+                    .fail(progress: 0, retryAfter: nil), .fail(progress: 0, retryAfter: nil)
+                ]),
+            [.retry(.wait(1)), .retry(.wait(2)), .retry(.wait(4)), .retry(.giveUp)])
     }
 
     func testProgressSinceTheLastFailureStartsTheCountAgain() {
         let policy = RetryPolicy(baseDelay: 1, maxDelay: 8, maxAttemptsWithoutProgress: 2)
-        XCTAssertEqual(run(policy, [.fail(progress: 0, retryAfter: nil), .fail(progress: 0, retryAfter: nil),
-                                    .fail(progress: 100, retryAfter: nil), .fail(progress: 100, retryAfter: nil),
-                                    .fail(progress: 100, retryAfter: nil)]),
-                       [.retry(.wait(1)), .retry(.wait(2)), .retry(.wait(1)), .retry(.wait(2)), .retry(.giveUp)])
+        XCTAssertEqual(
+            run(
+                policy,
+                [
+                    .fail(progress: 0, retryAfter: nil), .fail(progress: 0, retryAfter: nil),
+                    .fail(progress: 100, retryAfter: nil), .fail(progress: 100, retryAfter: nil),
+                    .fail(progress: 100, retryAfter: nil)
+                ]),
+            [.retry(.wait(1)), .retry(.wait(2)), .retry(.wait(1)), .retry(.wait(2)), .retry(.giveUp)])
     }
 
     func testRetryAfterIsHonouredAndCappedAtTenTimesTheMaximumDelay() {
         let policy = RetryPolicy(baseDelay: 1, maxDelay: 2, maxAttemptsWithoutProgress: 8)
-        XCTAssertEqual(run(policy, [.fail(progress: 0, retryAfter: 7), .fail(progress: 0, retryAfter: 500),
-                                    .fail(progress: 0, retryAfter: 0)]),
-                       [.retry(.wait(7)), .retry(.wait(20)), .retry(.wait(2))])
+        XCTAssertEqual(
+            run(
+                policy,
+                [
+                    .fail(progress: 0, retryAfter: 7), .fail(progress: 0, retryAfter: 500),
+                    .fail(progress: 0, retryAfter: 0)
+                ]),
+            [.retry(.wait(7)), .retry(.wait(20)), .retry(.wait(2))])
     }
 
     func testOneRefreshBetweenAcceptedAnswers() {
-        XCTAssertEqual(run(.fast, [.refused(canRefresh: true), .refused(canRefresh: true)]),
-                       [.refusal(.refresh), .refusal(.refusedAfterRefresh)])
-        XCTAssertEqual(run(.fast, [.refused(canRefresh: true), .accepted, .refused(canRefresh: true)]),
-                       [.refusal(.refresh), .resumed(nil), .refusal(.refresh)])
+        XCTAssertEqual(
+            run(.fast, [.refused(canRefresh: true), .refused(canRefresh: true)]),
+            [.refusal(.refresh), .refusal(.refusedAfterRefresh)])
+        XCTAssertEqual(
+            run(.fast, [.refused(canRefresh: true), .accepted, .refused(canRefresh: true)]),
+            [.refusal(.refresh), .resumed(nil), .refusal(.refresh)])
         XCTAssertEqual(run(.fast, [.refused(canRefresh: false)]), [.refusal(.noProvider)])
         // A retryable failure in between is not an accepted answer.
-        XCTAssertEqual(run(.fast, [.refused(canRefresh: true), .fail(progress: 0, retryAfter: nil), .refused(canRefresh: true)]),
-                       [.refusal(.refresh), .retry(.wait(0.01)), .refusal(.refusedAfterRefresh)])
+        XCTAssertEqual(
+            run(.fast, [.refused(canRefresh: true), .fail(progress: 0, retryAfter: nil), .refused(canRefresh: true)]),
+            [.refusal(.refresh), .retry(.wait(0.01)), .refusal(.refusedAfterRefresh)])
     }
 
     func testTheAcceptedAnswerAfterAWaitReportsTheAttemptOnce() {
-        XCTAssertEqual(run(.fast, [.fail(progress: 0, retryAfter: nil), .fail(progress: 0, retryAfter: nil), .accepted, .accepted]),
-                       [.retry(.wait(0.01)), .retry(.wait(0.02)), .resumed(2), .resumed(nil)])
+        XCTAssertEqual(
+            run(.fast, [.fail(progress: 0, retryAfter: nil), .fail(progress: 0, retryAfter: nil), .accepted, .accepted]),
+            [.retry(.wait(0.01)), .retry(.wait(0.02)), .resumed(2), .resumed(nil)])
     }
 }
 
@@ -73,12 +92,15 @@ final class RequestExecutorTests: XCTestCase {
     func testBackoffReportsTheRetryRedactedAndGivesUpWithTheProtocolsError() throws {
         Secrets.shared.register("s3cr3t-value-for-executor")
         let log = UploadEventLog()
-        let x = RequestExecutor(policy: RetryPolicy(baseDelay: 0, maxDelay: 0, maxAttemptsWithoutProgress: 1), id: "u1",
-                                control: UploadControl(), observer: log)
+        let x = RequestExecutor(
+            policy: RetryPolicy(baseDelay: 0, maxDelay: 0, maxAttemptsWithoutProgress: 1), id: "u1",
+            control: UploadControl(), observer: log)
         try x.backoff(reason: "HTTP 503 token=s3cr3t-value-for-executor", progress: 0) { _ in UploadError(.internal, message: "never") }
-        XCTAssertThrowsError(try x.backoff(reason: "again", progress: 0) { r in
-            UploadError(.retry, message: "after \(r.failures)")
-        }) { XCTAssertEqual($0 as? UploadError, UploadError(.retry, message: "after 2")) }
+        XCTAssertThrowsError(
+            try x.backoff(reason: "again", progress: 0) { r in
+                UploadError(.retry, message: "after \(r.failures)")
+            }
+        ) { XCTAssertEqual($0 as? UploadError, UploadError(.retry, message: "after 2")) }
         guard case .retryStarted(let id, let attempt, _, let reason)? = log.all.first else { return XCTFail("\(log.all)") }
         XCTAssertEqual(id, "u1")
         XCTAssertEqual(attempt, 1)
@@ -92,9 +114,11 @@ final class RequestExecutorTests: XCTestCase {
         let x = RequestExecutor(policy: .fast, id: "u2", control: UploadControl(), observer: log)
         var refreshes = 0
         try x.refreshCredentials(canRefresh: true, fail: { _ in UploadError(.internal, message: "never") }) { refreshes += 1 }
-        XCTAssertThrowsError(try x.refreshCredentials(canRefresh: true, fail: { UploadError(.credentials, message: "refused: \($0)") }) {
-            refreshes += 1
-        }) { XCTAssertEqual(($0 as? UploadError)?.message, "refused: refusedAfterRefresh") }
+        XCTAssertThrowsError(
+            try x.refreshCredentials(canRefresh: true, fail: { UploadError(.credentials, message: "refused: \($0)") }) {
+                refreshes += 1
+            }
+        ) { XCTAssertEqual(($0 as? UploadError)?.message, "refused: refusedAfterRefresh") }
         XCTAssertEqual(refreshes, 1)
         XCTAssertEqual(log.named("credentials-expired").count, 1)
     }
@@ -102,8 +126,9 @@ final class RequestExecutorTests: XCTestCase {
     func testAPausedUploadStopsWaiting() {
         let control = UploadControl()
         control.pause()
-        let x = RequestExecutor(policy: RetryPolicy(baseDelay: 5, maxDelay: 5, maxAttemptsWithoutProgress: 3), id: "u3",
-                                control: control, observer: NoUploadObserver())
+        let x = RequestExecutor(
+            policy: RetryPolicy(baseDelay: 5, maxDelay: 5, maxAttemptsWithoutProgress: 3), id: "u3",
+            control: control, observer: NoUploadObserver())
         let start = Date()
         XCTAssertThrowsError(try x.backoff(reason: "x", progress: 0) { _ in UploadError(.internal, message: "never") }) {
             XCTAssertEqual(($0 as? UploadError)?.code, "paused")

@@ -9,12 +9,12 @@ final class S3TestsWithoutServer: XCTestCase {
         let mib: Int64 = 1 << 20
         let aws = S3Options(endpoint: "https://s3.amazonaws.com", region: "us-east-1", bucket: "b")
         XCTAssertEqual(try aws.partSize(forFileSize: 1), 5 * mib)
-        XCTAssertEqual(try aws.partSize(forFileSize: 80 * mib), 5 * mib)          // a sixteenth is 5 MiB
-        XCTAssertEqual(try aws.partSize(forFileSize: 512_000_000), 31 * mib)      // a sixteenth, up to whole MiB: 17 parts
-        XCTAssertEqual(try aws.partSize(forFileSize: 40_000 * mib), 64 * mib)     // capped at the 64 MiB target: 625 parts
-        XCTAssertEqual(try aws.partSize(forFileSize: 640_000 * mib), 64 * mib)    // exactly 10,000 parts of 64 MiB
-        XCTAssertEqual(try aws.partSize(forFileSize: 700_000 * mib), 70 * mib)    // 10,000 parts: grows past the target
-        let big = try aws.partSize(forFileSize: 1 << 40)                           // 1 TiB
+        XCTAssertEqual(try aws.partSize(forFileSize: 80 * mib), 5 * mib)  // a sixteenth is 5 MiB
+        XCTAssertEqual(try aws.partSize(forFileSize: 512_000_000), 31 * mib)  // a sixteenth, up to whole MiB: 17 parts
+        XCTAssertEqual(try aws.partSize(forFileSize: 40_000 * mib), 64 * mib)  // capped at the 64 MiB target: 625 parts
+        XCTAssertEqual(try aws.partSize(forFileSize: 640_000 * mib), 64 * mib)  // exactly 10,000 parts of 64 MiB
+        XCTAssertEqual(try aws.partSize(forFileSize: 700_000 * mib), 70 * mib)  // 10,000 parts: grows past the target
+        let big = try aws.partSize(forFileSize: 1 << 40)  // 1 TiB
         XCTAssertEqual(big % mib, 0)
         XCTAssertLessThanOrEqual((Int64(1) << 40 + big - 1) / big, 10_000)
         var oss = aws
@@ -23,7 +23,7 @@ final class S3TestsWithoutServer: XCTestCase {
         var explicit = aws
         explicit.minimumPartSize = 10_240
         explicit.partSize = 10_240
-        XCTAssertEqual(try explicit.partSize(forFileSize: 12_288_000), 10_240)   // 1200 parts, as given
+        XCTAssertEqual(try explicit.partSize(forFileSize: 12_288_000), 10_240)  // 1200 parts, as given
         XCTAssertEqual(try explicit.partSize(forFileSize: 200_000_000), 20_000)  // raised to fit 10,000
         explicit.partSize = 1000
         XCTAssertThrowsError(try explicit.partSize(forFileSize: 1)) { XCTAssertEqual(($0 as? UploadError)?.code, "bad-input") }
@@ -42,8 +42,10 @@ final class S3TestsWithoutServer: XCTestCase {
     }
 
     func testMetadataHeadersEncodeNamesAndNonASCIIValues() throws {
-        let h = try S3Uploader.metadataHeaders(["title": "Plain title", "cover URL": "https://x/c.jpg",
-                                                 "description": "Ünïcode\nline two", "Tags": "a,b", "empty": " "])
+        let h = try S3Uploader.metadataHeaders([
+            "title": "Plain title", "cover URL": "https://x/c.jpg",
+            "description": "Ünïcode\nline two", "Tags": "a,b", "empty": " "
+        ])
         let d = Dictionary(uniqueKeysWithValues: h.map { ($0.name, $0.value) })
         XCTAssertEqual(d["x-amz-meta-title"], "Plain title")
         XCTAssertEqual(d["x-amz-meta-cover-url"], "https://x/c.jpg")
@@ -67,7 +69,8 @@ final class S3TestsWithoutServer: XCTestCase {
         XCTAssertEqual(XML.first("PartNumber", in: parts[1]), "2")
         XCTAssertEqual(XML.first("IsTruncated", in: list), "true")
         XCTAssertEqual(XML.first("NextPartNumberMarker", in: list), "2")
-        let err = HTTPResponse(status: 403, body: Data("<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message><Token-0>secret</Token-0></Error>".utf8))
+        let err = HTTPResponse(
+            status: 403, body: Data("<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message><Token-0>secret</Token-0></Error>".utf8))
         XCTAssertEqual(S3ErrorInfo(err).code, "ExpiredToken")
         XCTAssertTrue(S3ErrorInfo(err).isExpiry)
         XCTAssertFalse(S3ErrorInfo(HTTPResponse(status: 403, body: Data("<Error><Code>SignatureDoesNotMatch</Code></Error>".utf8))).isExpiry)
@@ -133,9 +136,10 @@ final class S3Tests: XCTestCase {
     }
 
     func options(via proxied: Bool = false, key: String? = nil, partSize: Int64 = 64 << 10, stall: Int = 30) -> S3Options {
-        var o = S3Options(endpoint: proxied ? proxy.url : moto.endpoint, region: moto.region, bucket: moto.bucket,
-                          key: key, keyPrefix: "t/\(testName)/", partSize: partSize,
-                          minimumPartSize: Int64(S3Tests.partMin), retry: .fast)
+        var o = S3Options(
+            endpoint: proxied ? proxy.url : moto.endpoint, region: moto.region, bucket: moto.bucket,
+            key: key, keyPrefix: "t/\(testName)/", partSize: partSize,
+            minimumPartSize: Int64(S3Tests.partMin), retry: .fast)
         o.network.stallTimeout = stall
         o.network.connectTimeout = 5
         return o
@@ -161,8 +165,10 @@ final class S3Tests: XCTestCase {
 
     func store() throws -> ResumeStore { try ResumeStore(path: dir + "/resume.json") }
 
-    func upload(_ uploader: S3Uploader, _ file: String, metadata: [String: String] = [:], control: UploadControl = UploadControl(),
-                observer: UploadObserver) throws -> UploadResult {
+    func upload(
+        _ uploader: S3Uploader, _ file: String, metadata: [String: String] = [:], control: UploadControl = UploadControl(),
+        observer: UploadObserver
+    ) throws -> UploadResult {
         try uploader.upload(file: file, id: "u1", metadata: metadata, control: control, observer: observer)
     }
 
@@ -205,17 +211,17 @@ final class S3Tests: XCTestCase {
     func assumeRoleCommand(counter: String) throws -> [String] {
         let script = dir + "/assume_role.py"
         try """
-            import json, sys, boto3
-            from botocore.config import Config
-            endpoint, key, secret, counter = sys.argv[1:5]
-            sts = boto3.client("sts", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=key,
-                               aws_secret_access_key=secret, config=Config(retries={"max_attempts": 1}))
-            r = sts.assume_role(RoleArn="arn:aws:iam::123456789012:role/clipflow-upload-role", RoleSessionName="clipflow-refresh")
-            c = r["Credentials"]
-            open(counter, "a").write("refresh\\n")
-            print(json.dumps({"Credentials": {"AccessKeyId": c["AccessKeyId"], "SecretAccessKey": c["SecretAccessKey"],
-                              "SessionToken": c["SessionToken"], "Expiration": c["Expiration"].strftime("%Y-%m-%dT%H:%M:%SZ")}}))
-            """.write(toFile: script, atomically: true, encoding: .utf8)
+        import json, sys, boto3
+        from botocore.config import Config
+        endpoint, key, secret, counter = sys.argv[1:5]
+        sts = boto3.client("sts", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=key,
+                           aws_secret_access_key=secret, config=Config(retries={"max_attempts": 1}))
+        r = sts.assume_role(RoleArn="arn:aws:iam::123456789012:role/clipflow-upload-role", RoleSessionName="clipflow-refresh")
+        c = r["Credentials"]
+        open(counter, "a").write("refresh\\n")
+        print(json.dumps({"Credentials": {"AccessKeyId": c["AccessKeyId"], "SecretAccessKey": c["SecretAccessKey"],
+                          "SessionToken": c["SessionToken"], "Expiration": c["Expiration"].strftime("%Y-%m-%dT%H:%M:%SZ")}}))
+        """.write(toFile: script, atomically: true, encoding: .utf8)
         return ["python3", script, moto.endpoint, moto.userCredentials.accessKeyID, moto.userCredentials.secretAccessKey, counter]
     }
 
@@ -247,8 +253,10 @@ final class S3Tests: XCTestCase {
         let store = try store()
         let up = S3Uploader(options: options(), store: store, credentials: session)
         let log = UploadEventLog()
-        let meta = ["title": "Morning run", "description": "Über den Fluß\nzweite Zeile", "tags": "run,river",
-                    "category": "sport", "cover URL": "https://cdn.example/c.jpg"]
+        let meta = [
+            "title": "Morning run", "description": "Über den Fluß\nzweite Zeile", "tags": "run,river",
+            "category": "sport", "cover URL": "https://cdn.example/c.jpg"
+        ]
         let result = try upload(up, file, metadata: meta, observer: log)
         let key = "t/testUploadCompletesWithIdenticalObjectAndMetadata/clip one.mp4"
         XCTAssertEqual(result.method, "s3")
@@ -282,8 +290,9 @@ final class S3Tests: XCTestCase {
         let wrongSecret = "WrongSecret/\(UUID().uuidString)"
         let creds = ClipFlowUpload.AWSCredentials(accessKeyID: moto.userCredentials.accessKeyID, secretAccessKey: wrongSecret)
         let counter = dir + "/count"
-        let up = S3Uploader(options: options(), store: try store(), credentials: creds,
-                            provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter)))
+        let up = S3Uploader(
+            options: options(), store: try store(), credentials: creds,
+            provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter)))
         let log = UploadEventLog()
         XCTAssertThrowsError(try upload(up, file, observer: log)) { error in
             let e = error as? UploadError
@@ -313,8 +322,11 @@ final class S3Tests: XCTestCase {
             if case .progress(_, let p) = event, p.acknowledged >= Int64(1050 * partSize) { control.pause() }
         }
         let store1 = try store()
-        XCTAssertThrowsError(try upload(S3Uploader(options: opts, store: store1, credentials: session), file,
-                                        control: control, observer: Tee(first, pauser))) {
+        XCTAssertThrowsError(
+            try upload(
+                S3Uploader(options: opts, store: store1, credentials: session), file,
+                control: control, observer: Tee(first, pauser))
+        ) {
             XCTAssertEqual(($0 as? UploadError)?.code, "paused")
         }
         XCTAssertEqual(first.named("paused").count, 1)
@@ -362,8 +374,11 @@ final class S3Tests: XCTestCase {
                 control.cancel()
             }
         }
-        XCTAssertThrowsError(try upload(S3Uploader(options: options(partSize: 20_480), store: store, credentials: session), file,
-                                        control: control, observer: Tee(log, canceller))) {
+        XCTAssertThrowsError(
+            try upload(
+                S3Uploader(options: options(partSize: 20_480), store: store, credentials: session), file,
+                control: control, observer: Tee(log, canceller))
+        ) {
             XCTAssertEqual(($0 as? UploadError)?.code, "cancelled")
         }
         let id = try XCTUnwrap(seenID)
@@ -377,8 +392,12 @@ final class S3Tests: XCTestCase {
     func testConnectionsCutMidPartAtRandomOffsetsAreRetried() throws {
         for seed in 1...3 {
             try proxy.resetStats()
-            try proxy.setRules([["method": "PUT", "query_contains": "partNumber=", "action": "cut", "after_bytes": "random",
-                                 "seed": seed, "times": 3]])
+            try proxy.setRules([
+                [
+                    "method": "PUT", "query_contains": "partNumber=", "action": "cut", "after_bytes": "random",
+                    "seed": seed, "times": 3
+                ]
+            ])
             let file = try makeFile("cut\(seed).bin", size: 300_000 + seed * 7777, seed: UInt64(seed))
             let log = UploadEventLog()
             let result = try upload(S3Uploader(options: options(via: true), store: try store(), credentials: session), file, observer: log)
@@ -414,9 +433,11 @@ final class S3Tests: XCTestCase {
         let slow = "<?xml version=\"1.0\"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
         try proxy.setRules([
             ["method": "POST", "query_contains": "uploads", "action": "status", "status": 429, "times": 1],
-            ["method": "PUT", "query_contains": "partNumber=", "action": "status", "status": 503, "body": slow,
-             "headers": ["Content-Type": "application/xml"], "skip": 1, "times": 4],
-            ["method": "POST", "query_contains": "uploadId=", "action": "status", "status": 500, "times": 2],
+            [
+                "method": "PUT", "query_contains": "partNumber=", "action": "status", "status": 503, "body": slow,
+                "headers": ["Content-Type": "application/xml"], "skip": 1, "times": 4
+            ],
+            ["method": "POST", "query_contains": "uploadId=", "action": "status", "status": 500, "times": 2]
         ])
         let file = try makeFile("burst.bin", size: 250_000)
         let log = UploadEventLog()
@@ -448,9 +469,10 @@ final class S3Tests: XCTestCase {
             if stalls == 0 { Thread.sleep(forTimeInterval: 0.1) }
         }
         XCTAssertEqual(stalls, 1)
-        XCTAssertTrue(log.named("retry-started").contains {
-            if case .retryStarted(_, _, _, let r) = $0 { return r.contains("stalled") } else { return false }
-        })
+        XCTAssertTrue(
+            log.named("retry-started").contains {
+                if case .retryStarted(_, _, _, let r) = $0 { return r.contains("stalled") } else { return false }
+            })
         try assertObjectMatches("t/testStalledPartIsAbandonedAndRetried/stall.bin", file)
     }
 
@@ -459,14 +481,19 @@ final class S3Tests: XCTestCase {
     /// session credentials. No secret of either session appears in any event.
     func testExpiredTokenRefreshesThroughCommandProviderAndKeepsTheUploadId() throws {
         let expired = "<?xml version=\"1.0\"?><Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>"
-        try proxy.setRules([["method": "PUT", "query_contains": "partNumber=3&", "action": "status", "status": 403, "body": expired,
-                             "headers": ["Content-Type": "application/xml"]]])
+        try proxy.setRules([
+            [
+                "method": "PUT", "query_contains": "partNumber=3&", "action": "status", "status": 403, "body": expired,
+                "headers": ["Content-Type": "application/xml"]
+            ]
+        ])
         let counter = dir + "/count"
         let file = try makeFile("exp.bin", size: 300_000)
         let log = UploadEventLog()
         let initial = session
-        let up = S3Uploader(options: options(via: true), store: try store(), credentials: initial,
-                            provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter)))
+        let up = S3Uploader(
+            options: options(via: true), store: try store(), credentials: initial,
+            provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter)))
         let result = try upload(up, file, observer: log)
         XCTAssertEqual(try proxy.stats().count(outcome: "status:403"), 1)
         XCTAssertEqual(log.named("credentials-expired").count, 1)
@@ -476,8 +503,9 @@ final class S3Tests: XCTestCase {
         XCTAssertNotNil(fresh.sessionToken)
         let stats = try stats(when: completed)
         XCTAssertEqual(stats.count("POST", pathContains: "?uploads"), 1, "a refresh must not start a new multipart upload")
-        XCTAssertTrue(stats.requests.filter { $0.method == "POST" && $0.target.contains("uploadId=") }
-            .allSatisfy { $0.target.contains(SigV4Signer.uriEncode(result.uploadID!, keepSlash: false)) })
+        XCTAssertTrue(
+            stats.requests.filter { $0.method == "POST" && $0.target.contains("uploadId=") }
+                .allSatisfy { $0.target.contains(SigV4Signer.uriEncode(result.uploadID!, keepSlash: false)) })
         try assertObjectMatches("t/testExpiredTokenRefreshesThroughCommandProviderAndKeepsTheUploadId/exp.bin", file)
         assertNoSecrets(texts(log), secrets: [initial.secretAccessKey, initial.sessionToken!, fresh.secretAccessKey, fresh.sessionToken!])
     }
@@ -496,8 +524,9 @@ final class S3Tests: XCTestCase {
             assertNoSecrets(texts(log, error), secrets: [badToken, session.secretAccessKey])
         }
         let counter = dir + "/count"
-        let up = S3Uploader(options: options(), store: try store(), credentials: bad,
-                            provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter)))
+        let up = S3Uploader(
+            options: options(), store: try store(), credentials: bad,
+            provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter)))
         let log2 = UploadEventLog()
         _ = try upload(up, file, observer: log2)
         XCTAssertEqual(lines(counter), 1)
@@ -512,8 +541,9 @@ final class S3Tests: XCTestCase {
         var initial = session
         initial.expiration = Date().addingTimeInterval(20)
         let log = UploadEventLog()
-        let up = S3Uploader(options: options(), store: try store(), credentials: initial,
-                            provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter)))
+        let up = S3Uploader(
+            options: options(), store: try store(), credentials: initial,
+            provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter)))
         _ = try upload(up, file, observer: log)
         XCTAssertEqual(lines(counter), 1)
         XCTAssertEqual(log.all.first?.name, "credentials-expired")
@@ -538,8 +568,11 @@ final class S3Tests: XCTestCase {
             }
         }
         let log = UploadEventLog()
-        XCTAssertThrowsError(try upload(S3Uploader(options: options(), store: store, credentials: session), file,
-                                        observer: Tee(log, grower))) {
+        XCTAssertThrowsError(
+            try upload(
+                S3Uploader(options: options(), store: store, credentials: session), file,
+                observer: Tee(log, grower))
+        ) {
             XCTAssertEqual(($0 as? UploadError)?.code, "file-changed")
         }
         let id = try XCTUnwrap(seenID)
@@ -558,9 +591,11 @@ final class S3Tests: XCTestCase {
     func testCompleteRetriedAfter200WithErrorAndAfterALostResponse() throws {
         let internalError = "<?xml version=\"1.0\"?><Error><Code>InternalError</Code><Message>We encountered an internal error.</Message></Error>"
         try proxy.setRules([
-            ["method": "POST", "query_contains": "uploadId=", "action": "status", "status": 200, "body": internalError,
-             "headers": ["Content-Type": "application/xml"]],
-            ["method": "POST", "query_contains": "uploadId=", "action": "drop_response"],
+            [
+                "method": "POST", "query_contains": "uploadId=", "action": "status", "status": 200, "body": internalError,
+                "headers": ["Content-Type": "application/xml"]
+            ],
+            ["method": "POST", "query_contains": "uploadId=", "action": "drop_response"]
         ])
         let file = try makeFile("done.bin", size: 150_000)
         let log = UploadEventLog()
@@ -612,8 +647,9 @@ final class S3Tests: XCTestCase {
         let file = try makeFile("empty.mp4", size: 0)
         let log = UploadEventLog()
         try proxy.resetStats()
-        let result = try upload(S3Uploader(options: options(via: true), store: try store(), credentials: session), file,
-                                metadata: ["title": "nothing"], observer: log)
+        let result = try upload(
+            S3Uploader(options: options(via: true), store: try store(), credentials: session), file,
+            metadata: ["title": "nothing"], observer: log)
         XCTAssertNil(result.uploadID)
         XCTAssertEqual(result.bytes, 0)
         let key = "t/testZeroByteFileIsOnePutObject/empty.mp4"
@@ -643,8 +679,9 @@ struct Tee: UploadObserver {
 extension S3TestsWithoutServer {
     func testMultipartETagIsTheMD5OfThePartMD5s() {
         // Oracle: python3 hashlib, md5(md5(b"part one") + md5(b"part two")) + "-2".
-        XCTAssertEqual(S3Session.multipartETag(["\"3303e12af474ca11d85ed2966a932992\"", "3EA4E15B91A17DC76052C56CFCDF67A2"]),
-                       "0732917abc3288784e318ac0aab1757a-2")
+        XCTAssertEqual(
+            S3Session.multipartETag(["\"3303e12af474ca11d85ed2966a932992\"", "3EA4E15B91A17DC76052C56CFCDF67A2"]),
+            "0732917abc3288784e318ac0aab1757a-2")
         XCTAssertNil(S3Session.multipartETag(["\"3303e12af474ca11d85ed2966a932992\"", "\"kms-style\""]))
     }
 
@@ -671,12 +708,15 @@ extension S3Tests {
     func testCompleteLostThenNoSuchUploadSucceedsWhenTheObjectHasOurETag() throws {
         try proxy.setRules([
             ["method": "POST", "query_contains": "uploadId=", "times": 1, "action": "drop_response"],
-            ["method": "POST", "query_contains": "uploadId=", "times": 1, "action": "status", "status": 404,
-             "body": S3Tests.noSuchUpload, "headers": ["Content-Type": "application/xml"]],
+            [
+                "method": "POST", "query_contains": "uploadId=", "times": 1, "action": "status", "status": 404,
+                "body": S3Tests.noSuchUpload, "headers": ["Content-Type": "application/xml"]
+            ]
         ])
         let file = try makeFile("lostcomplete.bin", size: 150_000)
-        let result = try upload(S3Uploader(options: options(via: true), store: try store(), credentials: session), file,
-                                observer: UploadEventLog())
+        let result = try upload(
+            S3Uploader(options: options(via: true), store: try store(), credentials: session), file,
+            observer: UploadEventLog())
         let stats = try stats { $0.count(outcome: "drop_response") == 1 }
         XCTAssertEqual(stats.count(outcome: "status:404"), 1)
         let key = "t/testCompleteLostThenNoSuchUploadSucceedsWhenTheObjectHasOurETag/lostcomplete.bin"
@@ -692,11 +732,18 @@ extension S3Tests {
         let first = try makeFile("a.bin", size: 150_000, seed: 1)
         let key = "same-\(UUID().uuidString).bin"
         _ = try upload(S3Uploader(options: options(key: key), store: try store(), credentials: session), first, observer: UploadEventLog())
-        try proxy.setRules([["method": "POST", "query_contains": "uploadId=", "times": 1, "action": "status", "status": 404,
-                             "body": S3Tests.noSuchUpload, "headers": ["Content-Type": "application/xml"]]])
+        try proxy.setRules([
+            [
+                "method": "POST", "query_contains": "uploadId=", "times": 1, "action": "status", "status": 404,
+                "body": S3Tests.noSuchUpload, "headers": ["Content-Type": "application/xml"]
+            ]
+        ])
         let second = try makeFile("b.bin", size: 150_000, seed: 2)
-        XCTAssertThrowsError(try upload(S3Uploader(options: options(via: true, key: key), store: try store(), credentials: session), second,
-                                        observer: UploadEventLog())) { e in
+        XCTAssertThrowsError(
+            try upload(
+                S3Uploader(options: options(via: true, key: key), store: try store(), credentials: session), second,
+                observer: UploadEventLog())
+        ) { e in
             XCTAssertEqual((e as? UploadError)?.code, "http-404", "\(e)")
         }
         XCTAssertEqual(try moto.objectSHA256(key: key), try sha256(ofFile: first), "the other object is untouched")
@@ -706,34 +753,51 @@ extension S3Tests {
     /// OSS answers InvalidAccessKeyId for expired STS keys: with a provider, one refresh and the
     /// upload continues; without one it fails with code `credentials` and the key id masked.
     func testInvalidAccessKeyIdIsRefreshedOnceAndMaskedInMessages() throws {
-        let body = "<?xml version=\"1.0\"?><Error><Code>InvalidAccessKeyId</Code><Message>The OSS Access Key Id you provided does not exist in our records.</Message></Error>"
-        try proxy.setRules([["method": "PUT", "query_contains": "partNumber=2&", "times": 1, "action": "status", "status": 403,
-                             "body": body, "headers": ["Content-Type": "application/xml"]]])
+        let body =
+            "<?xml version=\"1.0\"?><Error><Code>InvalidAccessKeyId</Code><Message>The OSS Access Key Id you provided does not exist in our records.</Message></Error>"
+        try proxy.setRules([
+            [
+                "method": "PUT", "query_contains": "partNumber=2&", "times": 1, "action": "status", "status": 403,
+                "body": body, "headers": ["Content-Type": "application/xml"]
+            ]
+        ])
         let counter = dir + "/count"
         let file = try makeFile("oss.bin", size: 150_000)
         let log = UploadEventLog()
-        let up = S3Uploader(options: options(via: true), store: try store(), credentials: session,
-                            provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter)))
+        let up = S3Uploader(
+            options: options(via: true), store: try store(), credentials: session,
+            provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter)))
         _ = try upload(up, file, observer: log)
         XCTAssertEqual(lines(counter), 1)
         XCTAssertEqual(log.named("credentials-expired").count, 1)
         try assertObjectMatches("t/testInvalidAccessKeyIdIsRefreshedOnceAndMaskedInMessages/oss.bin", file)
 
-        try proxy.setRules([["method": "PUT", "query_contains": "partNumber=1&", "times": -1, "action": "status", "status": 403,
-                             "body": body, "headers": ["Content-Type": "application/xml"]]])
+        try proxy.setRules([
+            [
+                "method": "PUT", "query_contains": "partNumber=1&", "times": -1, "action": "status", "status": 403,
+                "body": body, "headers": ["Content-Type": "application/xml"]
+            ]
+        ])
         let keyID = session.accessKeyID
         let file2 = try makeFile("oss2.bin", size: 150_000, seed: 3)
-        XCTAssertThrowsError(try upload(S3Uploader(options: options(via: true), store: try store(), credentials: session), file2,
-                                        observer: UploadEventLog())) { e in
+        XCTAssertThrowsError(
+            try upload(
+                S3Uploader(options: options(via: true), store: try store(), credentials: session), file2,
+                observer: UploadEventLog())
+        ) { e in
             let u = e as? UploadError
             XCTAssertEqual(u?.code, "credentials")
             XCTAssertFalse(u?.message.contains(keyID) ?? true, u?.message ?? "")
             XCTAssertTrue(u?.message.contains("…" + keyID.suffix(4)) ?? false, u?.message ?? "")
         }
         let log3 = UploadEventLog()
-        XCTAssertThrowsError(try upload(S3Uploader(options: options(via: true), store: try store(), credentials: session,
-                                                   provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter))),
-                                        file2, observer: log3)) { e in
+        XCTAssertThrowsError(
+            try upload(
+                S3Uploader(
+                    options: options(via: true), store: try store(), credentials: session,
+                    provider: CommandCredentialProvider(command: try assumeRoleCommand(counter: counter))),
+                file2, observer: log3)
+        ) { e in
             XCTAssertEqual((e as? UploadError)?.code, "credentials")
             XCTAssertTrue((e as? UploadError)?.message.contains("also after") ?? false, "\(e)")
         }
@@ -743,13 +807,21 @@ extension S3Tests {
 
     /// RequestTimeTooSkewed is not retried: the clock stays off. A clear message at once.
     func testRequestTimeTooSkewedFailsAtOnceSayingTheClockIsOff() throws {
-        let body = "<?xml version=\"1.0\"?><Error><Code>RequestTimeTooSkewed</Code><Message>The difference between the request time and the current time is too large.</Message></Error>"
-        try proxy.setRules([["method": "PUT", "query_contains": "partNumber=1&", "times": -1, "action": "status", "status": 403,
-                             "body": body, "headers": ["Content-Type": "application/xml"]]])
+        let body =
+            "<?xml version=\"1.0\"?><Error><Code>RequestTimeTooSkewed</Code><Message>The difference between the request time and the current time is too large.</Message></Error>"
+        try proxy.setRules([
+            [
+                "method": "PUT", "query_contains": "partNumber=1&", "times": -1, "action": "status", "status": 403,
+                "body": body, "headers": ["Content-Type": "application/xml"]
+            ]
+        ])
         let file = try makeFile("skew.bin", size: 50_000)
         let log = UploadEventLog()
-        XCTAssertThrowsError(try upload(S3Uploader(options: options(via: true), store: try store(), credentials: session), file,
-                                        observer: log)) { e in
+        XCTAssertThrowsError(
+            try upload(
+                S3Uploader(options: options(via: true), store: try store(), credentials: session), file,
+                observer: log)
+        ) { e in
             let u = e as? UploadError
             XCTAssertEqual(u?.code, "clock-skew")
             XCTAssertTrue(u?.message.contains("clock") ?? false, u?.message ?? "")

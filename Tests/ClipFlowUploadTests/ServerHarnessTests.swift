@@ -29,11 +29,13 @@ final class ServerHarnessTests: XCTestCase {
     private func curl(_ args: [String]) throws -> CurlResult {
         let h = scratch.appendingPathComponent("h-\(UInt32.random(in: 0...UInt32.max))")
         let b = scratch.appendingPathComponent("b-\(UInt32.random(in: 0...UInt32.max))")
-        let r = try Run.run(["curl", "-sS", "--noproxy", "*", "-D", h.path, "-o", b.path, "-w", "%{http_code}"] + args,
-                            check: false)
-        return CurlResult(exit: r.status, code: Int(r.out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0,
-                          headers: (try? String(contentsOf: h, encoding: .utf8)) ?? "",
-                          body: (try? String(contentsOf: b, encoding: .utf8)) ?? "")
+        let r = try Run.run(
+            ["curl", "-sS", "--noproxy", "*", "-D", h.path, "-o", b.path, "-w", "%{http_code}"] + args,
+            check: false)
+        return CurlResult(
+            exit: r.status, code: Int(r.out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0,
+            headers: (try? String(contentsOf: h, encoding: .utf8)) ?? "",
+            body: (try? String(contentsOf: b, encoding: .utf8)) ?? "")
     }
 
     private func header(_ name: String, in headers: String) -> String? {
@@ -55,8 +57,11 @@ final class ServerHarnessTests: XCTestCase {
     }
 
     private func tusPatch(_ base: String, _ location: String, offset: Int, file: URL, extra: [String] = []) throws -> CurlResult {
-        try curl(["-X", "PATCH", "-H", "Tus-Resumable: 1.0.0", "-H", "Content-Type: application/offset+octet-stream",
-                  "-H", "Upload-Offset: \(offset)", "--data-binary", "@" + file.path] + extra + [base + location])
+        try curl(
+            [
+                "-X", "PATCH", "-H", "Tus-Resumable: 1.0.0", "-H", "Content-Type: application/offset+octet-stream",
+                "-H", "Upload-Offset: \(offset)", "--data-binary", "@" + file.path
+            ] + extra + [base + location])
     }
 
     // MARK: TUS + proxy
@@ -121,8 +126,12 @@ final class ServerHarnessTests: XCTestCase {
 
         // status: answered by the proxy `times` times, then the request goes through.
         let l3 = try tusCreate(proxy.url, length: 1_000_000)
-        try proxy.setRules([["method": "PATCH", "action": "status", "status": 423, "times": 2,
-                             "body": "locked", "headers": ["Retry-After": "1"]]])
+        try proxy.setRules([
+            [
+                "method": "PATCH", "action": "status", "status": 423, "times": 2,
+                "body": "locked", "headers": ["Retry-After": "1"]
+            ]
+        ])
         let s1 = try tusPatch(proxy.url, l3, offset: 0, file: file)
         XCTAssertEqual(s1.code, 423)
         XCTAssertEqual(s1.body, "locked")
@@ -190,13 +199,16 @@ final class ServerHarnessTests: XCTestCase {
         let emptyHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         func signed(_ key: String, _ secret: String, token: String?, payload: String = emptyHash) -> [String] {
             // curl 7.88's SigV4 does not send x-amz-content-sha256 itself; moto needs it signed.
-            ["--aws-sigv4", "aws:amz:\(moto.region):s3", "--user", "\(key):\(secret)",
-             "-H", "x-amz-content-sha256: \(payload)"] + (token.map { ["-H", "x-amz-security-token: \($0)"] } ?? [])
+            [
+                "--aws-sigv4", "aws:amz:\(moto.region):s3", "--user", "\(key):\(secret)",
+                "-H", "x-amz-content-sha256: \(payload)"
+            ] + (token.map { ["-H", "x-amz-security-token: \($0)"] } ?? [])
         }
         let obj = "\(moto.endpoint)/\(moto.bucket)/dir/clip.mp4"
 
-        let put = try curl(signed(s.accessKeyID, s.secretAccessKey, token: token, payload: hash)
-                           + ["-T", file.path, "-H", "x-amz-meta-clip-id: 42", obj])
+        let put = try curl(
+            signed(s.accessKeyID, s.secretAccessKey, token: token, payload: hash)
+                + ["-T", file.path, "-H", "x-amz-meta-clip-id: 42", obj])
         XCTAssertEqual(put.code, 200, put.body)
         XCTAssertEqual(try moto.objectSHA256(key: "dir/clip.mp4"), hash)
         XCTAssertEqual(try moto.objectMetadata(key: "dir/clip.mp4")["clip-id"], "42")
@@ -215,13 +227,16 @@ final class ServerHarnessTests: XCTestCase {
         XCTAssertEqual(get.code, 200)
 
         // Multipart: an upload in progress is listed until it is aborted.
-        let create = try curl(signed(s.accessKeyID, s.secretAccessKey, token: token) + ["-X", "POST", obj + "?uploads="])  // curl 7.88 signs "uploads" without "="
+        // curl 7.88 signs "uploads" without "=".
+        let create = try curl(signed(s.accessKeyID, s.secretAccessKey, token: token) + ["-X", "POST", obj + "?uploads="])
         XCTAssertEqual(create.code, 200, create.body)
-        let uploadID = try XCTUnwrap(create.body.components(separatedBy: "<UploadId>").dropFirst().first?
-            .components(separatedBy: "</UploadId>").first)
+        let uploadID = try XCTUnwrap(
+            create.body.components(separatedBy: "<UploadId>").dropFirst().first?
+                .components(separatedBy: "</UploadId>").first)
         XCTAssertEqual(try moto.listMultipartUploads(), [uploadID])
-        let abort = try curl(signed(s.accessKeyID, s.secretAccessKey, token: token)
-                             + ["-X", "DELETE", obj + "?uploadId=\(uploadID)"])
+        let abort = try curl(
+            signed(s.accessKeyID, s.secretAccessKey, token: token)
+                + ["-X", "DELETE", obj + "?uploadId=\(uploadID)"])
         XCTAssertEqual(abort.code, 204, abort.body)
         XCTAssertEqual(try moto.listMultipartUploads(), [])
 
@@ -229,9 +244,13 @@ final class ServerHarnessTests: XCTestCase {
         let proxy = try FaultProxy.start(upstream: moto.endpoint)
         let viaProxy = "\(proxy.url)/\(moto.bucket)/dir/clip.mp4"
         XCTAssertEqual(try curl(signed(s.accessKeyID, s.secretAccessKey, token: token) + [viaProxy]).code, 200)
-        try proxy.setRules([["method": "GET", "action": "status", "status": 400,
-                             "headers": ["Content-Type": "application/xml"],
-                             "body": "<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>"]])
+        try proxy.setRules([
+            [
+                "method": "GET", "action": "status", "status": 400,
+                "headers": ["Content-Type": "application/xml"],
+                "body": "<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>"
+            ]
+        ])
         let expired = try curl(signed(s.accessKeyID, s.secretAccessKey, token: token) + [viaProxy])
         XCTAssertEqual(expired.code, 400)
         XCTAssertTrue(expired.body.contains("ExpiredToken"))
@@ -242,8 +261,9 @@ final class ServerHarnessTests: XCTestCase {
     func testGcoreStandIn() throws {
         let api = try GcoreAPI.start(tusHost: "127.0.0.1:9", access: "A0", refresh: "R0")
         func call(_ method: String, _ path: String, token: String?, json: [String: Any]? = nil) throws -> HTTPReply {
-            try HTTP.request(method, api.url + path, headers: token.map { ["Authorization": "Bearer \($0)"] } ?? [:],
-                             json: json)
+            try HTTP.request(
+                method, api.url + path, headers: token.map { ["Authorization": "Bearer \($0)"] } ?? [:],
+                json: json)
         }
         let created = try call("POST", "/videos", token: "A0", json: ["name": "clip one"])
         XCTAssertEqual(created.status, 201)
@@ -264,8 +284,9 @@ final class ServerHarnessTests: XCTestCase {
         let expired = try call("GET", "/videos/\(id)", token: "A0")
         XCTAssertEqual(expired.status, 401)
         XCTAssertEqual((try expired.json() as? [String: Any])?["detail"] as? String, "token expired")
-        let refreshed = try XCTUnwrap(try call("POST", "/auth/refresh", token: nil, json: ["refresh": "R0"]).json()
-                                      as? [String: Any])
+        let refreshed = try XCTUnwrap(
+            try call("POST", "/auth/refresh", token: nil, json: ["refresh": "R0"]).json()
+                as? [String: Any])
         let a1 = try XCTUnwrap(refreshed["access"] as? String)
         XCTAssertEqual(try call("GET", "/videos/\(id)", token: a1).status, 200)
         XCTAssertEqual(try call("POST", "/auth/refresh", token: nil, json: ["refresh": "bad"]).status, 401)

@@ -31,8 +31,9 @@ final class SigV4Tests: XCTestCase {
         XCTAssertEqual(SigV4Signer.canonicalURI("/b/a%20b/c d"), "/b/a%20b/c%20d")
         XCTAssertEqual(SigV4Signer.canonicalURI(""), "/")
         XCTAssertEqual(SigV4Signer.canonicalQuery("uploads"), "uploads=")
-        XCTAssertEqual(SigV4Signer.canonicalQuery("uploadId=a%2Fb&partNumber=10&partNumber=2"),
-                       "partNumber=10&partNumber=2&uploadId=a%2Fb")
+        XCTAssertEqual(
+            SigV4Signer.canonicalQuery("uploadId=a%2Fb&partNumber=10&partNumber=2"),
+            "partNumber=10&partNumber=2&uploadId=a%2Fb")
         XCTAssertEqual(SigV4Signer.canonicalQuery("prefix=J&max-keys=2"), "max-keys=2&prefix=J")
         XCTAssertEqual(SigV4Signer.canonicalHeaderValue("  a   b\t c  "), "a b c")
         XCTAssertEqual(SigV4Signer.hostHeader("http://127.0.0.1:9000/b/k"), "127.0.0.1:9000")
@@ -46,8 +47,10 @@ final class SigV4Tests: XCTestCase {
     func testAWSExampleGetObject() {
         var r = HTTPRequest(method: "GET", url: "https://examplebucket.s3.amazonaws.com/test.txt", headers: [("Range", "bytes=0-9")])
         SigV4Signer(credentials: docsCredentials, region: "us-east-1").sign(&r, payloadHash: SigV4Signer.emptyPayloadHash, date: may24)
-        XCTAssertEqual(header(r, "Authorization"),
-                       "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41")
+        XCTAssertEqual(
+            header(r, "Authorization"),
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+        )
         XCTAssertEqual(header(r, "x-amz-date"), "20130524T000000Z")
         XCTAssertEqual(header(r, "Host"), "examplebucket.s3.amazonaws.com")
         XCTAssertNil(header(r, "x-amz-security-token"))
@@ -58,9 +61,10 @@ final class SigV4Tests: XCTestCase {
         let body = Data("Welcome to Amazon S3.".utf8)
         let hash = try SigV4Signer.payloadHash(.bytes(body))
         XCTAssertEqual(hash, "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072")
-        var r = HTTPRequest(method: "PUT", url: "https://examplebucket.s3.amazonaws.com/test$file.text",
-                            headers: [("Date", "Fri, 24 May 2013 00:00:00 GMT"), ("x-amz-storage-class", "REDUCED_REDUNDANCY")],
-                            body: .bytes(body))
+        var r = HTTPRequest(
+            method: "PUT", url: "https://examplebucket.s3.amazonaws.com/test$file.text",
+            headers: [("Date", "Fri, 24 May 2013 00:00:00 GMT"), ("x-amz-storage-class", "REDUCED_REDUNDANCY")],
+            body: .bytes(body))
         SigV4Signer(credentials: docsCredentials, region: "us-east-1").sign(&r, payloadHash: hash, date: may24)
         XCTAssertTrue(header(r, "Authorization")!.contains("SignedHeaders=date;host;x-amz-content-sha256;x-amz-date;x-amz-storage-class,"))
         XCTAssertEqual(signature(r), "98ad721746da40c64f1a55b78f14c238d841ea1380cd77a1b5971af0ece108bd")
@@ -85,8 +89,9 @@ final class SigV4Tests: XCTestCase {
         for i in bytes.indices { bytes[i] = UInt8(truncatingIfNeeded: i &* 31 &+ i >> 9) }
         try Data(bytes).write(to: URL(fileURLWithPath: file))
         let offset = 1_234_567, length = 1_500_001
-        XCTAssertEqual(try SigV4Signer.payloadHash(.file(path: file, offset: Int64(offset), length: Int64(length))),
-                       SigV4Signer.payloadHash(Data(bytes[offset..<(offset + length)])))
+        XCTAssertEqual(
+            try SigV4Signer.payloadHash(.file(path: file, offset: Int64(offset), length: Int64(length))),
+            SigV4Signer.payloadHash(Data(bytes[offset..<(offset + length)])))
         XCTAssertEqual(try SigV4Signer.payloadHash(.empty), SigV4Signer.emptyPayloadHash)
     }
 
@@ -97,24 +102,33 @@ final class SigV4Tests: XCTestCase {
     /// does not sort query parameters, and it signs a valueless `?uploads` as `uploads` rather
     /// than `uploads=`; so queries here are given sorted and with `=`.
     func testMatchesCurlAWSSigV4() throws {
-        let creds = AWSCredentials(accessKeyID: "ASIATESTKEY0000EXAMPLE", secretAccessKey: "sEcReT/with+chars=0123456789abcdefghij",
-                                   sessionToken: "FQoGZXIvYXdzEXAMPLE//session+token=")
+        let creds = AWSCredentials(
+            accessKeyID: "ASIATESTKEY0000EXAMPLE", secretAccessKey: "sEcReT/with+chars=0123456789abcdefghij",
+            sessionToken: "FQoGZXIvYXdzEXAMPLE//session+token=")
         let signer = SigV4Signer(credentials: creds, region: "eu-central-1")
         let key = "videos/2025 clips/a+b$c/été.mp4"
         let base = "http://bucket-1.example.test:9000/" + SigV4Signer.uriEncode(key, keepSlash: true)
         let cases: [(String, String, [(name: String, value: String)], String)] = [
             ("PUT", base + "?partNumber=12&uploadId=2~abc%2Fdef-ghi_jkl.mno%2B%3D", [], "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b4b0b822cd15d6c15b0f00a08"),
-            ("POST", base + "?uploads=", [("Content-Type", "video/mp4"), ("x-amz-meta-title", "My clip"),
-                                          ("x-amz-meta-description", S3Uploader.encodeMetadataValue("Über\nlines"))], SigV4Signer.emptyPayloadHash),
+            (
+                "POST", base + "?uploads=",
+                [
+                    ("Content-Type", "video/mp4"), ("x-amz-meta-title", "My clip"),
+                    ("x-amz-meta-description", S3Uploader.encodeMetadataValue("Über\nlines"))
+                ], SigV4Signer.emptyPayloadHash
+            ),
             ("GET", base + "?part-number-marker=1000&uploadId=xyz", [], SigV4Signer.emptyPayloadHash),
-            ("PUT", base + "?partNumber=1&uploadId=xyz", [], SigV4Signer.unsignedPayload),
+            ("PUT", base + "?partNumber=1&uploadId=xyz", [], SigV4Signer.unsignedPayload)
         ]
         for (method, url, headers, hash) in cases {
             var ours = HTTPRequest(method: method, url: url, headers: headers)
             signer.sign(&ours, payloadHash: hash, date: may24)
-            let theirs = try curlAuthorization(method: method, url: url, creds: creds, region: "eu-central-1",
-                                               headers: headers + [("X-Amz-Date", "20130524T000000Z"), ("x-amz-content-sha256", hash),
-                                                                   ("x-amz-security-token", creds.sessionToken!)])
+            let theirs = try curlAuthorization(
+                method: method, url: url, creds: creds, region: "eu-central-1",
+                headers: headers + [
+                    ("X-Amz-Date", "20130524T000000Z"), ("x-amz-content-sha256", hash),
+                    ("x-amz-security-token", creds.sessionToken!)
+                ])
             XCTAssertEqual(header(ours, "Authorization"), theirs, "\(method) \(url)")
             XCTAssertTrue(header(ours, "Authorization")!.contains("x-amz-security-token"))
         }
@@ -124,13 +138,17 @@ final class SigV4Tests: XCTestCase {
 
     /// Runs `curl --aws-sigv4` against a one-shot local listener and returns the Authorization
     /// header curl sent.
-    func curlAuthorization(method: String, url: String, creds: AWSCredentials, region: String,
-                           headers: [(name: String, value: String)]) throws -> String {
+    func curlAuthorization(
+        method: String, url: String, creds: AWSCredentials, region: String,
+        headers: [(name: String, value: String)]
+    ) throws -> String {
         let dir = try tempDir()
         let portFile = dir + "/port", capture = dir + "/req"
         let listener = Process()
         listener.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        listener.arguments = ["python3", "-c", """
+        listener.arguments = [
+            "python3", "-c",
+            """
             import socket, sys, os
             s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)
             open(sys.argv[1] + '.tmp', 'w').write(str(s.getsockname()[1])); os.replace(sys.argv[1] + '.tmp', sys.argv[1])
@@ -141,7 +159,8 @@ final class SigV4Tests: XCTestCase {
                 data += d
             open(sys.argv[2], 'wb').write(data)
             c.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Length: 0\\r\\nConnection: close\\r\\n\\r\\n'); c.close()
-            """, portFile, capture]
+            """, portFile, capture
+        ]
         try listener.run()
         defer { if listener.isRunning { listener.terminate() } }
         var port = ""
@@ -151,9 +170,11 @@ final class SigV4Tests: XCTestCase {
         }
         let host = URLComponents(string: url)!.host!
         let urlPort = URLComponents(string: url)!.port ?? 80
-        var args = ["curl", "-s", "-o", "/dev/null", "--globoff", "--aws-sigv4", "aws:amz:\(region):s3",
-                    "--user", "\(creds.accessKeyID):\(creds.secretAccessKey)",
-                    "--connect-to", "\(host):\(urlPort):127.0.0.1:\(port)", "-X", method]
+        var args = [
+            "curl", "-s", "-o", "/dev/null", "--globoff", "--aws-sigv4", "aws:amz:\(region):s3",
+            "--user", "\(creds.accessKeyID):\(creds.secretAccessKey)",
+            "--connect-to", "\(host):\(urlPort):127.0.0.1:\(port)", "-X", method
+        ]
         for (n, v) in headers { args += ["-H", "\(n): \(v)"] }
         if method == "PUT" || method == "POST" { args += ["--data-binary", ""] }
         args.append(url)

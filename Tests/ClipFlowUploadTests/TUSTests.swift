@@ -368,7 +368,7 @@ final class TUSTests: XCTestCase {
             ["method": "PATCH", "times": 3, "action": "status", "status": 503, "body": "busy"],
             ["method": "PATCH", "times": 2, "action": "status", "status": 423, "body": "locked"],
             ["method": "PATCH", "times": 1, "action": "status", "status": 429, "headers": ["Retry-After": "1"]],
-            ["method": "HEAD", "times": 1, "action": "status", "status": 500],
+            ["method": "HEAD", "times": 1, "action": "status", "status": 500]
         ])
         let file = try makeFile("burst.mp4", bytes: 800_000)
         var o = options(proxy.baseURL)
@@ -439,8 +439,12 @@ final class TUSTests: XCTestCase {
     func testForbiddenFailsAtOnceWithServerTextRedacted() throws {
         let proxy = try LocalProxy(upstreamPort: server.port, directory: dir)
         let secret = "sekrit-\(UUID().uuidString)"
-        try proxy.rules([["method": "PATCH", "times": 1, "action": "status", "status": 403,
-                          "body": "  quota exceeded for Bearer \(secret)\n"]])
+        try proxy.rules([
+            [
+                "method": "PATCH", "times": 1, "action": "status", "status": 403,
+                "body": "  quota exceeded for Bearer \(secret)\n"
+            ]
+        ])
         let file = try makeFile("forb.mp4", bytes: 900_000)
         let up = TUSUploader(options: options(proxy.baseURL), store: try store(), headers: { ["Authorization": "Bearer \(secret)"] })
         let log = UploadEventLog()
@@ -479,7 +483,9 @@ final class TUSTests: XCTestCase {
         let result = try up.upload(file: file, id: "huge", metadata: [:], control: UploadControl(), observer: peak)
         let seconds = Date().timeIntervalSince(start)
         let grew = peak.max - before.rss
-        print("5 GiB upload: \(String(format: "%.1f", seconds)) s, \(String(format: "%.0f", Double(size) / seconds / 1e6)) MB/s; RSS before \(before.rss >> 10) MiB, peak during \(peak.max >> 10) MiB (+\(grew >> 10) MiB); VmHWM \(before.hwm >> 10) -> \(rss().hwm >> 10) MiB")
+        print(
+            "5 GiB upload: \(String(format: "%.1f", seconds)) s, \(String(format: "%.0f", Double(size) / seconds / 1e6)) MB/s; RSS before \(before.rss >> 10) MiB, peak during \(peak.max >> 10) MiB (+\(grew >> 10) MiB); VmHWM \(before.hwm >> 10) -> \(rss().hwm >> 10) MiB"
+        )
         XCTAssertEqual(result.bytes, size)
         XCTAssertEqual(try server.head(result.url!).offset, size)
         XCTAssertLessThan(grew, 48 << 10, "resident memory grew by \(grew >> 10) MiB with 64 MiB chunks")
@@ -616,8 +622,9 @@ final class TUSReviewFixTests: XCTestCase {
         try proxy.rules([["method": "PATCH", "skip": 1, "times": -1, "action": "status", "status": 503]])
         let counter = dir + "/count"
         let file = try makeFile("head403.mp4", bytes: 1_200_000)
-        XCTAssertThrowsError(try destinationUploader(proxy.baseURL, counter: counter)
-            .upload(file: file, id: "h", metadata: [:], control: UploadControl(), observer: NoUploadObserver()))
+        XCTAssertThrowsError(
+            try destinationUploader(proxy.baseURL, counter: counter)
+                .upload(file: file, id: "h", metadata: [:], control: UploadControl(), observer: NoUploadObserver()))
         let url = try XCTUnwrap(try store().all.first?.uploadURL)
         try proxy.rules([["method": "HEAD", "times": 1, "action": "status", "status": 403, "body": "expired"]])
         let up = try destinationUploader(proxy.baseURL, counter: counter)
@@ -653,8 +660,12 @@ final class TUSReviewFixTests: XCTestCase {
     /// paused after 20 s so a regression fails instead of hanging).
     func testPatchThatNeverAdvancesGivesUp() throws {
         let proxy = try LocalProxy(upstreamPort: server.port, directory: dir)
-        try proxy.rules([["method": "PATCH", "times": -1, "action": "status", "status": 204,
-                          "headers": ["Tus-Resumable": "1.0.0", "Upload-Offset": "0"]]])
+        try proxy.rules([
+            [
+                "method": "PATCH", "times": -1, "action": "status", "status": 204,
+                "headers": ["Tus-Resumable": "1.0.0", "Upload-Offset": "0"]
+            ]
+        ])
         let file = try makeFile("stuck.mp4", bytes: 600_000)
         var o = options(proxy.baseURL)
         o.creationWithUpload = false
@@ -682,13 +693,21 @@ final class TUSReviewFixTests: XCTestCase {
         XCTAssertEqual(try fileSHA256(server.storedPath(result.url!)), try fileSHA256(file))
 
         let proxy = try LocalProxy(upstreamPort: server.port, directory: dir)
-        try proxy.rules([["method": "OPTIONS", "times": -1, "action": "status", "status": 204,
-                          "headers": ["Tus-Resumable": "1.0.0", "Tus-Version": "1.0.0", "Tus-Extension": "creation,checksum",
-                                      "Tus-Checksum-Algorithm": "md5"]]])
+        try proxy.rules([
+            [
+                "method": "OPTIONS", "times": -1, "action": "status", "status": 204,
+                "headers": [
+                    "Tus-Resumable": "1.0.0", "Tus-Version": "1.0.0", "Tus-Extension": "creation,checksum",
+                    "Tus-Checksum-Algorithm": "md5"
+                ]
+            ]
+        ])
         var o2 = options(proxy.baseURL)
         o2.checksum = .sha256
-        XCTAssertThrowsError(try TUSUploader(options: o2, store: try store())
-            .upload(file: file, id: "c2", metadata: [:], control: UploadControl(), observer: NoUploadObserver())) { e in
+        XCTAssertThrowsError(
+            try TUSUploader(options: o2, store: try store())
+                .upload(file: file, id: "c2", metadata: [:], control: UploadControl(), observer: NoUploadObserver())
+        ) { e in
             let u = e as? UploadError
             XCTAssertEqual(u?.code, "unsupported")
             XCTAssertTrue(u?.message.contains("sha256") ?? false, u?.message ?? "")

@@ -8,11 +8,11 @@ final class UploadModelTests: XCTestCase {
         var r = RetryState(policy: RetryPolicy(baseDelay: 1, maxDelay: 8, maxAttemptsWithoutProgress: 5))
         // random() = 1 gives the ceiling, 0 gives half of it.
         XCTAssertEqual(r.failure(at: 0, random: { 0.999999 })!, 1, accuracy: 1e-4)
-        XCTAssertEqual(r.failure(at: 0, random: { 0 }), 1)      // ceiling 2, half
-        XCTAssertEqual(r.failure(at: 0, random: { 0 }), 2)      // ceiling 4
-        XCTAssertEqual(r.failure(at: 0, random: { 0 }), 4)      // ceiling 8
-        XCTAssertEqual(r.failure(at: 0, random: { 0 }), 4)      // capped at 8
-        XCTAssertNil(r.failure(at: 0, random: { 0 }))           // 6th failure without progress: give up
+        XCTAssertEqual(r.failure(at: 0, random: { 0 }), 1)  // ceiling 2, half
+        XCTAssertEqual(r.failure(at: 0, random: { 0 }), 2)  // ceiling 4
+        XCTAssertEqual(r.failure(at: 0, random: { 0 }), 4)  // ceiling 8
+        XCTAssertEqual(r.failure(at: 0, random: { 0 }), 4)  // capped at 8
+        XCTAssertNil(r.failure(at: 0, random: { 0 }))  // 6th failure without progress: give up
         // Progress since the last failure resets the count.
         var s = RetryState(policy: RetryPolicy(baseDelay: 1, maxDelay: 8, maxAttemptsWithoutProgress: 2))
         XCTAssertNotNil(s.failure(at: 0, random: { 0 }))
@@ -53,8 +53,9 @@ final class UploadModelTests: XCTestCase {
         XCTAssertEqual(Digest.hash(.sha1, Data("abc".utf8)).hex, "a9993e364706816aba3e25717850c26c9cd0d89d")
         XCTAssertEqual(Digest.hash(.md5, Data()).hex, "d41d8cd98f00b204e9800998ecf8427e")
         // RFC 4231 test case 2.
-        XCTAssertEqual(Digest.hmacSHA256(key: Array("Jefe".utf8), Data("what do ya want for nothing?".utf8)).hex,
-                       "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        XCTAssertEqual(
+            Digest.hmacSHA256(key: Array("Jefe".utf8), Data("what do ya want for nothing?".utf8)).hex,
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
     }
 
     func testFileRangeDigestAgreesWithSha256sum() throws {
@@ -136,15 +137,17 @@ final class UploadModelTests: XCTestCase {
     }
 
     func testCredentialsJSONShapes() throws {
-        let sts = #"{"Credentials": {"AccessKeyId": "ASIAKEY1", "SecretAccessKey": "secret/one", "SessionToken": "tok1", "Expiration": "2026-11-23T12:00:00Z"}}"#
+        let sts =
+            #"{"Credentials": {"AccessKeyId": "ASIAKEY1", "SecretAccessKey": "secret/one", "SessionToken": "tok1", "Expiration": "2026-11-23T12:00:00Z"}}"#
         let a = try parseCredentials(Data(sts.utf8), source: "t").aws!
         XCTAssertEqual(a.accessKeyID, "ASIAKEY1")
         XCTAssertEqual(a.sessionToken, "tok1")
         XCTAssertNotNil(a.expiration)
         let snake = #"{"access_key_id": "K2", "secret_access_key": "S2-secret"}"#
         XCTAssertEqual(try parseCredentials(Data(snake.utf8), source: "t").aws?.secretAccessKey, "S2-secret")
-        XCTAssertEqual(try parseCredentials(Data(#"{"access": "acc-tok", "refresh": "ref-tok"}"#.utf8), source: "t"),
-                       .bearer(token: "acc-tok", refreshToken: "ref-tok"))
+        XCTAssertEqual(
+            try parseCredentials(Data(#"{"access": "acc-tok", "refresh": "ref-tok"}"#.utf8), source: "t"),
+            .bearer(token: "acc-tok", refreshToken: "ref-tok"))
         XCTAssertThrowsError(try parseCredentials(Data("[]".utf8), source: "cmd x")) { XCTAssertTrue("\($0)".contains("cmd x")) }
         XCTAssertThrowsError(try parseCredentials(Data(#"{"a": 1}"#.utf8), source: "cmd y"))
         // Secrets parsed are redacted from then on.

@@ -22,7 +22,9 @@ final class UploadQueueTests: XCTestCase {
         }
         var destination: String { "step \(target.path)" }
         func upload(file: String, id: String, metadata: [String: String], control: UploadControl, observer: UploadObserver) throws -> UploadResult {
-            StepUploader.active.withLock { $0.now += 1; $0.peak = max($0.peak, $0.now) }
+            StepUploader.active.withLock {
+                $0.now += 1; $0.peak = max($0.peak, $0.now)
+            }
             defer { StepUploader.active.withLock { $0.now -= 1 } }
             let data = try Data(contentsOf: URL(fileURLWithPath: file))
             let out = target.appendingPathComponent((file as NSString).lastPathComponent)
@@ -65,11 +67,15 @@ final class UploadQueueTests: XCTestCase {
         StepUploader.active.withLock { $0 = (0, 0, [], []) }
     }
 
-    func makeQueue(_ concurrency: Int = 2, step: Double = 0.01, failFirst: Bool = false, observer: UploadObserver = NoUploadObserver(),
-                   flag: CancellationFlag? = nil) throws -> UploadQueue {
+    func makeQueue(
+        _ concurrency: Int = 2, step: Double = 0.01, failFirst: Bool = false, observer: UploadObserver = NoUploadObserver(),
+        flag: CancellationFlag? = nil
+    ) throws -> UploadQueue {
         let t = target!
-        return try UploadQueue(directory: dir.appendingPathComponent("state").path, concurrency: concurrency, observer: observer,
-                               cancellation: flag, pollInterval: 0.02) { _, _ in StepUploader(target: t, stepDelay: step, failFirst: failFirst) }
+        return try UploadQueue(
+            directory: dir.appendingPathComponent("state").path, concurrency: concurrency, observer: observer,
+            cancellation: flag, pollInterval: 0.02
+        ) { _, _ in StepUploader(target: t, stepDelay: step, failFirst: failFirst) }
     }
 
     func testRunsEverythingWithAtMostTheConcurrencyBoundAndPersists() throws {
@@ -83,7 +89,8 @@ final class UploadQueueTests: XCTestCase {
         XCTAssertEqual(done.map(\.state), Array(repeating: .finished, count: 5))
         XCTAssertEqual(StepUploader.active.withLock { $0.peak }, 2)
         for f in files {
-            XCTAssertEqual(try Data(contentsOf: target.appendingPathComponent((f as NSString).lastPathComponent)), try Data(contentsOf: URL(fileURLWithPath: f)))
+            XCTAssertEqual(
+                try Data(contentsOf: target.appendingPathComponent((f as NSString).lastPathComponent)), try Data(contentsOf: URL(fileURLWithPath: f)))
         }
         XCTAssertEqual(log.named("finished").count, 5)
         XCTAssertEqual(try makeQueue().list().map(\.acknowledged), done.map(\.total))

@@ -8,14 +8,14 @@ final class UploadSettingsCompatibilityTests: XCTestCase {
     /// A queue.json as the string-typed version wrote it (addressing, checksum and errorCode as
     /// plain strings).
     let oldQueue = """
-    {"version":1,"uploads":[{"id":"a1b2c3d4","file":"/tmp/clip.mp4","destination":{"method":"s3","endpoint":"http://127.0.0.1:9",\
-    "bucket":"b","region":"us-east-1","addressing":"virtual","checksum":"sha1","credentials":{}},"metadata":{"title":"T"},\
-    "state":"failed","added":"2026-01-01T00:00:00Z","updated":"2026-01-01T00:00:05Z","acknowledged":5,"total":10,\
-    "errorCode":"s3-no-such-upload","errorMessage":"/tmp/clip.mp4: gone"},
-    {"id":"e5f6a7b8","file":"/tmp/b.mp4","destination":{"method":"tus","endpoint":"http://127.0.0.1:9/files","checksum":"off",\
-    "credentials":{}},"metadata":{},"state":"failed","added":"2026-01-01T00:00:00Z","updated":"2026-01-01T00:00:05Z",\
-    "acknowledged":0,"total":10,"errorCode":"http-500","errorMessage":"/tmp/b.mp4: server error"}]}
-    """
+        {"version":1,"uploads":[{"id":"a1b2c3d4","file":"/tmp/clip.mp4","destination":{"method":"s3","endpoint":"http://127.0.0.1:9",\
+        "bucket":"b","region":"us-east-1","addressing":"virtual","checksum":"sha1","credentials":{}},"metadata":{"title":"T"},\
+        "state":"failed","added":"2026-01-01T00:00:00Z","updated":"2026-01-01T00:00:05Z","acknowledged":5,"total":10,\
+        "errorCode":"s3-no-such-upload","errorMessage":"/tmp/clip.mp4: gone"},
+        {"id":"e5f6a7b8","file":"/tmp/b.mp4","destination":{"method":"tus","endpoint":"http://127.0.0.1:9/files","checksum":"off",\
+        "credentials":{}},"metadata":{},"state":"failed","added":"2026-01-01T00:00:00Z","updated":"2026-01-01T00:00:05Z",\
+        "acknowledged":0,"total":10,"errorCode":"http-500","errorMessage":"/tmp/b.mp4: server error"}]}
+        """
 
     func testQueueFileWrittenByTheStringTypedVersionLoadsAndKeepsItsSpellings() throws {
         let dir = Fixtures.shared.scratch("upload-old-queue").path
@@ -44,11 +44,13 @@ final class UploadSettingsCompatibilityTests: XCTestCase {
     }
 
     func testErrorCodeSpellingsRoundTrip() {
-        let codes: [UploadErrorCode] = [.badInput, .fileChanged, .fileRead, .cancelled, .paused, .internal, .libraries, .output,
-                                        .transport, .network, .stalled, .badResponse, .tls, .invalid, .unsupported, .tooLarge,
-                                        .protocol, .checksumMismatch, .crossOrigin, .gone, .conflict, .noProgress, .credentials,
-                                        .credentialsExpired, .clockSkew, .retry, .api, .failure, .s3NoSuchUpload,
-                                        .http(403), .s3("AccessDenied")]
+        let codes: [UploadErrorCode] = [
+            .badInput, .fileChanged, .fileRead, .cancelled, .paused, .internal, .libraries, .output,
+            .transport, .network, .stalled, .badResponse, .tls, .invalid, .unsupported, .tooLarge,
+            .protocol, .checksumMismatch, .crossOrigin, .gone, .conflict, .noProgress, .credentials,
+            .credentialsExpired, .clockSkew, .retry, .api, .failure, .s3NoSuchUpload,
+            .http(403), .s3("AccessDenied")
+        ]
         XCTAssertEqual(Set(codes.map(\.rawValue)).count, codes.count, "every spelling is distinct")
         for c in codes { XCTAssertEqual(UploadErrorCode(rawValue: c.rawValue), c, c.rawValue) }
         XCTAssertEqual(UploadErrorCode.http(503).rawValue, "http-503")

@@ -217,7 +217,8 @@ public final class GraphRunner: @unchecked Sendable {
     private func outcome(_ made: [Link]) -> GraphOutcome {
         linkStats = made.map { ($0.from, $0.to, $0.stats) }
         for (from, to, st) in linkStats {
-            sink.emit(PipelineEvent(stage: to, kind: .queue(from: from, peakItems: st.peakItems, peakBytes: st.peakBytes, dropped: st.dropped), time: clock.now()))
+            sink.emit(
+                PipelineEvent(stage: to, kind: .queue(from: from, peakItems: st.peakItems, peakBytes: st.peakBytes, dropped: st.dropped), time: clock.now()))
         }
         lock.lock(); let f = failure; lock.unlock()
         if let f { return .failed(stage: f.stage, error: f.error) }

@@ -33,8 +33,9 @@ public final class StageHarness: @unchecked Sendable {
         self.stage = stage
         self.clock = clock
         output = Link(from: stage.id, to: "harness", limits: LinkLimits(maxItems: outputLimit, maxBytes: .max), policy: .block)
-        context = StageContext(stageID: stage.id, clock: clock, outputs: stage.outputType == nil ? [] : [output],
-                               sink: recorder, cancel: CancellationFlag())
+        context = StageContext(
+            stageID: stage.id, clock: clock, outputs: stage.outputType == nil ? [] : [output],
+            sink: recorder, cancel: CancellationFlag())
     }
 
     public func prepare() throws { try stage.prepare(context) }

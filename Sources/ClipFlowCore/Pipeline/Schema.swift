@@ -16,13 +16,15 @@ public enum PipelineSchema {
             var props: [String: Any] = [
                 "id": ["type": "string", "pattern": PipelineValidator.idPattern, "description": "unique name of the stage"],
                 "kind": ["const": kind.name, "description": kind.summary],
-                "description": ["type": "string"],
+                "description": ["type": "string"]
             ]
             var required = ["id", "kind"]
             if !kind.isSource {
-                var inputs: [String: Any] = ["type": "array", "items": ["type": "string", "pattern": PipelineValidator.idPattern],
-                                             "uniqueItems": true, "minItems": kind.minInputs,
-                                             "description": "ids of the stages feeding this one (\(kind.inputs.map(\.rawValue).sorted().joined(separator: " or ")))"]
+                var inputs: [String: Any] = [
+                    "type": "array", "items": ["type": "string", "pattern": PipelineValidator.idPattern],
+                    "uniqueItems": true, "minItems": kind.minInputs,
+                    "description": "ids of the stages feeding this one (\(kind.inputs.map(\.rawValue).sorted().joined(separator: " or ")))"
+                ]
                 if let mx = kind.maxInputs { inputs["maxItems"] = mx }
                 props["inputs"] = inputs
                 props["queue"] = queueSchema(kind)
@@ -34,8 +36,10 @@ public enum PipelineSchema {
                 props[p.name] = paramSchema(p)
                 if p.required { required.append(p.name) }
             }
-            return ["type": "object", "title": kind.name, "properties": props, "required": required, "additionalProperties": false,
-                    "if": ["properties": ["kind": ["const": kind.name]], "required": ["kind"]]]
+            return [
+                "type": "object", "title": kind.name, "properties": props, "required": required, "additionalProperties": false,
+                "if": ["properties": ["kind": ["const": kind.name]], "required": ["kind"]]
+            ]
         }
         // Dispatch on "kind": each branch applies only when kind matches; an unknown kind fails.
         let kindNames = registry.kinds.map(\.name)
@@ -49,7 +53,7 @@ public enum PipelineSchema {
             "type": "object",
             "required": ["id", "kind"],
             "properties": ["kind": ["enum": kindNames]],
-            "allOf": allOf,
+            "allOf": allOf
         ]
         let root: [String: Any] = [
             "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -62,8 +66,8 @@ public enum PipelineSchema {
             "properties": [
                 "version": ["const": 1],
                 "description": ["type": "string"],
-                "stages": ["type": "array", "minItems": 1, "items": stage],
-            ],
+                "stages": ["type": "array", "minItems": 1, "items": stage]
+            ]
         ]
         let data = (try? JSONSerialization.data(withJSONObject: root, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])) ?? Data()
         return String(decoding: data, as: UTF8.self) + "\n"
@@ -79,8 +83,8 @@ public enum PipelineSchema {
                 "max-bytes": ["type": "integer", "minimum": 1, "maximum": largest, "default": kind.queue.maxBytes],
                 "max-time": ["type": "number", "exclusiveMinimum": 0, "maximum": largest],
                 "low-watermark": ["type": "number", "minimum": 0, "exclusiveMaximum": 1, "default": kind.queue.lowWatermark],
-                "policy": ["enum": OverflowPolicy.allCases.map(\.rawValue), "default": kind.policy.rawValue],
-            ] as [String: Any],
+                "policy": ["enum": OverflowPolicy.allCases.map(\.rawValue), "default": kind.policy.rawValue]
+            ] as [String: Any]
         ]
     }
 

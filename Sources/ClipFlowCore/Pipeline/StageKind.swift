@@ -49,8 +49,10 @@ public struct ParamSpec: Sendable {
     /// Never printed back (tokens, keys).
     public var secret: Bool
 
-    public init(_ name: String, _ type: ParamType, required: Bool = false, default defaultValue: JSONValue? = nil,
-                secret: Bool = false, help: String) {
+    public init(
+        _ name: String, _ type: ParamType, required: Bool = false, default defaultValue: JSONValue? = nil,
+        secret: Bool = false, help: String
+    ) {
         self.name = name
         self.type = type
         self.required = required
@@ -72,7 +74,9 @@ public struct StageParams: Sendable {
     public func bool(_ k: String) -> Bool? { if case .bool(let b)? = values[k] { return b }; return nil }
     public func strings(_ k: String) -> [String]? {
         guard case .array(let a)? = values[k] else { return nil }
-        return a.compactMap { if case .string(let s) = $0.value { return s }; return nil }
+        return a.compactMap {
+            if case .string(let s) = $0.value { return s }; return nil
+        }
     }
 }
 
@@ -155,9 +159,11 @@ public struct StageKind: Sendable {
     public var files: StageFilesOf?
     public var make: StageFactory
 
-    public init(name: String, summary: String, inputs: Set<PortType> = [], minInputs: Int = 0, maxInputs: Int? = nil,
-                output: PortType?, params: [ParamSpec], queue: LinkLimits = LinkLimits(), policy: OverflowPolicy = .block,
-                check: StageCheck? = nil, files: StageFilesOf? = nil, make: @escaping StageFactory) {
+    public init(
+        name: String, summary: String, inputs: Set<PortType> = [], minInputs: Int = 0, maxInputs: Int? = nil,
+        output: PortType?, params: [ParamSpec], queue: LinkLimits = LinkLimits(), policy: OverflowPolicy = .block,
+        check: StageCheck? = nil, files: StageFilesOf? = nil, make: @escaping StageFactory
+    ) {
         self.name = name
         self.summary = summary
         self.inputs = inputs

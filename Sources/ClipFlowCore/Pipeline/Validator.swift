@@ -44,8 +44,10 @@ public struct PipelineValidator {
     static let common: Set<String> = ["id", "kind", "inputs", "queue", "description"]
     static let queueKeys = ["max-items", "max-bytes", "max-time", "low-watermark", "policy"]
 
-    public init(registry: StageRegistry, variables: [String: String] = [:],
-                environment: [String: String] = ProcessInfo.processInfo.environment) {
+    public init(
+        registry: StageRegistry, variables: [String: String] = [:],
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) {
         self.registry = registry
         self.variables = variables
         self.environment = environment
@@ -80,7 +82,10 @@ public struct PipelineValidator {
         for (k, v) in top {
             if !seenTop.insert(k).inserted { duplicateTop.append((k, v)) }
             if !["version", "stages", "description"].contains(k) {
-                issue(k, v, "unknown key\(suggestion(for: k, in: ["version", "stages", "description"])); expected \"version\", \"stages\" and optionally \"description\"")
+                issue(
+                    k, v,
+                    "unknown key\(suggestion(for: k, in: ["version", "stages", "description"])); expected \"version\", \"stages\" and optionally \"description\""
+                )
             }
         }
         summarised(duplicateTop, { issue($0.key, $0.value, "duplicate key") }, more: { issue("", $1.value, "... and \($0) more duplicate keys") })
@@ -121,20 +126,35 @@ public struct PipelineValidator {
                     } else {
                         ids[id] = i
                     }
-                } else { issue("\(p).id", idn, "expected a string, got \(idn.value.typeName)") }
-            } else { issue("\(p).id", node, "missing; every stage needs an \"id\"") }
+                } else {
+                    issue("\(p).id", idn, "expected a string, got \(idn.value.typeName)")
+                }
+            } else {
+                issue("\(p).id", node, "missing; every stage needs an \"id\"")
+            }
             if let kn = node["kind"] {
                 if case .string(let k) = kn.value {
-                    if let kind = registry.kind(k) { kinds[i] = kind } else {
-                        issue("\(p).kind", kn, "unknown stage kind \"\(k)\"\(suggestion(for: k, in: registry.kinds.map(\.name))); known kinds: \(registry.kinds.map(\.name).joined(separator: ", "))")
+                    if let kind = registry.kind(k) {
+                        kinds[i] = kind
+                    } else {
+                        issue(
+                            "\(p).kind", kn,
+                            "unknown stage kind \"\(k)\"\(suggestion(for: k, in: registry.kinds.map(\.name))); known kinds: \(registry.kinds.map(\.name).joined(separator: ", "))"
+                        )
                     }
-                } else { issue("\(p).kind", kn, "expected a string, got \(kn.value.typeName)") }
-            } else { issue("\(p).kind", node, "missing; expected one of: \(registry.kinds.map(\.name).joined(separator: ", "))") }
+                } else {
+                    issue("\(p).kind", kn, "expected a string, got \(kn.value.typeName)")
+                }
+            } else {
+                issue("\(p).kind", node, "missing; expected one of: \(registry.kinds.map(\.name).joined(separator: ", "))")
+            }
         }
 
         // What an unknown input reference is told: made once, and short however many stages there are.
         let sortedIDs = ids.keys.sorted()
-        let knownIDs = sortedIDs.count <= Self.summaryLimit * 2 ? sortedIDs.joined(separator: ", ")
+        let knownIDs =
+            sortedIDs.count <= Self.summaryLimit * 2
+            ? sortedIDs.joined(separator: ", ")
             : sortedIDs.prefix(Self.summaryLimit * 2).joined(separator: ", ") + ", ... (\(sortedIDs.count) in all)"
         func idSuggestion(_ ref: String) -> String { sortedIDs.count <= 1000 ? suggestion(for: ref, in: sortedIDs) : "" }
 
@@ -150,8 +170,9 @@ public struct PipelineValidator {
             var seen = Set<String>()
             var duplicateKeys: [(key: String, value: JSONNode)] = []
             for m in members where !seen.insert(m.key).inserted { duplicateKeys.append(m) }
-            summarised(duplicateKeys, { issue("\(p).\($0.key)", $0.value, "duplicate key") },
-                       more: { issue(p, $1.value, "... and \($0) more duplicate keys") })
+            summarised(
+                duplicateKeys, { issue("\(p).\($0.key)", $0.value, "duplicate key") },
+                more: { issue(p, $1.value, "... and \($0) more duplicate keys") })
 
             // inputs
             var inputIDs: [String] = []
@@ -177,25 +198,37 @@ public struct PipelineValidator {
                                 issue(ip, e, "a \(kind.name) stage is a source and takes no inputs")
                             } else if let out = up.output {
                                 if !kind.inputs.contains(out) {
-                                    issue(ip, e, "stage \"\(ref)\" (\(up.name)) produces \(out.rawValue), but \(kind.name) takes \(kind.inputs.map(\.rawValue).sorted().joined(separator: " or "))")
+                                    issue(
+                                        ip, e,
+                                        "stage \"\(ref)\" (\(up.name)) produces \(out.rawValue), but \(kind.name) takes \(kind.inputs.map(\.rawValue).sorted().joined(separator: " or "))"
+                                    )
                                 }
                             } else {
                                 issue(ip, e, "stage \"\(ref)\" (\(up.name)) is a sink and produces nothing to connect")
                             }
                         }
                     }
-                } else { issue("\(p).inputs", inNode, "expected a list of stage ids, got \(inNode.value.typeName)") }
+                } else {
+                    issue("\(p).inputs", inNode, "expected a list of stage ids, got \(inNode.value.typeName)")
+                }
             }
-            summarised(listedTwice, { issue($0.path, $0.node, "\"\($0.ref)\" is listed twice") },
-                       more: { issue("\(p).inputs", $1.node, "... and \($0) more inputs listed twice") })
+            summarised(
+                listedTwice, { issue($0.path, $0.node, "\"\($0.ref)\" is listed twice") },
+                more: { issue("\(p).inputs", $1.node, "... and \($0) more inputs listed twice") })
             inputsOf[i] = inputIdx
             if let kind, !kind.isSource {
                 var listed = 0
                 if case .array(let arr)? = node["inputs"]?.value { listed = arr.count }
-                if listed < kind.minInputs && node["inputs"].map({ if case .array = $0.value { return true }; return false }) ?? true {
-                    issue("\(p).inputs", node["inputs"] ?? node, node["inputs"] == nil
-                          ? "missing; a \(kind.name) stage needs at least \(kind.minInputs) input(s) (stage ids producing \(kind.inputs.map(\.rawValue).sorted().joined(separator: " or ")))"
-                          : "a \(kind.name) stage needs at least \(kind.minInputs) input(s)")
+                if listed < kind.minInputs
+                    && node["inputs"].map({
+                        if case .array = $0.value { return true }; return false
+                    }) ?? true
+                {
+                    issue(
+                        "\(p).inputs", node["inputs"] ?? node,
+                        node["inputs"] == nil
+                            ? "missing; a \(kind.name) stage needs at least \(kind.minInputs) input(s) (stage ids producing \(kind.inputs.map(\.rawValue).sorted().joined(separator: " or ")))"
+                            : "a \(kind.name) stage needs at least \(kind.minInputs) input(s)")
                 }
                 if let mx = kind.maxInputs, inputIDs.count > mx {
                     issue("\(p).inputs", node["inputs"], "a \(kind.name) stage takes at most \(mx) input(s), got \(inputIDs.count)")
@@ -207,14 +240,26 @@ public struct PipelineValidator {
             var values: [String: JSONValue] = [:]
             let known = kind.params.map(\.name)
             for (k, v) in members where !Self.common.contains(k) && !known.contains(k) {
-                issue("\(p).\(k)", v, "unknown parameter for a \(kind.name) stage\(suggestion(for: k, in: known + ["inputs", "queue"])); \(known.isEmpty ? "it takes none" : "it takes: " + known.joined(separator: ", "))")
+                issue(
+                    "\(p).\(k)", v,
+                    "unknown parameter for a \(kind.name) stage\(suggestion(for: k, in: known + ["inputs", "queue"])); \(known.isEmpty ? "it takes none" : "it takes: " + known.joined(separator: ", "))"
+                )
             }
-            if let d = node["description"], !{ if case .string = d.value { return true }; return false }() { issue("\(p).description", d, "expected a string, got \(d.value.typeName)") }
+            if let d = node["description"],
+                !{
+                    if case .string = d.value { return true }; return false
+                }()
+            {
+                issue("\(p).description", d, "expected a string, got \(d.value.typeName)")
+            }
             for spec in kind.params {
                 let pp = "\(p).\(spec.name)"
                 guard let raw = node[spec.name] else {
-                    if spec.required { issue(pp, node, "missing; expected \(spec.type.describe): \(spec.help)") }
-                    else if let d = spec.defaultValue { values[spec.name] = d }
+                    if spec.required {
+                        issue(pp, node, "missing; expected \(spec.type.describe): \(spec.help)")
+                    } else if let d = spec.defaultValue {
+                        values[spec.name] = d
+                    }
                     continue
                 }
                 if let v = check(raw, spec, pp, &issues) { values[spec.name] = v }
@@ -225,10 +270,13 @@ public struct PipelineValidator {
                 parseQueue(q, "\(p).queue", &limits, &policy, &issues)
             }
             let params = StageParams(values)
-            let paramsValid = !flaggedInPass1.contains(i)
+            let paramsValid =
+                !flaggedInPass1.contains(i)
                 && !issues[issuesBefore...].contains(where: { $0.path.hasPrefix(p + ".") && !$0.path.hasPrefix(p + ".inputs") })
             if paramsValid, let check = kind.check {
-                issues += check(params, p).map { var x = $0; if x.line == 0 { x.line = node.line; x.column = node.column }; return x }
+                issues += check(params, p).map {
+                    var x = $0; if x.line == 0 { x.line = node.line; x.column = node.column }; return x
+                }
             }
             // Valid values only (a bad one is absent), so the outputs it names are still checked.
             if let files = kind.files { filesOf[i] = files(params) }
@@ -239,7 +287,7 @@ public struct PipelineValidator {
 
         // Cycles (inputs are edges from input to stage).
         // Depth-first without recursion (a chain of stages may be as long as the file allows).
-        var state = Array(repeating: 0, count: list.count) // 0 new, 1 on the path, 2 done
+        var state = Array(repeating: 0, count: list.count)  // 0 new, 1 on the path, 2 done
         var reported = Set<Int>()
         var path: [(stage: Int, next: Int)] = []
         var depthOf = Array(repeating: -1, count: list.count)
@@ -259,7 +307,9 @@ public struct PipelineValidator {
                 if state[j] == 1 {
                     if reported.insert(j).inserted {
                         let names = path[depthOf[j]...].map { specs[$0.stage]?.id ?? "stages[\($0.stage)]" }
-                        issue("stages[\(i)].inputs", list[i]["inputs"], "cycle: \(names.joined(separator: " -> ")) -> \(names[names.startIndex]); a pipeline must flow one way")
+                        issue(
+                            "stages[\(i)].inputs", list[i]["inputs"],
+                            "cycle: \(names.joined(separator: " -> ")) -> \(names[names.startIndex]); a pipeline must flow one way")
                     }
                 } else if state[j] == 0 {
                     state[j] = 1
@@ -343,12 +393,15 @@ public struct PipelineValidator {
                 if next < s.endIndex, s[next] == "{", let close = s[next...].firstIndex(of: "}") {
                     let name = String(s[s.index(after: next)..<close])
                     if name.range(of: "^[A-Za-z_][A-Za-z0-9_]*$", options: .regularExpression) == nil {
-                        issues.append(PipelineIssue(path, "\"${\(name)}\" is not a valid variable name (letters, digits, '_')", line: node.line, column: node.column))
+                        issues.append(
+                            PipelineIssue(path, "\"${\(name)}\" is not a valid variable name (letters, digits, '_')", line: node.line, column: node.column))
                         ok = false
                     } else if let v = variables[name] ?? environment[name] {
                         out += v
                     } else {
-                        issues.append(PipelineIssue(path, "variable ${\(name)} is not set; pass --set \(name)=VALUE or export \(name)", line: node.line, column: node.column))
+                        issues.append(
+                            PipelineIssue(
+                                path, "variable ${\(name)} is not set; pass --set \(name)=VALUE or export \(name)", line: node.line, column: node.column))
                         ok = false
                     }
                     it = s.index(after: close)
@@ -395,8 +448,10 @@ public struct PipelineValidator {
         }
         func pathProblem(_ e: String, _ at: String, _ node: JSONNode) -> Bool {
             guard let c = e.unicodeScalars.first(where: Self.isControl) else { return false }
-            issues.append(PipelineIssue(at, "expected a path without control characters, got \(Self.escaped(e)) (U+\(String(format: "%04X", c.value)))\(from)",
-                                        line: node.line, column: node.column))
+            issues.append(
+                PipelineIssue(
+                    at, "expected a path without control characters, got \(Self.escaped(e)) (U+\(String(format: "%04X", c.value)))\(from)",
+                    line: node.line, column: node.column))
             return true
         }
         var value = raw.value
@@ -406,7 +461,11 @@ public struct PipelineValidator {
             case .integer, .number, .boolean, .integerChoice:
                 guard let e = expand(s, path, raw, &issues) else { return nil }
                 from = " (from \(s))"
-                if let d = Double(e) { value = .number(d) } else if e == "true" || e == "false" { value = .bool(e == "true") } else {
+                if let d = Double(e) {
+                    value = .number(d)
+                } else if e == "true" || e == "false" {
+                    value = .bool(e == "true")
+                } else {
                     return bad(spec.secret ? "a value that is not a number" : "\"\(e)\"")
                 }
             default: break
@@ -462,10 +521,14 @@ public struct PipelineValidator {
         }
     }
 
-    func parseQueue(_ q: JSONNode, _ path: String, _ limits: inout LinkLimits, _ policy: inout OverflowPolicy,
-                    _ issues: inout [PipelineIssue]) {
+    func parseQueue(
+        _ q: JSONNode, _ path: String, _ limits: inout LinkLimits, _ policy: inout OverflowPolicy,
+        _ issues: inout [PipelineIssue]
+    ) {
         guard case .object(let members) = q.value else {
-            issues.append(PipelineIssue(path, "expected an object with \(Self.queueKeys.joined(separator: ", ")), got \(q.value.typeName)", line: q.line, column: q.column))
+            issues.append(
+                PipelineIssue(
+                    path, "expected an object with \(Self.queueKeys.joined(separator: ", ")), got \(q.value.typeName)", line: q.line, column: q.column))
             return
         }
         for (k, v) in members {
@@ -473,19 +536,36 @@ public struct PipelineValidator {
             func bad(_ what: String) { issues.append(PipelineIssue(p, "expected \(what), got \(v.value.serialized)", line: v.line, column: v.column)) }
             switch k {
             case "max-items":
-                if case .number(let n) = v.value, n == n.rounded(), n >= 1, n <= 1_000_000 { limits.maxItems = Int(n) } else { bad("an integer from 1 to 1000000") }
+                if case .number(let n) = v.value, n == n.rounded(), n >= 1, n <= 1_000_000 {
+                    limits.maxItems = Int(n)
+                } else {
+                    bad("an integer from 1 to 1000000")
+                }
             case "max-bytes":
-                if case .number(let n) = v.value, n == n.rounded(), n >= 1, n <= Self.largestNumber { limits.maxBytes = Int64(n) } else { bad("an integer from 1 to \(Self.largestNumberText)") }
+                if case .number(let n) = v.value, n == n.rounded(), n >= 1, n <= Self.largestNumber {
+                    limits.maxBytes = Int64(n)
+                } else {
+                    bad("an integer from 1 to \(Self.largestNumberText)")
+                }
             case "max-time":
-                if case .number(let n) = v.value, n > 0, n <= Self.largestNumber { limits.maxDuration = n } else { bad("a number of seconds above 0 (at most \(Self.largestNumberText))") }
+                if case .number(let n) = v.value, n > 0, n <= Self.largestNumber {
+                    limits.maxDuration = n
+                } else {
+                    bad("a number of seconds above 0 (at most \(Self.largestNumberText))")
+                }
             case "low-watermark":
                 if case .number(let n) = v.value, n >= 0, n < 1 { limits.lowWatermark = n } else { bad("a number from 0 up to (not including) 1") }
             case "policy":
-                if case .string(let s) = v.value, let pol = OverflowPolicy(rawValue: s) { policy = pol } else {
+                if case .string(let s) = v.value, let pol = OverflowPolicy(rawValue: s) {
+                    policy = pol
+                } else {
                     bad("one of " + OverflowPolicy.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))
                 }
             default:
-                issues.append(PipelineIssue(p, "unknown queue setting\(suggestion(for: k, in: Self.queueKeys)); expected \(Self.queueKeys.joined(separator: ", "))", line: v.line, column: v.column))
+                issues.append(
+                    PipelineIssue(
+                        p, "unknown queue setting\(suggestion(for: k, in: Self.queueKeys)); expected \(Self.queueKeys.joined(separator: ", "))", line: v.line,
+                        column: v.column))
             }
         }
     }

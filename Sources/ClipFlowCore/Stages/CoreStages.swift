@@ -29,8 +29,9 @@ public final class FilesStage: Stage, @unchecked Sendable {
         params: [
             ParamSpec("paths", .pathList, help: "clip files, in order"),
             ParamSpec("glob", .path, help: "a pattern such as clips/*.mp4 (*, ?, [...]); matches are sorted by name"),
-            ParamSpec("sort", .choice(["none", "name", "mtime"]), default: .string("none"),
-                      help: "order: as listed (glob: by name), by file name, or by modification time"),
+            ParamSpec(
+                "sort", .choice(["none", "name", "mtime"]), default: .string("none"),
+                help: "order: as listed (glob: by name), by file name, or by modification time")
         ],
         check: { params, path in FilesStage.check(params, path) },
         files: { p in
@@ -79,7 +80,9 @@ public final class FilesStage: Stage, @unchecked Sendable {
         for i in 0..<Int(g.gl_pathc) {
             if let c = g.gl_pathv[i] { out.append(String(decoding: UnsafeRawBufferPointer(start: c, count: strlen(c)), as: UTF8.self)) }
         }
-        return out.sorted().filter { var d: ObjCBool = false; return FileManager.default.fileExists(atPath: $0, isDirectory: &d) && !d.boolValue }
+        return out.sorted().filter {
+            var d: ObjCBool = false; return FileManager.default.fileExists(atPath: $0, isDirectory: &d) && !d.boolValue
+        }
     }
 
     public func resolvedPaths() throws -> [String] {
@@ -128,9 +131,10 @@ public final class DirectoryStage: Stage, @unchecked Sendable {
         inputs: [.clips, .video, .image], minInputs: 1, output: nil,
         params: [
             ParamSpec("path", .path, required: true, help: "destination directory (created if missing)"),
-            ParamSpec("mode", .choice(["copy", "link"]), default: .string("copy"),
-                      help: "copy the file, or hard-link it when on the same filesystem (copies otherwise)"),
-            ParamSpec("overwrite", .boolean, default: .bool(true), help: "replace a file of the same name"),
+            ParamSpec(
+                "mode", .choice(["copy", "link"]), default: .string("copy"),
+                help: "copy the file, or hard-link it when on the same filesystem (copies otherwise)"),
+            ParamSpec("overwrite", .boolean, default: .bool(true), help: "replace a file of the same name")
         ],
         check: { p, path in
             guard let d = p.string("path") else { return [] }
@@ -221,7 +225,7 @@ public final class SyntheticSource: Stage, @unchecked Sendable {
         params: [
             ParamSpec("count", .integer(min: 0, max: nil), default: .number(100), help: "buffers to produce (0: until stopped)"),
             ParamSpec("size", .integer(min: 0, max: 1 << 30), default: .number(1_048_576), help: "bytes per buffer"),
-            ParamSpec("rate", .number(min: 0, max: nil), default: .number(0), help: "buffers per second (0: as fast as possible)"),
+            ParamSpec("rate", .number(min: 0, max: nil), default: .number(0), help: "buffers per second (0: as fast as possible)")
         ],
         make: { id, p in SyntheticSource(id: id, count: p.int("count") ?? 100, size: p.int("size") ?? (1 << 20), rate: p.double("rate") ?? 0) })
 
@@ -240,9 +244,10 @@ public final class SyntheticSource: Stage, @unchecked Sendable {
             if rate > 0 { context.clock.sleep(until: start + Double(n) / rate, stop: { context.stopRequested }) }
             if context.stopRequested { break }
             var data = Data(count: size)
-            if size > 0 { data[0] = UInt8(truncatingIfNeeded: n) } // touch: the memory is real
-            let item = Item(payload: .buffer(sequence: Int64(n), bytes: size), type: .buffers, bytes: Int64(size),
-                            time: rate > 0 ? Double(n) / rate : nil, storage: data)
+            if size > 0 { data[0] = UInt8(truncatingIfNeeded: n) }  // touch: the memory is real
+            let item = Item(
+                payload: .buffer(sequence: Int64(n), bytes: size), type: .buffers, bytes: Int64(size),
+                time: rate > 0 ? Double(n) / rate : nil, storage: data)
             let r = context.push(item)
             n += 1
             produced = n

@@ -2,7 +2,7 @@
 # Both install missing system packages first (Debian 12).
 SWIFT ?= swift
 
-.PHONY: deps build release demo test bench fuzz clean
+.PHONY: deps build release demo test format bench fuzz clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -16,8 +16,13 @@ release: deps
 demo: build
 	@bash scripts/demo.sh
 
+# The sources must be formatted as .swift-format says (`make format` does it) before the tests run.
 test: deps
+	$(SWIFT) format lint --strict --recursive Sources Tests Package.swift
 	$(SWIFT) test --disable-swift-testing
+
+format:
+	$(SWIFT) format format --in-place --recursive Sources Tests Package.swift
 
 bench: deps
 	@bash benchmarks/merge

@@ -69,6 +69,7 @@ final class UploadCLITests: XCTestCase {
             after: "\"event\":\"progress\"", watchStdout: true)
         XCTAssertEqual(status, 130, text)
         XCTAssertFalse(text.contains("\"event\":\"finished\""), "finished before the signal")
+        XCTAssertEqual(text.components(separatedBy: "\"event\":\"paused\"").count - 1, 1, "one paused event per upload: \(text)")
         let list = try Run.run([binary, "upload", "list", "--json", "--queue", queue])
         let entry = try XCTUnwrap((try JSONSerialization.jsonObject(with: list.stdout) as? [[String: Any]])?.first)
         XCTAssertEqual(entry["state"] as? String, "queued", "an interrupted upload stays queued")

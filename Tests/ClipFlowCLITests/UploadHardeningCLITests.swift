@@ -93,26 +93,6 @@ final class UploadHardeningCLITests: XCTestCase {
         XCTAssertTrue(try server.requests().contains { $0.headers["authorization"] == "Bearer \(token)" }, "the endpoint got the token")
     }
 
-    /// 10 (d): Ctrl-C reports `paused` once per upload.
-    func testCtrlCReportsPausedOnce() throws {
-        let server = try TUSServer.start(directory: fx.scratch("upload-hard-tus-pause"))
-        defer { server.stop() }
-        let proxy = try FaultProxy.start(upstream: "http://127.0.0.1:\(server.port)")
-        defer { proxy.process.stop() }
-        try proxy.setRules([["method": "PATCH", "action": "delay", "seconds": 0.3, "times": -1]])
-        let file = try makeFile("pause-once.bin", bytes: 4_000_000)
-        let queue = fx.scratch("upload-hard-q-pause").path
-        let (status, text) = try Run.interrupt(
-            binary,
-            [
-                "upload", file, "--to", "tus", "--endpoint", proxy.url + "/files", "--queue", queue,
-                "--chunk-size", "262144", "--events", "json"
-            ],
-            after: "\"event\":\"progress\"", watchStdout: true)
-        XCTAssertEqual(status, 130, text)
-        XCTAssertEqual(text.components(separatedBy: "\"event\":\"paused\"").count - 1, 1, text)
-    }
-
     /// 10 (e): a secret written into --credentials-command is refused before anything is stored;
     /// a command that refers to the environment is kept and works.
     func testLiteralSecretInCredentialsCommandIsNeverStored() throws {

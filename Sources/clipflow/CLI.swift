@@ -104,6 +104,8 @@ struct Merge: ParsableCommand {
 }
 
 /// Progress and messages on stderr: a redrawn bar on a terminal, plain lines otherwise.
+/// `@unchecked Sendable`: the merge reports from several threads; every mutable field is touched
+/// only under `lock`.
 final class Terminal: ProgressReporter, @unchecked Sendable {
     let quiet: Bool
     let isTTY = isatty(2) == 1

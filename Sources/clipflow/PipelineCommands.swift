@@ -4,6 +4,7 @@ import ClipFlowUpload
 import ClipFlowCapture
 import ClipFlowMedia
 import Foundation
+import Synchronization
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -184,15 +185,20 @@ enum PipelineSignals {
     }
 }
 
-final class SignalCount: @unchecked Sendable {
-    private let lock = NSLock()
-    private var n = 0
-    func next() -> Int { lock.lock(); defer { lock.unlock() }; n += 1; return n }
+/// Counts the signals received (the handler may run on any thread).
+final class SignalCount: Sendable {
+    private let n = Mutex(0)
+    func next() -> Int {
+        n.withLock {
+            $0 += 1
+            return $0
+        }
+    }
 }
 
 /// `--events json`: one JSON object per line on stdout, flushed per event.
 /// "time" is seconds since the writer was made (the start of the run).
-final class JSONEventWriter: EventSink, @unchecked Sendable {
+final class JSONEventWriter: EventSink, Sendable {
     private let lock = NSLock()
     private let start = SystemClock().now()
     func emit(_ e: PipelineEvent) {
@@ -221,7 +227,8 @@ final class JSONEventWriter: EventSink, @unchecked Sendable {
 }
 
 /// Text progress on stderr: on a terminal one status line redrawn with every stage's state;
-/// otherwise a line per stage start/finish/output and per 10 % of progress.
+/// otherwise a line per stage start/finish/output and per 10 % of progress. `@unchecked Sendable`:
+/// stages emit from their own threads, and every mutable field is touched only under `lock`.
 final class TextEventWriter: EventSink, @unchecked Sendable {
     let quiet: Bool
     let isTTY = isatty(2) == 1

@@ -156,12 +156,27 @@ final class Demuxer: @unchecked Sendable {
     }
 
     /// Seeks `streamIndex` to the last keyframe at or before `timestamp` (stream time base).
+    /// How a seek ended. `noFrame` is av_seek_frame's -1: no index entry of the kind asked for
+    /// (av_strerror would read it as EPERM, "Operation not permitted").
+    enum SeekOutcome {
+        case done
+        case noFrame
+        case failed(Int32)
+    }
+
+    /// Seeks `streamIndex` to `timestamp` with av_seek_frame's `flags` (default: the keyframe at
+    /// or before it; 0: the next keyframe; with AVSEEK_FLAG_ANY: any frame).
+    func trySeek(stream streamIndex: Int, to timestamp: Int64, flags: Int32 = AVSEEK_FLAG_BACKWARD) -> SeekOutcome {
+        let rc = av_seek_frame(ctx, Int32(streamIndex), timestamp, flags)
+        return rc >= 0 ? .done : rc == -1 ? .noFrame : .failed(rc)
+    }
+
     func seek(stream streamIndex: Int, to timestamp: Int64) throws {
-        let rc = av_seek_frame(ctx, Int32(streamIndex), timestamp, AVSEEK_FLAG_BACKWARD)
-        // -1 (which av_strerror reads as EPERM, "Operation not permitted") is the generic seek's
-        // "no index entry at or before the time".
-        if rc == -1 { throw ClipFlowError.badInput("input '\(path)': no keyframe at or before \(timestamp) to seek to") }
-        try FF.check(rc, "input '\(path)': seeking to \(timestamp)")
+        switch trySeek(stream: streamIndex, to: timestamp) {
+        case .done: return
+        case .noFrame: throw ClipFlowError.badInput("input '\(path)': no keyframe at or before \(timestamp) to seek to")
+        case .failed(let rc): try FF.check(rc, "input '\(path)': seeking to \(timestamp)")
+        }
     }
 
     struct IndexStats {

@@ -87,11 +87,15 @@ public final class Thumbnailer {
             try cancel.check()
             let target = start + Int64(Double(max(duration, 1)) * frac)
             let seconds = Double(target - start) * tb.double
-            var rc = av_seek_frame(dmx.ctx, Int32(vi), target, AVSEEK_FLAG_BACKWARD)
-            if rc < 0 { rc = av_seek_frame(dmx.ctx, Int32(vi), target, 0) }  // else the next keyframe
-            if rc < 0 {
-                // av_seek_frame returns -1 (read as EPERM) when no keyframe is at or before the time.
-                let why = rc == -1 ? "no keyframe near it" : FF.describe(rc)
+            var seek = dmx.trySeek(stream: vi, to: target)
+            if case .done = seek {} else { seek = dmx.trySeek(stream: vi, to: target, flags: 0) }  // else the next keyframe
+            let why: String
+            switch seek {
+            case .done: why = ""
+            case .noFrame: why = "no keyframe near it"
+            case .failed(let rc): why = FF.describe(rc)
+            }
+            if !why.isEmpty {
                 firstProblem = firstProblem ?? String(format: "%@: cannot seek to %.2f s: %@", origin(at: seconds), seconds, why)
                 continue
             }
@@ -111,7 +115,7 @@ public final class Thumbnailer {
         }
         // Last resort: the first picture, decoded from the first packet whatever its keyframe flag
         // says (a sync-sample table that marks no keyframe early enough leaves nothing to seek to).
-        if best == nil && fallback == nil, av_seek_frame(dmx.ctx, Int32(vi), start, AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY) >= 0 {
+        if best == nil && fallback == nil, case .done = dmx.trySeek(stream: vi, to: start, flags: AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY) {
             avcodec_flush_buffers(dec.ctx)
             if let frame = try? firstFrame(dmx, dec, vi, pkt) {
                 fallback = (0, frame, Double(frame.f.pointee.best_effort_timestamp - start) * tb.double)

@@ -188,15 +188,29 @@ public enum ClipProbe {
         // The sample tables as written, checked against each other and the file size: FFmpeg's
         // index repairs or cuts short what does not add up (see SampleTables).
         let tracks = try readTables(path: path, fileSize: fileSize, reader: reader)
-        guard tracks.count == dmx.streamCount else {
-            throw ClipFlowError.badInput(
-                "input '\(path)': its movie box (moov) lists \(tracks.count) tracks (trak) but \(dmx.streamCount) could be read")
+        // FFmpeg names each stream after its track (AVStream.id = tkhd track_ID); streams it adds
+        // itself (cover art) have no track.
+        func track(of stream: Int, kind: String) throws -> SampleTables {
+            let id = UInt32(truncatingIfNeeded: dmx.stream(stream).pointee.id)
+            guard let t = tracks.first(where: { $0.trackID == id }) else {
+                throw ClipFlowError.badInput("input '\(path)': its movie box (moov) has no track with the id (\(id)) of its \(kind) stream")
+            }
+            return t
         }
-        try tracks[vi].check(kind: "video", fileSize: fileSize, path: path)
-        try checkIndex(vstats, against: tracks[vi], kind: "video", timeBase: vst.time_base, path: path)
+        let vtrack = try track(of: vi, kind: "video")
+        // Samples in movie fragments have no sample tables to check and no edit list to trim the
+        // AAC priming: refused plainly rather than joined with drifting audio.
+        if vtrack.fragmented {
+            throw ClipFlowError.badInput(
+                "input '\(path)' is a fragmented MP4 (its samples are in movie fragments), which merge does not take; remux it first: ffmpeg -i IN -c copy OUT.mp4"
+            )
+        }
+        try vtrack.check(kind: "video", fileSize: fileSize, path: path)
+        try checkIndex(vstats, against: vtrack, kind: "video", timeBase: vst.time_base, path: path)
         if let ai = audioIdx {
-            try tracks[ai].check(kind: "audio", fileSize: fileSize, path: path)
-            try checkIndex(dmx.indexStats(ai), against: tracks[ai], kind: "audio", timeBase: dmx.stream(ai).pointee.time_base, path: path)
+            let atrack = try track(of: ai, kind: "audio")
+            try atrack.check(kind: "audio", fileSize: fileSize, path: path)
+            try checkIndex(dmx.indexStats(ai), against: atrack, kind: "audio", timeBase: dmx.stream(ai).pointee.time_base, path: path)
         }
         guard vstats.count > 0 else { throw ClipFlowError.badInput("input '\(path)': the video track has no frames") }
         // Truncation: the sample tables point past the end of the file.
@@ -254,7 +268,7 @@ public enum ClipProbe {
             let sr = apar.sample_rate
             let primingTB = astats.count > 0 ? astart - astats.firstTimestamp : 0
             let priming = rescale(primingTB, atb, AVRational(num: 1, den: sr))
-            if objectType == 2 { try tracks[ai].checkAACFrames(sampleRate: sr, path: path) }
+            if objectType == 2 { try track(of: ai, kind: "audio").checkAACFrames(sampleRate: sr, path: path) }
             let audible = rescale(adur, atb, AVRational(num: 1, den: sr))
             if astats.count > 0 && adur > 0 && max(0, priming) + audible > Int64(astats.count) * AudioJoinPlan.frameSize {
                 throw ClipFlowError.badInput(

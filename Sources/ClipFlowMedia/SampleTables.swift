@@ -15,6 +15,14 @@ struct SampleTables {
     struct ChunkRun: Equatable { var firstChunk: UInt32; var samplesPerChunk: UInt32; var descriptionIndex: UInt32 }
 
     var timescale: UInt32 = 0
+    /// The track's id (tkhd), which FFmpeg's MOV demuxer gives its stream as `AVStream.id`.
+    var trackID: UInt32 = 0
+    /// Edits (edts/elst): segment durations in movie time, and where each starts in the media
+    /// (-1: an empty edit, a delay before the media starts).
+    struct Edit: Equatable { var duration: UInt64; var mediaTime: Int64 }
+    var edits: [Edit] = []
+    /// The file is fragmented (moov/mvex): the samples are in movie fragments, not these tables.
+    var fragmented = false
     /// The track's length by its track header (tkhd), in the movie's timescale (mvhd); 0 if unset.
     var trackDuration: UInt64 = 0
     var movieTimescale: UInt32 = 0
@@ -47,6 +55,9 @@ struct SampleTables {
                 tracks.append(t)
             }
         }
+        if children(moov).contains(where: { $0.type == "mvex" }) {
+            for i in tracks.indices { tracks[i].fragmented = true }
+        }
         return tracks
     }
 
@@ -77,8 +88,9 @@ struct SampleTables {
         // The media timescale must agree with the track's own length in movie time (tkhd/mvhd):
         // media far shorter than the track it makes up means a wrong timescale (e.g. 42x too large
         // turns 25 fps into 1050 fps). A track longer than its media (edits that trim) is normal.
-        if trackDuration > 0, trackDuration < UInt64(UInt32.max), movieTimescale > 0 {
-            let trackSeconds = Double(trackDuration) / Double(movieTimescale)
+        let delay = edits.filter { $0.mediaTime == -1 }.reduce(UInt64(0)) { $0 &+ $1.duration }
+        if trackDuration > delay, trackDuration < UInt64(UInt32.max), movieTimescale > 0 {
+            let trackSeconds = Double(trackDuration - delay) / Double(movieTimescale)
             let mediaSeconds = Double(totalDuration) / Double(timescale)
             if mediaSeconds * 2 < trackSeconds {
                 throw fail(
@@ -194,10 +206,10 @@ struct SampleTables {
         var k: UInt64 = 0
         let samples = UInt64(sampleSizes.count)
         for run in timeToSample {
-            // delta * sampleRate / timescale must be 1024 (checked exactly, without rounding).
-            if run.count > 0, k + UInt64(run.count) < samples || run.count > 1,
-                UInt64(run.delta) * UInt64(sampleRate) != 1024 * UInt64(timescale)
-            {
+            // delta * sampleRate / timescale must be 1024 to within one tick (a timescale that is
+            // not a multiple of the rate, e.g. 90 kHz for 44.1 kHz, alternates neighbouring deltas).
+            let error = Int64(run.delta) * Int64(sampleRate) - 1024 * Int64(timescale)
+            if run.count > 0, k + UInt64(run.count) < samples || run.count > 1, error.magnitude >= UInt64(sampleRate) {
                 throw ClipFlowError.badInput(
                     String(
                         format:
@@ -207,6 +219,9 @@ struct SampleTables {
             k += UInt64(run.count)
         }
     }
+
+    /// The most samples one track may list (2^24: 4 days of 48 kHz AAC, 3 days of 60 fps video).
+    static let maxSamples = 1 << 24
 
     /// Presentation ticks of the track by its own time-to-sample table.
     var totalDuration: UInt64 { timeToSample.reduce(0) { $0 + UInt64($1.count) * UInt64($1.delta) } }
@@ -302,9 +317,29 @@ struct SampleTables {
         for tkhd in children(trak) where tkhd.type == "tkhd" {
             guard let version = tkhd.payload.first else { continue }
             if version == 1 {
+                t.trackID = be32(tkhd.payload, at: 20) ?? 0
                 if let hi = be32(tkhd.payload, at: 28), let lo = be32(tkhd.payload, at: 32) { t.trackDuration = UInt64(hi) << 32 | UInt64(lo) }
             } else {
+                t.trackID = be32(tkhd.payload, at: 12) ?? 0
                 t.trackDuration = UInt64(be32(tkhd.payload, at: 20) ?? 0)
+            }
+        }
+        for edts in children(trak) where edts.type == "edts" {
+            for elst in children(edts) where elst.type == "elst" {
+                let b = Array(elst.payload)
+                guard b.count >= 8 else { continue }
+                let wide = b[0] == 1
+                let size = wide ? 20 : 12
+                let n = min(Int(be32(b, 4)), (b.count - 8) / size)
+                t.edits = (0..<n).map { i in
+                    let at = 8 + i * size
+                    if wide {
+                        let d = UInt64(be32(b, at)) << 32 | UInt64(be32(b, at + 4))
+                        let m = Int64(bitPattern: UInt64(be32(b, at + 8)) << 32 | UInt64(be32(b, at + 12)))
+                        return Edit(duration: d, mediaTime: m)
+                    }
+                    return Edit(duration: UInt64(be32(b, at)), mediaTime: Int64(Int32(bitPattern: be32(b, at + 4))))
+                }
             }
         }
         for mdia in children(trak) where mdia.type == "mdia" {
@@ -378,6 +413,12 @@ struct SampleTables {
                     if UInt64(n) * UInt64(constant) > UInt64(max(0, fileSize)) {
                         throw ClipFlowError.badInput(
                             "input '\(path)': its sample-size table (stsz) lists \(n) samples of \(constant) bytes, more than the file holds (\(describe(bytes: fileSize)))"
+                        )
+                    }
+                    // And by what a clip can be: the table is expanded, 4 bytes a sample.
+                    if n > maxSamples {
+                        throw ClipFlowError.badInput(
+                            "input '\(path)': its sample-size table (stsz) lists \(n) samples; a clip of more than \(maxSamples) samples in one track is not supported"
                         )
                     }
                     t.sampleSizes = Array(repeating: constant, count: n)

@@ -80,6 +80,29 @@ final class DamagedClipTests: XCTestCase {
         }
     }
 
+    /// FFmpeg adds a stream of its own for iTunes cover art: streams are matched to tracks by
+    /// id, so such a clip is merged; a fragmented MP4 is refused plainly, naming the file.
+    func testCoverArtClipsAreMergedAndFragmentedOnesRefusedPlainly() throws {
+        let plain = try fx.toneClip(0, seconds: 1)
+        let jpeg = try fx.clip("cover-art.jpg", ["-f", "lavfi", "-i", "testsrc2=size=64x64", "-frames:v", "1"])
+        let withCover = try fx.clip(
+            "with-cover-art.mp4", ["-i", plain, "-i", jpeg, "-map", "1", "-map", "0", "-c", "copy", "-disposition:v:0", "attached_pic"])
+        let out = fx.scratch("cover-art").appendingPathComponent("out.mp4")
+        let r = try Merger(inputs: [withCover, plain], options: MergeOptions(output: out)).run()
+        XCTAssertEqual(r.videoFrames, 60)
+        let frames = try Run.run([
+            "ffprobe", "-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", out.path
+        ])
+        XCTAssertEqual(frames.out.trimmingCharacters(in: .whitespacesAndNewlines), "60")
+
+        let fragmented = try fx.clip("fragmented.mp4", ["-i", plain, "-c", "copy", "-movflags", "frag_keyframe+empty_moov+default_base_moof"])
+        let out2 = fx.scratch("fragmented").appendingPathComponent("out.mp4")
+        XCTAssertThrowsError(try Merger(inputs: [plain, fragmented], options: MergeOptions(output: out2)).run()) {
+            XCTAssertTrue("\($0)".contains("input '\(fragmented)' is a fragmented MP4"), "\($0)")
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: out2.path))
+    }
+
     func testOutputTimeBaseHoldsEveryClipsTimestampsExactly() throws {
         // A clip at timescale 25 followed by one at 15360: in 1/25 the second clip's 1/30 s frames
         // would round onto each other; the output time base must hold both exactly.

@@ -102,7 +102,9 @@ struct Record: ParsableCommand {
             o.crf = crf
             if let p = o.problem { throw ClipFlowError.badInput(p) }
             let rec = RecordStage(id: "record", options: o)
-            let runner = try GraphRunner(stages: [src, rec], edges: [Edge(from: "camera", to: "record", limits: RecordStage.kind.queue)], sink: sink)
+            let runner = try GraphRunner(
+                nodes: [StageNode(src.id) { src }, StageNode(rec.id) { rec }], edges: [Edge(from: "camera", to: "record", limits: RecordStage.kind.queue)],
+                sink: sink)
             PipelineSignals.install(runner: runner, grace: 10)
             let quit = QuitFlag()
             if interactive { startCommandReader(rec.control, store: ClipStore(directory: output, prefix: prefix), runner: runner, quit: quit) }

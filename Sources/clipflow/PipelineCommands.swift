@@ -136,8 +136,7 @@ struct Run: ParsableCommand {
         let sink: EventSink & Sendable = events == .json ? JSONEventWriter() : TextEventWriter(quiet: flags.quiet)
         do {
             let pipeline = try loadPipeline(file, variables: try vars.variables(), registry: registry)
-            let stages = try pipeline.makeStages(registry)
-            let runner = try GraphRunner(stages: stages, edges: pipeline.edges, sink: sink)
+            let runner = try GraphRunner(nodes: try pipeline.makeNodes(registry), edges: pipeline.edges, sink: sink)
             PipelineSignals.install(runner: runner, grace: grace)
             let outcome = runner.run()
             (sink as? TextEventWriter)?.end()

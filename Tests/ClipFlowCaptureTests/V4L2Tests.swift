@@ -391,7 +391,9 @@ extension V4L2Tests {
         let source = V4L2Source(id: "cam", request: CaptureRequest(width: 320, height: 240, fps: 60, format: .yuyv), frames: 90, syscalls: emu)
         let sink = SlowFrameSink(id: "slow", delay: 0.03)
         let events = EventRecorder()
-        let runner = try GraphRunner(stages: [source, sink], edges: [Edge(from: "cam", to: "slow", limits: LinkLimits(maxItems: 1))], sink: events)
+        let runner = try GraphRunner(
+            nodes: [StageNode(source.id) { source }, StageNode(sink.id) { sink }], edges: [Edge(from: "cam", to: "slow", limits: LinkLimits(maxItems: 1))],
+            sink: events)
         XCTAssertEqual(runner.run(), .completed)
         XCTAssertEqual(sink.sequences.count, 90)
         let gaps = zip(sink.sequences, sink.sequences.dropFirst()).reduce(Int64(sink.sequences.first ?? 0)) { $0 + $1.1 - $1.0 - 1 }

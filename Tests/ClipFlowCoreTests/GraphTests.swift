@@ -27,7 +27,7 @@ final class GraphTests: XCTestCase {
         throws -> (GraphOutcome, GraphRunner, EventRecorder)
     {
         let rec = EventRecorder()
-        let runner = try GraphRunner(stages: stages, edges: edges, sink: rec)
+        let runner = try GraphRunner(nodes: stages.map { s in StageNode(s.id) { s } }, edges: edges, sink: rec)
         let done = DispatchSemaphore(value: 0)
         final class Box: @unchecked Sendable { var o: GraphOutcome? }
         let box = Box()

@@ -16,6 +16,17 @@ public struct Edge: Sendable, Equatable {
     }
 }
 
+/// A stage the runner creates when the graph runs, on the stage's own serial queue, so the stage
+/// is made, prepared and driven by that queue alone. `id` is the stage's id in edges and events.
+public struct StageNode: Sendable {
+    public let id: String
+    public let make: @Sendable () throws -> any Stage
+    public init(_ id: String, make: @escaping @Sendable () throws -> any Stage) {
+        self.id = id
+        self.make = make
+    }
+}
+
 /// How a graph run ended.
 public enum GraphOutcome: Sendable, Equatable {
     case completed
@@ -49,10 +60,10 @@ public enum GraphOutcome: Sendable, Equatable {
 ///   discard what is in progress. `cancel()` (second signal, deadline): abandon everything.
 ///
 /// Threading: `run()` blocks its caller until every stage has finished; `stop`, `cancel` may be
-/// called from any thread (a signal source). `failure`, `contexts` and `links` are guarded by
-/// `lock`; the rest is immutable or atomic (hence `@unchecked`).
+/// called from any thread (a signal source). `failure`, `contexts`, `stages` and `links` are
+/// guarded by `lock`; the rest is immutable or atomic (hence `@unchecked`).
 public final class GraphRunner: @unchecked Sendable {
-    public let stages: [any Stage]
+    public let nodes: [StageNode]
     public let edges: [Edge]
     private let clock: Clock
     private let sink: EventSink
@@ -62,13 +73,15 @@ public final class GraphRunner: @unchecked Sendable {
     private var failure: (stage: String, error: ClipFlowError)?
     private var contexts: [String: StageContext] = [:]
     private var links: [Link] = []
+    /// The stages made so far, in node order (made one by one when `run()` starts).
+    private var made: [any Stage] = []
 
-    public init(stages: [any Stage], edges: [Edge], clock: Clock = SystemClock(), sink: EventSink) throws {
-        self.stages = stages
+    public init(nodes: [StageNode], edges: [Edge], clock: Clock = SystemClock(), sink: EventSink) throws {
+        self.nodes = nodes
         self.edges = edges
         self.clock = clock
         self.sink = sink
-        let ids = stages.map(\.id)
+        let ids = nodes.map(\.id)
         guard Set(ids).count == ids.count else { throw ClipFlowError.failure("internal: duplicate stage ids \(ids)") }
         for e in edges where !ids.contains(e.from) || !ids.contains(e.to) {
             throw ClipFlowError.failure("internal: edge \(e.from) -> \(e.to) names an unknown stage")
@@ -81,7 +94,7 @@ public final class GraphRunner: @unchecked Sendable {
     /// Graceful stop: sources stop; end of stream flows; after `deadline` seconds, cancel.
     public func stop(deadline: Double? = nil) {
         if stopped.exchange(true, ordering: .acquiringAndReleasing) { return }
-        lock.lock(); let ctxs = Array(contexts.values); lock.unlock()
+        lock.lock(); let ctxs = Array(contexts.values); let stages = made; lock.unlock()
         for c in ctxs { c.requestStop() }
         for s in stages { (s as? StoppableStage)?.stop() }
         if let d = deadline {
@@ -93,7 +106,7 @@ public final class GraphRunner: @unchecked Sendable {
     public func cancel() {
         stopped.store(true, ordering: .releasing)
         cancelFlag.cancel()
-        lock.lock(); let ls = links; let ctxs = Array(contexts.values); lock.unlock()
+        lock.lock(); let ls = links; let ctxs = Array(contexts.values); let stages = made; lock.unlock()
         for c in ctxs { c.requestStop() }
         for l in ls { l.flush() }
         for s in stages { s.cancel() }
@@ -104,7 +117,7 @@ public final class GraphRunner: @unchecked Sendable {
         lock.lock()
         let first = failure == nil && !(e.kind == .interrupted && (cancelFlag.isCancelled || stopped.load(ordering: .acquiring)))
         if first { failure = (stage, e) }
-        let ls = links; let ctxs = Array(contexts.values)
+        let ls = links; let ctxs = Array(contexts.values); let stages = made
         lock.unlock()
         guard first else { return }
         for c in ctxs { c.requestStop() }
@@ -118,37 +131,52 @@ public final class GraphRunner: @unchecked Sendable {
     public func run() -> GraphOutcome {
         // Links, in edge order; each stage's inputs in the order of its edges.
         var inputs: [String: [Link]] = [:], outputs: [String: [Link]] = [:]
-        var made: [Link] = []
+        var allLinks: [Link] = []
         for e in edges {
             let l = Link(from: e.from, to: e.to, limits: e.limits, policy: e.policy)
-            made.append(l)
+            allLinks.append(l)
             inputs[e.to, default: []].append(l)
             outputs[e.from, default: []].append(l)
         }
         lock.lock()
-        links = made
-        for s in stages {
-            contexts[s.id] = StageContext(stageID: s.id, clock: clock, outputs: outputs[s.id] ?? [], sink: sink, cancel: cancelFlag)
+        links = allLinks
+        for n in nodes {
+            contexts[n.id] = StageContext(stageID: n.id, clock: clock, outputs: outputs[n.id] ?? [], sink: sink, cancel: cancelFlag)
         }
         let ctx = contexts
         lock.unlock()
         if stopped.load(ordering: .acquiring) { for c in ctx.values { c.requestStop() } }
 
-        // Prepare everything before anything runs.
-        for s in stages {
-            do { try s.prepare(ctx[s.id]!) } catch {
-                fail(s.id, error)
-                break
+        // Each stage is made and prepared on its own queue, in node order, before any runs.
+        let queues = Dictionary(uniqueKeysWithValues: nodes.map { ($0.id, DispatchQueue(label: "clipflow.stage.\($0.id)")) })
+        var stages: [any Stage] = []
+        for n in nodes {
+            let made: Result<any Stage, Error> = queues[n.id]!.sync {
+                Result {
+                    let s = try n.make()
+                    guard s.id == n.id else { throw ClipFlowError.failure("internal: node '\(n.id)' made stage '\(s.id)'") }
+                    return s
+                }
             }
+            switch made {
+            case .success(let s):
+                stages.append(s)
+                lock.lock(); self.made = stages; lock.unlock()
+                let prepared = queues[n.id]!.sync { Result { try s.prepare(ctx[n.id]!) } }
+                if case .failure(let error) = prepared { fail(n.id, error) }
+            case .failure(let error):
+                fail(n.id, error)
+            }
+            if isFailed { break }
         }
         if isFailed {
-            for s in stages { finishStage(s, ctx[s.id]!) }
-            return outcome(made)
+            for s in stages { queues[s.id]!.sync { finishStage(s, ctx[s.id]!) } }
+            return outcome(allLinks)
         }
 
         let group = DispatchGroup()
         for s in stages {
-            let q = DispatchQueue(label: "clipflow.stage.\(s.id)")
+            let q = queues[s.id]!
             let c = ctx[s.id]!
             let ins = inputs[s.id] ?? []
             let outs = outputs[s.id] ?? []
@@ -191,7 +219,7 @@ public final class GraphRunner: @unchecked Sendable {
             }
         }
         group.wait()
-        return outcome(made)
+        return outcome(allLinks)
     }
 
     private func finishStage(_ s: any Stage, _ c: StageContext) {

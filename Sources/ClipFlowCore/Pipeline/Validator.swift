@@ -18,12 +18,16 @@ public struct Pipeline: Sendable {
         stages.flatMap { s in s.inputs.map { Edge(from: $0, to: s.id, limits: s.queue, policy: s.policy) } }
     }
 
-    /// Instantiates the stages (in file order) with the registry's factories.
-    public func makeStages(_ registry: StageRegistry) throws -> [any Stage] {
+    /// One node per stage, for `GraphRunner`: each stage is made by the runner on its own queue.
+    public func makeNodes(_ registry: StageRegistry) throws -> [StageNode] {
         try stages.map { s in
             guard let k = registry.kind(s.kind) else { throw ClipFlowError.failure("internal: unknown kind \(s.kind)") }
-            do { return try k.make(s.id, s.params) } catch let e as ClipFlowError {
-                throw ClipFlowError(e.kind, "stage '\(s.id)': \(e.message)")
+            let make = k.make
+            let (id, params) = (s.id, s.params)
+            return StageNode(id) {
+                do { return try make(id, params) } catch let e as ClipFlowError {
+                    throw ClipFlowError(e.kind, "stage '\(id)': \(e.message)")
+                }
             }
         }
     }

@@ -7,9 +7,8 @@ import Foundation
 /// Paced in real time (`realtime`, like a camera: when the consumer falls more than a frame behind,
 /// the late pictures are skipped and counted, as a camera drops them) or as fast as the consumer
 /// takes them. Finite (`duration` or `frames`) or until stopped.
-/// @unchecked Sendable: `produced` and `skipped` change only on its stage queue (and are read by
-/// others after the run); everything else is immutable.
-public final class TestPatternSource: Stage, @unchecked Sendable {
+/// Belongs to its stage queue; others read `produced` and `skipped` after the run.
+public final class TestPatternSource: Stage {
     public let id: String
     public let settings: TestPatternSettings
     public let realtime: Bool

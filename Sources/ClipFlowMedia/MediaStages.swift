@@ -23,9 +23,8 @@ private struct StageProgress: ProgressReporter {
 /// nothing when `onStop` is "discard" (a merge is all or nothing), or joins the clips that
 /// arrived when it is "finish" (a recording pipeline: stopping the recording still yields the
 /// video). The output never exists half-written.
-/// `@unchecked Sendable`: `clips` is touched only on the stage's queue; `stop`/`cancel` (any
-/// thread) only set `cancelFlag`, which is thread-safe.
-public final class MergeStage: StoppableStage, @unchecked Sendable {
+/// Belongs to its stage queue; a stop or cancel reaches it through `cancelFlag` (thread-safe).
+public final class MergeStage: Stage {
     public let id: String
     public let output: String
     public let rotate: Int
@@ -74,6 +73,9 @@ public final class MergeStage: StoppableStage, @unchecked Sendable {
     }
 
     public func prepare(_ context: StageContext) throws {
+        let flag = cancelFlag
+        if onStop == "discard" { context.onStop { flag.cancel() } }
+        context.onCancel { flag.cancel() }
         let dir = (output as NSString).deletingLastPathComponent
         if !dir.isEmpty {
             do { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) } catch {
@@ -106,13 +108,11 @@ public final class MergeStage: StoppableStage, @unchecked Sendable {
         }
         context.push(.file(output, type: .video))
     }
-
-    public func stop() { if onStop == "discard" { cancelFlag.cancel() } }
-    public func cancel() { cancelFlag.cancel() }
 }
 
 /// Writes a JPEG cover of each video it receives: a representative (not black, blank or fading)
 /// frame, upright, at display size or limited by `size`.
+/// Belongs to its stage queue; a cancel reaches it through `cancelFlag` (thread-safe).
 public final class ThumbnailStage: Stage {
     public let id: String
     public let output: String
@@ -145,6 +145,10 @@ public final class ThumbnailStage: Stage {
         self.size = size
     }
 
+    public func prepare(_ context: StageContext) throws {
+        context.onCancel { [cancelFlag] in cancelFlag.cancel() }
+    }
+
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
         guard let video = item.path else { return .ok }
         let dir = (output as NSString).deletingLastPathComponent
@@ -154,8 +158,6 @@ public final class ThumbnailStage: Stage {
         context.emit(.notice("cover \(r.width)x\(r.height) from \(String(format: "%.2f", r.time)) s"))
         return context.push(.file(output, type: .image)) == .flushing ? .flushing : .ok
     }
-
-    public func cancel() { cancelFlag.cancel() }
 }
 
 /// Commands for a running record stage, from any thread (a terminal, a signal, a test). Applied
@@ -175,9 +177,8 @@ public final class RecordControl: Sendable {
 /// Encodes raw frames into clip fragments (see `FragmentRecorder`) and passes each fragment on
 /// the moment it is closed. On a graceful stop, a cancel or a failure upstream, the open fragment
 /// is finalised: what was recorded is kept and playable.
-/// `@unchecked Sendable`: the recorder and the progress count are touched only on the stage's
-/// queue; `control` is thread-safe.
-public final class RecordStage: Stage, @unchecked Sendable {
+/// Belongs to its stage queue; `control` is thread-safe (commands from any thread).
+public final class RecordStage: Stage {
     public let id: String
     public let options: RecordOptions
     public let control: RecordControl

@@ -44,11 +44,10 @@ public final class StageHarness: @unchecked Sendable {
     public func push(_ item: Item, input: Int = 0) throws -> FlowResult { try stage.receive(item, input: input, context) }
     /// All inputs ended: runs `drain`.
     public func endOfStream() throws { try stage.drain(context) }
-    /// Asks the stage to stop as SIGINT would.
-    public func stop() {
-        context.requestStop()
-        (stage as? StoppableStage)?.stop()
-    }
+    /// Asks the stage to stop as SIGINT would (runs its `onStop` handlers).
+    public func stop() { context.requestStop() }
+    /// Cancels as a second SIGINT or a failure elsewhere would (runs its `onCancel` handlers).
+    public func cancel() { context.requestCancel() }
     /// Next produced item, if any.
     public func pull() -> Item? { output.tryPull() }
     public var events: [PipelineEvent] { recorder.events }

@@ -74,6 +74,19 @@ public final class TestPatternSource: Stage {
         if let p = settings.problem { throw ClipFlowError.badInput("\(id): \(p)") }
     }
 
+    /// Announces its pictures (raw, the set size, format and rate) and its audio (raw float).
+    public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
+        Self.parameters(settings)
+    }
+
+    /// What a test pattern with `settings` delivers.
+    public static func parameters(_ settings: TestPatternSettings) -> StreamParameters {
+        StreamParameters(
+            port: .frames,
+            video: VideoParameters(width: settings.width, height: settings.height, pixelFormat: settings.format, frameRate: settings.fps),
+            audio: settings.sampleRate > 0 ? AudioParameters(sampleRate: settings.sampleRate, channels: settings.channels) : nil)
+    }
+
     public func produce(_ context: StageContext) throws {
         let gen = try TestPatternGenerator(settings)
         let clock = context.clock

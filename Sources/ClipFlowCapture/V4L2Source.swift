@@ -94,6 +94,15 @@ public final class V4L2Source: Stage {
         context.emit(.notice("camera \(device) (\(cam.card)): \(n.summary)"))
     }
 
+    /// Announces what the camera agreed to in `prepare`: raw pictures of the negotiated size, in
+    /// the layout it delivers (MJPEG arrives decoded, as yuv420p), at the negotiated rate.
+    public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
+        guard let n = negotiated else { return StreamParameters(port: .frames) }
+        return StreamParameters(
+            port: .frames,
+            video: VideoParameters(width: n.width, height: n.height, pixelFormat: n.format.output, frameRate: n.fps > 0 ? n.fps : request.fps))
+    }
+
     public func produce(_ context: StageContext) throws {
         guard let cam = camera else { throw ClipFlowError.failure("v4l2 source '\(id)': produce before prepare") }
         if stopping(context) { return }

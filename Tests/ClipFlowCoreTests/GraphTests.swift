@@ -225,7 +225,7 @@ final class HarnessTests: XCTestCase {
         let sink = NullSink(id: "n", delay: 0)
         let h = StageHarness(sink)
         for s in [0, 1, 4, 5, 9] as [Int64] {
-            var it = Item(payload: .buffer(sequence: s, bytes: 0), type: .buffers)
+            var it = Item(.buffer(sequence: s, data: Data(), time: nil), type: .buffers)
             it.discontinuity = s == 4 || s == 9
             _ = try h.push(it)
         }

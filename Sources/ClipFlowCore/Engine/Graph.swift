@@ -188,6 +188,7 @@ public final class GraphRunner: @unchecked Sendable {
             }
             if isFailed { break }
         }
+        if !isFailed { negotiate(stages, ctx) }
         if isFailed {
             for s in stages { s.queue.sync { finishStage(s.stage, ctx[s.id]!) } }
             return outcome(allLinks)
@@ -239,6 +240,47 @@ public final class GraphRunner: @unchecked Sendable {
         }
         group.wait()
         return outcome(allLinks)
+    }
+
+    /// Producers before consumers, each on its queue: every stage gets what its producers
+    /// announced and announces its own output. A refusal fails the consumer, naming both stages.
+    private func negotiate(_ stages: [OwnedStage], _ ctx: [String: StageContext]) {
+        var announced: [String: StreamParameters] = [:]
+        for s in topologicalOrder(stages) {
+            let ins = edges.filter { $0.to == s.id }
+            let offered = ins.map { e in
+                announced[e.from] ?? StreamParameters(port: stages.first { $0.id == e.from }?.stage.outputType ?? .buffers)
+            }
+            let result = s.queue.sync { Result { try s.stage.negotiate(offered, ctx[s.id]!) } }
+            switch result {
+            case .success(let out):
+                if let out { announced[s.id] = out }
+            case .failure(let m as StreamMismatch) where ins.indices.contains(m.input):
+                let from = ins[m.input].from
+                fail(
+                    s.id,
+                    ClipFlowError.badInput(
+                        "stage '\(s.id)' cannot take what '\(from)' produces (\(offered[m.input])): \(m.parameter): \(m.reason)"))
+                return
+            case .failure(let error):
+                fail(s.id, error)
+                return
+            }
+        }
+    }
+
+    /// Stages with every producer before its consumers (node order among equals).
+    private func topologicalOrder(_ stages: [OwnedStage]) -> [OwnedStage] {
+        var pending = stages
+        var done = Set<String>()
+        var order: [OwnedStage] = []
+        while !pending.isEmpty {
+            let ready = pending.firstIndex { s in edges.allSatisfy { $0.to != s.id || done.contains($0.from) } } ?? 0
+            let s = pending.remove(at: ready)
+            done.insert(s.id)
+            order.append(s)
+        }
+        return order
     }
 
     private func finishStage(_ s: any Stage, _ c: StageContext) {

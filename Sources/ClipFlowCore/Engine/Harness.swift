@@ -39,6 +39,8 @@ public final class StageHarness: @unchecked Sendable {
     }
 
     public func prepare() throws { try stage.prepare(context) }
+    /// Offers the stage what its inputs carry; returns what it announces (see `Stage.negotiate`).
+    public func negotiate(_ inputs: [StreamParameters] = []) throws -> StreamParameters? { try stage.negotiate(inputs, context) }
     /// Runs a source's `produce` to its end (or until `stop()` is seen).
     public func produce() throws { try stage.produce(context) }
     public func push(_ item: Item, input: Int = 0) throws -> FlowResult { try stage.receive(item, input: input, context) }

@@ -151,6 +151,8 @@ public final class StageContext: @unchecked Sendable {
 ///
 /// Lifecycle, driven by the runner on the stage's own serial queue:
 /// 1. `prepare` (all stages, before any runs: open devices, check outputs);
+///    then `negotiate` (producers before consumers): each stage gets what its inputs carry and
+///    announces what it will produce, or refuses an input (the run fails before data moves);
 /// 2. sources: `produce` until done or `context.stopRequested`;
 ///    others: `receive` for every item of every input, inputs taken in order (input 0 to its end,
 ///    then input 1, ...; that is the order a merge joins clips in);
@@ -172,6 +174,10 @@ public protocol Stage: AnyObject {
     var outputType: PortType? { get }
 
     func prepare(_ context: StageContext) throws
+    /// What this stage will produce, given what its inputs carry (`inputs[i]`: what input `i`'s
+    /// producer announced). Throw `StreamMismatch` to refuse an input. Later changes arrive in
+    /// band (`Item.parameters`), ordered with the data.
+    func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters?
     func produce(_ context: StageContext) throws
     func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult
     func drain(_ context: StageContext) throws
@@ -188,6 +194,18 @@ public enum StageOutcome: Sendable, Equatable {
 
 extension Stage {
     public func prepare(_ context: StageContext) throws {}
+    /// Checks the inputs' port types (`checkPorts`) and announces `outputType` with no details.
+    public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
+        try checkPorts(inputs)
+        return outputType.map { StreamParameters(port: $0) }
+    }
+    /// Refuses the first input whose port type is not in `inputTypes`.
+    public func checkPorts(_ inputs: [StreamParameters]) throws {
+        for (i, p) in inputs.enumerated() where !inputTypes.contains(p.port) {
+            let takes = inputTypes.map(\.rawValue).sorted().joined(separator: ", ")
+            throw StreamMismatch(input: i, parameter: "port type", reason: "\(p.port.rawValue) offered; it takes \(takes)")
+        }
+    }
     public func produce(_ context: StageContext) throws {}
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult { .ok }
     public func drain(_ context: StageContext) throws {}

@@ -181,6 +181,12 @@ public struct StageKind: Sendable {
     public var isSource: Bool { inputs.isEmpty }
 }
 
+extension LinkLimits {
+    /// A byte limit no link reaches (the largest a pipeline file can state), for a stage that only
+    /// collects the files it receives (their bytes are on disk, not in the queue).
+    public static let noByteLimit: Int64 = 1 << 53
+}
+
 /// The stage kinds a program knows. Filled by the module registrations at start-up (one thread),
 /// then only read: `@unchecked` because the compiler cannot see that register-before-read order.
 public final class StageRegistry: @unchecked Sendable {

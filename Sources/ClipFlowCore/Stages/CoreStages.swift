@@ -244,9 +244,7 @@ public final class SyntheticSource: Stage {
             if context.stopRequested { break }
             var data = Data(count: size)
             if size > 0 { data[0] = UInt8(truncatingIfNeeded: n) }  // touch: the memory is real
-            let item = Item(
-                payload: .buffer(sequence: Int64(n), bytes: size), type: .buffers, bytes: Int64(size),
-                time: rate > 0 ? Double(n) / rate : nil, storage: data)
+            let item = Item(.buffer(sequence: Int64(n), data: data, time: rate > 0 ? Double(n) / rate : nil), type: .buffers)
             let r = context.push(item)
             n += 1
             produced = n
@@ -286,7 +284,7 @@ public final class NullSink: Stage {
         if delay > 0 { context.clock.sleep(until: context.clock.now() + delay, stop: { context.cancellation.isCancelled }) }
         received += 1
         if item.discontinuity { discontinuities += 1 }
-        if case .buffer(let s, _) = item.payload {
+        if case .buffer(let s, _, _) = item.payload {
             missing += max(0, s - lastSequence - 1)
             lastSequence = s
         }

@@ -1,17 +1,17 @@
 import Foundation
+import Synchronization
 
-/// Records events in order; thread-safe (`list` is guarded by `lock`, hence `@unchecked`). Used by
-/// tests, harnesses and the CLI's summary.
-public final class EventRecorder: EventSink, @unchecked Sendable {
-    private let lock = NSLock()
-    private var list: [PipelineEvent] = []
+/// Records events in order; thread-safe (the list is behind a mutex). Used by tests, harnesses
+/// and the CLI's summary.
+public final class EventRecorder: EventSink {
+    private let list = Mutex<[PipelineEvent]>([])
     private let forward: EventSink?
     public init(forward: EventSink? = nil) { self.forward = forward }
     public func emit(_ event: PipelineEvent) {
-        lock.lock(); list.append(event); lock.unlock()
+        list.withLock { $0.append(event) }
         forward?.emit(event)
     }
-    public var events: [PipelineEvent] { lock.lock(); defer { lock.unlock() }; return list }
+    public var events: [PipelineEvent] { list.withLock { $0 } }
 }
 
 /// Runs one stage alone, synchronously on the caller's thread, as GStreamer's `GstHarness` and
@@ -20,7 +20,8 @@ public final class EventRecorder: EventSink, @unchecked Sendable {
 ///
 /// The output link is unbounded-ish (`outputLimit` items, block policy never reached in normal
 /// use) so a stage under test never blocks on its own output. Owned by one test thread, which
-/// stands in for the stage's queue (hence `@unchecked`).
+/// stands in for the stage's queue (hence `@unchecked`); only `stop`, `cancel` and `output` may
+/// be used from other threads.
 public final class StageHarness: @unchecked Sendable {
     public let stage: any Stage
     public let clock: ManualClock

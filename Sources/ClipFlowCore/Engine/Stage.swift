@@ -23,15 +23,14 @@ public struct SystemClock: Clock {
 }
 
 /// A clock that moves only when told: `sleep` returns at once and advances time to the deadline.
-/// `t` is guarded by `lock` (hence `@unchecked`).
-public final class ManualClock: Clock, @unchecked Sendable {
-    private let lock = NSLock()
-    private var t: Double
-    public init(start: Double = 0) { t = start }
-    public func now() -> Double { lock.lock(); defer { lock.unlock() }; return t }
-    public func advance(by s: Double) { lock.lock(); t += s; lock.unlock() }
+/// Thread-safe (the time is behind a mutex).
+public final class ManualClock: Clock {
+    private let t: Mutex<Double>
+    public init(start: Double = 0) { t = Mutex(start) }
+    public func now() -> Double { t.withLock { $0 } }
+    public func advance(by s: Double) { t.withLock { $0 += s } }
     public func sleep(until deadline: Double, stop: () -> Bool) {
-        lock.lock(); if deadline > t { t = deadline }; lock.unlock()
+        t.withLock { if deadline > $0 { $0 = deadline } }
     }
 }
 

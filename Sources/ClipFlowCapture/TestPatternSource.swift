@@ -7,9 +7,8 @@ import Foundation
 /// Paced in real time (`realtime`, like a camera: when the consumer falls more than a frame behind,
 /// the late pictures are skipped and counted, as a camera drops them) or as fast as the consumer
 /// takes them. Finite (`duration` or `frames`) or until stopped.
-/// @unchecked Sendable: `produced` and `skipped` change only on its stage queue (and are read by
-/// others after the run); everything else is immutable.
-public final class TestPatternSource: Stage, @unchecked Sendable {
+/// Belongs to its stage queue; others read `produced` and `skipped` after the run.
+public final class TestPatternSource: Stage {
     public let id: String
     public let settings: TestPatternSettings
     public let realtime: Bool
@@ -73,6 +72,19 @@ public final class TestPatternSource: Stage, @unchecked Sendable {
 
     public func prepare(_ context: StageContext) throws {
         if let p = settings.problem { throw ClipFlowError.badInput("\(id): \(p)") }
+    }
+
+    /// Announces its pictures (raw, the set size, format and rate) and its audio (raw float).
+    public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
+        Self.parameters(settings)
+    }
+
+    /// What a test pattern with `settings` delivers.
+    public static func parameters(_ settings: TestPatternSettings) -> StreamParameters {
+        StreamParameters(
+            port: .frames,
+            video: VideoParameters(width: settings.width, height: settings.height, pixelFormat: settings.format, frameRate: settings.fps),
+            audio: settings.sampleRate > 0 ? AudioParameters(sampleRate: settings.sampleRate, channels: settings.channels) : nil)
     }
 
     public func produce(_ context: StageContext) throws {

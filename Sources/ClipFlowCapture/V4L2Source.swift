@@ -12,10 +12,10 @@ import Foundation
 /// gaps in the kernel's sequence numbers and reported as `.dropped` events; broken pictures
 /// (skipped) are counted in `brokenFrames` and reported in a notice at the end.
 ///
-/// Runs on its stage queue; owns the `V4L2Device` from `prepare` to `finish`.
-/// @unchecked Sendable: its state is touched only on its stage queue (and read by others after
-/// the run); `stop`/`cancel` come from other threads and touch only the thread-safe `stopFlag`.
-public final class V4L2Source: StoppableStage, @unchecked Sendable {
+/// Belongs to its stage queue (others read its counters after the run); owns the `V4L2Device`
+/// from `prepare` to `finish`. A stop or cancel is seen through `context.stopRequested`, polled
+/// at least every `pollMs`.
+public final class V4L2Source: Stage {
     public let id: String
     public let device: String
     public let request: CaptureRequest
@@ -25,7 +25,6 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
     public let frameLimit: Int
     private let syscalls: (any V4L2Syscalls)?
     private var camera: V4L2Device?
-    private let stopFlag = CancellationFlag()
 
     public private(set) var negotiated: NegotiatedFormat?
     public private(set) var framesPushed = 0
@@ -95,6 +94,15 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
         context.emit(.notice("camera \(device) (\(cam.card)): \(n.summary)"))
     }
 
+    /// Announces what the camera agreed to in `prepare`: raw pictures of the negotiated size, in
+    /// the layout it delivers (MJPEG arrives decoded, as yuv420p), at the negotiated rate.
+    public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
+        guard let n = negotiated else { return StreamParameters(port: .frames) }
+        return StreamParameters(
+            port: .frames,
+            video: VideoParameters(width: n.width, height: n.height, pixelFormat: n.format.output, frameRate: n.fps > 0 ? n.fps : request.fps))
+    }
+
     public func produce(_ context: StageContext) throws {
         guard let cam = camera else { throw ClipFlowError.failure("v4l2 source '\(id)': produce before prepare") }
         if stopping(context) { return }
@@ -134,7 +142,7 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
         finishStream(cam, context)
     }
 
-    private func stopping(_ context: StageContext) -> Bool { context.stopRequested || stopFlag.isCancelled }
+    private func stopping(_ context: StageContext) -> Bool { context.stopRequested }
 
     private func report(_ context: StageContext) {
         context.progress(Int64(framesPushed), of: Int64(frameLimit), unit: "frames")
@@ -155,9 +163,6 @@ public final class V4L2Source: StoppableStage, @unchecked Sendable {
         report(context)
         cam.stop()
     }
-
-    public func stop() { stopFlag.cancel() }
-    public func cancel() { stopFlag.cancel() }
 
     public func finish(_ context: StageContext, outcome: StageOutcome) {
         camera?.close()

@@ -23,9 +23,8 @@ private struct StageProgress: ProgressReporter {
 /// nothing when `onStop` is "discard" (a merge is all or nothing), or joins the clips that
 /// arrived when it is "finish" (a recording pipeline: stopping the recording still yields the
 /// video). The output never exists half-written.
-/// `@unchecked Sendable`: `clips` is touched only on the stage's queue; `stop`/`cancel` (any
-/// thread) only set `cancelFlag`, which is thread-safe.
-public final class MergeStage: StoppableStage, @unchecked Sendable {
+/// Belongs to its stage queue; a stop or cancel reaches it through `cancelFlag` (thread-safe).
+public final class MergeStage: Stage {
     public let id: String
     public let output: String
     public let rotate: Int
@@ -48,8 +47,9 @@ public final class MergeStage: StoppableStage, @unchecked Sendable {
                 "on-stop", .choice(["discard", "finish"]), default: .string("discard"),
                 help: "on a graceful stop (first SIGINT): write nothing, or join the clips that arrived (use finish after a recorder)")
         ],
-        // Clips are small items (paths): a queue of 1024 never holds the files themselves.
-        queue: LinkLimits(maxItems: 1024, maxBytes: 1 << 20),
+        // A merge only lists the clips it receives until its inputs end: up to 1024 clips wait,
+        // whatever their size on disk (a byte limit here would block the recording feeding it).
+        queue: LinkLimits(maxItems: 1024, maxBytes: LinkLimits.noByteLimit),
         check: { p, path in
             guard let o = p.string("output") else { return [] }
             let dir = (o as NSString).deletingLastPathComponent
@@ -74,12 +74,20 @@ public final class MergeStage: StoppableStage, @unchecked Sendable {
     }
 
     public func prepare(_ context: StageContext) throws {
+        let flag = cancelFlag
+        if onStop == "discard" { context.onStop { flag.cancel() } }
+        context.onCancel { flag.cancel() }
         let dir = (output as NSString).deletingLastPathComponent
         if !dir.isEmpty {
             do { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) } catch {
                 throw ClipFlowError.output("cannot create the directory of '\(output)': \(error.localizedDescription)")
             }
         }
+    }
+
+    public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
+        try checkPorts(inputs)
+        return StreamParameters(port: .video, container: "mp4")
     }
 
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
@@ -106,13 +114,11 @@ public final class MergeStage: StoppableStage, @unchecked Sendable {
         }
         context.push(.file(output, type: .video))
     }
-
-    public func stop() { if onStop == "discard" { cancelFlag.cancel() } }
-    public func cancel() { cancelFlag.cancel() }
 }
 
 /// Writes a JPEG cover of each video it receives: a representative (not black, blank or fading)
 /// frame, upright, at display size or limited by `size`.
+/// Belongs to its stage queue; a cancel reaches it through `cancelFlag` (thread-safe).
 public final class ThumbnailStage: Stage {
     public let id: String
     public let output: String
@@ -145,6 +151,15 @@ public final class ThumbnailStage: Stage {
         self.size = size
     }
 
+    public func prepare(_ context: StageContext) throws {
+        context.onCancel { [cancelFlag] in cancelFlag.cancel() }
+    }
+
+    public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
+        try checkPorts(inputs)
+        return StreamParameters(port: .image, container: "jpeg")
+    }
+
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
         guard let video = item.path else { return .ok }
         let dir = (output as NSString).deletingLastPathComponent
@@ -154,8 +169,6 @@ public final class ThumbnailStage: Stage {
         context.emit(.notice("cover \(r.width)x\(r.height) from \(String(format: "%.2f", r.time)) s"))
         return context.push(.file(output, type: .image)) == .flushing ? .flushing : .ok
     }
-
-    public func cancel() { cancelFlag.cancel() }
 }
 
 /// Commands for a running record stage, from any thread (a terminal, a signal, a test). Applied
@@ -175,13 +188,14 @@ public final class RecordControl: Sendable {
 /// Encodes raw frames into clip fragments (see `FragmentRecorder`) and passes each fragment on
 /// the moment it is closed. On a graceful stop, a cancel or a failure upstream, the open fragment
 /// is finalised: what was recorded is kept and playable.
-/// `@unchecked Sendable`: the recorder and the progress count are touched only on the stage's
-/// queue; `control` is thread-safe.
-public final class RecordStage: Stage, @unchecked Sendable {
+/// Belongs to its stage queue; `control` is thread-safe (commands from any thread).
+public final class RecordStage: Stage {
     public let id: String
     public let options: RecordOptions
     public let control: RecordControl
     public private(set) var recorder: FragmentRecorder?
+    /// What the input carries now (from `negotiate`, then in-band changes).
+    public private(set) var incoming: StreamParameters?
     private var lastProgress = -1
     public var inputTypes: Set<PortType> { [.frames] }
     public var outputType: PortType? { .clips }
@@ -251,7 +265,52 @@ public final class RecordStage: Stage, @unchecked Sendable {
         recorder = r
     }
 
+    /// Takes raw pictures it can encode (yuv420p, nv12, yuyv422) and raw float audio; announces
+    /// MP4 clip fragments.
+    public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
+        try checkPorts(inputs)
+        if let p = inputs.first {
+            if let (parameter, reason) = Self.refusal(p) { throw StreamMismatch(input: 0, parameter: parameter, reason: reason) }
+            incoming = p
+        }
+        return StreamParameters(port: .clips, container: "mp4")
+    }
+
+    /// Why the recorder cannot take a stream with these parameters, or nil.
+    static func refusal(_ p: StreamParameters) -> (parameter: String, reason: String)? {
+        if let v = p.video {
+            let encodable: [PixelFormat] = [.yuv420p, .nv12, .yuyv422]
+            guard v.codec == "rawvideo", let f = v.pixelFormat, encodable.contains(f) else {
+                let offered = v.codec == "rawvideo" ? v.pixelFormat?.rawValue ?? "unknown" : v.codec
+                return ("pixel format", "\(offered) offered; record encodes raw yuv420p, nv12 or yuyv422 pictures (decode it first)")
+            }
+            if v.width <= 0 || v.height <= 0 { return ("size", "\(v.width)x\(v.height) is not a picture size") }
+        }
+        if let a = p.audio, a.codec != "pcm_f32" {
+            return ("audio codec", "\(a.codec) offered; record encodes raw 32-bit float samples")
+        }
+        return nil
+    }
+
+    /// An in-band change: a new picture size or layout closes the open fragment, and the next
+    /// picture starts one with the new parameters (each fragment has one size, as a phone's do).
+    private func adapt(to p: StreamParameters, _ r: FragmentRecorder, _ context: StageContext) throws {
+        if let (parameter, reason) = Self.refusal(p) { throw ClipFlowError.badInput("record '\(id)': \(parameter): \(reason)") }
+        let old = incoming?.video
+        incoming = p
+        guard let new = p.video, let old, (old.width, old.height, old.pixelFormat) != (new.width, new.height, new.pixelFormat) else { return }
+        if !r.paused {
+            try r.pause()
+            r.resume()
+        }
+        context.emit(.notice("pictures now \(new.width)x\(new.height) \(new.pixelFormat?.rawValue ?? ""); the next fragment starts with them"))
+    }
+
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
+        if let p = item.parameters, let r = recorder {
+            try adapt(to: p, r, context)
+            return .ok
+        }
         guard let r = recorder, let media = item.media else { return .ok }
         for c in control.take() {
             switch c {

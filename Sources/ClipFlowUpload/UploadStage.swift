@@ -40,12 +40,12 @@ public enum UploadStages {
 
 /// Sink: uploads every file it receives (the merged video, its cover) through the persistent
 /// upload queue, resumably, and reports progress, retries and results as pipeline events. When the
-/// pipeline is stopped (SIGINT) the uploads pause and stay queued: `clipflow upload run` (or the
-/// next pipeline run) continues them where the server stopped.
-/// `@unchecked Sendable`: the runner calls every hook on this stage's serial queue, which owns the
-/// mutable state (`queue`, `ids`, `results`); `cancel()`, from any thread, only reads `queue`,
-/// set in `prepare` before any other hook runs.
-public final class UploadStage: Stage, @unchecked Sendable {
+/// pipeline is stopped (first SIGINT) or cancelled, running uploads pause at once and every upload
+/// of this stage stays queued: `clipflow upload run` (or the next pipeline run) continues them
+/// where the server stopped.
+/// Belongs to its stage queue; a stop or cancel reaches it through `halt` and the queue's own
+/// controls (both thread-safe).
+public final class UploadStage: Stage {
     public let id: String
     public let destination: UploadDestination
     public let metadata: [String: String]
@@ -54,6 +54,8 @@ public final class UploadStage: Stage, @unchecked Sendable {
     public let wait: Bool
     private let makeUploader: @Sendable (UploadDestination, ResumeStore) throws -> FileUploader
     private var queue: UploadQueue?
+    /// Set on a stop or cancel: the queue pauses what runs and starts nothing more.
+    private let halt = CancellationFlag()
     private var ids: [String] = []
     public private(set) var results: [UploadResult] = []
     public var inputTypes: Set<PortType> { [.video, .image, .clips] }
@@ -128,13 +130,24 @@ public final class UploadStage: Stage, @unchecked Sendable {
     }
 
     public func prepare(_ context: StageContext) throws {
+        let q: UploadQueue
         do {
-            queue = try UploadQueue(
+            q = try UploadQueue(
                 directory: queueDirectory, concurrency: concurrency,
                 observer: StageUploadObserver(context: context),
-                cancellation: context.cancellation, makeUploader: makeUploader)
+                cancellation: halt, makeUploader: makeUploader)
         } catch let e as UploadError {
             throw ClipFlowError.output(e.message)
+        }
+        queue = q
+        let halt = halt
+        context.onStop {
+            halt.cancel()
+            q.stopAll()
+        }
+        context.onCancel {
+            halt.cancel()
+            q.stopAll()
         }
     }
 
@@ -182,8 +195,6 @@ public final class UploadStage: Stage, @unchecked Sendable {
         if context.cancellation.isCancelled { throw ClipFlowError.interrupted }
         if !failures.isEmpty { throw ClipFlowError.failure("upload failed: " + failures.joined(separator: "; ")) }
     }
-
-    public func cancel() { queue?.stopAll() }
 }
 
 /// Turns upload events into pipeline events: progress, and notices for retries and credential

@@ -103,7 +103,7 @@ struct Record: ParsableCommand {
             if let p = o.problem { throw ClipFlowError.badInput(p) }
             let rec = RecordStage(id: "record", options: o)
             let runner = try GraphRunner(
-                nodes: [StageNode(src.id) { src }, StageNode(rec.id) { rec }], edges: [Edge(from: "camera", to: "record", limits: RecordStage.kind.queue)],
+                nodes: [StageNode(handing: src), StageNode(handing: rec)], edges: [Edge(from: "camera", to: "record", limits: RecordStage.kind.queue)],
                 sink: sink)
             PipelineSignals.install(runner: runner, grace: 10)
             let quit = QuitFlag()

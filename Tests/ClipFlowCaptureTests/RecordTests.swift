@@ -111,7 +111,7 @@ final class TestPatternTests: XCTestCase {
         let sink = LateSink(clock)
         let src = TestPatternSource(id: "cam", settings: TestPatternSettings(width: 320, height: 240, fps: 30), realtime: true, frames: 30)
         let runner = try GraphRunner(
-            nodes: [StageNode(src.id) { src }, StageNode(sink.id) { sink }],
+            nodes: [StageNode(handing: src), StageNode(handing: sink)],
             edges: [Edge(from: "cam", to: "late", limits: LinkLimits(maxItems: 1, maxBytes: 1 << 30))],
             clock: clock, sink: EventRecorder())
         XCTAssertEqual(runner.run(), .completed)
@@ -138,7 +138,7 @@ final class RecordTests: XCTestCase {
         let src = TestPatternSource(id: "cam", settings: TestPatternSettings(width: size.0, height: size.1, fps: fps), realtime: false, frames: frames)
         let events = EventRecorder()
         let runner = try GraphRunner(
-            nodes: [StageNode(src.id) { src }, StageNode(rec.id) { rec }],
+            nodes: [StageNode(handing: src), StageNode(handing: rec)],
             edges: [Edge(from: "cam", to: "rec", limits: LinkLimits(maxItems: 16, maxBytes: 64 << 20))], sink: events)
         XCTAssertEqual(runner.run(), .completed)
         return (rec, events)

@@ -392,7 +392,7 @@ extension V4L2Tests {
         let sink = SlowFrameSink(id: "slow", delay: 0.03)
         let events = EventRecorder()
         let runner = try GraphRunner(
-            nodes: [StageNode(source.id) { source }, StageNode(sink.id) { sink }], edges: [Edge(from: "cam", to: "slow", limits: LinkLimits(maxItems: 1))],
+            nodes: [StageNode(handing: source), StageNode(handing: sink)], edges: [Edge(from: "cam", to: "slow", limits: LinkLimits(maxItems: 1))],
             sink: events)
         XCTAssertEqual(runner.run(), .completed)
         XCTAssertEqual(sink.sequences.count, 90)

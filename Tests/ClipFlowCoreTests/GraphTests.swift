@@ -27,7 +27,7 @@ final class GraphTests: XCTestCase {
         throws -> (GraphOutcome, GraphRunner, EventRecorder)
     {
         let rec = EventRecorder()
-        let runner = try GraphRunner(nodes: stages.map { s in StageNode(s.id) { s } }, edges: edges, sink: rec)
+        let runner = try GraphRunner(nodes: stages.map { s in StageNode(handing: s) }, edges: edges, sink: rec)
         let done = DispatchSemaphore(value: 0)
         final class Box: @unchecked Sendable { var o: GraphOutcome? }
         let box = Box()
@@ -175,9 +175,10 @@ final class HarnessTests: XCTestCase {
     func testStopEndsAnEndlessSource() throws {
         let src = SyntheticSource(id: "s", count: 0, size: 8, rate: 0)
         let h = StageHarness(src, outputLimit: 1 << 20)
-        // Stop from inside: after 100 items a watcher asks the stage to stop.
+        // Stop from inside: after 100 items a watcher asks the stage to stop (it reads the
+        // harness's link, not the stage, which belongs to the producing thread).
         DispatchQueue.global().async {
-            while src.produced < 100 { usleep(100) }; h.stop()
+            while h.output.stats.queued < 100 { usleep(100) }; h.stop()
         }
         try h.produce()
         XCTAssertGreaterThanOrEqual(src.produced, 100)
@@ -224,7 +225,7 @@ final class HarnessTests: XCTestCase {
         let sink = NullSink(id: "n", delay: 0)
         let h = StageHarness(sink)
         for s in [0, 1, 4, 5, 9] as [Int64] {
-            var it = Item(payload: .buffer(sequence: s, bytes: 0), type: .buffers)
+            var it = Item(.buffer(sequence: s, data: Data(), time: nil), type: .buffers)
             it.discontinuity = s == 4 || s == 9
             _ = try h.push(it)
         }

@@ -25,6 +25,27 @@ public struct StageNode: Sendable {
         self.id = id
         self.make = make
     }
+
+    /// A stage made elsewhere and handed over: the caller does not touch it again until `run()`
+    /// has returned (then it may read what the stage counted). Tests and the CLI's summaries use it.
+    public init(handing stage: any Stage) {
+        let handed = HandedStage(stage: stage)
+        self.init(stage.id) { handed.stage }
+    }
+}
+
+/// A stage passed from its maker's thread to the runner. `@unchecked Sendable`: after the hand-off
+/// only the stage's queue touches it (see `StageNode.init(handing:)`).
+private struct HandedStage: @unchecked Sendable {
+    let stage: any Stage
+}
+
+/// A made stage and the queue that owns it. `@unchecked Sendable`: the stage is touched only by
+/// blocks run on `queue`; the runner only carries the box between threads.
+private struct OwnedStage: @unchecked Sendable {
+    let stage: any Stage
+    let queue: DispatchQueue
+    var id: String { stage.id }
 }
 
 /// How a graph run ended.
@@ -60,8 +81,9 @@ public enum GraphOutcome: Sendable, Equatable {
 ///   discard what is in progress. `cancel()` (second signal, deadline): abandon everything.
 ///
 /// Threading: `run()` blocks its caller until every stage has finished; `stop`, `cancel` may be
-/// called from any thread (a signal source). `failure`, `contexts`, `stages` and `links` are
-/// guarded by `lock`; the rest is immutable or atomic (hence `@unchecked`).
+/// called from any thread (a signal source) and reach stages only through their contexts
+/// (`StageContext.onStop`/`onCancel`). `failure`, `contexts` and `links` are guarded by `lock`;
+/// the rest is immutable or atomic (hence `@unchecked`).
 public final class GraphRunner: @unchecked Sendable {
     public let nodes: [StageNode]
     public let edges: [Edge]
@@ -73,8 +95,6 @@ public final class GraphRunner: @unchecked Sendable {
     private var failure: (stage: String, error: ClipFlowError)?
     private var contexts: [String: StageContext] = [:]
     private var links: [Link] = []
-    /// The stages made so far, in node order (made one by one when `run()` starts).
-    private var made: [any Stage] = []
 
     public init(nodes: [StageNode], edges: [Edge], clock: Clock = SystemClock(), sink: EventSink) throws {
         self.nodes = nodes
@@ -94,9 +114,8 @@ public final class GraphRunner: @unchecked Sendable {
     /// Graceful stop: sources stop; end of stream flows; after `deadline` seconds, cancel.
     public func stop(deadline: Double? = nil) {
         if stopped.exchange(true, ordering: .acquiringAndReleasing) { return }
-        lock.lock(); let ctxs = Array(contexts.values); let stages = made; lock.unlock()
+        lock.lock(); let ctxs = Array(contexts.values); lock.unlock()
         for c in ctxs { c.requestStop() }
-        for s in stages { (s as? StoppableStage)?.stop() }
         if let d = deadline {
             DispatchQueue.global().asyncAfter(deadline: .now() + d) { [weak self] in self?.cancel() }
         }
@@ -106,10 +125,10 @@ public final class GraphRunner: @unchecked Sendable {
     public func cancel() {
         stopped.store(true, ordering: .releasing)
         cancelFlag.cancel()
-        lock.lock(); let ls = links; let ctxs = Array(contexts.values); let stages = made; lock.unlock()
+        lock.lock(); let ls = links; let ctxs = Array(contexts.values); lock.unlock()
         for c in ctxs { c.requestStop() }
         for l in ls { l.flush() }
-        for s in stages { s.cancel() }
+        for c in ctxs { c.requestCancel() }
     }
 
     private func fail(_ stage: String, _ error: Error) {
@@ -117,12 +136,12 @@ public final class GraphRunner: @unchecked Sendable {
         lock.lock()
         let first = failure == nil && !(e.kind == .interrupted && (cancelFlag.isCancelled || stopped.load(ordering: .acquiring)))
         if first { failure = (stage, e) }
-        let ls = links; let ctxs = Array(contexts.values); let stages = made
+        let ls = links; let ctxs = contexts
         lock.unlock()
         guard first else { return }
-        for c in ctxs { c.requestStop() }
+        for c in ctxs.values { c.requestStop() }
         for l in ls { l.flush() }
-        for s in stages where s.id != stage { s.cancel() }
+        for (id, c) in ctxs where id != stage { c.requestCancel() }
     }
 
     private var isFailed: Bool { lock.lock(); defer { lock.unlock() }; return failure != nil }
@@ -149,38 +168,39 @@ public final class GraphRunner: @unchecked Sendable {
 
         // Each stage is made and prepared on its own queue, in node order, before any runs.
         let queues = Dictionary(uniqueKeysWithValues: nodes.map { ($0.id, DispatchQueue(label: "clipflow.stage.\($0.id)")) })
-        var stages: [any Stage] = []
+        var stages: [OwnedStage] = []
         for n in nodes {
-            let made: Result<any Stage, Error> = queues[n.id]!.sync {
+            let q = queues[n.id]!
+            let made: Result<OwnedStage, Error> = q.sync {
                 Result {
                     let s = try n.make()
                     guard s.id == n.id else { throw ClipFlowError.failure("internal: node '\(n.id)' made stage '\(s.id)'") }
-                    return s
+                    return OwnedStage(stage: s, queue: q)
                 }
             }
             switch made {
             case .success(let s):
                 stages.append(s)
-                lock.lock(); self.made = stages; lock.unlock()
-                let prepared = queues[n.id]!.sync { Result { try s.prepare(ctx[n.id]!) } }
+                let prepared = q.sync { Result { try s.stage.prepare(ctx[n.id]!) } }
                 if case .failure(let error) = prepared { fail(n.id, error) }
             case .failure(let error):
                 fail(n.id, error)
             }
             if isFailed { break }
         }
+        if !isFailed { negotiate(stages, ctx) }
         if isFailed {
-            for s in stages { queues[s.id]!.sync { finishStage(s, ctx[s.id]!) } }
+            for s in stages { s.queue.sync { finishStage(s.stage, ctx[s.id]!) } }
             return outcome(allLinks)
         }
 
         let group = DispatchGroup()
-        for s in stages {
-            let q = queues[s.id]!
-            let c = ctx[s.id]!
-            let ins = inputs[s.id] ?? []
-            let outs = outputs[s.id] ?? []
-            q.async(group: group) { [self] in
+        for owned in stages {
+            let c = ctx[owned.id]!
+            let ins = inputs[owned.id] ?? []
+            let outs = outputs[owned.id] ?? []
+            owned.queue.async(group: group) { [self] in
+                let s = owned.stage
                 c.emit(.started)
                 do {
                     if ins.isEmpty {
@@ -222,6 +242,47 @@ public final class GraphRunner: @unchecked Sendable {
         return outcome(allLinks)
     }
 
+    /// Producers before consumers, each on its queue: every stage gets what its producers
+    /// announced and announces its own output. A refusal fails the consumer, naming both stages.
+    private func negotiate(_ stages: [OwnedStage], _ ctx: [String: StageContext]) {
+        var announced: [String: StreamParameters] = [:]
+        for s in topologicalOrder(stages) {
+            let ins = edges.filter { $0.to == s.id }
+            let offered = ins.map { e in
+                announced[e.from] ?? StreamParameters(port: stages.first { $0.id == e.from }?.stage.outputType ?? .buffers)
+            }
+            let result = s.queue.sync { Result { try s.stage.negotiate(offered, ctx[s.id]!) } }
+            switch result {
+            case .success(let out):
+                if let out { announced[s.id] = out }
+            case .failure(let m as StreamMismatch) where ins.indices.contains(m.input):
+                let from = ins[m.input].from
+                fail(
+                    s.id,
+                    ClipFlowError.badInput(
+                        "stage '\(s.id)' cannot take what '\(from)' produces (\(offered[m.input])): \(m.parameter): \(m.reason)"))
+                return
+            case .failure(let error):
+                fail(s.id, error)
+                return
+            }
+        }
+    }
+
+    /// Stages with every producer before its consumers (node order among equals).
+    private func topologicalOrder(_ stages: [OwnedStage]) -> [OwnedStage] {
+        var pending = stages
+        var done = Set<String>()
+        var order: [OwnedStage] = []
+        while !pending.isEmpty {
+            let ready = pending.firstIndex { s in edges.allSatisfy { $0.to != s.id || done.contains($0.from) } } ?? 0
+            let s = pending.remove(at: ready)
+            done.insert(s.id)
+            order.append(s)
+        }
+        return order
+    }
+
     private func finishStage(_ s: any Stage, _ c: StageContext) {
         lock.lock(); let f = failure; lock.unlock()
         let result: StageOutcome
@@ -253,10 +314,4 @@ public final class GraphRunner: @unchecked Sendable {
         if stopped.load(ordering: .acquiring) || cancelFlag.isCancelled { return .interrupted }
         return .completed
     }
-}
-
-/// A stage that reacts to a graceful stop beyond polling `stopRequested` (a merge abandons its
-/// output; a recorder closes its open fragment). Called from the signal thread.
-public protocol StoppableStage: Stage {
-    func stop()
 }

@@ -1,17 +1,17 @@
 import Foundation
+import Synchronization
 
-/// Records events in order; thread-safe (`list` is guarded by `lock`, hence `@unchecked`). Used by
-/// tests, harnesses and the CLI's summary.
-public final class EventRecorder: EventSink, @unchecked Sendable {
-    private let lock = NSLock()
-    private var list: [PipelineEvent] = []
+/// Records events in order; thread-safe (the list is behind a mutex). Used by tests, harnesses
+/// and the CLI's summary.
+public final class EventRecorder: EventSink {
+    private let list = Mutex<[PipelineEvent]>([])
     private let forward: EventSink?
     public init(forward: EventSink? = nil) { self.forward = forward }
     public func emit(_ event: PipelineEvent) {
-        lock.lock(); list.append(event); lock.unlock()
+        list.withLock { $0.append(event) }
         forward?.emit(event)
     }
-    public var events: [PipelineEvent] { lock.lock(); defer { lock.unlock() }; return list }
+    public var events: [PipelineEvent] { list.withLock { $0 } }
 }
 
 /// Runs one stage alone, synchronously on the caller's thread, as GStreamer's `GstHarness` and
@@ -20,7 +20,8 @@ public final class EventRecorder: EventSink, @unchecked Sendable {
 ///
 /// The output link is unbounded-ish (`outputLimit` items, block policy never reached in normal
 /// use) so a stage under test never blocks on its own output. Owned by one test thread, which
-/// stands in for the stage's queue (hence `@unchecked`).
+/// stands in for the stage's queue (hence `@unchecked`); only `stop`, `cancel` and `output` may
+/// be used from other threads.
 public final class StageHarness: @unchecked Sendable {
     public let stage: any Stage
     public let clock: ManualClock
@@ -39,16 +40,17 @@ public final class StageHarness: @unchecked Sendable {
     }
 
     public func prepare() throws { try stage.prepare(context) }
+    /// Offers the stage what its inputs carry; returns what it announces (see `Stage.negotiate`).
+    public func negotiate(_ inputs: [StreamParameters] = []) throws -> StreamParameters? { try stage.negotiate(inputs, context) }
     /// Runs a source's `produce` to its end (or until `stop()` is seen).
     public func produce() throws { try stage.produce(context) }
     public func push(_ item: Item, input: Int = 0) throws -> FlowResult { try stage.receive(item, input: input, context) }
     /// All inputs ended: runs `drain`.
     public func endOfStream() throws { try stage.drain(context) }
-    /// Asks the stage to stop as SIGINT would.
-    public func stop() {
-        context.requestStop()
-        (stage as? StoppableStage)?.stop()
-    }
+    /// Asks the stage to stop as SIGINT would (runs its `onStop` handlers).
+    public func stop() { context.requestStop() }
+    /// Cancels as a second SIGINT or a failure elsewhere would (runs its `onCancel` handlers).
+    public func cancel() { context.requestCancel() }
     /// Next produced item, if any.
     public func pull() -> Item? { output.tryPull() }
     public var events: [PipelineEvent] { recorder.events }

@@ -30,7 +30,7 @@ public final class Link: @unchecked Sendable {
             switch state.offer(entry) {
             case .accept(let dropped):
                 if dropped > 0 {
-                    for k in head..<(head + dropped) { items[k].storage = nil; items[k].media = nil }
+                    for k in head..<(head + dropped) { items[k].release() }
                     head += dropped
                     compact()
                 }
@@ -84,8 +84,7 @@ public final class Link: @unchecked Sendable {
     /// alive is released now (a taken item must not hold memory the queue no longer accounts for).
     private func takeFront() -> Item {
         let it = items[head]
-        items[head].storage = nil
-        items[head].media = nil
+        items[head].release()
         head += 1
         compact()
         return it

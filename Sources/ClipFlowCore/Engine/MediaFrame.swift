@@ -25,7 +25,7 @@ public enum PixelFormat: String, Sendable, CaseIterable, Codable {
     }
 }
 
-/// One picture. `time` is seconds since the stream started (from the source's clock or the
+/// One picture (immutable, hence checked `Sendable`). `time` is seconds since the stream started (from the source's clock or the
 /// kernel's buffer timestamp); `sequence` counts frames the source delivered, so a gap means a
 /// frame was lost before it reached us.
 public final class VideoFrame: Sendable {
@@ -50,7 +50,7 @@ public final class VideoFrame: Sendable {
     }
 }
 
-/// A run of interleaved 32-bit float samples. `firstSample` is the index of the first sample
+/// A run of interleaved 32-bit float samples (immutable, hence checked `Sendable`). `firstSample` is the index of the first sample
 /// frame since the stream started (time = firstSample / sampleRate).
 public final class AudioChunk: Sendable {
     public let sampleRate: Int
@@ -68,6 +68,7 @@ public final class AudioChunk: Sendable {
     public var time: Double { Double(firstSample) / Double(sampleRate) }
 }
 
+/// A raw picture or audio run (port type `frames`), as `FragmentRecorder` takes them.
 public enum MediaFrame: Sendable {
     case video(VideoFrame)
     case audio(AudioChunk)
@@ -78,20 +79,23 @@ public enum MediaFrame: Sendable {
         case .audio(let a): return a.time
         }
     }
-    public var bytes: Int {
-        switch self {
-        case .video(let v): return v.data.count
-        case .audio(let a): return a.samples.count * 4
-        }
-    }
 }
 
 extension Item {
-    /// An item carrying one raw frame (port type `frames`), accounted by its size and time.
+    /// An item carrying one raw frame (port type `frames`).
     public static func frame(_ f: MediaFrame) -> Item {
-        var it = Item(payload: .buffer(sequence: 0, bytes: f.bytes), type: .frames, bytes: Int64(f.bytes), time: f.time)
-        if case .video(let v) = f { it.payload = .buffer(sequence: v.sequence, bytes: f.bytes) }
-        it.media = f
-        return it
+        switch f {
+        case .video(let v): return Item(.video(v), type: .frames)
+        case .audio(let a): return Item(.audio(a), type: .frames)
+        }
+    }
+
+    /// The raw picture or audio run this item carries, if any.
+    public var media: MediaFrame? {
+        switch payload {
+        case .video(let v): return .video(v)
+        case .audio(let a): return .audio(a)
+        default: return nil
+        }
     }
 }

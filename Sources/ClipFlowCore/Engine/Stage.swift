@@ -23,21 +23,22 @@ public struct SystemClock: Clock {
 }
 
 /// A clock that moves only when told: `sleep` returns at once and advances time to the deadline.
-/// `t` is guarded by `lock` (hence `@unchecked`).
-public final class ManualClock: Clock, @unchecked Sendable {
-    private let lock = NSLock()
-    private var t: Double
-    public init(start: Double = 0) { t = start }
-    public func now() -> Double { lock.lock(); defer { lock.unlock() }; return t }
-    public func advance(by s: Double) { lock.lock(); t += s; lock.unlock() }
+/// Thread-safe (the time is behind a mutex).
+public final class ManualClock: Clock {
+    private let t: Mutex<Double>
+    public init(start: Double = 0) { t = Mutex(start) }
+    public func now() -> Double { t.withLock { $0 } }
+    public func advance(by s: Double) { t.withLock { $0 += s } }
     public func sleep(until deadline: Double, stop: () -> Bool) {
-        lock.lock(); if deadline > t { t = deadline }; lock.unlock()
+        t.withLock { if deadline > $0 { $0 = deadline } }
     }
 }
 
 /// What a stage sees while it runs: its outputs, its events, the clock, and whether the graph
-/// is stopping. One context per stage; used only from that stage's queue (the confinement the
-/// compiler cannot see: hence `@unchecked`).
+/// is stopping. One context per stage. `push` and `emit` are used only from that stage's queue
+/// (`outputOpen` belongs to it: the confinement the compiler cannot see, hence `@unchecked`);
+/// `requestStop`/`requestCancel` come from any thread and touch only the atomic flags and the
+/// handlers under their mutex.
 public final class StageContext: @unchecked Sendable {
     public let stageID: String
     public let clock: Clock
@@ -47,6 +48,16 @@ public final class StageContext: @unchecked Sendable {
     let cancel: CancellationFlag
     /// Per-output results: an output whose consumer ended is skipped from then on.
     private var outputOpen: [Bool]
+    private let handlers = Mutex(Handlers())
+
+    /// Work registered by the stage for a stop or a cancel, and whether each has happened (a
+    /// handler registered after the fact runs at once).
+    private struct Handlers {
+        var stopped = false
+        var cancelled = false
+        var onStop: [@Sendable () -> Void] = []
+        var onCancel: [@Sendable () -> Void] = []
+    }
 
     init(stageID: String, clock: Clock, outputs: [Link], sink: EventSink, cancel: CancellationFlag) {
         self.stageID = stageID
@@ -60,7 +71,52 @@ public final class StageContext: @unchecked Sendable {
 
     /// Sources: stop producing when true (SIGINT, or the graph failed). End of stream still flows.
     public var stopRequested: Bool { stopFlag.load(ordering: .acquiring) || cancel.isCancelled }
-    func requestStop() { stopFlag.store(true, ordering: .releasing) }
+
+    /// Runs `body` when the graph stops gracefully (first SIGINT, or another stage failed), once,
+    /// on the thread that stops it, while the stage may be busy on its own queue: `body` may touch
+    /// only thread-safe state (a flag, a queue's own controls). Registered after the stop: runs now.
+    public func onStop(_ body: @escaping @Sendable () -> Void) {
+        let now = handlers.withLock { h -> Bool in
+            if !h.stopped { h.onStop.append(body) }
+            return h.stopped
+        }
+        if now { body() }
+    }
+
+    /// Runs `body` when the stage must abandon its work (second signal, deadline, or another
+    /// stage failed), once, from any thread, as `onStop` does. Use it to interrupt blocking work
+    /// promptly; what is in progress is discarded.
+    public func onCancel(_ body: @escaping @Sendable () -> Void) {
+        let now = handlers.withLock { h -> Bool in
+            if !h.cancelled { h.onCancel.append(body) }
+            return h.cancelled
+        }
+        if now { body() }
+    }
+
+    /// Sets `stopRequested` and runs the stop handlers (once). Any thread.
+    func requestStop() {
+        stopFlag.store(true, ordering: .releasing)
+        let run = handlers.withLock { h -> [@Sendable () -> Void] in
+            if h.stopped { return [] }
+            h.stopped = true
+            defer { h.onStop = [] }
+            return h.onStop
+        }
+        for body in run { body() }
+    }
+
+    /// Stops (as `requestStop`) and runs the cancel handlers (once). Any thread.
+    func requestCancel() {
+        requestStop()
+        let run = handlers.withLock { h -> [@Sendable () -> Void] in
+            if h.cancelled { return [] }
+            h.cancelled = true
+            defer { h.onCancel = [] }
+            return h.onCancel
+        }
+        for body in run { body() }
+    }
     /// Hard cancellation (second signal, deadline): abandon work, leave no partial output.
     public var cancellation: CancellationFlag { cancel }
 
@@ -94,16 +150,22 @@ public final class StageContext: @unchecked Sendable {
 ///
 /// Lifecycle, driven by the runner on the stage's own serial queue:
 /// 1. `prepare` (all stages, before any runs: open devices, check outputs);
+///    then `negotiate` (producers before consumers): each stage gets what its inputs carry and
+///    announces what it will produce, or refuses an input (the run fails before data moves);
 /// 2. sources: `produce` until done or `context.stopRequested`;
 ///    others: `receive` for every item of every input, inputs taken in order (input 0 to its end,
 ///    then input 1, ...; that is the order a merge joins clips in);
 /// 3. `drain` once every input has ended: emit what is buffered (a merge runs here);
 /// 4. `finish` always, last, with the outcome: release resources; on failure or cancel discard
 ///    partial outputs.
-/// `cancel` may be called from any thread at any time to abandon blocking work promptly.
+///
+/// A stage belongs to its queue: the runner makes it there (`StageNode`) and calls every hook
+/// there, so a stage is not `Sendable` and its state needs no lock. What must reach it from
+/// other threads (a stop, a cancel) it registers with `context.onStop`/`context.onCancel` as
+/// `@Sendable` closures over thread-safe state, or it polls `context.stopRequested`.
 ///
 /// Errors thrown from any hook fail the graph; the runner tags them with the stage id.
-public protocol Stage: AnyObject, Sendable {
+public protocol Stage: AnyObject {
     var id: String { get }
     /// Port types accepted on inputs (empty: a source).
     var inputTypes: Set<PortType> { get }
@@ -111,11 +173,14 @@ public protocol Stage: AnyObject, Sendable {
     var outputType: PortType? { get }
 
     func prepare(_ context: StageContext) throws
+    /// What this stage will produce, given what its inputs carry (`inputs[i]`: what input `i`'s
+    /// producer announced). Throw `StreamMismatch` to refuse an input. Later changes arrive in
+    /// band (`Item.parameters`), ordered with the data.
+    func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters?
     func produce(_ context: StageContext) throws
     func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult
     func drain(_ context: StageContext) throws
     func finish(_ context: StageContext, outcome: StageOutcome)
-    func cancel()
 }
 
 public enum StageOutcome: Sendable, Equatable {
@@ -128,9 +193,20 @@ public enum StageOutcome: Sendable, Equatable {
 
 extension Stage {
     public func prepare(_ context: StageContext) throws {}
+    /// Checks the inputs' port types (`checkPorts`) and announces `outputType` with no details.
+    public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
+        try checkPorts(inputs)
+        return outputType.map { StreamParameters(port: $0) }
+    }
+    /// Refuses the first input whose port type is not in `inputTypes`.
+    public func checkPorts(_ inputs: [StreamParameters]) throws {
+        for (i, p) in inputs.enumerated() where !inputTypes.contains(p.port) {
+            let takes = inputTypes.map(\.rawValue).sorted().joined(separator: ", ")
+            throw StreamMismatch(input: i, parameter: "port type", reason: "\(p.port.rawValue) offered; it takes \(takes)")
+        }
+    }
     public func produce(_ context: StageContext) throws {}
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult { .ok }
     public func drain(_ context: StageContext) throws {}
     public func finish(_ context: StageContext, outcome: StageOutcome) {}
-    public func cancel() {}
 }

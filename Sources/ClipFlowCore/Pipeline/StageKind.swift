@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The type of a stage parameter, as the validator, `clipflow stages` and the JSON Schema see it.
 public enum ParamType: Sendable, Equatable {
@@ -181,17 +182,25 @@ public struct StageKind: Sendable {
     public var isSource: Bool { inputs.isEmpty }
 }
 
-/// The stage kinds a program knows. Filled by the module registrations at start-up (one thread),
-/// then only read: `@unchecked` because the compiler cannot see that register-before-read order.
-public final class StageRegistry: @unchecked Sendable {
-    private var byName: [String: StageKind] = [:]
+extension LinkLimits {
+    /// A byte limit no link reaches (the largest a pipeline file can state), for a stage that only
+    /// collects the files it receives (their bytes are on disk, not in the queue).
+    public static let noByteLimit: Int64 = 1 << 53
+}
+
+/// The stage kinds a program knows. Filled by the module registrations at start-up, then read;
+/// thread-safe (the table is behind a mutex).
+public final class StageRegistry: Sendable {
+    private let byName = Mutex<[String: StageKind]>([:])
     public init() {}
     public func register(_ kind: StageKind) {
-        precondition(byName[kind.name] == nil, "stage kind '\(kind.name)' registered twice")
-        byName[kind.name] = kind
+        byName.withLock { table in
+            precondition(table[kind.name] == nil, "stage kind '\(kind.name)' registered twice")
+            table[kind.name] = kind
+        }
     }
-    public func kind(_ name: String) -> StageKind? { byName[name] }
-    public var kinds: [StageKind] { byName.values.sorted { $0.name < $1.name } }
+    public func kind(_ name: String) -> StageKind? { byName.withLock { $0[name] } }
+    public var kinds: [StageKind] { byName.withLock { $0.values.sorted { $0.name < $1.name } } }
 }
 
 /// Levenshtein distance, for "did you mean" suggestions.

@@ -14,8 +14,8 @@ public enum CoreStages {
 // MARK: files
 
 /// Source: a list of clip files, or a glob, in order. Paths are relative to the working directory.
-/// Confined to its stage queue (the runner calls it from there only): `@unchecked` for that.
-public final class FilesStage: Stage, @unchecked Sendable {
+/// Belongs to its stage queue.
+public final class FilesStage: Stage {
     public let id: String
     public let paths: [String]
     public let glob: String?
@@ -115,8 +115,8 @@ public final class FilesStage: Stage, @unchecked Sendable {
 // MARK: directory
 
 /// Sink: copies every file it receives into a directory (temporary name, then rename).
-/// Confined to its stage queue (the runner calls it from there only): `@unchecked` for that.
-public final class DirectoryStage: Stage, @unchecked Sendable {
+/// Belongs to its stage queue; a cancel reaches it through `cancelFlag` (thread-safe).
+public final class DirectoryStage: Stage {
     public let id: String
     public let directory: String
     public let mode: String
@@ -156,6 +156,7 @@ public final class DirectoryStage: Stage, @unchecked Sendable {
     }
 
     public func prepare(_ context: StageContext) throws {
+        context.onCancel { [cancelFlag] in cancelFlag.cancel() }
         do { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) } catch {
             throw ClipFlowError.output("cannot create directory '\(directory)': \(error.localizedDescription)")
         }
@@ -201,16 +202,14 @@ public final class DirectoryStage: Stage, @unchecked Sendable {
             context.progress(done, of: total)
         }
     }
-
-    public func cancel() { cancelFlag.cancel() }
 }
 
 // MARK: synthetic source and null sink (tests, benchmarks)
 
 /// Source: `count` buffers of `size` bytes (real memory), at `rate` per second (0: as fast as
 /// possible), time-stamped when `live`. Stops when told to.
-/// Confined to its stage queue (the runner calls it from there only): `@unchecked` for that.
-public final class SyntheticSource: Stage, @unchecked Sendable {
+/// Belongs to its stage queue; others read `produced` after the run.
+public final class SyntheticSource: Stage {
     public let id: String
     public let count: Int
     public let size: Int
@@ -245,9 +244,7 @@ public final class SyntheticSource: Stage, @unchecked Sendable {
             if context.stopRequested { break }
             var data = Data(count: size)
             if size > 0 { data[0] = UInt8(truncatingIfNeeded: n) }  // touch: the memory is real
-            let item = Item(
-                payload: .buffer(sequence: Int64(n), bytes: size), type: .buffers, bytes: Int64(size),
-                time: rate > 0 ? Double(n) / rate : nil, storage: data)
+            let item = Item(.buffer(sequence: Int64(n), data: data, time: rate > 0 ? Double(n) / rate : nil), type: .buffers)
             let r = context.push(item)
             n += 1
             produced = n
@@ -260,8 +257,8 @@ public final class SyntheticSource: Stage, @unchecked Sendable {
 
 /// Sink: takes anything, waits `delay` seconds per item (a deliberately slow consumer), counts
 /// items and discontinuities.
-/// Confined to its stage queue; tests read `received` after the run has finished.
-public final class NullSink: Stage, @unchecked Sendable {
+/// Belongs to its stage queue; tests read `received` after the run has finished.
+public final class NullSink: Stage {
     public let id: String
     public let delay: Double
     public private(set) var received = 0
@@ -287,7 +284,7 @@ public final class NullSink: Stage, @unchecked Sendable {
         if delay > 0 { context.clock.sleep(until: context.clock.now() + delay, stop: { context.cancellation.isCancelled }) }
         received += 1
         if item.discontinuity { discontinuities += 1 }
-        if case .buffer(let s, _) = item.payload {
+        if case .buffer(let s, _, _) = item.payload {
             missing += max(0, s - lastSequence - 1)
             lastSequence = s
         }

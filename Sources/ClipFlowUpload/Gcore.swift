@@ -211,8 +211,8 @@ public final class GcoreUploader: FileUploader, Sendable {
             // One refresh per call: the call ends at the first accepted answer.
             let requests = RequestExecutor(policy: uploader.options.tus.retry, id: id, control: control, observer: observer)
             var token = try uploader.auth.accessToken()
-            while true {
-                try control.check()
+            // API calls report no resumption: `retryResumed` is about the upload's bytes.
+            return try requests.perform(progress: { 0 }, resumedAt: { nil }) {
                 var req = HTTPRequest(
                     method: method, url: base + path,
                     headers: [("Authorization", "Bearer \(token)"), ("Accept", "application/json")])
@@ -225,39 +225,33 @@ public final class GcoreUploader: FileUploader, Sendable {
                 var retryAfter: Double? = nil
                 do {
                     let r = try transport.perform(req)
-                    if r.status == 401 && !requests.refreshedSinceAccepted {
-                        let rejected = token
-                        try requests.refreshCredentials(
-                            canRefresh: true,
-                            fail: { _ in
-                                UploadError(.http(401), message: "\(what): HTTP 401; the credentials were refused even after a refresh")
-                            }
-                        ) {
-                            token = try uploader.auth.refresh(rejected: rejected, reason: "\(what) answered 401")
-                        }
-                        continue
-                    }
                     if r.isSuccess {
                         guard let obj = try? JSONSerialization.jsonObject(with: r.body) as? [String: Any] else {
                             throw UploadError(.protocol, message: "\(what): the answer is not a JSON object")
                         }
-                        return obj
+                        return .accepted(obj)
                     }
                     let text = String(r.text.prefix(300)).trimmingCharacters(in: .whitespacesAndNewlines)
                     reason = "\(what): HTTP \(r.status)\(text.isEmpty ? "" : " (\(text))")"
-                    guard isRetryableStatus(r.status) else {
-                        let hint = r.status == 401 ? "; the credentials were refused even after a refresh" : ""
-                        throw UploadError(.http(r.status), message: reason + hint)
+                    if r.status == 401 {
+                        let rejected = token
+                        let refresh = { token = try uploader.auth.refresh(rejected: rejected, reason: "\(what) answered 401") }
+                        return .refused(
+                            Refused(refresh: refresh) { _ in
+                                UploadError(.http(401), message: reason + "; the credentials were refused even after a refresh")
+                            })
                     }
+                    guard isRetryableStatus(r.status) else { throw UploadError(.http(r.status), message: reason) }
                     retryAfter = retryAfterSeconds(r)
                 } catch let e as TransportError {
                     if e.kind == .cancelled { try control.check() }
                     guard e.isRetryable else { throw UploadError(e.kind == .oversized ? .badResponse : .transport, message: e.message) }
                     reason = e.message
                 }
-                try requests.backoff(reason: reason, progress: 0, retryAfter: retryAfter) { retry in
-                    UploadError(.api, message: "\(reason); gave up after \(retry.attempts) tries", retryable: true)
-                }
+                return .retryable(
+                    Retryable(reason: reason, retryAfter: retryAfter) { retry in
+                        UploadError(.api, message: "\(reason); gave up after \(retry.attempts) tries", retryable: true)
+                    })
             }
         }
     }

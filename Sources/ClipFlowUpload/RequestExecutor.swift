@@ -117,7 +117,6 @@ final class RequestExecutor {
         self.observer = observer
     }
 
-    var retry: RetryState { decisions.retry }
     var refreshedSinceAccepted: Bool { decisions.refreshedSinceAccepted }
 
     /// Runs `attempt` (send one request, or one protocol step, and read the answer) until it

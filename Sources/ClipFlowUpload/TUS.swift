@@ -105,12 +105,13 @@ public final class TUSUploader: FileUploader, Sendable {
             observer.upload(.finished(id: id, result))
             return result
         } catch {
-            let e: UploadError
+            let u: UploadError
             switch error {
-            case let u as UploadError: e = u
-            case let t as TransportError: e = UploadError(.transport, message: t.message, retryable: t.isRetryable)
-            default: e = UploadError(.internal, message: "\(file): \(error)")
+            case let e as UploadError: u = e
+            case let t as TransportError: u = UploadError(.transport, message: t.message, retryable: t.isRetryable)
+            default: u = UploadError(.internal, message: "\(error)")
             }
+            let e = u.concerning(URL(fileURLWithPath: file).standardizedFileURL.path)
             if let session { session.conclude(e) } else { observer.upload(.failed(id: id, code: e.code, message: e.message)) }
             throw e
         }

@@ -137,6 +137,26 @@ final class HostileServerTests: XCTestCase {
         XCTAssertEqual(try leaks(), [])
     }
 
+    /// A failure whose cause does not name the file (here the Gcore API's answer) still comes out
+    /// naming it: in `file`, and once, at the start of the message and of the `failed` event.
+    func testAFailedUploadNamesItsFileInTheErrorAndOnceAtTheStartOfItsMessage() throws {
+        let file = try makeFile("video3.mp4", bytes: 10_000)
+        try main.plan(rules: [["method": "GET", "path": "/api/videos", "mutation": "bad-host", "value": 0, "times": -1]])
+        var o = GcoreOptions(apiBase: main.url + "/api", uploadURLTemplate: "http://{hostname}/files")
+        o.tus.retry = .fast
+        let up = GcoreUploader(
+            options: o, store: try ResumeStore(path: dir + "/resume.json"),
+            credentials: StaticCredentialProvider(.bearer(token: token, refreshToken: nil)))
+        let log = UploadEventLog()
+        XCTAssertThrowsError(try up.upload(file: file, id: "g3", metadata: [:], control: UploadControl(), observer: log)) {
+            let e = $0 as? UploadError
+            XCTAssertEqual(e?.file, file)
+            XCTAssertTrue(e?.message.hasPrefix(file + ": Gcore API ") == true, "\($0)")
+            XCTAssertEqual(e?.message.components(separatedBy: file).count, 2, "named once: \($0)")
+            XCTAssertEqual(log.all.last, .failed(id: "g3", code: "protocol", message: e?.message ?? ""))
+        }
+    }
+
     // MARK: point 5: bounded answers
 
     /// Runs `body` on its own thread; fails the test (and returns nil) when it takes over `limit` s.

@@ -11,6 +11,8 @@ import Synchronization
 //
 // API calls carry `Authorization: Bearer <access>`; a 401 refreshes the access token once (by the
 // refresh token when there is one, else by asking the credential provider again) and repeats the call.
+// A 401/403 from the upload server does the same, then fetches a fresh upload token for the same
+// video before a creation is repeated.
 
 /// Options of a Gcore destination. No secrets (those come from the `CredentialProvider`).
 public struct GcoreOptions: Codable, Sendable, Equatable {
@@ -186,6 +188,10 @@ public final class GcoreUploader: FileUploader, Sendable {
                 return TUSTarget(
                     endpoint: endpoint, metadata: meta,
                     extra: ["video_id": vid, "hls_url": jsonString(video["hls_url"]) ?? previous?["hls_url"] ?? ""])
+            },
+            renew: { [auth] reason in
+                let current = try auth.accessToken()
+                _ = try auth.refresh(rejected: current, reason: reason)
             },
             finish: { result, record in
                 result.method = "gcore"

@@ -32,6 +32,8 @@ final class TUSSession {
     let control: UploadControl
     let observer: UploadObserver
     let target: ([String: String]?) throws -> TUSTarget
+    /// Renews the credentials behind `target` after a refusal (see `TUSUploader.run`).
+    let renew: ((String) throws -> Void)?
     let transport: CurlTransport
     var stamp: FileStamp
     var fingerprint: FileFingerprint
@@ -58,7 +60,8 @@ final class TUSSession {
 
     init(
         uploader: TUSUploader, file: String, id: String, userMetadata: [String: String], control: UploadControl,
-        observer: UploadObserver, target: @escaping ([String: String]?) throws -> TUSTarget
+        observer: UploadObserver, target: @escaping ([String: String]?) throws -> TUSTarget,
+        renew: ((String) throws -> Void)? = nil
     ) throws {
         up = uploader
         options = uploader.options
@@ -68,6 +71,7 @@ final class TUSSession {
         self.control = control
         self.observer = observer
         self.target = target
+        self.renew = renew
         stamp = try FileStamp.of(self.file)
         fingerprint = try FileFingerprint.of(self.file)
         requests = RequestExecutor(policy: options.retry, id: id, control: control, observer: observer)
@@ -209,14 +213,22 @@ final class TUSSession {
         }
     }
 
-    /// Fresh credential headers from the uploader's `refreshHeaders` (none: the refusal is final);
-    /// they override its `headers` for the rest of the upload.
+    /// Fresh credential headers from the uploader's `refreshHeaders`, which override its `headers`
+    /// for the rest of the upload; else `renew` and, for a creation not yet made, a fresh target.
+    /// Neither: the refusal is final.
     func refused(_ status: Int, _ what: String) -> Refused {
-        let refresh = up.refreshHeaders.map { refreshHeaders in
-            { [self] in
+        var refresh: (() throws -> Void)?
+        if let refreshHeaders = up.refreshHeaders {
+            refresh = { [self] in
                 let fresh = try refreshHeaders("TUS \(what)")
                 for v in fresh.values { Secrets.shared.register(v) }
                 freshHeaders = fresh
+                up.note { $0.credentialRefreshes += 1 }
+            }
+        } else if let renew {
+            refresh = { [self] in
+                try renew("TUS \(what)")
+                if url == nil, let p = pendingTarget { pendingTarget = try target(p.extra) }
                 up.note { $0.credentialRefreshes += 1 }
             }
         }

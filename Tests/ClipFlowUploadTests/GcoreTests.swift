@@ -153,4 +153,31 @@ final class GcoreTests: XCTestCase {
         XCTAssertEqual((try api2.state()["videos"] as? [Any])?.count, 1, "one video only")
         XCTAssertEqual(try fileSHA256(tus.storedPath(result.url!)), try fileSHA256(file))
     }
+
+    /// The upload server refuses the creation (401: the upload token expired, say): as for the
+    /// API calls, the API token is renewed, then a fresh upload token is fetched for the same
+    /// video and the creation repeated with it.
+    func testUploadServerRefusalRenewsTheTokensAndRepeatsTheCreation() throws {
+        let proxy = try LocalProxy(upstreamPort: tus.port, directory: dir)
+        try proxy.rules([["method": "POST", "times": 1, "action": "status", "status": 401, "body": "upload token expired"]])
+        let api2 = try LocalGcore(tusHost: "127.0.0.1:\(proxy.port)", directory: dir, access: access, refresh: refresh)
+        let up = try uploader(StaticCredentialProvider(.bearer(token: access, refreshToken: refresh)), apiBase: api2.apiBase)
+        let file = try makeFile("refused.mp4", bytes: 600_000)
+        let log = UploadEventLog()
+        let result = try up.upload(file: file, id: "g6", metadata: [:], control: UploadControl(), observer: log)
+        let state = try api2.state()
+        XCTAssertEqual(try proxy.outcomes("POST").filter { $0 == "status:401" }.count, 1)
+        XCTAssertEqual(up.tus.lastRun.requests["POST"], 2, "the creation was sent twice")
+        XCTAssertEqual(state["refreshes"] as? Int, 1, "the API token was renewed")
+        XCTAssertEqual(log.named("credentials-expired").count, 1)
+        let requests = (state["requests"] as? [[Any]] ?? []).map { "\($0[0]) \($0[1]) \($0[2])" }
+        XCTAssertEqual(requests.filter { $0.hasPrefix("GET /videos/") && $0.contains("/upload") }.count, 2, "a fresh upload token: \(requests)")
+        XCTAssertEqual((state["videos"] as? [Any])?.count, 1, "one video only")
+        let vid = try XCTUnwrap(result.videoID)
+        let token = try XCTUnwrap((state["upload_tokens"] as? [String: String])?[vid])
+        let url = try XCTUnwrap(result.url)
+        let r = try CurlTransport().perform(HTTPRequest(method: "HEAD", url: url, headers: [("Tus-Resumable", "1.0.0")]))
+        XCTAssertEqual(decodeMetadata(r.header("upload-metadata") ?? "")["token"], token, "created with the fresh upload token")
+        XCTAssertEqual(try fileSHA256(tus.storedPath(url)), try fileSHA256(file))
+    }
 }

@@ -180,4 +180,39 @@ final class GcoreTests: XCTestCase {
         XCTAssertEqual(decodeMetadata(r.header("upload-metadata") ?? "")["token"], token, "created with the fresh upload token")
         XCTAssertEqual(try fileSHA256(tus.storedPath(url)), try fileSHA256(file))
     }
+
+    /// A running upload cancelled (`clipflow upload cancel`): the video it made is deleted on the
+    /// hosting API, as a cancelled TUS upload is deleted on its server.
+    func testCancelledUploadDeletesItsVideo() throws {
+        let up = try uploader(StaticCredentialProvider(.bearer(token: access, refreshToken: refresh)))
+        let file = try makeFile("cancel.mp4", bytes: 2_000_000)
+        let control = UploadControl()
+        let t = Trigger(after: 300_000) { control.cancel() }
+        XCTAssertThrowsError(try up.upload(file: file, id: "g7", metadata: [:], control: control, observer: t)) {
+            XCTAssertEqual(($0 as? UploadError)?.code, "cancelled", "\($0)")
+        }
+        let state = try api.state()
+        let requests = (state["requests"] as? [[Any]] ?? []).map { "\($0[0]) \($0[1]) \($0[2])" }
+        XCTAssertEqual(requests.filter { $0.hasPrefix("DELETE /videos/") }.count, 1, "\(requests)")
+        XCTAssertEqual((state["videos"] as? [Any])?.count, 0, "the video is gone")
+        XCTAssertEqual(t.log.named("cancelled").count, 1)
+    }
+
+    /// A paused upload cancelled later (the queue discards it): its video is deleted too, found
+    /// through the resume record.
+    func testDiscardingAPausedUploadDeletesItsVideo() throws {
+        let up = try uploader(StaticCredentialProvider(.bearer(token: access, refreshToken: refresh)))
+        let file = try makeFile("paused.mp4", bytes: 2_000_000)
+        let control = UploadControl()
+        let t = Trigger(after: 300_000) { control.pause() }
+        XCTAssertThrowsError(try up.upload(file: file, id: "g8", metadata: [:], control: control, observer: t)) {
+            XCTAssertEqual(($0 as? UploadError)?.code, "paused", "\($0)")
+        }
+        XCTAssertEqual((try api.state()["videos"] as? [Any])?.count, 1, "a pause keeps the video")
+        try up.discard(file: file)
+        let state = try api.state()
+        let requests = (state["requests"] as? [[Any]] ?? []).map { "\($0[0]) \($0[1]) \($0[2])" }
+        XCTAssertEqual(requests.filter { $0.hasPrefix("DELETE /videos/") }, ["DELETE /videos/1000 204"])
+        XCTAssertEqual((state["videos"] as? [Any])?.count, 0, "the video is gone")
+    }
 }

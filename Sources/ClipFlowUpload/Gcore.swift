@@ -11,6 +11,9 @@ import Synchronization
 //
 // API calls carry `Authorization: Bearer <access>`; a 401 refreshes the access token once (by the
 // refresh token when there is one, else by asking the credential provider again) and repeats the call.
+// A 401/403 from the upload server does the same, then fetches a fresh upload token for the same
+// video before a creation is repeated. A cancelled or discarded upload deletes its video
+// (DELETE {api}/videos/{id}), as a cancelled TUS upload is deleted on its server.
 
 /// Options of a Gcore destination. No secrets (those come from the `CredentialProvider`).
 public struct GcoreOptions: Codable, Sendable, Equatable {
@@ -135,6 +138,23 @@ public final class GcoreUploader: FileUploader, Sendable {
         let name = options.name ?? metadata["title"] ?? (file as NSString).lastPathComponent
         let description = options.description ?? metadata["description"]
         let api = API(uploader: self, id: id, control: control, observer: observer)
+        // The video this upload made or resumes: deleted if the upload is cancelled.
+        var videoID = (try? FileFingerprint.of(file)).flatMap { store.record(for: $0, destination: destination)?.extra["video_id"] }
+        do {
+            return try run(file: file, id: id, control: control, observer: observer, api: api, name: name, description: description) {
+                videoID = $0
+            }
+        } catch let e as UploadError where e.kind == .cancelled {
+            if options.tus.deleteOnCancel, let videoID { deleteVideos([videoID]) }
+            throw e
+        }
+    }
+
+    /// The TUS upload with a Gcore target; `made` is told the video's id once it is known.
+    private func run(
+        file: String, id: String, control: UploadControl, observer: UploadObserver, api: API, name: String,
+        description: String?, made: @escaping (String) -> Void
+    ) throws -> UploadResult {
         let fileName = (file as NSString).lastPathComponent
         let store = self.store
         let destination = self.destination
@@ -160,6 +180,7 @@ public final class GcoreUploader: FileUploader, Sendable {
                 guard let vid = jsonString(video["id"]) else {
                     throw UploadError(.protocol, message: "Gcore API \(displayURL(self.options.apiBase)): POST /videos answered without a video id")
                 }
+                made(vid)
                 let info = try api.call("GET", "/videos/\(vid)/upload", nil)
                 guard let servers = info["servers"] as? [[String: Any]], let host = servers.first.flatMap({ jsonString($0["hostname"]) }),
                     let token = jsonString(info["token"])
@@ -187,6 +208,10 @@ public final class GcoreUploader: FileUploader, Sendable {
                     endpoint: endpoint, metadata: meta,
                     extra: ["video_id": vid, "hls_url": jsonString(video["hls_url"]) ?? previous?["hls_url"] ?? ""])
             },
+            renew: { [auth] reason in
+                let current = try auth.accessToken()
+                _ = try auth.refresh(rejected: current, reason: reason)
+            },
             finish: { result, record in
                 result.method = "gcore"
                 result.videoID = record.extra["video_id"]
@@ -195,7 +220,33 @@ public final class GcoreUploader: FileUploader, Sendable {
             })
     }
 
-    public func discard(file: String) throws { try tus.discard(file: file) }
+    /// Drops the file's resume records and deletes what they name: the TUS uploads and the videos.
+    public func discard(file: String) throws {
+        let fp = try FileFingerprint.of(file)
+        var records = store.staleRecords(path: fp.path, destination: destination, current: fp)
+        if let r = store.record(for: fp, destination: destination) { records.append(r) }
+        let videos = records.compactMap { $0.extra["video_id"] }
+        try tus.discard(file: file)
+        deleteVideos(videos)
+    }
+
+    /// Deletes videos on the hosting API, best effort (a cleanup must not hide why the upload
+    /// ended): one request each, repeated once after renewing a refused access token.
+    func deleteVideos(_ ids: [String]) {
+        guard !ids.isEmpty, let transport = try? CurlTransport(settings: tus.cleanupSettings) else { return }
+        for vid in ids {
+            guard var token = try? auth.accessToken() else { return }
+            for _ in 0..<2 {
+                let req = HTTPRequest(
+                    method: "DELETE", url: options.apiBase + "/videos/\(vid)",
+                    headers: [("Authorization", "Bearer \(token)"), ("Accept", "application/json")])
+                guard let r = try? transport.perform(req), r.status == 401,
+                    let fresh = try? auth.refresh(rejected: token, reason: "Gcore API DELETE /videos/\(vid) answered 401")
+                else { break }
+                token = fresh
+            }
+        }
+    }
 
     /// Hosting API calls of one upload: bearer auth, one refresh on 401, retries on network
     /// errors and retryable statuses per the TUS retry policy.
@@ -211,8 +262,8 @@ public final class GcoreUploader: FileUploader, Sendable {
             // One refresh per call: the call ends at the first accepted answer.
             let requests = RequestExecutor(policy: uploader.options.tus.retry, id: id, control: control, observer: observer)
             var token = try uploader.auth.accessToken()
-            while true {
-                try control.check()
+            // API calls report no resumption: `retryResumed` is about the upload's bytes.
+            return try requests.perform(progress: { 0 }, resumedAt: { nil }) {
                 var req = HTTPRequest(
                     method: method, url: base + path,
                     headers: [("Authorization", "Bearer \(token)"), ("Accept", "application/json")])
@@ -225,39 +276,33 @@ public final class GcoreUploader: FileUploader, Sendable {
                 var retryAfter: Double? = nil
                 do {
                     let r = try transport.perform(req)
-                    if r.status == 401 && !requests.refreshedSinceAccepted {
-                        let rejected = token
-                        try requests.refreshCredentials(
-                            canRefresh: true,
-                            fail: { _ in
-                                UploadError(.http(401), message: "\(what): HTTP 401; the credentials were refused even after a refresh")
-                            }
-                        ) {
-                            token = try uploader.auth.refresh(rejected: rejected, reason: "\(what) answered 401")
-                        }
-                        continue
-                    }
                     if r.isSuccess {
                         guard let obj = try? JSONSerialization.jsonObject(with: r.body) as? [String: Any] else {
                             throw UploadError(.protocol, message: "\(what): the answer is not a JSON object")
                         }
-                        return obj
+                        return .accepted(obj)
                     }
                     let text = String(r.text.prefix(300)).trimmingCharacters(in: .whitespacesAndNewlines)
                     reason = "\(what): HTTP \(r.status)\(text.isEmpty ? "" : " (\(text))")"
-                    guard isRetryableStatus(r.status) else {
-                        let hint = r.status == 401 ? "; the credentials were refused even after a refresh" : ""
-                        throw UploadError(.http(r.status), message: reason + hint)
+                    if r.status == 401 {
+                        let rejected = token
+                        let refresh = { token = try uploader.auth.refresh(rejected: rejected, reason: "\(what) answered 401") }
+                        return .refused(
+                            Refused(refresh: refresh) { _ in
+                                UploadError(.http(401), message: reason + "; the credentials were refused even after a refresh")
+                            })
                     }
+                    guard isRetryableStatus(r.status) else { throw UploadError(.http(r.status), message: reason) }
                     retryAfter = retryAfterSeconds(r)
                 } catch let e as TransportError {
                     if e.kind == .cancelled { try control.check() }
                     guard e.isRetryable else { throw UploadError(e.kind == .oversized ? .badResponse : .transport, message: e.message) }
                     reason = e.message
                 }
-                try requests.backoff(reason: reason, progress: 0, retryAfter: retryAfter) { retry in
-                    UploadError(.api, message: "\(reason); gave up after \(retry.attempts) tries", retryable: true)
-                }
+                return .retryable(
+                    Retryable(reason: reason, retryAfter: retryAfter) { retry in
+                        UploadError(.api, message: "\(reason); gave up after \(retry.attempts) tries", retryable: true)
+                    })
             }
         }
     }

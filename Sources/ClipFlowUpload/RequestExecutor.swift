@@ -1,16 +1,17 @@
 import Foundation
 
-// The request loop shared by TUS, S3 and the Gcore API: every protocol sends a request, looks at
+// The request loop shared by TUS, S3 and the Gcore API: every protocol sends a request, reads
 // the answer, and then either hands it on, waits and sends it again, or asks for fresh credentials
-// and sends it again. The protocol decides what an answer means (retryable, refused, final);
-// these two types decide what follows:
+// and sends it again. The protocol says what an answer means (a `Verdict`); the executor alone
+// decides what follows and reports it:
 //
-//   answer ──accepted──▶ RequestDecisions.accepted()  ─▶ caller (retry-resumed attempt, if any)
-//          ──retryable─▶ RequestDecisions.failure()   ─▶ .wait(delay) │ .giveUp
-//          ──refused───▶ RequestDecisions.refusal()   ─▶ .refresh     │ .fail(why)
+//   attempt ──.accepted(v)──▶ RequestDecisions.accepted() ─▶ retryResumed (after a wait), return v
+//           ──.retryable────▶ RequestDecisions.failure()  ─▶ retryStarted, sleep │ give-up error
+//           ──.refused──────▶ RequestDecisions.refusal()  ─▶ credentialsExpired, refresh │ error
+//           ──throws────────▶ the error, as it is
 //
-// `RequestDecisions` is the pure part (no clock, no I/O; table-tested). `RequestExecutor` carries
-// out its decisions: events, the interruptible sleep, the credential refresh.
+// `RequestDecisions` is the pure part (no clock, no I/O; table-tested). `RequestExecutor.perform`
+// carries out its decisions: events, the interruptible sleep, the credential refresh.
 
 /// What comes after one failed or refused request, as a pure value. One per upload (or per API
 /// call for Gcore); confined to the thread running it.
@@ -68,9 +69,41 @@ public struct RequestDecisions: Sendable, Equatable {
     }
 }
 
-/// Carries out `RequestDecisions` for one upload: emits `retryStarted` and sleeps (waking on
-/// pause/cancel), emits `credentialsExpired` and refreshes. Errors are built by the protocol,
-/// which knows how to name the file and the request. Confined to the upload's thread.
+/// What one attempt came to, as the protocol reads its answer. A final failure is thrown instead.
+enum Verdict<T> {
+    /// The protocol has what it asked for.
+    case accepted(T)
+    /// Worth sending again after the retry policy's wait.
+    case retryable(Retryable)
+    /// The server refused the credentials.
+    case refused(Refused)
+}
+
+/// A retryable failure, as the protocol words it.
+struct Retryable {
+    /// What failed, for the `retryStarted` event and the give-up error (redacted before either).
+    var reason: String
+    /// The server's Retry-After in seconds.
+    var retryAfter: Double? = nil
+    /// Send again without waiting (still counted), e.g. a TUS 409 that only needs a HEAD.
+    var immediate = false
+    /// The error when the policy gives up.
+    var giveUp: (RetryState) -> UploadError
+}
+
+/// A credential refusal, as the protocol words it.
+struct Refused {
+    /// Renews the credentials; nil when nothing can.
+    var refresh: (() throws -> Void)?
+    /// The error when no refresh may be made: none can, or the credentials were refused again with
+    /// no accepted answer since the last refresh.
+    var failure: (RequestDecisions.Refusal) -> UploadError
+}
+
+/// Carries out `RequestDecisions` for one upload (or one Gcore API call): runs an attempt until the
+/// protocol accepts its answer, reporting `retryStarted` and sleeping (waking on pause/cancel),
+/// reporting `credentialsExpired` and refreshing, and reporting `retryResumed` at the first
+/// accepted answer after a wait. Confined to the upload's thread.
 final class RequestExecutor {
     private(set) var decisions: RequestDecisions
     let id: String
@@ -84,8 +117,30 @@ final class RequestExecutor {
         self.observer = observer
     }
 
-    var retry: RetryState { decisions.retry }
     var refreshedSinceAccepted: Bool { decisions.refreshedSinceAccepted }
+
+    /// Runs `attempt` (send one request, or one protocol step, and read the answer) until it
+    /// returns `.accepted` or throws. `progress` is the bytes acknowledged so far (progress resets
+    /// the count of failures); `resumedAt` is the offset to report in `retryResumed`, or nil when
+    /// a resumption is not reported (nothing has started yet).
+    func perform<T>(
+        progress: () -> Int64, resumedAt: () -> Int64?, _ attempt: () throws -> Verdict<T>
+    ) throws -> T {
+        while true {
+            try control.check()
+            switch try attempt() {
+            case .accepted(let value):
+                if let attempt = accepted(), let offset = resumedAt() {
+                    observer.upload(.retryResumed(id: id, attempt: attempt, offset: offset))
+                }
+                return value
+            case .retryable(let r):
+                try backoff(reason: r.reason, progress: progress(), retryAfter: r.retryAfter, immediate: r.immediate, giveUp: r.giveUp)
+            case .refused(let r):
+                try refreshCredentials(canRefresh: r.refresh != nil, fail: r.failure) { try r.refresh?() }
+            }
+        }
+    }
 
     /// After a retryable failure: reports the retry and waits (no wait when `immediate`, e.g. a
     /// TUS 409 that only needs a HEAD), or throws `giveUp`'s error when the policy stops.

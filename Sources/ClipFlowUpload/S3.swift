@@ -108,6 +108,7 @@ public final class S3Uploader: FileUploader, Sendable {
         do {
             session = try S3Session(uploader: self, path: path, id: id, control: control, observer: observer)
         } catch let e as UploadError {
+            let e = e.concerning(path)
             observer.upload(.failed(id: id, code: e.code, message: e.message))
             throw e
         }
@@ -117,6 +118,7 @@ public final class S3Uploader: FileUploader, Sendable {
             observer.upload(.finished(id: id, result))
             return result
         } catch let e as UploadError {
+            let e = e.concerning(path)
             switch e.kind {
             case .cancelled:
                 session.abandon()
@@ -131,7 +133,7 @@ public final class S3Uploader: FileUploader, Sendable {
             }
             throw e
         } catch {
-            let e = UploadError(.internal, message: "\(path): S3 upload: \(error)")
+            let e = UploadError(.internal, message: "S3 upload: \(error)").concerning(path)
             observer.upload(.failed(id: id, code: e.code, message: e.message))
             throw e
         }

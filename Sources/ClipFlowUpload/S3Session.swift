@@ -219,8 +219,7 @@ final class S3Session {
         if let next { digester.prefetch(offset: next.offset, length: next.length) }
         let payloadHash = options.payloadSigning == .signed ? sha256 : SigV4Signer.unsignedPayload
         let req = objectRequest("PUT", query: [("partNumber", String(n)), ("uploadId", uploadID)], body: body)
-        while true {
-            let r = try send(req, payloadHash: payloadHash, step: "UploadPart \(n)")
+        return try send(req, payloadHash: payloadHash, step: "UploadPart \(n)") { r in
             guard r.isSuccess else {
                 if r.status == 404 && S3ErrorInfo(r).code == "NoSuchUpload" {
                     throw UploadError(
@@ -234,10 +233,9 @@ final class S3Session {
             }
             if let md5, let got = S3Session.plainMD5(etag), got != md5 {
                 // The server stored other bytes than we read: send the part again.
-                try retryAfter(reason: "UploadPart \(n): the server's ETag \(got) is not the part's MD5 \(md5)", retryAfter: nil)
-                continue
+                return .retryable(retryable("UploadPart \(n): the server's ETag \(got) is not the part's MD5 \(md5)"))
             }
-            return etag
+            return .accepted(etag)
         }
     }
 
@@ -247,27 +245,22 @@ final class S3Session {
         xml += "</CompleteMultipartUpload>"
         let data = Data(xml.utf8)
         let req = objectRequest("POST", query: [("uploadId", uploadID)], headers: [("Content-Type", "application/xml")], body: .bytes(data))
-        var attempted = false
-        while true {
-            // Set before the send: a Complete the server applied but whose answer was lost (`send`
-            // retries it itself after the network error) makes the repeat answer NoSuchUpload.
-            attempted = true
-            let r = try send(req, payloadHash: SigV4Signer.payloadHash(data), step: "CompleteMultipartUpload")
-            if r.status == 404 && S3ErrorInfo(r).code == "NoSuchUpload" && attempted {
-                // An earlier Complete may have worked and its answer been lost: look at the object.
-                if let etag = try completedObjectETag(parts: etags) { return etag }
+        return try send(req, payloadHash: SigV4Signer.payloadHash(data), step: "CompleteMultipartUpload") { r in
+            if r.status == 404 && S3ErrorInfo(r).code == "NoSuchUpload" {
+                // An earlier Complete (this one, sent again after a network error or a retryable
+                // answer) may have worked and its answer been lost: look at the object.
+                if let etag = try completedObjectETag(parts: etags) { return .accepted(etag) }
             }
             guard r.isSuccess else { throw failure(r, step: "CompleteMultipartUpload") }
             // S3 may answer 200 and put an <Error> in the body (it failed after the headers went out).
             if r.text.contains("<Error>") {
                 let info = S3ErrorInfo(HTTPResponse(status: 200, body: r.body))
                 if ["InternalError", "SlowDown", "ServiceUnavailable"].contains(info.code) || info.code.isEmpty {
-                    try retryAfter(reason: "CompleteMultipartUpload: HTTP 200 with error \(info.code)", retryAfter: nil)
-                    continue
+                    return .retryable(retryable("CompleteMultipartUpload: HTTP 200 with error \(info.code)"))
                 }
                 throw UploadError(.s3(info.code), message: "\(what): CompleteMultipartUpload failed: \(info.code): \(info.message)")
             }
-            return XML.first("ETag", in: r.text) ?? r.header("etag")
+            return .accepted(XML.first("ETag", in: r.text) ?? r.header("etag"))
         }
     }
 
@@ -308,19 +301,18 @@ final class S3Session {
     // MARK: Sending with retries and credential refresh
 
     /// Sends `request` (signed afresh for each attempt) until it gets an answer that is not a
-    /// retryable failure or an expired-credential refusal. Returns that answer, success or not.
+    /// retryable failure or a credential refusal. Returns that answer, success or not.
     func send(_ request: HTTPRequest, payloadHash: String, step: String) throws -> HTTPResponse {
-        while true {
-            try control.check()
-            if uploader.proactiveRefreshDue() {
-                observer.upload(.credentialsExpired(id: id))
-                do {
-                    _ = try uploader.refreshCredentials(reason: "credentials expire within \(Int(options.credentialRefreshMargin)) s")
-                } catch let e as UploadError {
-                    // The current credentials may still work: go on, and refresh again on refusal.
-                    if currentExpired() { throw e }
-                }
-            }
+        try send(request, payloadHash: payloadHash, step: step) { .accepted($0) }
+    }
+
+    /// Sends `request` through the request executor: transport failures, retryable S3 errors and
+    /// refusals are handled here; every other answer goes to `read`, which says what it means.
+    func send<T>(
+        _ request: HTTPRequest, payloadHash: String, step: String, read: (HTTPResponse) throws -> Verdict<T>
+    ) throws -> T {
+        try requests.perform(progress: { meter.acknowledged }, resumedAt: { meter.acknowledged }) {
+            try refreshIfExpiring()
             var req = request
             uploader.sign(&req, payloadHash: payloadHash)
             let r: HTTPResponse
@@ -338,21 +330,13 @@ final class S3Session {
                 guard e.isRetryable else {
                     throw UploadError(e.kind == .tls ? .tls : e.kind == .oversized ? .badResponse : .network, message: "\(what): \(step): \(e.message)")
                 }
-                try retryAfter(reason: "\(step): \(e.message)", retryAfter: nil, code: e.kind == .stalled ? .stalled : .network)
-                continue
+                return .retryable(retryable("\(step): \(e.message)", code: e.kind == .stalled ? .stalled : .network))
             }
-            if r.isSuccess && !(step == "CompleteMultipartUpload" && r.text.contains("<Error>")) {
-                if let attempt = requests.accepted() {
-                    observer.upload(.retryResumed(id: id, attempt: attempt, offset: meter.acknowledged))
-                }
-                return r
-            }
-            if r.isSuccess { return r }
+            if r.isSuccess { return try read(r) }
             let info = S3ErrorInfo(r)
             if info.isExpiry {
-                try requests.refreshCredentials(
-                    canRefresh: uploader.provider != nil,
-                    fail: { why in
+                return .refused(
+                    Refused(refresh: refresh("\(step): \(info.code.isEmpty ? "HTTP \(info.status)" : info.code)")) { [what] why in
                         why == .noProvider
                             ? UploadError(
                                 .credentialsExpired,
@@ -364,26 +348,37 @@ final class S3Session {
                                 message:
                                     "\(what): \(step): the server refused the credentials (\(info.summary)) again right after they were renewed; check the credential provider",
                                 retryable: true)
-                    }
-                ) {
-                    _ = try uploader.refreshCredentials(reason: "\(step): \(info.code.isEmpty ? "HTTP \(info.status)" : info.code)")
-                }
-                continue
+                    })
             }
-            if info.code == "InvalidAccessKeyId", uploader.provider != nil, !requests.refreshedSinceAccepted {
+            if info.code == "InvalidAccessKeyId", uploader.provider != nil {
                 // OSS answers this for expired STS keys: ask once for fresh ones; `failure` reports
                 // it if the server still refuses them.
-                try requests.refreshCredentials(canRefresh: true, fail: { _ in failure(r, step: step) }) {
-                    _ = try uploader.refreshCredentials(reason: "\(step): \(info.code)")
-                }
-                continue
+                return .refused(Refused(refresh: refresh("\(step): \(info.code)")) { [self] _ in failure(r, step: step) })
             }
             if info.isRetryable {
-                try retryAfter(reason: "\(step): \(info.summary)", retryAfter: retryAfterSeconds(r), code: .http(r.status))
-                continue
+                return .retryable(retryable("\(step): \(info.summary)", retryAfter: retryAfterSeconds(r), code: .http(r.status)))
             }
-            return r
+            return try read(r)
         }
+    }
+
+    /// Renews the credentials before they expire (within the margin). A failed renewal is final
+    /// only when the current credentials have already expired; else they are used, and renewed
+    /// again on refusal.
+    func refreshIfExpiring() throws {
+        guard uploader.proactiveRefreshDue() else { return }
+        observer.upload(.credentialsExpired(id: id))
+        do {
+            _ = try uploader.refreshCredentials(reason: "credentials expire within \(Int(options.credentialRefreshMargin)) s")
+        } catch let e as UploadError {
+            if currentExpired() { throw e }
+        }
+    }
+
+    /// Asks the credential provider for fresh keys; nil when there is no provider.
+    func refresh(_ reason: String) -> (() throws -> Void)? {
+        guard uploader.provider != nil else { return nil }
+        return { [uploader] in _ = try uploader.refreshCredentials(reason: reason) }
     }
 
     func currentExpired() -> Bool {
@@ -391,9 +386,9 @@ final class S3Session {
         return exp.timeIntervalSinceNow <= 0
     }
 
-    /// Records a failure with the retry policy; waits, or throws when the policy gives up.
-    func retryAfter(reason: String, retryAfter: Double?, code: UploadErrorCode = .retry) throws {
-        try requests.backoff(reason: reason, progress: meter.acknowledged, retryAfter: retryAfter) { retry in
+    /// A retryable failure; the policy's give-up error names the upload and `reason`.
+    func retryable(_ reason: String, retryAfter: Double? = nil, code: UploadErrorCode = .retry) -> Retryable {
+        Retryable(reason: reason, retryAfter: retryAfter) { [what] retry in
             UploadError(
                 code, message: "\(what): \(reason); gave up after \(retry.policy.maxAttemptsWithoutProgress) attempts without progress", retryable: true)
         }

@@ -17,7 +17,8 @@ import Synchronization
 //                                                         finished: record dropped
 //
 // 401/403 (or a 400 saying the token expired) on any request: `credentialsExpired`, fresh headers
-// from `refreshHeaders`, the same request again (same upload URL). Refused again right after a
+// from `refreshHeaders` (Gcore: a renewed API token and a fresh upload token for a creation not
+// yet made), the same request again (same upload URL). Refused again right after a
 // refresh: fails with http-401/403, the record kept. Only 404/410 mean the upload is gone.
 
 /// A TUS 1.0 uploader. Sendable and reusable: each `upload` call builds its own transport and
@@ -86,10 +87,13 @@ public final class TUSUploader: FileUploader, Sendable {
 
     /// The TUS upload, parametrised by how a new upload's URL/metadata are obtained. `target` gets
     /// the `extra` of the record being replaced (or of a resumable record without URL), if any,
-    /// and is called only when a new upload must be created.
+    /// and is called only when a new upload must be created. `renew` (when the uploader has no
+    /// `refreshHeaders`) renews the credentials behind `target` after the server refused a
+    /// request; a creation not yet made then asks `target` again with the same `extra`.
     func run(
         file: String, id: String, metadata: [String: String], control: UploadControl, observer: UploadObserver,
         target: @escaping (_ previousExtra: [String: String]?) throws -> TUSTarget,
+        renew: ((_ reason: String) throws -> Void)? = nil,
         finish: ((inout UploadResult, ResumeRecord) -> Void)? = nil
     ) throws -> UploadResult {
         stats.withLock { $0 = TUSRunStats() }
@@ -98,19 +102,20 @@ public final class TUSUploader: FileUploader, Sendable {
         do {
             let s = try TUSSession(
                 uploader: self, file: file, id: id, userMetadata: metadata, control: control,
-                observer: observer, target: target)
+                observer: observer, target: target, renew: renew)
             session = s
             var result = try s.run()
             if let finish, let record = s.finalRecord { finish(&result, record) }
             observer.upload(.finished(id: id, result))
             return result
         } catch {
-            let e: UploadError
+            let u: UploadError
             switch error {
-            case let u as UploadError: e = u
-            case let t as TransportError: e = UploadError(.transport, message: t.message, retryable: t.isRetryable)
-            default: e = UploadError(.internal, message: "\(file): \(error)")
+            case let e as UploadError: u = e
+            case let t as TransportError: u = UploadError(.transport, message: t.message, retryable: t.isRetryable)
+            default: u = UploadError(.internal, message: "\(error)")
             }
+            let e = u.concerning(URL(fileURLWithPath: file).standardizedFileURL.path)
             if let session { session.conclude(e) } else { observer.upload(.failed(id: id, code: e.code, message: e.message)) }
             throw e
         }

@@ -1,14 +1,25 @@
 import Foundation
 import ClipFlowCore
 
-/// Why a step must be redone (internal control flow of the PATCH loop).
+/// Why a step must be redone: what one TUS answer means. `step` hands the first three to the
+/// request executor; `gone` ends the step.
 enum TUSRedo: Error {
-    /// A retryable failure: wait per the retry policy, then HEAD.
+    /// A retryable failure: wait per the retry policy, then (in the PATCH loop) HEAD.
     case retry(code: UploadErrorCode, reason: String, retryAfter: Double?)
     /// 409: our offset is stale; HEAD at once.
     case conflict
+    /// 401/403, or a 400 saying the token expired: `what` was refused with `status`.
+    case refused(status: Int, what: String)
     /// 404/410: the upload is gone on the server; create a new one.
     case gone(String)
+
+    /// A failed PATCH that needs a HEAD before the next one (a refusal resends the same PATCH).
+    var needsHead: Bool {
+        switch self {
+        case .retry, .conflict: return true
+        case .refused, .gone: return false
+        }
+    }
 }
 
 /// The state of one `upload` call. Confined to the caller's thread.
@@ -21,6 +32,8 @@ final class TUSSession {
     let control: UploadControl
     let observer: UploadObserver
     let target: ([String: String]?) throws -> TUSTarget
+    /// Renews the credentials behind `target` after a refusal (see `TUSUploader.run`).
+    let renew: ((String) throws -> Void)?
     let transport: CurlTransport
     var stamp: FileStamp
     var fingerprint: FileFingerprint
@@ -47,7 +60,8 @@ final class TUSSession {
 
     init(
         uploader: TUSUploader, file: String, id: String, userMetadata: [String: String], control: UploadControl,
-        observer: UploadObserver, target: @escaping ([String: String]?) throws -> TUSTarget
+        observer: UploadObserver, target: @escaping ([String: String]?) throws -> TUSTarget,
+        renew: ((String) throws -> Void)? = nil
     ) throws {
         up = uploader
         options = uploader.options
@@ -57,6 +71,7 @@ final class TUSSession {
         self.control = control
         self.observer = observer
         self.target = target
+        self.renew = renew
         stamp = try FileStamp.of(self.file)
         fingerprint = try FileFingerprint.of(self.file)
         requests = RequestExecutor(policy: options.retry, id: id, control: control, observer: observer)
@@ -75,7 +90,7 @@ final class TUSSession {
         try control.check()
         record = up.store.record(for: fingerprint, destination: up.destination)
         let endpoint = try discoveryEndpoint()
-        try withRetries { try self.discover(endpoint) }
+        try step { try discover(endpoint) }
         if let max = caps.maxSize, max > 0, size > max {
             throw UploadError(
                 .tooLarge,
@@ -93,14 +108,14 @@ final class TUSSession {
         if let r = record, let u = r.uploadURL {
             url = u
             do {
-                try withRetries { try self.head() }
+                try step { try head() }
             } catch TUSRedo.gone {
                 try forgetUpload()
             }
         }
         if url == nil {
             if !started { announceStart() }  // a new upload starts at 0 (the POST may carry the first chunk)
-            try withRetries { try self.create() }
+            try step { try create() }
         }
         up.note { $0.uploadURL = self.url }
         if !started { announceStart() }
@@ -120,43 +135,40 @@ final class TUSSession {
         if let p = meter.acknowledge(offset, force: true), offset > 0 { emit(.progress(id: id, p)) }
     }
 
-    /// The PATCH loop with retries: after any failure, wait (policy), HEAD, continue from the
-    /// server's offset.
+    /// The PATCH loop: after a retryable failure (or a 409), wait per the policy, HEAD, and continue
+    /// from the server's offset; after 404/410, create the upload anew (twice at most).
     func patchLoop() throws {
-        var needHead = false
         var recreations = 0
         while true {
             do {
                 try control.check()
-                if needHead {
-                    try head()
-                    needHead = false
-                    emit(.retryResumed(id: id, attempt: requests.retry.attempts, offset: offset))
-                }
                 // The stamp is checked before each chunk and once more after the last acknowledged one:
                 // a file that changed while its last chunk was sent must not be reported as uploaded.
                 try stamp.verifyUnchanged(file)
                 if offset >= size { return }
-                try patch()
-            } catch let redo as TUSRedo {
-                switch redo {
-                case .retry(let code, let reason, let retryAfter):
-                    try backoff(code: code, reason: reason, retryAfter: retryAfter)
-                    needHead = true
-                case .conflict:
-                    try backoff(code: .conflict, reason: "the server's offset differs from ours (409)", retryAfter: nil, immediate: true)
-                    needHead = true
-                case .gone(let why):
-                    recreations += 1
-                    guard recreations <= 2 else {
-                        throw UploadError(
-                            .gone, message: "\(displayURL(url ?? options.endpoint)): \(why), again after creating it anew; giving up", retryable: true)
+                var needHead = false
+                try step {
+                    if needHead {
+                        try head()
+                        needHead = false
+                        return
                     }
-                    try forgetUpload()
-                    up.note { $0.recreated += 1 }
-                    try withRetries { try self.create() }
-                    needHead = false
+                    do {
+                        try patch()
+                    } catch let redo as TUSRedo where redo.needsHead {
+                        needHead = true
+                        throw redo
+                    }
                 }
+            } catch TUSRedo.gone(let why) {
+                recreations += 1
+                guard recreations <= 2 else {
+                    throw UploadError(
+                        .gone, message: "\(displayURL(url ?? options.endpoint)): \(why), again after creating it anew; giving up", retryable: true)
+                }
+                try forgetUpload()
+                up.note { $0.recreated += 1 }
+                try step { try create() }
             } catch let e as UploadError where e.kind == .fileChanged {
                 throw fileChanged(e)
             }
@@ -173,30 +185,56 @@ final class TUSSession {
         )
     }
 
-    /// Runs `step` until it succeeds, retrying `TUSRedo.retry` per the policy (used outside the PATCH
-    /// loop: OPTIONS, creation, resume HEAD).
-    func withRetries(_ step: () throws -> Void) throws {
-        while true {
+    /// Runs one protocol step (which may send several requests) through the request executor
+    /// until it goes through: a retryable failure waits per the policy and runs it again, a refusal
+    /// refreshes the credentials and runs it again. `TUSRedo.gone` and errors end it.
+    func step(_ body: () throws -> Void) throws {
+        try requests.perform(progress: { meter.acknowledged }, resumedAt: { started ? offset : nil }) {
             do {
-                try control.check()
-                try step()
-                return
+                try body()
+                return .accepted(())
             } catch TUSRedo.retry(let code, let reason, let retryAfter) {
-                try backoff(code: code, reason: reason, retryAfter: retryAfter)
-                if started { emit(.retryResumed(id: id, attempt: requests.retry.attempts, offset: offset)) }
+                return .retryable(retryable(code, reason, retryAfter: retryAfter))
             } catch TUSRedo.conflict {
-                try backoff(code: .conflict, reason: "409 conflict", retryAfter: nil, immediate: true)
+                return .retryable(retryable(.conflict, "the server's offset differs from ours (409)", immediate: true))
+            } catch TUSRedo.refused(let status, let what) {
+                return .refused(refused(status, what))
             }
         }
     }
 
-    func backoff(code: UploadErrorCode, reason: String, retryAfter: Double?, immediate: Bool = false) throws {
-        try requests.backoff(reason: reason, progress: meter.acknowledged, retryAfter: retryAfter, immediate: immediate) { retry in
+    func retryable(_ code: UploadErrorCode, _ reason: String, retryAfter: Double? = nil, immediate: Bool = false) -> Retryable {
+        Retryable(reason: reason, retryAfter: retryAfter, immediate: immediate) { [file, url, options] retry in
             UploadError(
                 code,
                 message:
                     "\(file): upload to \(displayURL(url ?? options.endpoint)) failed \(retry.failures) times in a row without progress; last: \(reason). It can be resumed later.",
                 retryable: true)
+        }
+    }
+
+    /// Fresh credential headers from the uploader's `refreshHeaders`, which override its `headers`
+    /// for the rest of the upload; else `renew` and, for a creation not yet made, a fresh target.
+    /// Neither: the refusal is final.
+    func refused(_ status: Int, _ what: String) -> Refused {
+        var refresh: (() throws -> Void)?
+        if let refreshHeaders = up.refreshHeaders {
+            refresh = { [self] in
+                let fresh = try refreshHeaders("TUS \(what)")
+                for v in fresh.values { Secrets.shared.register(v) }
+                freshHeaders = fresh
+                up.note { $0.credentialRefreshes += 1 }
+            }
+        } else if let renew {
+            refresh = { [self] in
+                try renew("TUS \(what)")
+                if url == nil, let p = pendingTarget { pendingTarget = try target(p.extra) }
+                up.note { $0.credentialRefreshes += 1 }
+            }
+        }
+        return Refused(refresh: refresh) { [file] why in
+            let hint = why == .refusedAfterRefresh ? "; the credentials were refused again right after a refresh" : ""
+            return UploadError(.http(status), message: "\(file): \(what)\(hint)")
         }
     }
 
@@ -209,37 +247,6 @@ final class TUSSession {
         return req
     }
 
-    /// Performs a request; transport failures become `TUSRedo.retry` (or a final error when not
-    /// retryable); retryable statuses become `TUSRedo.retry`; 404/410 `TUSRedo.gone`; 409 `TUSRedo.conflict`.
-    /// Other non-2xx statuses fail with the server's message. `accept` lists extra statuses the
-    /// caller handles itself.
-    func send(_ request: HTTPRequest, accept: Set<Int> = [], goneOK: Bool = true) throws -> HTTPResponse {
-        var req = request
-        while true {
-            let r = try sendOnce(req, accept: accept, goneOK: goneOK)
-            guard isRefusal(r) else {
-                requests.accepted()
-                return r
-            }
-            let what = "\(req.method) \(displayURL(req.url)): HTTP \(r.status)\(serverText(r))"
-            let refreshHeaders = up.refreshHeaders
-            try requests.refreshCredentials(
-                canRefresh: refreshHeaders != nil,
-                fail: { why in
-                    let hint = why == .refusedAfterRefresh ? "; the credentials were refused again right after a refresh" : ""
-                    return UploadError(.http(r.status), message: "\(file): \(what)\(hint)")
-                }
-            ) {
-                guard let refreshHeaders else { return }
-                let fresh = try refreshHeaders("TUS \(what)")
-                for v in fresh.values { Secrets.shared.register(v) }
-                freshHeaders = fresh
-                up.note { $0.credentialRefreshes += 1 }
-                if up.mayAuthenticate(req.url) { for (k, v) in fresh { req.setHeader(k, v) } }
-            }
-        }
-    }
-
     /// 401/403, or a 400 whose text says the token expired: the credentials were refused.
     func isRefusal(_ r: HTTPResponse) -> Bool {
         if r.status == 401 || r.status == 403 { return true }
@@ -248,7 +255,11 @@ final class TUSSession {
         return ["expiredtoken", "tokenexpired", "token expired", "token has expired"].contains { t.contains($0) }
     }
 
-    private func sendOnce(_ req: HTTPRequest, accept: Set<Int>, goneOK: Bool) throws -> HTTPResponse {
+    /// Sends one request and reads its status: transport failures and retryable statuses become
+    /// `TUSRedo.retry` (or a final error when not retryable), refusals `TUSRedo.refused`, 404/410
+    /// `TUSRedo.gone` (when `goneOK`), 409 `TUSRedo.conflict`. Other non-2xx statuses fail with the
+    /// server's message. `accept` lists extra statuses the caller handles itself.
+    func send(_ req: HTTPRequest, accept: Set<Int> = [], goneOK: Bool = true) throws -> HTTPResponse {
         up.count(req.method)
         let response: HTTPResponse
         do {
@@ -267,8 +278,9 @@ final class TUSSession {
             case .tls, .invalid: throw UploadError(e.kind == .tls ? .tls : .invalid, message: e.message)
             }
         }
-        if response.isSuccess || accept.contains(response.status) || isRefusal(response) { return response }
+        if response.isSuccess || accept.contains(response.status) { return response }
         let what = "\(req.method) \(displayURL(req.url)): HTTP \(response.status)\(serverText(response))"
+        if isRefusal(response) { throw TUSRedo.refused(status: response.status, what: what) }
         if isRetryableStatus(response.status) {
             throw TUSRedo.retry(code: .http(response.status), reason: what, retryAfter: retryAfterSeconds(response))
         }

@@ -123,6 +123,9 @@ public struct UploadError: Error, CustomStringConvertible, Sendable, Equatable {
     public var message: String
     /// True when trying again later (a new process, a later queue pass) can succeed.
     public var retryable: Bool
+    /// The file whose upload failed (absolute, standardized), when the error concerns one. When
+    /// set, `message` begins with `"<file>: "`: it can be shown as it is.
+    public var file: String?
 
     /// The spelling of `kind`.
     public var code: String { kind.rawValue }
@@ -131,6 +134,17 @@ public struct UploadError: Error, CustomStringConvertible, Sendable, Equatable {
         self.kind = kind
         self.message = Secrets.shared.redact(message)
         self.retryable = retryable
+    }
+
+    /// This error as the failure to upload `file`: `file` set, and `message` beginning with it
+    /// (added unless the message already names it first). Pause and cancel stay as they are:
+    /// they are requests, not failures of the file.
+    public func concerning(_ file: String) -> UploadError {
+        guard kind != .paused, kind != .cancelled else { return self }
+        var e = self
+        e.file = file
+        if !message.hasPrefix(file + ":") { e.message = "\(file): \(message)" }
+        return e
     }
 
     public var description: String { message }

@@ -92,7 +92,7 @@ final class GcoreTests: XCTestCase {
         XCTAssertEqual(state["refreshes"] as? Int, 1, "one POST /auth/refresh")
         XCTAssertEqual(log.named("credentials-expired").count, 1)
         XCTAssertEqual(provider.calls, 1, "the refresh token sufficed; the provider was asked only at first use")
-        let requests = (state["requests"] as? [[Any]] ?? []).map { "\($0[0]) \($0[1]) \($0[2])" }
+        let requests = requestLines(state)
         XCTAssertEqual(requests.filter { $0.hasPrefix("POST /videos") }, ["POST /videos 401", "POST /videos 201"])
         XCTAssertEqual(try fileSHA256(tus.storedPath(result.url!)), try fileSHA256(file))
     }
@@ -137,14 +137,26 @@ final class GcoreTests: XCTestCase {
         XCTAssertEqual(try fileSHA256(tus.storedPath(result.url!)), try fileSHA256(file))
     }
 
+    /// An upload server behind a fault proxy that answers the first creation POST with `status`,
+    /// an API that names the proxy, and an uploader for that API.
+    func behindProxy(failingCreation status: Int, _ body: String) throws -> (LocalProxy, LocalGcore, GcoreUploader) {
+        let proxy = try LocalProxy(upstreamPort: tus.port, directory: dir)
+        try proxy.rules([["method": "POST", "times": 1, "action": "status", "status": status, "body": body]])
+        let api2 = try LocalGcore(tusHost: "127.0.0.1:\(proxy.port)", directory: dir, access: access, refresh: refresh)
+        let up = try uploader(StaticCredentialProvider(.bearer(token: access, refreshToken: refresh)), apiBase: api2.apiBase)
+        return (proxy, api2, up)
+    }
+
+    /// The API's request log from its state: "METHOD path status" lines.
+    func requestLines(_ state: [String: Any]) -> [String] {
+        (state["requests"] as? [[Any]] ?? []).map { "\($0[0]) \($0[1]) \($0[2])" }
+    }
+
     /// The TUS creation POST fails once (503 from a proxy in front of the upload server) and is
     /// retried: the retry reuses the video and upload token it already has, so the hosting API
     /// holds exactly one video.
     func testRetriedCreationDoesNotMakeASecondVideo() throws {
-        let proxy = try LocalProxy(upstreamPort: tus.port, directory: dir)
-        try proxy.rules([["method": "POST", "times": 1, "action": "status", "status": 503, "body": "busy"]])
-        let api2 = try LocalGcore(tusHost: "127.0.0.1:\(proxy.port)", directory: dir, access: access, refresh: refresh)
-        let up = try uploader(StaticCredentialProvider(.bearer(token: access, refreshToken: refresh)), apiBase: api2.apiBase)
+        let (proxy, api2, up) = try behindProxy(failingCreation: 503, "busy")
         let file = try makeFile("retry.mp4", bytes: 600_000)
         let log = UploadEventLog()
         let result = try up.upload(file: file, id: "g5", metadata: [:], control: UploadControl(), observer: log)
@@ -152,5 +164,66 @@ final class GcoreTests: XCTestCase {
         XCTAssertEqual(up.tus.lastRun.requests["POST"], 2, "the creation was sent twice")
         XCTAssertEqual((try api2.state()["videos"] as? [Any])?.count, 1, "one video only")
         XCTAssertEqual(try fileSHA256(tus.storedPath(result.url!)), try fileSHA256(file))
+    }
+
+    /// The upload server refuses the creation (401: the upload token expired, say): as for the
+    /// API calls, the API token is renewed, then a fresh upload token is fetched for the same
+    /// video and the creation repeated with it.
+    func testUploadServerRefusalRenewsTheTokensAndRepeatsTheCreation() throws {
+        let (proxy, api2, up) = try behindProxy(failingCreation: 401, "upload token expired")
+        let file = try makeFile("refused.mp4", bytes: 600_000)
+        let log = UploadEventLog()
+        let result = try up.upload(file: file, id: "g6", metadata: [:], control: UploadControl(), observer: log)
+        let state = try api2.state()
+        XCTAssertEqual(try proxy.outcomes("POST").filter { $0 == "status:401" }.count, 1)
+        XCTAssertEqual(up.tus.lastRun.requests["POST"], 2, "the creation was sent twice")
+        XCTAssertEqual(state["refreshes"] as? Int, 1, "the API token was renewed")
+        XCTAssertEqual(log.named("credentials-expired").count, 1)
+        let requests = requestLines(state)
+        XCTAssertEqual(requests.filter { $0.hasPrefix("GET /videos/") && $0.contains("/upload") }.count, 2, "a fresh upload token: \(requests)")
+        XCTAssertEqual((state["videos"] as? [Any])?.count, 1, "one video only")
+        let vid = try XCTUnwrap(result.videoID)
+        let token = try XCTUnwrap((state["upload_tokens"] as? [String: String])?[vid])
+        let url = try XCTUnwrap(result.url)
+        let r = try CurlTransport().perform(HTTPRequest(method: "HEAD", url: url, headers: [("Tus-Resumable", "1.0.0")]))
+        XCTAssertEqual(decodeMetadata(r.header("upload-metadata") ?? "")["token"], token, "created with the fresh upload token")
+        XCTAssertEqual(try fileSHA256(tus.storedPath(url)), try fileSHA256(file))
+    }
+
+    /// Uploads a 2 MB file named `name` and applies `stop` to its control after 300 kB; the upload
+    /// must end with the error code `expecting`.
+    func stopMidway(_ name: String, expecting: String, _ stop: @escaping @Sendable (UploadControl) -> Void) throws -> (GcoreUploader, Trigger) {
+        let up = try uploader(StaticCredentialProvider(.bearer(token: access, refreshToken: refresh)))
+        let file = try makeFile(name, bytes: 2_000_000)
+        let control = UploadControl()
+        let t = Trigger(after: 300_000) { stop(control) }
+        XCTAssertThrowsError(try up.upload(file: file, id: name, metadata: [:], control: control, observer: t)) {
+            XCTAssertEqual(($0 as? UploadError)?.code, expecting, "\($0)")
+        }
+        return (up, t)
+    }
+
+    /// A running upload cancelled (`clipflow upload cancel`): the video it made is deleted on the
+    /// hosting API, as a cancelled TUS upload is deleted on its server.
+    func testCancelledUploadDeletesItsVideo() throws {
+        let (_, t) = try stopMidway("cancel.mp4", expecting: "cancelled") { $0.cancel() }
+        let state = try api.state()
+        let requests = requestLines(state)
+        XCTAssertEqual(requests.filter { $0.hasPrefix("DELETE /videos/") }.count, 1, "\(requests)")
+        XCTAssertEqual((state["videos"] as? [Any])?.count, 0, "the video is gone")
+        XCTAssertEqual(t.log.named("cancelled").count, 1)
+    }
+
+    /// A paused upload cancelled later (the queue discards it): its video is deleted too, found
+    /// through the resume record.
+    func testDiscardingAPausedUploadDeletesItsVideo() throws {
+        let (up, _) = try stopMidway("paused.mp4", expecting: "paused") { $0.pause() }
+        let file = dir + "/paused.mp4"
+        XCTAssertEqual((try api.state()["videos"] as? [Any])?.count, 1, "a pause keeps the video")
+        try up.discard(file: file)
+        let state = try api.state()
+        let requests = requestLines(state)
+        XCTAssertEqual(requests.filter { $0.hasPrefix("DELETE /videos/") }, ["DELETE /videos/1000 204"])
+        XCTAssertEqual((state["videos"] as? [Any])?.count, 0, "the video is gone")
     }
 }

@@ -124,17 +124,37 @@ final class HostileServerTests: XCTestCase {
         for good in ["upload.example.com", "127.0.0.1:8080", "[::1]:443", "a-b.c"] {
             XCTAssertTrue(isPlainHost(good), good)
         }
-        try main.plan(rules: [["method": "GET", "path": "/api/videos", "mutation": "bad-host", "value": 0, "times": -1]])
-        var o = GcoreOptions(apiBase: main.url + "/api", uploadURLTemplate: "http://{hostname}/files")
-        o.tus.retry = .fast
-        let up = GcoreUploader(
-            options: o, store: try ResumeStore(path: dir + "/resume.json"),
-            credentials: StaticCredentialProvider(.bearer(token: token, refreshToken: nil)))
+        let up = try gcoreUploaderToldABadHost()
         XCTAssertThrowsError(try up.upload(file: file, id: "g2", metadata: [:], control: UploadControl(), observer: NoUploadObserver())) {
             XCTAssertEqual(($0 as? UploadError)?.code, "protocol", "\($0)")
             XCTAssertTrue("\($0)".contains("not a host name"), "\($0)")
         }
         XCTAssertEqual(try leaks(), [])
+    }
+
+    /// A Gcore uploader whose API names an upload server that is not a host name.
+    func gcoreUploaderToldABadHost() throws -> GcoreUploader {
+        try main.plan(rules: [["method": "GET", "path": "/api/videos", "mutation": "bad-host", "value": 0, "times": -1]])
+        var o = GcoreOptions(apiBase: main.url + "/api", uploadURLTemplate: "http://{hostname}/files")
+        o.tus.retry = .fast
+        return GcoreUploader(
+            options: o, store: try ResumeStore(path: dir + "/resume.json"),
+            credentials: StaticCredentialProvider(.bearer(token: token, refreshToken: nil)))
+    }
+
+    /// A failure whose cause does not name the file (here the Gcore API's answer) still comes out
+    /// naming it: in `file`, and once, at the start of the message and of the `failed` event.
+    func testAFailedUploadNamesItsFileInTheErrorAndOnceAtTheStartOfItsMessage() throws {
+        let file = try makeFile("video3.mp4", bytes: 10_000)
+        let up = try gcoreUploaderToldABadHost()
+        let log = UploadEventLog()
+        XCTAssertThrowsError(try up.upload(file: file, id: "g3", metadata: [:], control: UploadControl(), observer: log)) {
+            let e = $0 as? UploadError
+            XCTAssertEqual(e?.file, file)
+            XCTAssertTrue(e?.message.hasPrefix(file + ": Gcore API ") == true, "\($0)")
+            XCTAssertEqual(e?.message.components(separatedBy: file).count, 2, "named once: \($0)")
+            XCTAssertEqual(log.all.last, .failed(id: "g3", code: "protocol", message: e?.message ?? ""))
+        }
     }
 
     // MARK: point 5: bounded answers

@@ -136,3 +136,139 @@ final class RequestExecutorTests: XCTestCase {
         XCTAssertLessThan(Date().timeIntervalSince(start), 1)
     }
 }
+
+/// The one perform loop: a scripted protocol answers each attempt, and the events, refreshes and
+/// result must follow from the answers alone.
+final class RequestExecutorPerformTests: XCTestCase {
+    enum Answer {
+        case accept(String)
+        case retry(String, retryAfter: Double?, immediate: Bool)
+        /// A refusal; whether anything can refresh.
+        case refuse(canRefresh: Bool)
+        case fail(UploadError)
+    }
+
+    struct Run {
+        var result: Result<String, UploadError>
+        var events: [String]
+        var attempts: Int
+        var refreshes: Int
+    }
+
+    func perform(
+        _ answers: [Answer], policy: RetryPolicy = RetryPolicy(baseDelay: 0, maxDelay: 0, maxAttemptsWithoutProgress: 3),
+        control: UploadControl = UploadControl(), resumedAt: Int64? = 7
+    ) -> Run {
+        let log = UploadEventLog()
+        let x = RequestExecutor(policy: policy, id: "p", control: control, observer: log)
+        var attempts = 0
+        var refreshes = 0
+        let result: Result<String, UploadError>
+        do {
+            let v: String = try x.perform(progress: { 0 }, resumedAt: { resumedAt }) {
+                defer { attempts += 1 }
+                guard attempts < answers.count else { return .accepted("ran out") }
+                switch answers[attempts] {
+                case .accept(let v): return .accepted(v)
+                case .retry(let reason, let ra, let immediate):
+                    return .retryable(
+                        Retryable(reason: reason, retryAfter: ra, immediate: immediate) { r in
+                            UploadError(.retry, message: "gave up after \(r.failures): \(reason)")
+                        })
+                case .refuse(let can):
+                    return .refused(
+                        Refused(refresh: can ? { refreshes += 1 } : nil) { why in
+                            UploadError(.credentials, message: "refused: \(why)")
+                        })
+                case .fail(let e): throw e
+                }
+            }
+            result = .success(v)
+        } catch {
+            result = .failure(error as? UploadError ?? UploadError(.internal, message: "\(error)"))
+        }
+        let events = log.all.map { e -> String in
+            switch e {
+            case .retryStarted(_, let attempt, let delay, _): return "retry-started \(attempt) \(delay)"
+            case .retryResumed(_, let attempt, let offset): return "retry-resumed \(attempt) at \(offset)"
+            default: return e.name
+            }
+        }
+        return Run(result: result, events: events, attempts: attempts, refreshes: refreshes)
+    }
+
+    func testAnAcceptedFirstAnswerIsReturnedWithoutEvents() {
+        let r = perform([.accept("ok")])
+        XCTAssertEqual(r.result, .success("ok"))
+        XCTAssertEqual(r.events, [])
+        XCTAssertEqual(r.attempts, 1)
+    }
+
+    func testRetriesAreReportedAndTheAcceptedAnswerReportsTheResumptionOnce() {
+        let r = perform([.retry("503", retryAfter: nil, immediate: false), .retry("503", retryAfter: nil, immediate: true), .accept("ok")])
+        XCTAssertEqual(r.result, .success("ok"))
+        XCTAssertEqual(r.events, ["retry-started 1 0.0", "retry-started 2 0.0", "retry-resumed 2 at 7"])
+        XCTAssertEqual(r.attempts, 3)
+    }
+
+    func testNoResumptionIsReportedWhenTheProtocolHasNothingToResume() {
+        let r = perform([.retry("503", retryAfter: nil, immediate: false), .accept("ok")], resumedAt: nil)
+        XCTAssertEqual(r.result, .success("ok"))
+        XCTAssertEqual(r.events, ["retry-started 1 0.0"])
+    }
+
+    func testThePolicyGivesUpWithTheProtocolsError() {
+        let r = perform(Array(repeating: .retry("503", retryAfter: nil, immediate: false), count: 5))
+        XCTAssertEqual(r.result, .failure(UploadError(.retry, message: "gave up after 4: 503")))
+        XCTAssertEqual(r.events.count, 3)
+        XCTAssertEqual(r.attempts, 4)
+    }
+
+    func testARefusalRefreshesOnceAndARepeatedRefusalFails() {
+        let once = perform([.refuse(canRefresh: true), .accept("ok")])
+        XCTAssertEqual(once.result, .success("ok"))
+        XCTAssertEqual(once.events, ["credentials-expired"])
+        XCTAssertEqual(once.refreshes, 1)
+
+        let twice = perform([.refuse(canRefresh: true), .refuse(canRefresh: true)])
+        XCTAssertEqual(twice.result, .failure(UploadError(.credentials, message: "refused: refusedAfterRefresh")))
+        XCTAssertEqual(twice.refreshes, 1)
+
+        let none = perform([.refuse(canRefresh: false)])
+        XCTAssertEqual(none.result, .failure(UploadError(.credentials, message: "refused: noProvider")))
+        XCTAssertEqual(none.events, [])
+    }
+
+    func testAFinalFailureEndsAtOnce() {
+        let r = perform([.retry("503", retryAfter: nil, immediate: false), .fail(UploadError(.http(404), message: "gone"))])
+        XCTAssertEqual(r.result, .failure(UploadError(.http(404), message: "gone")))
+        XCTAssertEqual(r.attempts, 2)
+    }
+
+    func testAPauseDuringTheWaitStopsPromptly() {
+        let control = UploadControl()
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.2) { control.pause() }
+        let start = Date()
+        let r = perform(
+            [.retry("503", retryAfter: nil, immediate: false), .accept("never")],
+            policy: RetryPolicy(baseDelay: 30, maxDelay: 30, maxAttemptsWithoutProgress: 3), control: control)
+        XCTAssertEqual(r.result.failureCode, "paused")
+        XCTAssertEqual(r.attempts, 1)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 2)
+    }
+
+    func testACancelledUploadSendsNothing() {
+        let control = UploadControl()
+        control.cancel()
+        let r = perform([.accept("never")], control: control)
+        XCTAssertEqual(r.result.failureCode, "cancelled")
+        XCTAssertEqual(r.attempts, 0)
+    }
+}
+
+extension Result where Failure == UploadError {
+    fileprivate var failureCode: String? {
+        if case .failure(let e) = self { return e.code }
+        return nil
+    }
+}

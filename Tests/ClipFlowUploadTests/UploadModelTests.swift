@@ -201,4 +201,18 @@ final class UploadModelTests: XCTestCase {
         let r = try Run.run(["sha256sum", path])
         return String(r.out.prefix(64))
     }
+
+    func testAnErrorConcerningAFileNamesItOnceAtTheStartAndPauseAndCancelStayAsTheyAre() {
+        let e = UploadError(.protocol, message: "HEAD http://h/files/1: no valid Upload-Offset", retryable: true)
+        let located = e.concerning("/v/a.mp4")
+        XCTAssertEqual(located.file, "/v/a.mp4")
+        XCTAssertEqual(located.message, "/v/a.mp4: HEAD http://h/files/1: no valid Upload-Offset")
+        XCTAssertEqual(located.kind, .protocol)
+        XCTAssertTrue(located.retryable)
+        XCTAssertEqual(located.concerning("/v/a.mp4"), located, "named once")
+        let named = UploadError(.fileChanged, message: "/v/a.mp4: the file changed").concerning("/v/a.mp4")
+        XCTAssertEqual(named.message, "/v/a.mp4: the file changed")
+        XCTAssertEqual(UploadError.paused.concerning("/v/a.mp4"), UploadError.paused)
+        XCTAssertEqual(UploadError.cancelled.concerning("/v/a.mp4"), UploadError.cancelled)
+    }
 }

@@ -15,6 +15,7 @@ Bearer access token needed below; unknown or expired -> 401 {"detail": "token ex
     GET  /videos/{id}          -> video
     GET  /videos/{id}/upload   -> {"servers": [{"id": 1, "hostname": TUS_HOST}], "video": {...},
                                    "token": "<upload token>"}
+    DELETE /videos/{id}        -> 204, the video gone (404 if unknown)
 Control (no token needed):
     POST /__control/expire-access  every access token issued so far expires
     GET  /__control/state          {"videos": [...], "refreshes": N, "logins": N,
@@ -140,6 +141,23 @@ class Handler(BaseHTTPRequestHandler):
                 s.videos[vid] = v
             return self.reply(201, v)
         return self.reply(404, {"detail": "not found"})
+
+    def do_DELETE(self):
+        s = self.state
+        m = re.fullmatch(r"/videos/(\d+)/?", self.path.split("?")[0])
+        if not m:
+            return self.reply(404, {"detail": "not found"})
+        if not self.authorized():
+            return
+        with s.lock:
+            gone = s.videos.pop(int(m.group(1)), None)
+        if gone is None:
+            return self.reply(404, {"detail": "video not found"})
+        self.send_response(204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        with s.lock:
+            s.requests.append([self.command, self.path, 204])
 
     def do_GET(self):
         s = self.state

@@ -33,6 +33,11 @@ public final class BoundedQueue<Element>: @unchecked Sendable {
         self.limits = limits
         self.policy = policy
         state = LinkState(limits: limits, policy: policy)
+        // Room for the elements (and, in `LinkState`, their entries) up front, allocated by the
+        // creating thread: a producer on another thread then never allocates the queue's storage
+        // in its own malloc arena, where it would sit in the hole of a buffer just freed and make
+        // the next one grow the arena (measured: 1 MiB more peak RSS for an upload's digests).
+        slots.reserveCapacity(min(limits.maxItems, 64))
     }
 
     /// A blocking queue of at most `capacity` elements; a blocked producer resumes at half of it.

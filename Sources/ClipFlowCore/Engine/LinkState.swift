@@ -88,9 +88,12 @@ public struct LinkState: Sendable, Equatable {
     public private(set) var peakItems = 0
     public private(set) var peakBytes: Int64 = 0
 
+    /// The entries' storage is reserved here, by the thread that creates the state (see
+    /// `BoundedQueue.init`).
     public init(limits: LinkLimits, policy: OverflowPolicy) {
         self.limits = limits
         self.policy = policy
+        entries.reserveCapacity(min(limits.maxItems, 64))
     }
 
     public var count: Int { entries.count }

@@ -36,7 +36,7 @@ public final class BoundedQueue<Element>: @unchecked Sendable {
         // Room for the elements (and, in `LinkState`, their entries) up front, allocated by the
         // creating thread: a producer on another thread then never allocates the queue's storage
         // in its own malloc arena, where it would sit in the hole of a buffer just freed and make
-        // the next one grow the arena (measured: 1 MiB more peak RSS for an upload's digests).
+        // the next one grow the arena.
         slots.reserveCapacity(min(limits.maxItems, 64))
     }
 

@@ -66,30 +66,38 @@ struct AudioRegionRenderer {
             }
         }
 
-        // The inputs, prepared on another thread in region order.
-        let inputs = RegionInputs(capacity: 2)
+        // The inputs (PCM of each region, or the error preparing it), prepared on another thread
+        // in region order, at most two ahead; each array passes to the encoding side with it.
+        let inputs = BoundedQueue<Result<[[Float]], Error>>(capacity: 2)
+        let preparing = DispatchGroup()
         let renderer = self
+        preparing.enter()
         let preparer = Thread {
             MediaThreads.yieldToCopy()
             var decoders = DecoderCache(clips: renderer.clips, channels: Int(renderer.channels))
             for region in renderer.plan.regions {
-                if inputs.cancelled { inputs.put(.failure(ClipFlowError.interrupted)); continue }
-                inputs.put(Result { try renderer.regionInput(region, decoders: &decoders) })
+                guard inputs.wantsMore else { break }
+                guard inputs.push(Result { try renderer.regionInput(region, decoders: &decoders) }) == .ok else { break }
             }
-            inputs.finish()
+            inputs.endOfStream()
+            preparing.leave()
         }
         preparer.start()
-        defer { inputs.cancel(); inputs.waitFinished() }
+        // Returns only once the preparer (and its decoders) are done.
+        defer {
+            inputs.flush()
+            preparing.wait()
+        }
 
         var inputPos: Int64 = 0
         for (i, region) in plan.regions.enumerated() {
             if failed || shouldStop() {
-                inputs.cancel()
+                inputs.flush()
                 deliver(i, .failure(failed ? ClipFlowError.failure("audio join rendering stopped") : ClipFlowError.interrupted))
                 continue
             }
             do {
-                let pcm = try inputs.take().get()
+                let pcm = try (inputs.pull()?.element ?? .failure(ClipFlowError.interrupted)).get()
                 // Input frames: fade-in (a-2), a-1 ..< b+1, fade-out (b+1).
                 pending.append((i, inputPos, region.frames, region.frames.lowerBound - 2))
                 take(try encoder.encode(pcm, at: inputPos))

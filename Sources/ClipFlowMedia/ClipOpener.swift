@@ -19,65 +19,48 @@ struct ClipPacket {
 }
 
 /// Prepares the clips of a merge for the copy loop, in order, on a helper thread a few clips
-/// ahead of it (`ahead`): maps each clip, opens its demuxer over the mapping with the payloads of its
+/// ahead of it: maps each clip, opens its demuxer over the mapping with the payloads of its
 /// samples skipped (the demuxer reads only sample tables), and lists its video and audio packets
 /// in file order (`ClipPacket`). Demuxing is then off the copy's critical path. The mapping is
-/// made on the helper and handed over whole to the thread that takes it, which owns it from then on.
-/// `@unchecked Sendable`: its state is guarded by `cond`; what `take` returns belongs to the caller.
-final class ClipOpener: @unchecked Sendable {
+/// made on the helper and handed over whole, through a `BoundedQueue`, to the thread that takes
+/// it, which owns it from then on. The helper owns nothing else; `stop` joins it.
+final class ClipOpener: Sendable {
     typealias Opened = (MappedClip, [ClipPacket])
-    /// How far past the next clip the copy will take the helper may prepare (so up to three
-    /// clips are ready): slack for the times the helpers' core is busy with other work.
+    /// Clips the helper may have ready in the queue while the copy works on one; it opens one
+    /// more and waits with it (so up to three clips are ready): slack for the times the helpers'
+    /// core is busy with other work.
     static let ahead = 2
-    private let cond = NSCondition()
-    private var ready: [Int: Result<Opened, Error>] = [:]
-    private var taken = 0
-    private var stopped = false
-    private var finished = false
+    private let opened = BoundedQueue<Result<Opened, Error>>(capacity: ClipOpener.ahead)
+    /// Checked per packet while opening, so `stop` ends a clip half opened.
+    private let stopFlag = CancellationFlag()
+    private let helper = DispatchGroup()
 
     init(clips: [ClipInfo], audio: Bool) {
-        Thread { [self] in
+        let opened = self.opened, stopFlag = self.stopFlag, helper = self.helper
+        helper.enter()
+        Thread {
             MediaThreads.yieldToCopy()
-            for i in clips.indices {
-                cond.lock()
-                while !stopped && i > taken + Self.ahead { cond.wait() }
-                let stop = stopped
-                cond.unlock()
-                if stop { break }
-                let r = Result { try Self.open(clips[i], audio: audio, stop: stopFlag) }
-                cond.lock()
-                if !stopped { ready[i] = r }
-                cond.broadcast()
-                cond.unlock()
+            for clip in clips {
+                if stopFlag.isCancelled { break }
+                let r = Result { try Self.open(clip, audio: audio, stop: stopFlag) }
+                guard opened.push(r) == .ok else { break }
             }
-            cond.lock(); finished = true; cond.broadcast(); cond.unlock()
+            opened.endOfStream()
+            helper.leave()
         }.start()
     }
 
-    /// `stopped`, for the per-packet check while opening: read without the lock, which the copy
-    /// thread takes for every clip (a copy thread blocked on it could lose its core to a helper).
-    private let stopFlag = CancellationFlag()
-
-    /// Clip i (in order), waiting for it if needed; rethrows the error preparing it.
-    func take(_ i: Int) throws -> Opened {
-        cond.lock()
-        while ready[i] == nil { cond.wait() }
-        let r = ready.removeValue(forKey: i)!
-        taken = i + 1
-        cond.broadcast()
-        cond.unlock()
-        return try r.get()
+    /// The next clip (in order), waiting for it if needed; rethrows the error preparing it.
+    func next() throws -> Opened {
+        guard let p = opened.pull() else { throw ClipFlowError.interrupted }
+        return try p.element.get()
     }
 
-    /// Ends the helper and drops what it prepared that nobody took; waits until it is done.
+    /// Ends the helper and releases what it prepared that nobody took; waits until it is done.
     func stop() {
         stopFlag.cancel()
-        cond.lock()
-        stopped = true
-        cond.broadcast()
-        while !finished { cond.wait() }
-        ready = [:]
-        cond.unlock()
+        opened.flush()
+        helper.wait()
     }
 
     private static func open(_ clip: ClipInfo, audio: Bool, stop: CancellationFlag) throws -> Opened {

@@ -112,29 +112,26 @@ public final class Merger {
         }
     }
 
-    /// Rendered join regions, filled by the renderer's encoding thread; `take(i)` (the copy
-    /// thread) waits for region i, and its packets pass to the taker.
-    /// `@unchecked Sendable`: every field is guarded by `cond`.
+    /// Rendered join regions, handed from the renderer's encoding thread to the copy thread
+    /// through a `BoundedQueue` (room for every region, so the renderer never waits for the
+    /// copy). The renderer delivers each region once, almost always in order (a failure can
+    /// overtake a region still in the encoder); `take(i)` keeps what arrives early. The packets of
+    /// a region pass to the taker. The queue is thread-safe; `early` belongs to the copy thread.
     final class RegionResults: @unchecked Sendable {
-        private var results: [Result<[Packet], Error>?]
-        private let cond = NSCondition()
-        private var abandonedFlag = false
-        /// Set when the merge stops early, so the renderer does no more work.
-        var abandoned: Bool {
-            get { cond.lock(); defer { cond.unlock() }; return abandonedFlag }
-            set { cond.lock(); abandonedFlag = newValue; cond.unlock() }
-        }
-        init(count: Int) { results = Array(repeating: nil, count: count) }
-        func put(_ i: Int, _ r: Result<[Packet], Error>) {
-            cond.lock(); results[i] = r; cond.broadcast(); cond.unlock()
-        }
+        typealias Rendered = (index: Int, packets: Result<[Packet], Error>)
+        let queue: BoundedQueue<Rendered>
+        private var early: [Int: Result<[Packet], Error>] = [:]
+
+        init(count: Int) { queue = BoundedQueue(capacity: count) }
+
+        /// Region i's packets, waiting for them; rethrows the error rendering it.
         func take(_ i: Int) throws -> [Packet] {
-            cond.lock()
-            while results[i] == nil { cond.wait() }
-            let r = results[i]!
-            results[i] = .success([])
-            cond.unlock()
-            return try r.get()
+            if let r = early.removeValue(forKey: i) { return try r.get() }
+            while let p = queue.pull() {
+                if p.element.index == i { return try p.element.packets.get() }
+                early[p.element.index] = p.element.packets
+            }
+            throw ClipFlowError.failure("internal: the audio of join \(i + 1) was never rendered")
         }
     }
 
@@ -152,16 +149,18 @@ public final class Merger {
             let renderer = AudioRegionRenderer(
                 plan: plan, clips: clips, sampleRate: a0.sampleRate,
                 channels: a0.channels, bitRate: a0.bitRate)
-            let cancel = self.cancel
+            let cancel = self.cancel, queue = results.queue
             Thread {
                 MediaThreads.yieldToCopy()
                 renderer.renderAll(
-                    shouldStop: { cancel.isCancelled || results.abandoned },
-                    deliver: { i, r in results.put(i, r) })
+                    shouldStop: { cancel.isCancelled || !queue.wantsMore },
+                    deliver: { i, r in queue.push((i, r)) })
+                queue.endOfStream()
             }.start()
             reencoded = plan.regions.reduce(0) { $0 + Int64($1.frames.count) }
         }
-        defer { regionResults?.abandoned = true }
+        // The copy takes no more regions: the renderer stops at its next one.
+        defer { regionResults?.queue.consumerDone() }
 
         let mux = try OutputMuxer(path: path, shownAs: options.output.path)
         let vst = try mux.addStream(copying: first, video: true)
@@ -227,7 +226,7 @@ public final class Merger {
         let opener = ClipOpener(clips: clips, audio: layout.audio != nil)
         defer { opener.stop() }
         for (ci, clip) in clips.enumerated() {
-            let (mapped, packets) = try opener.take(ci)
+            let (mapped, packets) = try opener.next()
             mux.sink.register(mapped)
             let vtbIn = clip.video.timeBase.av
             let copy = layout.audio?.copies.first(where: { $0.clip == ci })

@@ -1,4 +1,6 @@
 import Foundation
+import ClipFlowCore
+import Synchronization
 internal import CClipFlowCurl
 
 /// Digest algorithms the upload protocols use (TUS checksum extension, SigV4, fingerprints).
@@ -122,23 +124,33 @@ public struct DigestCancelled: Error {}
 /// overlaps with sending the current one instead of stalling the connection between requests.
 ///
 /// Bounded: at most one range is being hashed ahead, and only its digests are kept (the bytes are
-/// read in 1 MiB blocks and dropped). `digests(offset:length:)` takes a matching prefetched result
-/// (waiting for it if it is still running) or hashes inline; a result is used once, so a resend
-/// after a checksum mismatch hashes the bytes again. Owned by one upload session; the session's
-/// thread calls `prefetch`/`digests`, the work runs on a private serial queue.
-public final class RangeDigester: @unchecked Sendable {
+/// read in 1 MiB blocks and dropped); they are handed to the session's thread through a
+/// `BoundedQueue` of one. `digests(offset:length:)` takes a matching prefetched result (waiting for
+/// it if it is still running) or hashes inline; a result is used once, so a resend after a
+/// checksum mismatch hashes the bytes again. Owned by one upload session; the session's thread
+/// calls `prefetch`/`digests`, the hashing runs on a private serial queue.
+public final class RangeDigester: Sendable {
     public let path: String
     public let algorithms: [DigestAlgorithm]
-    private let queue = DispatchQueue(label: "clipflow.upload.digest-ahead", qos: .userInitiated)
-    private let cond = NSCondition()
-    // Guarded by `cond`.
-    private var key: (offset: Int64, length: Int64)?
-    private var result: Result<[[UInt8]], Error>?
-    private var running = false
-    private var stopped = false
+    private let worker = DispatchQueue(label: "clipflow.upload.digest-ahead", qos: .userInitiated)
+    /// The digests of the range in `State.pending` (or the error computing them), once computed.
+    private let ahead = BoundedQueue<Result<[[UInt8]], Error>>(capacity: 1)
+    private let stopped = CancellationFlag()
+    private struct Range: Equatable {
+        var offset: Int64
+        var length: Int64
+    }
+    private struct State {
+        /// The range prefetched whose result is in `ahead` or on its way there, not yet taken.
+        var pending: Range?
+        var prefetchHits = 0
+        var inlineHashes = 0
+    }
+    private let state = Mutex(State())
+
     /// Ranges served from a prefetch / hashed inline (diagnostics and tests).
-    public private(set) var prefetchHits = 0
-    public private(set) var inlineHashes = 0
+    public var prefetchHits: Int { state.withLock { $0.prefetchHits } }
+    public var inlineHashes: Int { state.withLock { $0.inlineHashes } }
 
     public init(path: String, algorithms: [DigestAlgorithm]) {
         self.path = path
@@ -150,57 +162,47 @@ public final class RangeDigester: @unchecked Sendable {
     /// Starts hashing `length` bytes at `offset` in the background, unless a prefetch is still
     /// running (one range ahead at most) or the range is empty.
     public func prefetch(offset: Int64, length: Int64) {
-        guard length > 0, !algorithms.isEmpty else { return }
-        cond.lock()
-        defer { cond.unlock() }
-        if stopped || running { return }
-        if let k = key, k.offset == offset, k.length == length, result != nil { return }
-        key = (offset, length)
-        result = nil
-        running = true
-        let path = self.path, algorithms = self.algorithms
-        queue.async { [self] in
-            let r = Result { try Digest.hash(algorithms, file: path, offset: offset, length: length, stop: { self.isStopped }) }
-            cond.lock()
-            result = r
-            running = false
-            cond.broadcast()
-            cond.unlock()
+        guard length > 0, !algorithms.isEmpty, !stopped.isCancelled else { return }
+        let range = Range(offset: offset, length: length)
+        let start = state.withLock { s -> Bool in
+            if let p = s.pending {
+                if p == range { return false }
+                // Another range's result, unused: drop it, unless it is still being computed.
+                if self.ahead.tryPull() == nil { return false }
+            }
+            s.pending = range
+            return true
+        }
+        guard start else { return }
+        let path = self.path, algorithms = self.algorithms, ahead = self.ahead, stopped = self.stopped
+        worker.async {
+            ahead.push(
+                Result { try Digest.hash(algorithms, file: path, offset: offset, length: length, stop: { stopped.isCancelled }) })
         }
     }
 
     /// The digests of the range (in `algorithms` order): the prefetched ones when they match,
     /// else hashed now on the calling thread.
     public func digests(offset: Int64, length: Int64) throws -> [[UInt8]] {
-        cond.lock()
-        if let k = key, k.offset == offset, k.length == length {
-            while running { cond.wait() }
-            let r = result
-            key = nil
-            result = nil
-            if let r, case .success(let d) = r {
-                prefetchHits += 1
-                cond.unlock()
-                return d
-            }
+        let range = Range(offset: offset, length: length)
+        let prefetched = state.withLock { s -> Bool in
+            guard s.pending == range else { return false }
+            s.pending = nil
+            return true
         }
-        inlineHashes += 1
-        cond.unlock()
+        if prefetched, let p = ahead.pull(), case .success(let d) = p.element {
+            state.withLock { $0.prefetchHits += 1 }
+            return d
+        }
+        state.withLock { $0.inlineHashes += 1 }
         // A failed or cancelled prefetch is redone here, so its error is the current one.
         return try Digest.hash(algorithms, file: path, offset: offset, length: length)
     }
 
-    private var isStopped: Bool {
-        cond.lock()
-        defer { cond.unlock() }
-        return stopped
-    }
-
-    /// Abandons any background work (it ends at its next 1 MiB block).
+    /// Abandons any background work (it ends at its next 1 MiB block) and its result.
     public func stop() {
-        cond.lock()
-        stopped = true
-        cond.unlock()
+        stopped.cancel()
+        ahead.flush()
     }
 }
 

@@ -56,6 +56,8 @@ public final class UploadQueue: Sendable {
 
     /// Controls of the uploads this process is running, by entry id.
     private let controls = Mutex<[String: UploadControl]>([:])
+    /// Ends `run`'s poll wait early when something changed. A wake signal, not a hand-off: the
+    /// work is the entries in `queue.json` (which other processes change too), read on every pass.
     private let wake = DispatchSemaphore(value: 0)
 
     private var queuePath: String { directory + "/queue.json" }

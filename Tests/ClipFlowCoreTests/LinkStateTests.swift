@@ -95,6 +95,9 @@ final class LinkStateTests: XCTestCase {
             name: "consumer ended: producers get end of stream, even a waiting one",
             limits: items3, policy: .block, ops: "o1 o1 o1 o1 c o1", expect: "A A A W - Reos"),
         Row(
+            name: "consumer ended: a waiting consumer gets end of stream, not a wait",
+            limits: items3, policy: .block, ops: "t o1 c t", expect: "w A - E"),
+        Row(
             name: "flush: producers and consumers are released, queued items discarded",
             limits: items3, policy: .block, ops: "o1 o1 o1 o1 f o1 t", expect: "A A A W - Rflush F"),
         Row(

@@ -116,10 +116,4 @@ public struct Item: Sendable {
         if case .parameters(let p) = payload { return p }
         return nil
     }
-
-    /// Drops what the payload holds (a queue slot no longer accounted for must not keep memory
-    /// alive); the item keeps its type and becomes an empty buffer.
-    public mutating func release() {
-        payload = .buffer(sequence: -1, data: Data(), time: nil)
-    }
 }

@@ -88,9 +88,12 @@ public struct LinkState: Sendable, Equatable {
     public private(set) var peakItems = 0
     public private(set) var peakBytes: Int64 = 0
 
+    /// The entries' storage is reserved here, by the thread that creates the state (see
+    /// `BoundedQueue.init`).
     public init(limits: LinkLimits, policy: OverflowPolicy) {
         self.limits = limits
         self.policy = policy
+        entries.reserveCapacity(min(limits.maxItems, 64))
     }
 
     public var count: Int { entries.count }
@@ -169,7 +172,7 @@ public struct LinkState: Sendable, Equatable {
     public enum Take: Sendable, Equatable {
         /// Take the front item; `discontinuity` if items were dropped before it.
         case item(discontinuity: Bool, wakeProducer: Bool)
-        /// Nothing queued and the producer has ended.
+        /// Nothing queued and the producer has ended, or the consumer has ended.
         case endOfStream
         /// Nothing queued yet: wait.
         case wait
@@ -179,6 +182,7 @@ public struct LinkState: Sendable, Equatable {
 
     public mutating func take() -> Take {
         if flushing { return .flushing }
+        if consumerEnded { return .endOfStream }
         if entries.isEmpty { return producerEnded ? .endOfStream : .wait }
         let disc = entries[0].gap
         removeFirst()
@@ -192,7 +196,8 @@ public struct LinkState: Sendable, Equatable {
 
     /// The producer will send no more.
     public mutating func endProducer() { producerEnded = true }
-    /// The consumer wants no more: pending items are discarded, producers are released.
+    /// The consumer wants no more: pending items are discarded, producers are released, and a
+    /// take (a consumer still waiting) gets end of stream.
     public mutating func endConsumer() {
         consumerEnded = true
         entries.removeAll()

@@ -29,12 +29,8 @@ struct OutputFlags: ParsableArguments {
 final class FrontDoor: Sendable {
     let renderer: EventRenderer
     let log = EventLog()
-    let format: EventFormat
-    let quiet: Bool
 
     init(_ flags: OutputFlags) {
-        format = flags.events
-        quiet = flags.quiet
         renderer = flags.events == .json ? JSONEventWriter() : TextRenderer(quiet: flags.quiet)
     }
 
@@ -64,35 +60,21 @@ private struct Tee: EventSink {
     }
 }
 
-/// What the stages reported that a command's summary needs: each stage's `result` fields, its
-/// outputs, and the items it saw end (id → how). Thread-safe.
+/// What the stages reported that a command's summary needs: each stage's `result` fields.
+/// Thread-safe.
 final class EventLog: EventSink, Sendable {
     private struct State {
-        var started: [String: Double] = [:]
-        var finished: [String: Double] = [:]
         var results: [String: [EventField]] = [:]
-        var outputs: [String: [String]] = [:]
     }
     private let state = Mutex(State())
 
     func emit(_ e: PipelineEvent) {
         state.withLock { s in
-            switch e.kind {
-            case .started: s.started[e.stage] = e.time
-            case .finished: s.finished[e.stage] = e.time
-            case .result(let r): s.results[e.stage, default: []] += r
-            case .output(let p): s.outputs[e.stage, default: []].append(p)
-            default: break
-            }
+            if case .result(let r) = e.kind { s.results[e.stage, default: []] += r }
         }
     }
 
     func result(_ stage: String) -> [EventField]? { state.withLock { $0.results[stage] } }
-    func outputs(_ stage: String) -> [String] { state.withLock { $0.outputs[stage] ?? [] } }
-    /// Seconds from the first stage's start to `stage`'s end.
-    func seconds(until stage: String) -> Double? {
-        state.withLock { s in s.finished[stage].flatMap { end in s.started.values.min().map { end - $0 } } }
-    }
 }
 
 /// SIGINT/SIGTERM for every long command. First signal: `runner.stop(deadline: grace)` (sources

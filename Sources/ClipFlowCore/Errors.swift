@@ -31,11 +31,12 @@ public struct ClipFlowError: Error, CustomStringConvertible, Equatable, Sendable
     public static func failure(_ message: String) -> ClipFlowError { .init(.failure, message) }
     public static let interrupted = ClipFlowError(.interrupted, "interrupted; no output was written")
 
-    /// Process exit status for this kind of error (130 for an interruption, as shells report SIGINT).
+    /// Process exit status for this kind of error: the CLI's `ExitStatus` table (65 bad input, 130
+    /// an interruption, as shells report SIGINT, 1 any other failure).
     public var exitCode: Int32 {
         switch kind {
         case .interrupted: return 130
-        case .badInput, .incompatible: return 1
+        case .badInput, .incompatible: return 65
         case .output, .failure: return 1
         }
     }

@@ -30,6 +30,8 @@ public final class MergeStage: Stage {
     public let rotate: Int
     /// "discard" or "finish": what a graceful stop does (see above).
     public let onStop: String
+    /// Bytes reserved up front for the index (`MergeOptions.moovReserveOverride`); nil: estimated.
+    public var moovReserveOverride: Int?
     private var clips: [String] = []
     private let cancelFlag = CancellationFlag()
     public var inputTypes: Set<PortType> { [.clips] }
@@ -101,12 +103,19 @@ public final class MergeStage: Stage {
             return
         }
         guard !clips.isEmpty else { throw ClipFlowError.badInput("no clips reached the merge") }
+        var options = MergeOptions(output: URL(fileURLWithPath: output), rotate: rotate)
+        options.moovReserveOverride = moovReserveOverride
         let merger = Merger(
-            inputs: clips, options: MergeOptions(output: URL(fileURLWithPath: output), rotate: rotate),
+            inputs: clips, options: options,
             progress: StageProgress(context: context), cancel: cancelFlag)
         do {
             let r = try merger.run()
             context.emit(.output(path: r.output.path))
+            context.emit(
+                .result([
+                    .init("clips", .integer(Int64(r.clips))), .init("video_frames", .integer(Int64(r.videoFrames))), .init("bytes", .integer(r.bytes)),
+                    .init("rotation", .integer(Int64(r.rotation)))
+                ]))
             context.emit(.notice("merged \(r.clips) clips, \(r.videoFrames) video frames, \(r.bytes) bytes"))
         } catch let e as ClipFlowError where e.kind == .interrupted && context.stopRequested && !context.cancellation.isCancelled {
             context.emit(.notice("stopped during the merge; no output written"))
@@ -166,6 +175,7 @@ public final class ThumbnailStage: Stage {
         if !dir.isEmpty { try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
         let r = try Thumbnailer(path: video, cancel: cancelFlag).write(to: URL(fileURLWithPath: output), limit: size)
         context.emit(.output(path: output))
+        context.emit(.result([.init("width", .integer(Int64(r.width))), .init("height", .integer(Int64(r.height))), .init("time", .number(r.time))]))
         context.emit(.notice("cover \(r.width)x\(r.height) from \(String(format: "%.2f", r.time)) s"))
         return context.push(.file(output, type: .image)) == .flushing ? .flushing : .ok
     }

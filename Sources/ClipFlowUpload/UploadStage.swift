@@ -4,6 +4,7 @@ import ClipFlowCore
 public enum UploadStages {
     public static func register(into r: StageRegistry) {
         r.register(UploadStage.kind)
+        r.register(UploadQueueStage.kind)
     }
 
     /// Reads an `UploadDestination` and metadata from stage parameters (shared with the CLI's
@@ -197,28 +198,84 @@ public final class UploadStage: Stage {
     }
 }
 
-/// Turns upload events into pipeline events: progress, and notices for retries and credential
-/// refreshes (already redacted).
-private struct StageUploadObserver: UploadObserver {
+/// Turns every upload event into an item event of the stage: the upload's id, the event's name
+/// (`started`, `progress`, `finished`, `failed`, `credentials-expired`, `retry-started`,
+/// `retry-resumed`, `paused`, `cancelled`), its fields, and the line a person reads. Every string
+/// is redacted (`Secrets`).
+struct StageUploadObserver: UploadObserver {
     let context: StageContext
+
     func upload(_ event: UploadEvent) {
+        let (fields, text) = Self.describe(event)
+        context.emit(.item(id: event.uploadID, name: event.name, fields: fields.map(Self.redacted), text: Secrets.shared.redact(text)))
+    }
+
+    static func describe(_ event: UploadEvent) -> ([EventField], String) {
         switch event {
+        case .started(_, let file, let bytes, let at):
+            return (
+                [EventField("file", .string(file)), EventField("bytes", .integer(bytes)), EventField("resumed_at", .integer(at))],
+                "uploading \(file) (\(bytes) bytes\(at > 0 ? ", resuming at \(at)" : ""))"
+            )
         case .progress(_, let p):
-            context.progress(p.acknowledged, of: p.total)
-        case .started(let id, let file, let bytes, let at):
-            context.emit(.notice("upload \(id) started: \((file as NSString).lastPathComponent), \(bytes) bytes" + (at > 0 ? ", resuming at \(at)" : "")))
-        case .retryStarted(let id, let attempt, let delay, let reason):
-            context.emit(.notice("upload \(id): retry \(attempt) in \(String(format: "%.1f", delay)) s: \(reason)"))
-        case .retryResumed(let id, _, let offset):
-            context.emit(.notice("upload \(id): resumed at byte \(offset)"))
-        case .credentialsExpired(let id):
-            context.emit(.notice("upload \(id): credentials expired; refreshing"))
-        case .finished(let id, let r):
-            context.emit(.notice("upload \(id) finished: \(r.url ?? "")" + (r.videoID.map { " (video \($0))" } ?? "")))
-        case .failed(let id, let code, let message):
-            context.emit(.notice("upload \(id) failed (\(code)): \(message)"))
-        case .paused, .cancelled:
-            break
+            var f = [
+                EventField("acknowledged", .integer(p.acknowledged)), EventField("total", .integer(p.total)),
+                EventField("bytes_per_second", .number((p.bytesPerSecond * 10).rounded() / 10))
+            ]
+            if let eta = p.eta { f.append(EventField("eta", .number((eta * 10).rounded() / 10))) }
+            return (f, progressText(p))
+        case .finished(_, let r):
+            var d = [EventField("method", .string(r.method)), EventField("bytes", .integer(r.bytes))]
+            if let v = r.url { d.append(EventField("url", .string(v))) }
+            if let v = r.videoID { d.append(EventField("video_id", .string(v))) }
+            if let v = r.etag { d.append(EventField("etag", .string(v))) }
+            if let v = r.uploadID { d.append(EventField("upload_id", .string(v))) }
+            if let v = r.playbackURL { d.append(EventField("playback_url", .string(v))) }
+            return ([EventField("result", .object(d))], "finished: \(r.summary)")
+        case .failed(_, let code, let message):
+            return ([EventField("code", .string(code)), EventField("message", .string(message))], "failed (\(code)): \(message)")
+        case .credentialsExpired:
+            return ([], "credentials expired; asking for fresh ones")
+        case .retryStarted(_, let attempt, let delay, let reason):
+            return (
+                [
+                    EventField("attempt", .integer(Int64(attempt))), EventField("delay", .number((delay * 1000).rounded() / 1000)),
+                    EventField("reason", .string(reason))
+                ],
+                "retry \(attempt) in \(String(format: "%.1f", delay)) s: \(reason)"
+            )
+        case .retryResumed(_, let attempt, let offset):
+            return ([EventField("attempt", .integer(Int64(attempt))), EventField("offset", .integer(offset))], "resumed at byte \(offset)")
+        case .paused: return ([], "paused")
+        case .cancelled: return ([], "cancelled")
         }
+    }
+
+    /// "42% 4.2/10.0 MB 1.3 MB/s ETA 5 s".
+    static func progressText(_ p: UploadProgress) -> String {
+        var s = String(format: "%3d%% %.1f/%.1f MB", Int(p.fraction * 100), Double(p.acknowledged) / 1e6, Double(p.total) / 1e6)
+        if p.bytesPerSecond > 0 { s += String(format: " %.1f MB/s", p.bytesPerSecond / 1e6) }
+        if let eta = p.eta, p.acknowledged < p.total { s += String(format: " ETA %.0f s", eta) }
+        return s
+    }
+
+    private static func redacted(_ f: EventField) -> EventField {
+        switch f.value {
+        case .string(let s): return EventField(f.key, .string(Secrets.shared.redact(s)))
+        case .object(let o): return EventField(f.key, .object(o.map(redacted)))
+        default: return f
+        }
+    }
+}
+
+extension UploadResult {
+    /// "1000 bytes, URL, video ID, playback URL, etag", for people.
+    public var summary: String {
+        var parts = ["\(bytes) bytes"]
+        if let u = url { parts.append(u) }
+        if let v = videoID { parts.append("video \(v)") }
+        if let p = playbackURL { parts.append("playback \(p)") }
+        if let e = etag { parts.append("etag \(e)") }
+        return parts.joined(separator: ", ")
     }
 }

@@ -22,12 +22,6 @@ struct ClipFlow: ParsableCommand {
     }
 }
 
-/// Flags shared by commands that do long work.
-struct OutputFlags: ParsableArguments {
-    @Flag(name: .shortAndLong, help: "Print no progress (errors are still printed).")
-    var quiet = false
-}
-
 struct Merge: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Join MP4/MOV clips into one fast-start MP4 without re-encoding video.",
@@ -72,92 +66,64 @@ struct Merge: ParsableCommand {
     func run() throws {
         // No MediaProcess.tuneAllocator() here: merge allocates nothing per packet (packets point
         // into the mapped clips), so a kept heap would only raise peak RSS.
-        let ui = Terminal(quiet: flags.quiet)
-        let cancel = SignalHandling.install()
-        var opts = MergeOptions(output: URL(fileURLWithPath: output), rotate: rotate)
-        if let s = ProcessInfo.processInfo.environment["CLIPFLOW_MOOV_RESERVE"], let n = Int(s) { opts.moovReserveOverride = n }
+        let door = FrontDoor(flags)
         let started = Date()
-        try ui.runReportingErrors {
-            // Before any work: no output may be an input or the other output.
-            var outputs = [OutputSafety.Use(path: output, label: "-o")]
-            if let thumb = thumbnail { outputs.append(OutputSafety.Use(path: thumb, label: "--thumbnail")) }
-            let inputUses = inputs.enumerated().map { OutputSafety.Use(path: $1, label: "input \($0 + 1)") }
-            if let clash = OutputSafety.clashes(inputs: inputUses, outputs: outputs).first {
-                throw ClipFlowError.badInput(clash.description)
+        try ErrorReport.run {
+            try checkOutputs()
+            let (outcome, _) = try door.run(nodes: nodes(), edges: edges(), grace: 30)
+            if let e = ErrorReport.error(outcome) { throw e }
+            if let r = door.log.result("merge") {
+                var line = String(
+                    format: "merged %d clips into %@ (%d video frames, %.1f MB) in %.2f s",
+                    Int(r["clips"]?.integer ?? 0), output, Int(r["video_frames"]?.integer ?? 0), Double(r["bytes"]?.integer ?? 0) / 1e6,
+                    Date().timeIntervalSince(started))
+                if let turn = r["rotation"]?.integer, turn != 0 { line += ", turned \(turn) degrees" }
+                door.say(line)
             }
-            let merger = Merger(inputs: inputs, options: opts, progress: ui, cancel: cancel)
-            let r = try merger.run()
-            ui.finish()
-            let secs = Date().timeIntervalSince(started)
-            var line = String(
-                format: "merged %d clips into %@ (%d video frames, %.1f MB) in %.2f s",
-                r.clips, output, r.videoFrames, Double(r.bytes) / 1e6, secs)
-            if r.rotation != 0 { line += ", turned \(r.rotation) degrees" }
-            ui.say(line)
-            if let thumb = thumbnail {
-                let size = thumbnailSize.flatMap { ThumbnailSize(parsing: $0) }
-                let t = try Thumbnailer(path: r.output.path, sources: r.sources, cancel: cancel).write(to: URL(fileURLWithPath: thumb), limit: size)
-                ui.say("cover \(thumb): \(t.width)x\(t.height) from \(String(format: "%.2f", t.time)) s")
+            if let thumb = thumbnail, let t = door.log.result("thumbnail") {
+                door.say(
+                    "cover \(thumb): \(t["width"]?.integer ?? 0)x\(t["height"]?.integer ?? 0) from \(String(format: "%.2f", t["time"]?.number ?? 0)) s")
             }
         }
     }
-}
 
-/// Progress and messages on stderr: a redrawn bar on a terminal, plain lines otherwise.
-/// `@unchecked Sendable`: the merge reports from several threads; every mutable field is touched
-/// only under `lock`.
-final class Terminal: ProgressReporter, @unchecked Sendable {
-    let quiet: Bool
-    let isTTY = isatty(2) == 1
-    private let lock = NSLock()
-    private var lastPercent = -1
-    private var drewBar = false
-
-    init(quiet: Bool) { self.quiet = quiet }
-
-    func report(_ e: ProgressEvent) {
-        guard !quiet else { return }
-        lock.lock(); defer { lock.unlock() }
-        let pct = Int(e.fraction * 100)
-        if isTTY {
-            let width = 30
-            let filled = Int(e.fraction * Double(width))
-            let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
-            let mb = String(format: "%.1f/%.1f MB", Double(e.completed) / 1e6, Double(e.total) / 1e6)
-            FileHandle.standardError.write("\r\(e.phase) [\(bar)] \(pct)% \(mb)".data(using: .utf8)!)
-            drewBar = true
-        } else if pct / 10 != lastPercent / 10 || (pct == 100 && lastPercent != 100) {
-            FileHandle.standardError.write("\(e.phase): \(pct)% (\(e.completed) of \(e.total) \(e.unit))\n".data(using: .utf8)!)
+    /// Before any work: no output may be an input or the other output, and the output's folder
+    /// must exist (the merge stage of a pipeline creates it; the command does not).
+    private func checkOutputs() throws {
+        var outputs = [OutputSafety.Use(path: output, label: "-o")]
+        if let thumb = thumbnail { outputs.append(OutputSafety.Use(path: thumb, label: "--thumbnail")) }
+        let inputUses = inputs.enumerated().map { OutputSafety.Use(path: $1, label: "input \($0 + 1)") }
+        if let clash = OutputSafety.clashes(inputs: inputUses, outputs: outputs).first {
+            throw ClipFlowError.badInput(clash.description)
         }
-        lastPercent = pct
-    }
-
-    func notice(_ message: String) {
-        lock.lock(); defer { lock.unlock() }
-        endBar()
-        FileHandle.standardError.write("note: \(message)\n".data(using: .utf8)!)
-    }
-
-    func finish() { lock.lock(); endBar(); lock.unlock() }
-
-    private func endBar() {
-        if drewBar { FileHandle.standardError.write("\n".data(using: .utf8)!); drewBar = false }
-    }
-
-    func say(_ s: String) {
-        guard !quiet else { return }
-        finish()
-        FileHandle.standardError.write("\(s)\n".data(using: .utf8)!)
-    }
-
-    /// Runs work; a ClipFlowError is printed as "error: ..." and exits with its code.
-    func runReportingErrors(_ body: () throws -> Void) throws {
-        do {
-            try body()
-        } catch let e as ClipFlowError {
-            finish()
-            FileHandle.standardError.write("error: \(e.description)\n".data(using: .utf8)!)
-            throw ExitCode(e.exitCode)
+        let target = URL(fileURLWithPath: output)
+        let dir = target.deletingLastPathComponent()
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: dir.path, isDirectory: &isDir), isDir.boolValue else {
+            throw ClipFlowError.output("-o '\(target.path)': folder '\(dir.path)' does not exist")
         }
+    }
+
+    /// files → merge → thumbnail (when `--thumbnail`).
+    private func nodes() -> [StageNode] {
+        let inputs = inputs, output = output, rotate = rotate, thumbnail = thumbnail
+        let size = thumbnailSize.flatMap { ThumbnailSize(parsing: $0) }
+        let reserve = ProcessInfo.processInfo.environment["CLIPFLOW_MOOV_RESERVE"].flatMap { Int($0) }
+        var nodes = [
+            StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) },
+            StageNode("merge") {
+                let m = MergeStage(id: "merge", output: output, rotate: rotate)
+                m.moovReserveOverride = reserve
+                return m
+            }
+        ]
+        if let thumbnail { nodes.append(StageNode("thumbnail") { ThumbnailStage(id: "thumbnail", output: thumbnail, size: size) }) }
+        return nodes
+    }
+
+    private func edges() -> [Edge] {
+        var edges = [Edge(from: "files", to: "merge", limits: MergeStage.kind.queue)]
+        if thumbnail != nil { edges.append(Edge(from: "merge", to: "thumbnail", limits: ThumbnailStage.kind.queue)) }
+        return edges
     }
 }

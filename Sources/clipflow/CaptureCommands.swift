@@ -3,6 +3,7 @@ import ClipFlowCapture
 import ClipFlowCore
 import ClipFlowMedia
 import Foundation
+import Synchronization
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -52,8 +53,6 @@ struct Record: ParsableCommand {
     var noAudio = false
     @Flag(help: "Read commands from standard input (p, r, s, d, l, q).")
     var interactive = false
-    @Option(help: "Progress format: text (stderr) or json (one event per line on stdout).")
-    var events: Run.EventFormat = .text
     @OptionGroup var flags: OutputFlags
 
     /// A year: longer than any recording, small enough that frame counts stay exact.
@@ -72,28 +71,9 @@ struct Record: ParsableCommand {
 
     func run() throws {
         MediaProcess.tuneAllocator()
-        let sink: EventSink & Sendable = events == .json ? JSONEventWriter() : TextEventWriter(quiet: flags.quiet)
-        do {
-            let (w, h) = parseSize(size)!
-            let src: any Stage
-            switch source {
-            case .testpattern:
-                let fmt = PixelFormat(rawValue: format ?? "yuv420p")
-                guard let fmt, fmt != .mjpeg else {
-                    throw ClipFlowError.badInput("--format '\(format ?? "")': the test pattern makes yuv420p, nv12 or yuyv422")
-                }
-                var s = TestPatternSettings(width: w, height: h, fps: fps, format: fmt)
-                if noAudio { s.sampleRate = 0 }
-                src = TestPatternSource(id: "camera", settings: s, realtime: !fast, duration: duration)
-            case .v4l2:
-                let f = format ?? "auto"
-                guard f == "auto" || CameraFormat(rawValue: f) != nil else {
-                    throw ClipFlowError.badInput("--format '\(f)': a V4L2 camera takes auto, yuyv, nv12, yuv420 or mjpeg")
-                }
-                src = V4L2Source(
-                    id: "camera", device: device, request: CaptureRequest(width: w, height: h, fps: fps, format: CameraFormat(rawValue: f)),
-                    duration: duration)
-            }
+        let door = FrontDoor(flags)
+        try ErrorReport.run {
+            guard let (w, h) = parseSize(size) else { throw ClipFlowError.badInput("--size '\(size)': expected WxH") }
             var o = RecordOptions(directory: output)
             o.prefix = prefix
             o.segmentSeconds = segment
@@ -101,15 +81,18 @@ struct Record: ParsableCommand {
             o.preset = preset
             o.crf = crf
             if let p = o.problem { throw ClipFlowError.badInput(p) }
-            let rec = RecordStage(id: "record", options: o)
-            let runner = try GraphRunner(
-                nodes: [StageNode(handing: src), StageNode(handing: rec)], edges: [Edge(from: "camera", to: "record", limits: RecordStage.kind.queue)],
-                sink: sink)
-            PipelineSignals.install(runner: runner, grace: 10)
+            // Handed to the runner; read again for the summary once the run has returned.
+            let control = RecordControl()
+            let src = try makeSource(width: w, height: h)
+            let rec = RecordStage(id: "record", options: o, control: control)
+            let nodes = [StageNode(handing: src), StageNode(handing: rec)]
             let quit = QuitFlag()
-            if interactive { startCommandReader(rec.control, store: ClipStore(directory: output, prefix: prefix), runner: runner, quit: quit) }
-            let outcome = runner.run()
-            (sink as? TextEventWriter)?.end()
+            let store = ClipStore(directory: output, prefix: prefix)
+            let (outcome, runner) = try door.run(
+                nodes: nodes, edges: [Edge(from: "camera", to: "record", limits: RecordStage.kind.queue)], grace: 10
+            ) { runner in
+                if interactive { startCommandReader(control, store: store, runner: runner, quit: quit) }
+            }
             let clips = rec.recorder?.clips ?? []
             let total = clips.reduce(0) { $0 + $1.seconds }
             var summary = String(format: "recorded %d clip%@, %.2f s, into %@", clips.count, clips.count == 1 ? "" : "s", total, output)
@@ -125,24 +108,37 @@ struct Record: ParsableCommand {
             switch outcome {
             case .completed:
                 if let v = src as? V4L2Source, v.deviceLost {
-                    FileHandle.standardError.write(
-                        "error: \(device): the camera went away (unplugged?); \(summary); the open clip was finalised\n".data(using: .utf8)!)
-                    throw ExitCode(1)
+                    throw ClipFlowError.failure("\(device): the camera went away (unplugged?); \(summary); the open clip was finalised")
                 }
-                if !flags.quiet { FileHandle.standardError.write("\(summary)\n".data(using: .utf8)!) }
+                door.say(summary)
             case .interrupted where quit.isSet:
-                if !flags.quiet { FileHandle.standardError.write("\(summary)\n".data(using: .utf8)!) }
+                door.say(summary)
             case .interrupted:
-                FileHandle.standardError.write("stopped: \(summary); the open clip was finalised\n".data(using: .utf8)!)
-                throw ExitCode(130)
-            case .failed(let stage, let e):
-                FileHandle.standardError.write("error: \(stage): \(e.description)\n".data(using: .utf8)!)
-                if !clips.isEmpty { FileHandle.standardError.write("kept: \(summary)\n".data(using: .utf8)!) }
-                throw ExitCode(e.exitCode)
+                throw ClipFlowError(.interrupted, "stopped: \(summary); the open clip was finalised")
+            case .failed(_, let e):
+                throw clips.isEmpty ? e : ClipFlowError(e.kind, "\(e.message)\nkept: \(summary)")
             }
-        } catch let e as ClipFlowError {
-            FileHandle.standardError.write("error: \(e.description)\n".data(using: .utf8)!)
-            throw ExitCode(e.exitCode)
+        }
+    }
+
+    /// The source stage the options name.
+    private func makeSource(width w: Int, height h: Int) throws -> any Stage {
+        switch source {
+        case .testpattern:
+            let fmt = PixelFormat(rawValue: format ?? "yuv420p")
+            guard let fmt, fmt != .mjpeg else {
+                throw ClipFlowError.badInput("--format '\(format ?? "")': the test pattern makes yuv420p, nv12 or yuyv422")
+            }
+            var s = TestPatternSettings(width: w, height: h, fps: fps, format: fmt)
+            if noAudio { s.sampleRate = 0 }
+            return TestPatternSource(id: "camera", settings: s, realtime: !fast, duration: duration)
+        case .v4l2:
+            let f = format ?? "auto"
+            guard f == "auto" || CameraFormat(rawValue: f) != nil else {
+                throw ClipFlowError.badInput("--format '\(f)': a V4L2 camera takes auto, yuyv, nv12, yuv420 or mjpeg")
+            }
+            let request = CaptureRequest(width: w, height: h, fps: fps, format: CameraFormat(rawValue: f))
+            return V4L2Source(id: "camera", device: device, request: request, duration: duration)
         }
     }
 
@@ -187,27 +183,16 @@ struct Clips: ParsableCommand {
     @Flag(help: "Delete the last clip (the app's \"delete last clip\").") var deleteLast = false
 
     func run() throws {
-        var isDir: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDir), isDir.boolValue else {
-            FileHandle.standardError.write("error: '\(directory)' is not a directory\n".data(using: .utf8)!)
-            throw ExitCode(1)
-        }
-        let store = ClipStore(directory: directory, prefix: prefix)
-        if deleteLast {
-            do {
-                if let p = try store.deleteLast() {
-                    print("deleted \(p)")
-                } else {
-                    FileHandle.standardError.write("error: no clips (\(prefix)-NNNN.mp4) in '\(directory)'\n".data(using: .utf8)!)
-                    throw ExitCode(1)
-                }
-            } catch let e as ClipFlowError {
-                FileHandle.standardError.write("error: \(e.description)\n".data(using: .utf8)!)
-                throw ExitCode(1)
+        try ErrorReport.run {
+            var isDir: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDir), isDir.boolValue else {
+                throw ClipFlowError.badInput("'\(directory)' is not a directory")
             }
-            return
+            let store = ClipStore(directory: directory, prefix: prefix)
+            guard deleteLast else { return printClips(store) }
+            guard let p = try store.deleteLast() else { throw ClipFlowError.badInput("no clips (\(prefix)-NNNN.mp4) in '\(directory)'") }
+            print("deleted \(p)")
         }
-        printClips(store)
     }
 }
 
@@ -242,13 +227,10 @@ struct Devices: ParsableCommand {
         discussion: "No camera here? CLIPFLOW_V4L2_EMULATE=1 puts an emulated vivid camera at /dev/video0 for every command.")
 
     func run() throws {
-        do {
+        try ErrorReport.run {
             let cams = V4L2Devices.list(syscalls: try V4L2System.defaultSyscalls())
             if cams.isEmpty { print("no cameras found (/dev/video*)"); return }
             for c in cams { print(c.description) }
-        } catch let e as ClipFlowError {
-            FileHandle.standardError.write("error: \(e.description)\n".data(using: .utf8)!)
-            throw ExitCode(e.exitCode)
         }
     }
 }

@@ -40,8 +40,9 @@ struct QueueFlags: ParsableArguments {
         guard (1...16).contains(concurrency) else { throw ValidationError("--concurrency must be from 1 to 16") }
     }
 
-    func makeQueue(observer: UploadObserver = NoUploadObserver(), cancellation: CancellationFlag? = nil) throws -> UploadQueue {
-        try UploadQueue(directory: path, concurrency: concurrency, observer: observer, cancellation: cancellation) { d, store in
+    /// The queue, for changing it (adding, pausing, listing); uploads run in `UploadQueueStage`.
+    func makeQueue() throws -> UploadQueue {
+        try UploadQueue(directory: path, concurrency: concurrency) { d, store in
             try d.makeUploader(store: store)
         }
     }
@@ -128,7 +129,21 @@ struct DestinationFlags: ParsableArguments {
     }
 }
 
-enum UploadEventFormat: String, ExpressibleByArgument { case text, json }
+/// Runs the uploads `ids` name (nil: everything queued) as a graph of one `upload-queue` stage,
+/// and concludes: 0 when none failed (uploads paused or cancelled on request are not failures),
+/// 130 when interrupted (the paused uploads stay queued), 1 when one failed (each named, with
+/// the command that retries it).
+func runUploads(_ ids: [String]?, queue: QueueFlags, door: FrontDoor) throws {
+    let path = queue.path, concurrency = queue.concurrency
+    let node = StageNode("upload") { UploadQueueStage(id: "upload", directory: path, concurrency: concurrency, ids: ids ?? []) }
+    let (outcome, _) = try door.run(nodes: [node], edges: [], grace: 10)
+    if outcome == .interrupted {
+        let paused = door.log.result("upload")?["paused"]?.integer ?? 0
+        throw ClipFlowError(
+            .interrupted, "interrupted: \(paused) upload(s) paused and kept in the queue; `clipflow upload run --queue \(path)` continues them")
+    }
+    if let e = ErrorReport.error(outcome) { throw e }
+}
 
 struct UploadSend: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -140,8 +155,6 @@ struct UploadSend: ParsableCommand {
     @OptionGroup var destination: DestinationFlags
     @OptionGroup var queue: QueueFlags
     @Flag(name: .customLong("no-wait"), help: "Only add to the queue; `clipflow upload run` uploads later.") var noWait = false
-    @Option(help: "Event output: text (progress on stderr) or json (one JSON object per line on stdout).")
-    var events: UploadEventFormat = .text
     @OptionGroup var flags: OutputFlags
 
     func validate() throws {
@@ -150,19 +163,17 @@ struct UploadSend: ParsableCommand {
 
     func run() throws {
         let d = try destination.destination()
-        let printer = UploadPrinter(format: events, quiet: flags.quiet)
-        let stop = SignalHandling.install()
-        try printer.reportingErrors {
-            let q = try queue.makeQueue(observer: printer, cancellation: stop)
+        let door = FrontDoor(flags)
+        try ErrorReport.run {
+            let q = try queue.makeQueue()
             var ids: [String] = []
             for f in files {
                 let e = try q.add(file: f, destination: d, metadata: destination.metadata)
                 ids.append(e.id)
-                printer.say("queued \(e.id): \(e.file)")
+                door.say("queued \(e.id): \(e.file)")
             }
             if noWait { return }
-            let ended = try q.run(ids: Set(ids))
-            try printer.conclude(ended, queue: queue.path, interrupted: stop.isCancelled)
+            try runUploads(ids, queue: queue, door: door)
         }
     }
 }
@@ -171,18 +182,11 @@ struct UploadRun: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "run", abstract: "Upload everything queued (continuing paused-by-Ctrl-C and interrupted uploads).")
     @OptionGroup var queue: QueueFlags
-    @Option(help: "Event output: text or json.") var events: UploadEventFormat = .text
     @OptionGroup var flags: OutputFlags
 
     func run() throws {
-        let printer = UploadPrinter(format: events, quiet: flags.quiet)
-        let stop = SignalHandling.install()
-        try printer.reportingErrors {
-            let q = try queue.makeQueue(observer: printer, cancellation: stop)
-            let before = Set(try q.list().filter { [.queued, .running].contains($0.state) }.map(\.id))
-            let ended = try q.run()
-            try printer.conclude(ended.filter { before.contains($0.id) }, queue: queue.path, interrupted: stop.isCancelled)
-        }
+        let door = FrontDoor(flags)
+        try ErrorReport.run { try runUploads(nil, queue: queue, door: door) }
     }
 }
 
@@ -192,8 +196,7 @@ struct UploadList: ParsableCommand {
     @Flag(help: "JSON output.") var json = false
 
     func run() throws {
-        let printer = UploadPrinter(format: .text, quiet: false)
-        try printer.reportingErrors {
+        try ErrorReport.run {
             let entries = try queue.makeQueue().list()
             if json {
                 let enc = JSONEncoder()
@@ -209,7 +212,7 @@ struct UploadList: ParsableCommand {
                 var line =
                     "\(e.id)  \(e.state.rawValue.padding(toLength: 9, withPad: " ", startingAt: 0)) \(String(format: "%3d%%", pct))  \(e.file)  -> \(e.destination.name)"
                 if let m = e.errorMessage { line += "\n          error: \(m)" }
-                if let r = e.result { line += "\n          " + UploadPrinter.describe(r) }
+                if let r = e.result { line += "\n          " + r.summary }
                 print(line)
             }
         }
@@ -229,7 +232,7 @@ struct UploadPause: ParsableCommand {
     @OptionGroup var target: IDFlags
     @OptionGroup var queue: QueueFlags
     func run() throws {
-        try UploadPrinter(format: .text, quiet: false).reportingErrors {
+        try ErrorReport.run {
             let q = try queue.makeQueue()
             if target.all { try q.pauseAll() } else { for id in target.ids { try q.pause(id) } }
         }
@@ -241,13 +244,11 @@ struct UploadResume: ParsableCommand {
     @OptionGroup var target: IDFlags
     @OptionGroup var queue: QueueFlags
     @Flag(name: .customLong("no-wait"), help: "Only requeue; do not upload now.") var noWait = false
-    @Option(help: "Event output: text or json.") var events: UploadEventFormat = .text
     @OptionGroup var flags: OutputFlags
     func run() throws {
-        let printer = UploadPrinter(format: events, quiet: flags.quiet)
-        let stop = SignalHandling.install()
-        try printer.reportingErrors {
-            let q = try queue.makeQueue(observer: printer, cancellation: stop)
+        let door = FrontDoor(flags)
+        try ErrorReport.run {
+            let q = try queue.makeQueue()
             var ids = target.ids
             if target.all {
                 ids = try q.list().filter { [.paused, .failed, .queued].contains($0.state) }.map(\.id)
@@ -256,7 +257,7 @@ struct UploadResume: ParsableCommand {
                 for id in ids { try q.resume(id) }
             }
             if noWait || ids.isEmpty { return }
-            try printer.conclude(try q.run(ids: Set(ids)), queue: queue.path, interrupted: stop.isCancelled)
+            try runUploads(ids, queue: queue, door: door)
         }
     }
 }
@@ -266,7 +267,7 @@ struct UploadCancel: ParsableCommand {
     @OptionGroup var target: IDFlags
     @OptionGroup var queue: QueueFlags
     func run() throws {
-        try UploadPrinter(format: .text, quiet: false).reportingErrors {
+        try ErrorReport.run {
             let q = try queue.makeQueue()
             let ids = target.all ? try q.list().filter { !$0.isDone }.map(\.id) : target.ids
             for id in ids { try q.cancel(id) }
@@ -278,145 +279,6 @@ struct UploadPrune: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "prune", abstract: "Remove finished and cancelled uploads from the list.")
     @OptionGroup var queue: QueueFlags
     func run() throws {
-        try UploadPrinter(format: .text, quiet: false).reportingErrors { try queue.makeQueue().prune() }
-    }
-}
-
-/// Prints upload events: a progress line per upload on stderr (every 10%, or a redrawn line on a
-/// terminal), retries and results; or JSON lines on stdout. Thread-safe.
-final class UploadPrinter: UploadObserver, Sendable {
-    let format: UploadEventFormat
-    let quiet: Bool
-    /// Held while one event is written, so lines from concurrent uploads do not interleave; holds
-    /// the last tenth printed per upload.
-    private let lastTenth = Mutex<[String: Int]>([:])
-    private let isTTY = isatty(2) == 1
-
-    init(format: UploadEventFormat, quiet: Bool) {
-        self.format = format
-        self.quiet = quiet
-    }
-
-    func upload(_ event: UploadEvent) {
-        lastTenth.withLock { lastTenth in write(event, &lastTenth) }
-    }
-
-    private func write(_ event: UploadEvent, _ lastTenth: inout [String: Int]) {
-        if format == .json {
-            FileHandle.standardOutput.write((Self.json(event) + "\n").data(using: .utf8)!)
-            return
-        }
-        guard !quiet else { return }
-        switch event {
-        case .started(let id, let file, let bytes, let at):
-            err("\(id): uploading \(file) (\(bytes) bytes\(at > 0 ? ", resuming at \(at)" : ""))")
-        case .progress(let id, let p):
-            let tenth = Int(p.fraction * 10)
-            if isTTY {
-                FileHandle.standardError.write("\r\(id): \(Self.progressText(p))\u{1B}[K".data(using: .utf8)!)
-            } else if tenth != lastTenth[id] {
-                lastTenth[id] = tenth
-                err("\(id): \(Self.progressText(p))")
-            }
-        case .finished(let id, let r):
-            err("\(isTTY ? "\n" : "")\(id): finished: \(Self.describe(r))")
-        case .failed(let id, let code, let message):
-            err("\(id): failed (\(code)): \(message)")
-        case .credentialsExpired(let id):
-            err("\(id): credentials expired; asking for fresh ones")
-        case .retryStarted(let id, let attempt, let delay, let reason):
-            err("\(id): retry \(attempt) in \(String(format: "%.1f", delay)) s: \(reason)")
-        case .retryResumed(let id, _, let offset):
-            err("\(id): resumed at byte \(offset)")
-        case .paused(let id):
-            err("\(id): paused")
-        case .cancelled(let id):
-            err("\(id): cancelled")
-        }
-    }
-
-    func say(_ s: String) {
-        guard format == .text, !quiet else { return }
-        lastTenth.withLock { _ in err(s) }
-    }
-
-    /// Exit status from how the uploads ended: 0 when none failed (uploads paused or cancelled on
-    /// request are not failures), 130 when interrupted, 1 otherwise.
-    func conclude(_ ended: [QueueEntry], queue: String, interrupted: Bool) throws {
-        let unfinished = ended.filter { $0.state == .queued || $0.state == .running || $0.state == .paused }
-        if interrupted {
-            err("interrupted: \(unfinished.count) upload(s) paused and kept in the queue; `clipflow upload run --queue \(queue)` continues them")
-            throw ExitCode(130)
-        }
-        let failed = ended.filter { $0.state == .failed }
-        for e in failed {
-            // Most messages already start with the file; name it once.
-            let message = e.errorMessage ?? "upload failed"
-            let text = message.hasPrefix(e.file + ":") ? message : "\(e.file): \(message)"
-            err("error: \(text) (id \(e.id); `clipflow upload resume \(e.id) --queue \(queue)` retries)")
-        }
-        if !failed.isEmpty { throw ExitCode(1) }
-    }
-
-    func reportingErrors(_ body: () throws -> Void) throws {
-        do {
-            try body()
-        } catch let e as UploadError {
-            err("error: \(e.message)")
-            throw ExitCode(1)
-        } catch let e as ClipFlowError {
-            err("error: \(Secrets.shared.redact(e.description))")
-            throw ExitCode(e.exitCode)
-        }
-    }
-
-    private func err(_ s: String) {
-        FileHandle.standardError.write((s + "\n").data(using: .utf8)!)
-    }
-
-    static func progressText(_ p: UploadProgress) -> String {
-        var s = String(format: "%3d%% %.1f/%.1f MB", Int(p.fraction * 100), Double(p.acknowledged) / 1e6, Double(p.total) / 1e6)
-        if p.bytesPerSecond > 0 { s += String(format: " %.1f MB/s", p.bytesPerSecond / 1e6) }
-        if let eta = p.eta, p.acknowledged < p.total { s += String(format: " ETA %.0f s", eta) }
-        return s
-    }
-
-    static func describe(_ r: UploadResult) -> String {
-        var parts = ["\(r.bytes) bytes"]
-        if let u = r.url { parts.append(u) }
-        if let v = r.videoID { parts.append("video \(v)") }
-        if let p = r.playbackURL { parts.append("playback \(p)") }
-        if let e = r.etag { parts.append("etag \(e)") }
-        return parts.joined(separator: ", ")
-    }
-
-    static func json(_ event: UploadEvent) -> String {
-        var o: [String: Any] = ["event": event.name, "id": event.uploadID]
-        switch event {
-        case .started(_, let file, let bytes, let at):
-            o["file"] = file; o["bytes"] = bytes; o["resumed_at"] = at
-        case .progress(_, let p):
-            o["acknowledged"] = p.acknowledged; o["total"] = p.total
-            o["bytes_per_second"] = (p.bytesPerSecond * 10).rounded() / 10
-            if let eta = p.eta { o["eta"] = (eta * 10).rounded() / 10 }
-        case .finished(_, let r):
-            var d: [String: Any] = ["method": r.method, "bytes": r.bytes]
-            if let v = r.url { d["url"] = v }
-            if let v = r.videoID { d["video_id"] = v }
-            if let v = r.etag { d["etag"] = v }
-            if let v = r.uploadID { d["upload_id"] = v }
-            if let v = r.playbackURL { d["playback_url"] = v }
-            o["result"] = d
-        case .failed(_, let code, let message):
-            o["code"] = code; o["message"] = message
-        case .retryStarted(_, let attempt, let delay, let reason):
-            o["attempt"] = attempt; o["delay"] = (delay * 1000).rounded() / 1000; o["reason"] = reason
-        case .retryResumed(_, let attempt, let offset):
-            o["attempt"] = attempt; o["offset"] = offset
-        case .credentialsExpired, .paused, .cancelled:
-            break
-        }
-        let data = (try? JSONSerialization.data(withJSONObject: o, options: [.sortedKeys])) ?? Data("{}".utf8)
-        return Secrets.shared.redact(String(decoding: data, as: UTF8.self))
+        try ErrorReport.run { try queue.makeQueue().prune() }
     }
 }

@@ -56,7 +56,7 @@ final class CLITests: XCTestCase {
         for (bad, message) in cases {
             let out = dir.appendingPathComponent("out.mp4").path
             let r = try clipflow(["merge", "-o", out, good, bad])
-            XCTAssertEqual(r.status, 1, bad)
+            XCTAssertEqual(r.status, 65, bad)
             XCTAssertTrue(r.stderr.contains("error: " + message), "expected '\(message)' in: \(r.stderr)")
             XCTAssertFalse(FileManager.default.fileExists(atPath: out), "no output for \(bad)")
             let left = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.contains("clipflow-tmp") }
@@ -77,7 +77,7 @@ final class CLITests: XCTestCase {
         chmod(good, 0o644)
         let out = dir.appendingPathComponent("o.mp4").path
         let r = try clipflow(["merge", "-o", out, good, secret], as: "65534")
-        XCTAssertEqual(r.status, 1)
+        XCTAssertEqual(r.status, 65)
         XCTAssertTrue(r.stderr.contains("input '\(secret)': permission denied"), r.stderr)
         XCTAssertFalse(FileManager.default.fileExists(atPath: out))
     }
@@ -101,7 +101,7 @@ final class CLITests: XCTestCase {
         try FileManager.default.copyItem(atPath: good, toPath: copy)
         let before = try sha(copy)
         let r4 = try clipflow(["merge", "-o", copy, copy])
-        XCTAssertEqual(r4.status, 1)
+        XCTAssertEqual(r4.status, 65)
         XCTAssertEqual(r4.stderr, "error: -o '\(copy)' is the same file as input 1 '\(copy)'; inputs are never overwritten\n")
         XCTAssertEqual(try sha(copy), before)
     }
@@ -136,7 +136,7 @@ final class CLITests: XCTestCase {
         let listing = try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted()
         for c in cases {
             let r = try clipflow(["merge", "--quiet"] + c.args)
-            XCTAssertEqual(r.status, 1, "\(c.args)")
+            XCTAssertEqual(r.status, 65, "\(c.args)")
             XCTAssertEqual(r.stderr, "error: \(c.message)\n", "\(c.args)")
             XCTAssertEqual(try [a, b].map(sha), before, "inputs untouched: \(c.args)")
             XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted(), listing, "nothing written: \(c.args)")

@@ -37,7 +37,7 @@ final class PipelineCLITests: XCTestCase {
                 .split(separator: "\n").map { "\(f):\($0)" }
             for cmd in ["validate", "run"] {
                 let r = try clipflow([cmd, "--set", "CLIPFLOW_TEST_ROTATE=45", f])
-                XCTAssertEqual(r.status, 1, "\(cmd) \(f)")
+                XCTAssertEqual(r.status, 65, "\(cmd) \(f)")
                 var lines = r.stderr.split(separator: "\n").map(String.init)
                 let last = lines.popLast() ?? ""
                 XCTAssertEqual(lines, expected, "\(cmd) \(f)")
@@ -48,7 +48,7 @@ final class PipelineCLITests: XCTestCase {
 
     func testUsageErrors() throws {
         var r = try clipflow(["validate", "/nonexistent/p.json"])
-        XCTAssertEqual(r.status, 1)
+        XCTAssertEqual(r.status, 65)
         XCTAssertEqual(r.stderr, "error: pipeline '/nonexistent/p.json': no such file\n")
         r = try clipflow(["run", "--set", "=x", Self.root.appendingPathComponent("pipelines/backpressure.json").path])
         XCTAssertNotEqual(r.status, 0)
@@ -99,11 +99,11 @@ final class PipelineCLITests: XCTestCase {
         }
         for f in try files("fixtures/pipelines/invalid", ".json") {
             XCTAssertFalse(try schemaAccepts(f), "schema accepts invalid \(f)")
-            XCTAssertEqual(try clipflow(["validate", f]).status, 1)
+            XCTAssertEqual(try clipflow(["validate", f]).status, 65)
         }
         for f in try files("fixtures/pipelines/invalid-semantic", ".json") {
             XCTAssertTrue(try schemaAccepts(f), "semantic fixture \(f) should be beyond the schema")
-            XCTAssertEqual(try clipflow(["validate", "--set", "CLIPFLOW_TEST_ROTATE=45", f]).status, 1)
+            XCTAssertEqual(try clipflow(["validate", "--set", "CLIPFLOW_TEST_ROTATE=45", f]).status, 65)
         }
     }
 
@@ -244,7 +244,7 @@ final class PipelineCLITests: XCTestCase {
             """.write(toFile: pipeline, atomically: true, encoding: .utf8)
             for cmd in ["validate", "run"] {
                 let r = try clipflow([cmd, "--set", "R=\(r)", pipeline])
-                XCTAssertEqual(r.status, 1, "\(cmd) rotate \(rotate) R=\(r): \(r.stderr)")
+                XCTAssertEqual(r.status, 65, "\(cmd) rotate \(rotate) R=\(r): \(r.stderr)")
                 let lines = r.stderr.split(separator: "\n").map(String.init)
                 XCTAssertEqual(lines.count, 3, r.stderr)
                 XCTAssertTrue(lines.first?.hasSuffix(": stages[1].rotate: expected one of 0, 90, 180, 270, got \(shown)") ?? false, r.stderr)
@@ -271,7 +271,7 @@ final class PipelineCLITests: XCTestCase {
         """.write(toFile: pipeline, atomically: true, encoding: .utf8)
         for cmd in ["validate", "run"] {
             let r = try clipflow([cmd, "--set", "OUT=\(out)/\u{1B}[2J", pipeline])
-            XCTAssertEqual(r.status, 1, "\(cmd): \(r.stderr)")
+            XCTAssertEqual(r.status, 65, "\(cmd): \(r.stderr)")
             XCTAssertEqual(
                 r.stderr.split(separator: "\n").map(String.init),
                 [
@@ -308,7 +308,7 @@ final class PipelineCLITests: XCTestCase {
         let out = dir.appendingPathComponent("out").path
         for cmd in ["validate", "run"] {
             let r = try clipflow([cmd, "--set", "OUT=\(out)", pipeline])
-            XCTAssertEqual(r.status, 1, "\(cmd): \(r.stderr)")
+            XCTAssertEqual(r.status, 65, "\(cmd): \(r.stderr)")
             XCTAssertEqual(
                 r.stderr.split(separator: "\n").map(String.init),
                 [

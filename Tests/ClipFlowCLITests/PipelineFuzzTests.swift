@@ -77,13 +77,13 @@ final class PipelineFuzzTests: XCTestCase {
         switch r.status {
         case 0:
             return r.out.hasPrefix("\(file): valid (") ? nil : "exit 0 without the valid line: \(r.out.prefix(300)) \(err.prefix(300))"
-        case 1:
+        case 65:
             var lines = err.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
             if lines.last == "" { lines.removeLast() }
-            guard let last = lines.popLast() else { return "exit 1 with no message" }
+            guard let last = lines.popLast() else { return "exit 65 with no message" }
             if lines.isEmpty, last == "error: pipeline '\(file)' is not UTF-8 text" { return nil }
             guard last == "error: \(file): \(lines.count) problem\(lines.count == 1 ? "" : "s") found; nothing was run" else {
-                return "exit 1, last line is not the count of \(lines.count) problems: \(last.prefix(300))"
+                return "exit 65, last line is not the count of \(lines.count) problems: \(last.prefix(300))"
             }
             for l in lines {
                 // FILE:LINE:COLUMN: then a JSON path and a message, or a syntax error.

@@ -57,7 +57,7 @@ final class RecordCLITests: XCTestCase {
         XCTAssertEqual(try clipflow(["clips", dir, "--delete-last"]).status, 0)
         XCTAssertEqual(try clipflow(["clips", dir, "--delete-last"]).status, 0)
         let none = try clipflow(["clips", dir, "--delete-last"])
-        XCTAssertEqual(none.status, 1)
+        XCTAssertEqual(none.status, 65)
         XCTAssertEqual(none.stderr, "error: no clips (clip-NNNN.mp4) in '\(dir)'\n")
     }
 
@@ -67,7 +67,7 @@ final class RecordCLITests: XCTestCase {
         XCTAssertNotEqual(size.status, 0)
         XCTAssertTrue(size.stderr.contains("--size expects WxH with positive even numbers (got '321x240')"), size.stderr)
         let preset = try clipflow(["record", "-o", dir, "--preset", "warp", "--duration", "1"])
-        XCTAssertEqual(preset.status, 1)
+        XCTAssertEqual(preset.status, 65)
         XCTAssertTrue(preset.stderr.contains("unknown preset 'warp'"), preset.stderr)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), [])
     }
@@ -229,7 +229,7 @@ final class RecordCLITests: XCTestCase {
     func testMissingCameraIsAClearError() throws {
         let dir = fx.scratch("cli-record-missing").path
         let r = try runWithEnv(["record", "--source", "v4l2", "--device", "/dev/video7", "-o", dir], ["CLIPFLOW_V4L2_EMULATE": "1"])
-        XCTAssertEqual(r.status, 1, r.stderr)
+        XCTAssertEqual(r.status, 65, r.stderr)
         XCTAssertTrue(r.stderr.contains("/dev/video7"), r.stderr)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), [])
     }

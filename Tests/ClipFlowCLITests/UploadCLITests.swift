@@ -35,11 +35,11 @@ final class UploadCLITests: XCTestCase {
             ], check: false)
         XCTAssertEqual(r.status, 0, r.stderr)
         let ev = events(r.out)
-        XCTAssertEqual(ev.first?["event"] as? String, "started")
+        XCTAssertEqual(ev.first { $0["item"] != nil }?["event"] as? String, "started")
         let acks = ev.filter { $0["event"] as? String == "progress" }.compactMap { $0["acknowledged"] as? Int }
         XCTAssertEqual(acks, acks.sorted(), "progress never goes backwards")
         XCTAssertEqual(acks.last, 3_000_000)
-        let finished = try XCTUnwrap(ev.last { $0["event"] as? String == "finished" }?["result"] as? [String: Any])
+        let finished = try XCTUnwrap(ev.last { $0["event"] as? String == "finished" && $0["item"] != nil }?["result"] as? [String: Any])
         let url = try XCTUnwrap(finished["url"] as? String)
         XCTAssertEqual(try server.storedSHA256(for: url), try sha256(ofFile: file))
         // The server got our metadata.
@@ -77,9 +77,9 @@ final class UploadCLITests: XCTestCase {
         let r = try Run.run([binary, "upload", "run", "--queue", queue, "--events", "json"], check: false)
         XCTAssertEqual(r.status, 0, r.stderr)
         let ev = events(r.out)
-        let resumedAt = try XCTUnwrap(ev.first { $0["event"] as? String == "started" }?["resumed_at"] as? Int)
+        let resumedAt = try XCTUnwrap(ev.first { $0["event"] as? String == "started" && $0["item"] != nil }?["resumed_at"] as? Int)
         XCTAssertGreaterThan(resumedAt, 0, "continued where the server stopped")
-        let url = try XCTUnwrap((ev.last { $0["event"] as? String == "finished" }?["result"] as? [String: Any])?["url"] as? String)
+        let url = try XCTUnwrap((ev.last { $0["event"] as? String == "finished" && $0["item"] != nil }?["result"] as? [String: Any])?["url"] as? String)
         XCTAssertEqual(try server.storedSHA256(for: url), try sha256(ofFile: file))
         XCTAssertEqual(server.storedFiles().count, 1, "one upload on the server, not two")
     }
@@ -127,7 +127,7 @@ final class UploadCLITests: XCTestCase {
         XCTAssertEqual(r.status, 0, r.stderr)
         let ev = events(r.out)
         XCTAssertEqual(ev.filter { $0["event"] as? String == "credentials-expired" }.count, 1)
-        let result = try XCTUnwrap(ev.last { $0["event"] as? String == "finished" }?["result"] as? [String: Any])
+        let result = try XCTUnwrap(ev.last { $0["event"] as? String == "finished" && $0["item"] != nil }?["result"] as? [String: Any])
         XCTAssertNotNil(result["video_id"])
         XCTAssertEqual(try tus.storedSHA256(for: result["url"] as! String), try sha256(ofFile: file))
         XCTAssertEqual(try api.refreshCount(), 1)
@@ -152,7 +152,7 @@ final class UploadCLITests: XCTestCase {
         let queue = fx.scratch("upload-cli-q6").path
         let missing = try Run.run(
             [binary, "upload", "/nonexistent/clip.mp4", "--to", "tus", "--endpoint", "http://127.0.0.1:9/files", "--queue", queue], check: false)
-        XCTAssertEqual(missing.status, 1)
+        XCTAssertEqual(missing.status, 65)
         XCTAssertTrue(missing.stderr.contains("/nonexistent/clip.mp4") && missing.stderr.contains("No such file"), missing.stderr)
         let usage = try Run.run([binary, "upload", "x.mp4", "--to", "ftp", "--endpoint", "http://h"], check: false)
         XCTAssertNotEqual(usage.status, 0)
@@ -189,7 +189,7 @@ final class UploadCLITests: XCTestCase {
         XCTAssertEqual(r.status, 0, r.stderr)
         XCTAssertEqual(try s3.objectSHA256(key: "in/trip.mp4"), try sha256(ofFile: file))
         XCTAssertEqual(try s3.objectMetadata(key: "in/trip.mp4")["title"], "Trip")
-        let result = try XCTUnwrap(events(r.out).last { $0["event"] as? String == "finished" }?["result"] as? [String: Any])
+        let result = try XCTUnwrap(events(r.out).last { $0["event"] as? String == "finished" && $0["item"] != nil }?["result"] as? [String: Any])
         XCTAssertTrue((result["etag"] as? String ?? "").contains("-4"), "4 parts: \(result)")
         for secret in [c.secretAccessKey, c.sessionToken ?? "none"] {
             XCTAssertFalse(r.out.contains(secret) || r.stderr.contains(secret))

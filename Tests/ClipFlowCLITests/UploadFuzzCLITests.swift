@@ -119,7 +119,7 @@ final class UploadFuzzCLITests: XCTestCase {
         XCTAssertEqual(line.components(separatedBy: file).count - 1, 1, "the file is named once: \(context)")
         let code =
             (r.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-                .last { $0["event"] as? String == "failed" }?["code"] as? String) ?? "?"
+                .last { $0["event"] as? String == "failed" && $0["item"] != nil }?["code"] as? String) ?? "?"
         return "failed:\(code)"
     }
 }

@@ -111,7 +111,7 @@ final class GraphTests: XCTestCase {
         let sink = NullSink(id: "out", delay: 0)
         let (outcome, _, rec) = try run([src, bad, sink], [Edge(from: "endless", to: "checker"), Edge(from: "checker", to: "out")], timeout: 10)
         XCTAssertEqual(outcome, .failed(stage: "checker", error: .badInput("item 5 is bad")))
-        XCTAssertEqual(outcome.exitCode, 1)
+        XCTAssertEqual(outcome.exitCode, 65)
         XCTAssertEqual(bad.outcome, .failed)
         XCTAssertTrue(rec.events.contains { $0.stage == "out" && $0.kind == .failed("stopped because stage 'checker' failed") })
     }

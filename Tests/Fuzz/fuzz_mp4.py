@@ -12,7 +12,7 @@ with the family's second clip, in both orders, through `merge` and `merge --thum
     0, and prints no error unless the mutant itself decodes with errors: payload bytes are copied,
     not repaired) and whose video decode times strictly increase (ffprobe),
     plus a cover JPEG that ffmpeg decodes when one was asked for;
-  - or exit 1 with an `error:` line naming the mutant and not the good clip (except a "cannot join
+  - or exit 65 (bad input) or 1 (a library failure) with an `error:` line naming the mutant and not the good clip (except a "cannot join
     'A' and 'B'" compatibility refusal, which names both), no cover, and no merged output unless
     the merge itself succeeded and only the cover failed (then the output must decode);
   - leave no temporary file in the output folder, and both inputs byte-identical.
@@ -136,7 +136,8 @@ def run_case(k, seed, fams, args):
             left = sorted(set(os.listdir(out_dir)) - {"merged.mp4", "cover.jpg"})
             if left:
                 failures.append("%s: left behind %s" % (run, left))
-            if r.returncode < 0 or r.returncode > 1:
+            # Documented statuses: 0 merged, 65 a clip refused as bad input, 1 a library failure.
+            if r.returncode not in (0, 1, 65):
                 failures.append("%s: exit %d (a crash or undocumented status): %s" % (run, r.returncode, err.strip()[-500:]))
                 continue
             if r.returncode == 0:
@@ -160,10 +161,10 @@ def run_case(k, seed, fams, args):
                     elif decode_errors(cover, args.timeout)[0] != 0:
                         failures.append("%s: the cover does not decode" % run)
                 continue
-            # Exit 1: a message for the person at the terminal.
+            # Exit 65 or 1: a message for the person at the terminal.
             lines = [l for l in err.splitlines() if l.startswith("error: ")]
             if not lines:
-                failures.append("%s: exit 1 without an 'error:' line: %s" % (run, err.strip()[-300:]))
+                failures.append("%s: exit %d without an 'error:' line: %s" % (run, r.returncode, err.strip()[-300:]))
             msg = "\n".join(lines)
             if mutant not in msg:
                 failures.append("%s: the error does not name the bad file: %s" % (run, msg[-400:]))
@@ -172,11 +173,11 @@ def run_case(k, seed, fams, args):
             if "internal" in msg:
                 failures.append("%s: an internal error instead of a reason: %s" % (run, msg[-400:]))
             if os.path.exists(cover):
-                failures.append("%s: exit 1 but a cover was written" % run)
+                failures.append("%s: exit %d but a cover was written" % (run, r.returncode))
             if os.path.exists(out):
                 merged_ok = thumb and "cover" in msg.lower() and decode_errors(out, args.timeout)[0] == 0
                 if not merged_ok:
-                    failures.append("%s: exit 1 but an output was left" % run)
+                    failures.append("%s: exit %d but an output was left" % (run, r.returncode))
     if (sha(mutant), sha(good)) != before:
         failures.append("%s: an input was modified" % label)
     if not failures:

@@ -15,6 +15,13 @@ public struct PipelineEvent: Sendable, Equatable {
         /// At the end of a run, for each input link of the stage: the deepest it got and what it
         /// dropped.
         case queue(from: String, peakItems: Int, peakBytes: Int64, dropped: Int)
+        /// What the stage made, for summaries (a merge: clips, frames, bytes; a cover: its size).
+        case result([EventField])
+        /// An event of one item among several the stage handles (one upload of a queue): `name`
+        /// (started, progress, finished, failed, ...), its fields, and `text`, the line a person
+        /// reads. Item progress carries the integer fields `acknowledged` and `total`. Fields and
+        /// text are free of secrets.
+        case item(id: String, name: String, fields: [EventField], text: String)
         case finished
         case failed(String)
         case interrupted
@@ -32,4 +39,40 @@ public struct PipelineEvent: Sendable, Equatable {
 /// Receives events from every stage; must be thread-safe and cheap.
 public protocol EventSink: Sendable {
     func emit(_ event: PipelineEvent)
+}
+
+/// One named value of an event (`--events json` writes it as a key of the event's line).
+public struct EventField: Sendable, Equatable {
+    public var key: String
+    public var value: EventValue
+    public init(_ key: String, _ value: EventValue) {
+        self.key = key
+        self.value = value
+    }
+}
+
+/// A JSON-shaped value of an event field.
+public indirect enum EventValue: Sendable, Equatable {
+    case string(String)
+    case integer(Int64)
+    case number(Double)
+    case bool(Bool)
+    case object([EventField])
+}
+
+extension Array where Element == EventField {
+    /// The value of `key`, if present.
+    public subscript(key: String) -> EventValue? { first { $0.key == key }?.value }
+}
+
+extension EventValue {
+    public var integer: Int64? { if case .integer(let n) = self { return n } else { return nil } }
+    public var number: Double? {
+        switch self {
+        case .number(let n): return n
+        case .integer(let n): return Double(n)
+        default: return nil
+        }
+    }
+    public var string: String? { if case .string(let s) = self { return s } else { return nil } }
 }

@@ -1,0 +1,99 @@
+import ClipFlowCore
+import Foundation
+
+/// Source with no output: uploads what the persistent upload queue holds (the entries named by
+/// `ids`, or everything queued), at most `concurrency` at once, resumably, reporting each upload
+/// as item events (see `StageUploadObserver`). A graceful stop pauses the running uploads at once;
+/// they stay queued for the next run. At the end it emits a `result` (finished, paused, failed,
+/// cancelled counts) and fails, naming each failed file, if any upload failed.
+public final class UploadQueueStage: Stage {
+    public let id: String
+    public let directory: String
+    public let concurrency: Int
+    /// The entries to upload; empty: everything queued or running when the stage starts.
+    public let ids: [String]
+    private let makeUploader: @Sendable (UploadDestination, ResumeStore) throws -> FileUploader
+    private var queue: UploadQueue?
+    /// Set on a stop or cancel: the queue pauses what runs and starts nothing more.
+    private let halt = CancellationFlag()
+    public var inputTypes: Set<PortType> { [] }
+    public var outputType: PortType? { nil }
+
+    public static let kind = StageKind(
+        name: "upload-queue",
+        summary: "source and sink: upload what the upload queue holds (the given ids, or everything queued), resumably; a stop pauses the uploads",
+        output: nil,
+        params: [
+            ParamSpec("queue-dir", .path, help: "upload queue directory (default $XDG_STATE_HOME/clipflow/uploads)"),
+            ParamSpec("concurrency", .integer(min: 1, max: 16), default: .number(2), help: "uploads at once"),
+            ParamSpec("ids", .pathList, help: "the uploads to run (see `clipflow upload list`; default: everything queued)")
+        ],
+        make: { id, p in
+            UploadQueueStage(
+                id: id, directory: p.string("queue-dir") ?? UploadQueue.defaultDirectory, concurrency: p.int("concurrency") ?? 2,
+                ids: p.strings("ids") ?? [])
+        })
+
+    public init(
+        id: String, directory: String = UploadQueue.defaultDirectory, concurrency: Int = 2, ids: [String] = [],
+        makeUploader: @escaping @Sendable (UploadDestination, ResumeStore) throws -> FileUploader = { try $0.makeUploader(store: $1) }
+    ) {
+        self.id = id
+        self.directory = directory
+        self.concurrency = concurrency
+        self.ids = ids
+        self.makeUploader = makeUploader
+    }
+
+    public func prepare(_ context: StageContext) throws {
+        let q: UploadQueue
+        do {
+            q = try UploadQueue(
+                directory: directory, concurrency: concurrency, observer: StageUploadObserver(context: context),
+                cancellation: halt, makeUploader: makeUploader)
+        } catch let e as UploadError {
+            throw e.asClipFlowError
+        }
+        queue = q
+        let halt = halt
+        context.onStop {
+            halt.cancel()
+            q.stopAll()
+        }
+        context.onCancel {
+            halt.cancel()
+            q.stopAll()
+        }
+    }
+
+    public func produce(_ context: StageContext) throws {
+        guard let q = queue, !context.stopRequested else { return }
+        let ended: [QueueEntry]
+        do {
+            if ids.isEmpty {
+                let before = Set(try q.list().filter { [.queued, .running].contains($0.state) }.map(\.id))
+                ended = try q.run().filter { before.contains($0.id) }
+            } else {
+                ended = try q.run(ids: Set(ids))
+            }
+        } catch let e as UploadError {
+            throw e.asClipFlowError
+        }
+        func count(_ states: [QueueEntry.State]) -> EventValue { .integer(Int64(ended.filter { states.contains($0.state) }.count)) }
+        context.emit(
+            .result([
+                EventField("finished", count([.finished])), EventField("paused", count([.queued, .running, .paused])),
+                EventField("failed", count([.failed])), EventField("cancelled", count([.cancelled]))
+            ]))
+        if context.stopRequested { return }
+        let failed = ended.filter { $0.state == .failed }
+        guard !failed.isEmpty else { return }
+        // One line per failed upload; most messages already start with the file: name it once.
+        let lines = failed.map { e -> String in
+            let message = e.errorMessage ?? "upload failed"
+            let text = message.hasPrefix(e.file + ":") ? message : "\(e.file): \(message)"
+            return "\(text) (id \(e.id); `clipflow upload resume \(e.id) --queue \(directory)` retries)"
+        }
+        throw ClipFlowError.failure(lines.joined(separator: "\n"))
+    }
+}

@@ -1,0 +1,187 @@
+import ArgumentParser
+import ClipFlowCore
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// How a long command shows its events: `text` on stderr (a status bar on a terminal, plain
+/// lines otherwise) or `json`, one event per line on stdout (README, "Events").
+enum EventFormat: String, ExpressibleByArgument, Sendable { case text, json }
+
+/// The one place events become output. Every long command renders through one of these.
+protocol EventRenderer: EventSink {
+    /// A line of the command's own (a summary, "queued ID: FILE"): on stderr in text mode unless
+    /// quiet; dropped in JSON mode, where stdout carries events only.
+    func say(_ line: String)
+    /// Ends a status line being redrawn, so what follows starts on a fresh line.
+    func end()
+}
+
+/// `--events json`: one JSON object per line on stdout, flushed per event. Every line holds
+/// `time` (seconds since the writer was made: the start of the command), `stage`, `event`, then
+/// `item` for an item's event, then the event's fields.
+final class JSONEventWriter: EventRenderer, Sendable {
+    private let lock = Mutex(())
+    private let start: Double
+
+    init(start: Double = SystemClock().now()) { self.start = start }
+
+    func say(_ line: String) {}
+    func end() {}
+
+    func emit(_ e: PipelineEvent) {
+        let line = Self.line(e, start: start) + "\n"
+        lock.withLock { _ in FileHandle.standardOutput.write(Data(line.utf8)) }
+    }
+
+    /// The event's JSON line (without the newline).
+    static func line(_ e: PipelineEvent, start: Double) -> String {
+        var fields: [(String, JSONValue)] = [
+            ("time", .number(((e.time - start) * 1000).rounded() / 1000)), ("stage", .string(e.stage))
+        ]
+        func event(_ name: String) { fields.append(("event", .string(name))) }
+        switch e.kind {
+        case .started: event("started")
+        case .progress(let c, let t, let u):
+            event("progress")
+            fields += [("completed", .number(Double(c))), ("total", .number(Double(t))), ("unit", .string(u))]
+        case .output(let p): event("output"); fields.append(("path", .string(p)))
+        case .dropped(let n): event("dropped"); fields.append(("count", .number(Double(n))))
+        case .notice(let m): event("notice"); fields.append(("message", .string(m)))
+        case .queue(let from, let items, let bytes, let dropped):
+            event("queue")
+            fields += [
+                ("from", .string(from)), ("peak_items", .number(Double(items))), ("peak_bytes", .number(Double(bytes))),
+                ("dropped", .number(Double(dropped)))
+            ]
+        case .result(let r): event("result"); fields += r.map { ($0.key, json($0.value)) }
+        case .item(let id, let name, let f, _):
+            event(name)
+            fields.append(("item", .string(id)))
+            fields += f.map { ($0.key, json($0.value)) }
+        case .finished: event("finished")
+        case .failed(let m): event("failed"); fields.append(("message", .string(m)))
+        case .interrupted: event("interrupted")
+        }
+        return JSONValue.object(fields.map { (key: $0.0, value: JSONNode($0.1)) }).serialized
+    }
+
+    static func json(_ v: EventValue) -> JSONValue {
+        switch v {
+        case .string(let s): return .string(s)
+        case .integer(let n): return .number(Double(n))
+        case .number(let n): return .number(n)
+        case .bool(let b): return .bool(b)
+        case .object(let o): return .object(o.map { (key: $0.key, value: JSONNode(json($0.value))) })
+        }
+    }
+}
+
+/// Text progress on stderr. On a terminal: one status line redrawn with every stage's state
+/// (and every item in progress). Otherwise: a line per output, notice, failure and item event,
+/// and per 10 % of a stage's or an item's progress; no carriage returns.
+/// `@unchecked Sendable`: stages emit from their own threads; every mutable field is touched only
+/// under `lock`.
+final class TextRenderer: EventRenderer, @unchecked Sendable {
+    let quiet: Bool
+    let isTTY: Bool
+    private let lock = NSLock()
+    /// Stages, then items ("stage/item"), in the order first seen; their state for the status line.
+    private var order: [String] = []
+    private var state: [String: String] = [:]
+    private var lastDecile: [String: Int] = [:]
+    private var warnedDrops: Set<String> = []
+    private var drew = false
+    private var lastDraw = 0.0
+
+    init(quiet: Bool, isTTY: Bool = isatty(2) == 1) {
+        self.quiet = quiet
+        self.isTTY = isTTY
+    }
+
+    func emit(_ e: PipelineEvent) {
+        lock.lock(); defer { lock.unlock() }
+        if !order.contains(e.stage) { order.append(e.stage) }
+        var line: String?
+        switch e.kind {
+        case .started: state[e.stage] = "running"
+        case .progress(let c, let t, let u):
+            if t > 0 {
+                let (bar, decile) = Self.bar(c, t)
+                state[e.stage] = bar
+                if decile != lastDecile[e.stage] ?? -1 {
+                    lastDecile[e.stage] = decile
+                    if !isTTY { line = "\(e.stage): \(Int(min(1, Double(c) / Double(t)) * 100))% (\(c) of \(t) \(u))" }
+                }
+            } else {
+                state[e.stage] = "\(c) \(u)"
+            }
+        case .output(let p): line = "\(e.stage): wrote \(p)"
+        case .dropped(let n):
+            // The first drop is worth a line; totals come at the end. A source (a camera) drops
+            // what it could not deliver in time, any other stage what its full input queue shed.
+            state[e.stage] = "dropped \(n)"
+            if n > 0 && !warnedDrops.contains(e.stage) { warnedDrops.insert(e.stage); line = "\(e.stage): dropping items (\(n) so far)" }
+        case .notice(let m): line = "\(e.stage): \(m)"
+        case .queue(let from, let items, _, let dropped):
+            if dropped > 0 || !isTTY { line = "\(e.stage): queue from \(from): at most \(items) queued, \(dropped) dropped" }
+        case .result: break
+        case .item(let id, let name, let f, let text):
+            let key = e.stage + "/" + id
+            if !order.contains(key) { order.append(key) }
+            if name == "progress", let a = f["acknowledged"]?.integer, let t = f["total"]?.integer, t > 0 {
+                state[key] = Self.bar(a, t).bar
+                let decile = Self.bar(a, t).decile
+                if decile != lastDecile[key] ?? -1 {
+                    lastDecile[key] = decile
+                    if !isTTY { line = "\(id): \(text)" }
+                }
+            } else {
+                if ["finished", "failed", "paused", "cancelled"].contains(name) { state[key] = nil; order.removeAll { $0 == key } }
+                line = "\(id): \(text)"
+            }
+        case .finished: state[e.stage] = "done"
+        case .failed(let m): state[e.stage] = "failed"; line = "\(e.stage): failed: \(m)"
+        case .interrupted: state[e.stage] = "stopped"; line = "\(e.stage): stopped"
+        }
+        guard !quiet else { return }
+        if isTTY {
+            if let line { clear(); write("\(line)\n") }
+            if e.time - lastDraw > 0.1 || line != nil || e.kind == .finished {
+                lastDraw = e.time
+                let status = order.compactMap { k in
+                    k.contains("/") ? state[k].map { "\(k.split(separator: "/").last ?? ""): \($0)" } : "\(k): \(state[k] ?? "waiting")"
+                }
+                write("\r\u{1B}[K" + status.joined(separator: " | "))
+                drew = true
+            }
+        } else if let line {
+            write("\(line)\n")
+        }
+    }
+
+    func say(_ s: String) {
+        guard !quiet else { return }
+        lock.lock(); defer { lock.unlock() }
+        clear()
+        write("\(s)\n")
+    }
+
+    func end() {
+        lock.lock(); defer { lock.unlock() }
+        if drew { write("\n"); drew = false }
+    }
+
+    /// A 12-cell bar with its percentage, and the tenth it is in.
+    private static func bar(_ c: Int64, _ t: Int64) -> (bar: String, decile: Int) {
+        let frac = min(1, Double(c) / Double(t))
+        let pct = Int(frac * 100)
+        let filled = Int(frac * 12)
+        return ("[" + String(repeating: "#", count: filled) + String(repeating: "-", count: 12 - filled) + "] \(pct)%", pct / 10)
+    }
+
+    private func clear() { if drew { write("\r\u{1B}[K"); drew = false } }
+    private func write(_ s: String) { FileHandle.standardError.write(Data(s.utf8)) }
+}

@@ -1,0 +1,79 @@
+import ArgumentParser
+import ClipFlowCore
+import ClipFlowUpload
+import Foundation
+
+/// The exit status of every command: the one table (README, "Exit status"). ArgumentParser exits
+/// 64 itself for a bad command line (`ValidationError`, an unknown option).
+enum ExitStatus: Int32, CaseIterable {
+    /// The work was done.
+    case success = 0
+    /// The work failed: a library, I/O, the network or a server.
+    case failure = 1
+    /// A bad command line.
+    case usage = 64
+    /// Bad input: an unusable file, pipeline or field, clips that cannot be joined.
+    case badInput = 65
+    /// Interrupted (SIGINT/SIGTERM): complete outputs kept, unfinished ones removed, uploads paused.
+    case interrupted = 130
+
+    init(_ kind: ClipFlowError.Kind) {
+        switch kind {
+        case .badInput, .incompatible: self = .badInput
+        case .interrupted: self = .interrupted
+        case .output, .failure: self = .failure
+        }
+    }
+
+    /// How a graph run ended, as an exit status.
+    init(_ outcome: GraphOutcome) {
+        switch outcome {
+        case .completed: self = .success
+        case .interrupted: self = .interrupted
+        case .failed(_, let e): self.init(e.kind)
+        }
+    }
+
+    var exitCode: ExitCode { ExitCode(rawValue) }
+}
+
+/// The one mapping from errors to what the person at the terminal reads and the exit status.
+enum ErrorReport {
+    /// The error as `ClipFlowError` (an upload's error keeps its meaning: a missing file is bad
+    /// input, a server's refusal a failure), or nil for errors ArgumentParser reports itself.
+    static func classify(_ error: Error) -> ClipFlowError? {
+        switch error {
+        case let e as ClipFlowError: return e
+        case let e as UploadError: return e.asClipFlowError
+        default: return nil
+        }
+    }
+
+    /// A graph run that did not complete, as the error to report; nil when it completed.
+    static func error(_ outcome: GraphOutcome) -> ClipFlowError? {
+        switch outcome {
+        case .completed: return nil
+        case .interrupted: return .interrupted
+        case .failed(_, let e): return e
+        }
+    }
+
+    /// Prints `error: MESSAGE` on stderr (each line of a several-line message prefixed; secrets
+    /// redacted) and returns the exit status to throw.
+    static func print(_ e: ClipFlowError) -> ExitCode {
+        let text = Secrets.shared.redact(e.message).split(separator: "\n", omittingEmptySubsequences: true).map { "error: \($0)\n" }.joined()
+        FileHandle.standardError.write(Data(text.utf8))
+        return ExitStatus(e.kind).exitCode
+    }
+
+    /// Runs a command's body: a `ClipFlowError` or `UploadError` is printed and becomes its exit
+    /// status; anything else (`ExitCode`, `ValidationError`) passes to ArgumentParser.
+    static func run(_ body: () throws -> Void) throws {
+        do {
+            try body()
+        } catch {
+            guard let e = classify(error) else { throw error }
+            throw print(e)
+        }
+    }
+}

@@ -1,0 +1,118 @@
+import ArgumentParser
+import ClipFlowCore
+import Dispatch
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Flags shared by commands that do long work.
+struct OutputFlags: ParsableArguments {
+    @Flag(name: .shortAndLong, help: "Print no progress (errors are still printed).")
+    var quiet = false
+
+    @Option(help: "Progress format: text (stderr; a status line on a terminal) or json (one event per line on stdout).")
+    var events: EventFormat = .text
+}
+
+/// The one way a long command runs (`merge`, `record`, `upload`, `run`): the command builds the
+/// graph's nodes and edges; the front door runs them through `GraphRunner` with the one signal
+/// handler and the one renderer, keeps what the stages reported for the command's summary, and
+/// maps the outcome to an exit status (`ExitStatus`).
+///
+/// ```
+///   command ──nodes, edges──▶ FrontDoor.run ──▶ GraphRunner ──events──▶ EventLog ──▶ renderer (text | json)
+///                                  ▲
+///                      SIGINT/SIGTERM (Signals)
+/// ```
+final class FrontDoor: Sendable {
+    let renderer: EventRenderer
+    let log = EventLog()
+
+    init(_ flags: OutputFlags) {
+        renderer = flags.events == .json ? JSONEventWriter() : TextRenderer(quiet: flags.quiet)
+    }
+
+    /// Runs the graph to its end. First SIGINT/SIGTERM: graceful stop with `grace` seconds to
+    /// finish; a second, or the deadline: cancel (see `Signals`). `started` is called with the
+    /// runner once it exists (an interactive command reads from it).
+    func run(nodes: [StageNode], edges: [Edge], grace: Double, started: (GraphRunner) -> Void = { _ in }) throws -> (GraphOutcome, GraphRunner) {
+        let runner = try GraphRunner(nodes: nodes, edges: edges, sink: Tee(log: log, renderer: renderer))
+        Signals.install(runner: runner, grace: grace)
+        started(runner)
+        let outcome = runner.run()
+        renderer.end()
+        return (outcome, runner)
+    }
+
+    /// A line of the command's own on stderr (text mode, not quiet).
+    func say(_ line: String) { renderer.say(line) }
+}
+
+/// Passes each event to the log, then to the renderer.
+private struct Tee: EventSink {
+    let log: EventLog
+    let renderer: EventRenderer
+    func emit(_ event: PipelineEvent) {
+        log.emit(event)
+        renderer.emit(event)
+    }
+}
+
+/// What the stages reported that a command's summary needs: each stage's `result` fields.
+/// Thread-safe.
+final class EventLog: EventSink, Sendable {
+    private struct State {
+        var results: [String: [EventField]] = [:]
+    }
+    private let state = Mutex(State())
+
+    func emit(_ e: PipelineEvent) {
+        state.withLock { s in
+            if case .result(let r) = e.kind { s.results[e.stage, default: []] += r }
+        }
+    }
+
+    func result(_ stage: String) -> [EventField]? { state.withLock { $0.results[stage] } }
+}
+
+/// SIGINT/SIGTERM for every long command. First signal: `runner.stop(deadline: grace)` (sources
+/// stop, end of stream flows, outputs are finalised or removed, uploads pause). Second signal:
+/// `runner.cancel()`; if the stages still have not returned 5 s later, temporary files are
+/// removed and the process exits 130.
+enum Signals {
+    nonisolated(unsafe) private static var sources: [DispatchSourceSignal] = []
+
+    static func install(runner: GraphRunner, grace: Double) {
+        let count = SignalCount()
+        for sig in [SIGINT, SIGTERM] {
+            signal(sig, SIG_IGN)
+            let src = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            src.setEventHandler {
+                if count.next() == 1 {
+                    runner.stop(deadline: grace)
+                } else {
+                    runner.cancel()
+                    DispatchQueue.global().asyncAfter(deadline: .now() + 5) {
+                        TemporaryFiles.shared.removeAll()
+                        _exit(ExitStatus.interrupted.rawValue)
+                    }
+                }
+            }
+            src.resume()
+            sources.append(src)
+        }
+    }
+}
+
+/// Counts the signals received (the handler may run on any thread).
+final class SignalCount: Sendable {
+    private let n = Mutex(0)
+    func next() -> Int {
+        n.withLock {
+            $0 += 1
+            return $0
+        }
+    }
+}

@@ -68,16 +68,31 @@ public final class UploadQueueStage: Stage {
 
     public func produce(_ context: StageContext) throws {
         guard let q = queue, !context.stopRequested else { return }
+        try UploadRunReport.run(q, ids: ids.isEmpty ? nil : Set(ids), directory: directory, context)
+    }
+}
+
+/// How both upload stages run uploads and report how they ended.
+enum UploadRunReport {
+    /// Runs the entries `ids` names (nil: everything queued or running now) through `queue`, then
+    /// emits an `output` per finished upload (its URL, else its file) and a `result` with the
+    /// counts (finished, paused, failed, cancelled). Stopped: the unfinished uploads stay queued,
+    /// paused. Throws when an upload failed, naming each failed file with the command that
+    /// retries it (messages already starting with the file name it once).
+    static func run(_ queue: UploadQueue, ids: Set<String>?, directory: String, _ context: StageContext) throws {
         let ended: [QueueEntry]
         do {
-            if ids.isEmpty {
-                let before = Set(try q.list().filter { [.queued, .running].contains($0.state) }.map(\.id))
-                ended = try q.run().filter { before.contains($0.id) }
+            if let ids {
+                ended = try queue.run(ids: ids)
             } else {
-                ended = try q.run(ids: Set(ids))
+                let before = Set(try queue.list().filter { [.queued, .running].contains($0.state) }.map(\.id))
+                ended = try queue.run().filter { before.contains($0.id) }
             }
         } catch let e as UploadError {
             throw e.asClipFlowError
+        }
+        for e in ended where e.state == .finished {
+            context.emit(.output(path: e.result?.url ?? e.file))
         }
         func count(_ states: [QueueEntry.State]) -> EventValue { .integer(Int64(ended.filter { states.contains($0.state) }.count)) }
         context.emit(
@@ -88,7 +103,6 @@ public final class UploadQueueStage: Stage {
         if context.stopRequested { return }
         let failed = ended.filter { $0.state == .failed }
         guard !failed.isEmpty else { return }
-        // One line per failed upload; most messages already start with the file: name it once.
         let lines = failed.map { e -> String in
             let message = e.errorMessage ?? "upload failed"
             let text = message.hasPrefix(e.file + ":") ? message : "\(e.file): \(message)"

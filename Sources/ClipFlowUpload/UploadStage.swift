@@ -58,7 +58,6 @@ public final class UploadStage: Stage {
     /// Set on a stop or cancel: the queue pauses what runs and starts nothing more.
     private let halt = CancellationFlag()
     private var ids: [String] = []
-    public private(set) var results: [UploadResult] = []
     public var inputTypes: Set<PortType> { [.video, .image, .clips] }
     public var outputType: PortType? { nil }
 
@@ -170,31 +169,7 @@ public final class UploadStage: Stage {
             context.emit(.notice("\(ids.count) upload(s) left in the queue \(queueDirectory); run `clipflow upload run --queue \(queueDirectory)`"))
             return
         }
-        let ended: [QueueEntry]
-        do { ended = try queue.run(ids: Set(ids)) } catch let e as UploadError { throw ClipFlowError.failure(e.message) }
-        var failures: [String] = []
-        for e in ended {
-            switch e.state {
-            case .finished:
-                if let r = e.result {
-                    results.append(r)
-                    context.emit(.output(path: r.url ?? e.file))
-                }
-            case .queued, .paused, .running:
-                context.emit(
-                    .notice(
-                        "upload \(e.id) of \((e.file as NSString).lastPathComponent) paused at \(e.acknowledged) of \(e.total) bytes; `clipflow upload run --queue \(queueDirectory)` continues it"
-                    ))
-            case .cancelled:
-                failures.append("\((e.file as NSString).lastPathComponent): cancelled")
-            case .failed:
-                failures.append(
-                    "\((e.file as NSString).lastPathComponent): \(e.errorMessage ?? "failed") (kept in the queue as \(e.id); `clipflow upload resume \(e.id)` retries it)"
-                )
-            }
-        }
-        if context.cancellation.isCancelled { throw ClipFlowError.interrupted }
-        if !failures.isEmpty { throw ClipFlowError.failure("upload failed: " + failures.joined(separator: "; ")) }
+        try UploadRunReport.run(queue, ids: Set(ids), directory: queueDirectory, context)
     }
 }
 

@@ -42,13 +42,19 @@ final class UploadStageHarnessTests: XCTestCase {
         XCTAssertEqual(try h.push(.file(file, type: .video)), .ok)
         try h.endOfStream()
         XCTAssertEqual(h.finish().count, 0, "a sink leaves nothing behind")
-        let stage = try XCTUnwrap(h.stage as? UploadStage)
-        let url = try XCTUnwrap(stage.results.first?.url)
+        let url = try XCTUnwrap(
+            h.events.lazy.compactMap { e -> String? in
+                if case .output(let p) = e.kind { return p }; return nil
+            }.first)
         XCTAssertEqual(try fileSHA256(server.storedPath(url)), try fileSHA256(file))
-        XCTAssertTrue(h.events.contains { $0.kind == .output(path: url) })
         XCTAssertTrue(
             h.events.contains {
-                if case .progress(300_000, 300_000, "bytes") = $0.kind { return true }; return false
+                guard case .item(_, "progress", let fields, _) = $0.kind else { return false }
+                return fields.contains(EventField("acknowledged", .integer(300_000))) && fields.contains(EventField("total", .integer(300_000)))
+            })
+        XCTAssertTrue(
+            h.events.contains {
+                if case .result(let r) = $0.kind { return r.contains(EventField("finished", .integer(1))) }; return false
             })
     }
 
@@ -62,7 +68,10 @@ final class UploadStageHarnessTests: XCTestCase {
         final class StopAtFirstProgress: EventSink, @unchecked Sendable {
             let runner = Mutex<GraphRunner?>(nil)
             func emit(_ event: PipelineEvent) {
-                if event.stage == "up", case .progress(let done, let total, "bytes") = event.kind, done > 0, done < total {
+                guard event.stage == "up", case .item(_, "progress", let fields, _) = event.kind else { return }
+                if case .integer(let done)? = fields.first(where: { $0.key == "acknowledged" })?.value,
+                    case .integer(let total)? = fields.first(where: { $0.key == "total" })?.value, done > 0, done < total
+                {
                     runner.withLock { $0 }?.stop()
                 }
             }
@@ -101,7 +110,7 @@ final class UploadStageHarnessTests: XCTestCase {
         XCTAssertEqual(try fileSHA256(server.storedPath(url)), try fileSHA256(file))
         XCTAssertTrue(
             rec.events.contains {
-                if case .notice(let m) = $0.kind { return m.contains("resuming at") }; return false
+                if case .item(_, "started", _, let text) = $0.kind { return text.contains("resuming at") }; return false
             }, "the second run resumed where the first stopped")
     }
 }

@@ -14,8 +14,6 @@ public final class UploadQueueStage: Stage {
     public let ids: [String]
     private let makeUploader: @Sendable (UploadDestination, ResumeStore) throws -> FileUploader
     private var queue: UploadQueue?
-    /// Set on a stop or cancel: the queue pauses what runs and starts nothing more.
-    private let halt = CancellationFlag()
     public var inputTypes: Set<PortType> { [] }
     public var outputType: PortType? { nil }
 
@@ -46,34 +44,41 @@ public final class UploadQueueStage: Stage {
     }
 
     public func prepare(_ context: StageContext) throws {
-        let q: UploadQueue
-        do {
-            q = try UploadQueue(
-                directory: directory, concurrency: concurrency, observer: StageUploadObserver(context: context),
-                cancellation: halt, makeUploader: makeUploader)
-        } catch let e as UploadError {
-            throw e.asClipFlowError
-        }
-        queue = q
-        let halt = halt
-        context.onStop {
-            halt.cancel()
-            q.stopAll()
-        }
-        context.onCancel {
-            halt.cancel()
-            q.stopAll()
-        }
+        queue = try StageUploads.openQueue(directory, concurrency: concurrency, makeUploader: makeUploader, context)
     }
 
     public func produce(_ context: StageContext) throws {
         guard let q = queue, !context.stopRequested else { return }
-        try UploadRunReport.run(q, ids: ids.isEmpty ? nil : Set(ids), directory: directory, context)
+        try StageUploads.run(q, ids: ids.isEmpty ? nil : Set(ids), directory: directory, context)
     }
 }
 
-/// How both upload stages run uploads and report how they ended.
-enum UploadRunReport {
+/// What both upload stages do the same way: open the queue, run it, report how it ended.
+enum StageUploads {
+    /// The upload queue in `directory`, reporting to `context`'s events. A stop or a cancel
+    /// pauses what runs at once (it stays queued, resumable) and starts nothing more.
+    static func openQueue(
+        _ directory: String, concurrency: Int, makeUploader: @escaping @Sendable (UploadDestination, ResumeStore) throws -> FileUploader,
+        _ context: StageContext
+    ) throws -> UploadQueue {
+        let halt = CancellationFlag()
+        let queue: UploadQueue
+        do {
+            queue = try UploadQueue(
+                directory: directory, concurrency: concurrency, observer: StageUploadObserver(context: context), cancellation: halt,
+                makeUploader: makeUploader)
+        } catch let e as UploadError {
+            throw ClipFlowError.output(e.message)
+        }
+        let pause: @Sendable () -> Void = {
+            halt.cancel()
+            queue.stopAll()
+        }
+        context.onStop(pause)
+        context.onCancel(pause)
+        return queue
+    }
+
     /// Runs the entries `ids` names (nil: everything queued or running now) through `queue`, then
     /// emits an `output` per finished upload (its URL, else its file) and a `result` with the
     /// counts (finished, paused, failed, cancelled). Stopped: the unfinished uploads stay queued,

@@ -44,8 +44,8 @@ public enum UploadStages {
 /// pipeline is stopped (first SIGINT) or cancelled, running uploads pause at once and every upload
 /// of this stage stays queued: `clipflow upload run` (or the next pipeline run) continues them
 /// where the server stopped.
-/// Belongs to its stage queue; a stop or cancel reaches it through `halt` and the queue's own
-/// controls (both thread-safe).
+/// Belongs to its stage queue; a stop or cancel reaches only the upload queue's own controls
+/// (thread-safe; see `StageUploads.openQueue`).
 public final class UploadStage: Stage {
     public let id: String
     public let destination: UploadDestination
@@ -55,8 +55,6 @@ public final class UploadStage: Stage {
     public let wait: Bool
     private let makeUploader: @Sendable (UploadDestination, ResumeStore) throws -> FileUploader
     private var queue: UploadQueue?
-    /// Set on a stop or cancel: the queue pauses what runs and starts nothing more.
-    private let halt = CancellationFlag()
     private var ids: [String] = []
     public var inputTypes: Set<PortType> { [.video, .image, .clips] }
     public var outputType: PortType? { nil }
@@ -130,25 +128,7 @@ public final class UploadStage: Stage {
     }
 
     public func prepare(_ context: StageContext) throws {
-        let q: UploadQueue
-        do {
-            q = try UploadQueue(
-                directory: queueDirectory, concurrency: concurrency,
-                observer: StageUploadObserver(context: context),
-                cancellation: halt, makeUploader: makeUploader)
-        } catch let e as UploadError {
-            throw ClipFlowError.output(e.message)
-        }
-        queue = q
-        let halt = halt
-        context.onStop {
-            halt.cancel()
-            q.stopAll()
-        }
-        context.onCancel {
-            halt.cancel()
-            q.stopAll()
-        }
+        queue = try StageUploads.openQueue(queueDirectory, concurrency: concurrency, makeUploader: makeUploader, context)
     }
 
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
@@ -169,7 +149,7 @@ public final class UploadStage: Stage {
             context.emit(.notice("\(ids.count) upload(s) left in the queue \(queueDirectory); run `clipflow upload run --queue \(queueDirectory)`"))
             return
         }
-        try UploadRunReport.run(queue, ids: Set(ids), directory: queueDirectory, context)
+        try StageUploads.run(queue, ids: Set(ids), directory: queueDirectory, context)
     }
 }
 

@@ -131,7 +131,8 @@ struct Run: ParsableCommand {
             let pipeline = try loadPipeline(file, variables: try vars.variables(), registry: registry)
             let (outcome, _) = try door.run(nodes: try pipeline.makeNodes(registry), edges: pipeline.edges, grace: grace)
             if outcome == .interrupted { throw ClipFlowError(.interrupted, "interrupted; complete outputs were kept, unfinished ones removed") }
-            if let e = ErrorReport.error(outcome) { throw e }
+            // A pipeline has many stages: the error names the one that failed.
+            if case .failed(let stage, let e) = outcome { throw ClipFlowError(e.kind, "stage '\(stage)': \(e.message)") }
             door.say("done: \(file)")
         }
     }

@@ -1,6 +1,7 @@
 internal import CClipFlowV4L2
 import ClipFlowCore
 import Foundation
+import Synchronization
 
 // The syscall seam of the V4L2 driver code (after swift-system's Syscalls/Mocking): every call the
 // driver makes to the kernel goes through `V4L2Syscalls`. Production uses `LinuxV4L2Syscalls`;
@@ -105,28 +106,27 @@ public enum V4L2System {
 }
 
 /// A default made once, on first use, by a provider that can be replaced until then.
-/// @unchecked: both fields are read and written only under `lock`.
-final class DefaultSyscalls: @unchecked Sendable {
-    private let lock = NSLock()
-    private var provider: V4L2System.Provider = { LinuxV4L2Syscalls() }
-    private var made: Result<any V4L2Syscalls, ClipFlowError>?
+final class DefaultSyscalls: Sendable {
+    private struct State {
+        var provider: V4L2System.Provider = { LinuxV4L2Syscalls() }
+        var made: Result<any V4L2Syscalls, ClipFlowError>?
+    }
+    private let state = Mutex(State())
 
     func set(_ provider: @escaping V4L2System.Provider) {
-        lock.lock()
-        defer { lock.unlock() }
-        if made == nil { self.provider = provider }
+        state.withLock { s in if s.made == nil { s.provider = provider } }
     }
 
     /// The provider's result, made on the first call and returned (or rethrown) on every call.
     func get() throws -> any V4L2Syscalls {
-        lock.lock()
-        defer { lock.unlock() }
-        if let made { return try made.get() }
-        let result: Result<any V4L2Syscalls, ClipFlowError>
-        do { result = .success(try provider()) } catch let e as ClipFlowError {
-            result = .failure(e)
-        } catch { result = .failure(.failure("\(error)")) }
-        made = result
-        return try result.get()
+        try state.withLock { s in
+            if let made = s.made { return try made.get() }
+            let result: Result<any V4L2Syscalls, ClipFlowError>
+            do { result = .success(try s.provider()) } catch let e as ClipFlowError {
+                result = .failure(e)
+            } catch { result = .failure(.failure("\(error)")) }
+            s.made = result
+            return try result.get()
+        }
     }
 }

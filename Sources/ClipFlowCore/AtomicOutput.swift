@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -241,21 +242,20 @@ public enum LeftoverTemporaries {
 }
 
 /// Process-wide list of temporary outputs still being written, so that a forced exit (second
-/// SIGINT) can remove them. Thread-safe: `paths` is guarded by `lock` (hence `@unchecked`).
-public final class TemporaryFiles: @unchecked Sendable {
+/// SIGINT) can remove them. Thread-safe.
+public final class TemporaryFiles: Sendable {
     public static let shared = TemporaryFiles()
-    private let lock = NSLock()
-    private var paths = Set<String>()
+    private let paths = Mutex(Set<String>())
 
-    public func register(_ path: String) { lock.lock(); paths.insert(path); lock.unlock() }
-    public func unregister(_ path: String) { lock.lock(); paths.remove(path); lock.unlock() }
+    public func register(_ path: String) { _ = paths.withLock { $0.insert(path) } }
+    public func unregister(_ path: String) { _ = paths.withLock { $0.remove(path) } }
 
     /// Unlinks every registered file. Called from the forced-exit path only.
     public func removeAll() {
-        lock.lock()
-        let all = paths
-        paths.removeAll()
-        lock.unlock()
+        let all = paths.withLock { p -> Set<String> in
+            defer { p.removeAll() }
+            return p
+        }
         for p in all { unlink(p) }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import ClipFlowCore
 
 /// Credentials an upload presents. Every secret field is registered with `Secrets.shared` when
@@ -110,18 +111,20 @@ public struct CommandCredentialProvider: CredentialProvider {
         do { try p.run() } catch {
             throw UploadError(.credentials, message: "credential command \(exe): cannot run: \(error.localizedDescription)")
         }
-        // `@unchecked Sendable`: each field is written by one reader block and read only after
-        // `group.wait` has seen that block leave.
-        final class Box: @unchecked Sendable { var out = Data(); var err = Data() }
-        let box = Box()
+        // What the two readers read (each writes its own field).
+        let read = Mutex((out: Data(), err: Data()))
         let group = DispatchGroup()
         group.enter()
         DispatchQueue.global().async {
-            box.out = out.fileHandleForReading.readDataToEndOfFile(); group.leave()
+            let data = out.fileHandleForReading.readDataToEndOfFile()
+            read.withLock { $0.out = data }
+            group.leave()
         }
         group.enter()
         DispatchQueue.global().async {
-            box.err = err.fileHandleForReading.readDataToEndOfFile(); group.leave()
+            let data = err.fileHandleForReading.readDataToEndOfFile()
+            read.withLock { $0.err = data }
+            group.leave()
         }
         if group.wait(timeout: .now() + timeout) == .timedOut {
             p.terminate()
@@ -133,10 +136,10 @@ public struct CommandCredentialProvider: CredentialProvider {
         }
         p.waitUntilExit()
         guard p.terminationStatus == 0 else {
-            let text = String(decoding: box.err.prefix(400), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            let text = String(decoding: read.withLock { $0.err }.prefix(400), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
             throw UploadError(.credentials, message: "credential command \(exe) failed (exit \(p.terminationStatus)): \(text)")
         }
-        return try parseCredentials(box.out, source: "credential command \(exe)")
+        return try parseCredentials(read.withLock { $0.out }, source: "credential command \(exe)")
     }
 }
 

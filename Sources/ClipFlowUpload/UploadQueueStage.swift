@@ -21,15 +21,12 @@ public final class UploadQueueStage: Stage {
         name: "upload-queue",
         summary: "source and sink: upload what the upload queue holds (the given ids, or everything queued), resumably; a stop pauses the uploads",
         output: nil,
-        params: [
-            ParamSpec("queue-dir", .path, help: "upload queue directory (default $XDG_STATE_HOME/clipflow/uploads)"),
-            ParamSpec("concurrency", .integer(min: 1, max: 16), default: .number(2), help: "uploads at once"),
+        params: StageUploads.queueParams + [
             ParamSpec("ids", .pathList, help: "the uploads to run (see `clipflow upload list`; default: everything queued)")
         ],
         make: { id, p in
             UploadQueueStage(
-                id: id, directory: p.string("queue-dir") ?? UploadQueue.defaultDirectory, concurrency: p.int("concurrency") ?? 2,
-                ids: p.strings("ids") ?? [])
+                id: id, directory: StageUploads.directory(p), concurrency: StageUploads.concurrency(p), ids: p.strings("ids") ?? [])
         })
 
     public init(
@@ -53,8 +50,17 @@ public final class UploadQueueStage: Stage {
     }
 }
 
-/// What both upload stages do the same way: open the queue, run it, report how it ended.
+/// What both upload stages do the same way: their queue parameters, open the queue, run it,
+/// report how it ended.
 enum StageUploads {
+    /// The queue parameters both stage kinds take.
+    static let queueParams = [
+        ParamSpec("queue-dir", .path, help: "upload queue directory (default $XDG_STATE_HOME/clipflow/uploads)"),
+        ParamSpec("concurrency", .integer(min: 1, max: 16), default: .number(2), help: "uploads at once")
+    ]
+    static func directory(_ p: StageParams) -> String { p.string("queue-dir") ?? UploadQueue.defaultDirectory }
+    static func concurrency(_ p: StageParams) -> Int { p.int("concurrency") ?? 2 }
+
     /// The upload queue in `directory`, reporting to `context`'s events. A stop or a cancel
     /// pauses what runs at once (it stays queued, resumable) and starts nothing more.
     static func openQueue(

@@ -96,9 +96,8 @@ public final class UploadStage: Stage {
             ParamSpec("description", .string, help: "metadata: description"),
             ParamSpec("tags", .pathList, help: "metadata: tags (a list of strings)"),
             ParamSpec("category", .string, help: "metadata: category"),
-            ParamSpec("cover-url", .string, help: "metadata: cover image URL"),
-            ParamSpec("queue-dir", .path, help: "upload queue directory (default $XDG_STATE_HOME/clipflow/uploads)"),
-            ParamSpec("concurrency", .integer(min: 1, max: 16), default: .number(2), help: "uploads at once"),
+            ParamSpec("cover-url", .string, help: "metadata: cover image URL")
+        ] + StageUploads.queueParams + [
             ParamSpec(
                 "wait", .boolean, default: .bool(true),
                 help: "wait for the uploads to finish (false: leave them queued for `clipflow upload run`)")
@@ -109,8 +108,7 @@ public final class UploadStage: Stage {
         make: { id, p in
             UploadStage(
                 id: id, destination: UploadStages.destination(p), metadata: UploadStages.metadata(p),
-                queueDirectory: p.string("queue-dir") ?? UploadQueue.defaultDirectory,
-                concurrency: p.int("concurrency") ?? 2, wait: p.bool("wait") ?? true)
+                queueDirectory: StageUploads.directory(p), concurrency: StageUploads.concurrency(p), wait: p.bool("wait") ?? true)
         })
 
     public init(

@@ -166,12 +166,11 @@ struct Record: ParsableCommand {
     }
 }
 
-/// Set when the user typed q. @unchecked Sendable: `value` is read and written only under `lock`.
-final class QuitFlag: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value = false
-    func set() { lock.lock(); value = true; lock.unlock() }
-    var isSet: Bool { lock.lock(); defer { lock.unlock() }; return value }
+/// Set when the user typed q (from the command reader's thread; read after the run).
+final class QuitFlag: Sendable {
+    private let value = Atomic(false)
+    func set() { value.store(true, ordering: .releasing) }
+    var isSet: Bool { value.load(ordering: .acquiring) }
 }
 
 /// `clipflow clips DIR`: the fragments of a recording; `--delete-last` removes the last one.

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ClipFlowCore
+import ClipFlowUpload
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -19,7 +20,8 @@ protocol EventRenderer: EventSink {
     func end()
 }
 
-/// `--events json`: one JSON object per line on stdout, flushed per event. Every line holds
+/// `--events json`: one JSON object per line on stdout, flushed per event, secrets redacted.
+/// Every line holds
 /// `time` (seconds since the writer was made: the start of the command), `stage`, `event`, then
 /// `item` for an item's event, then the event's fields.
 final class JSONEventWriter: EventRenderer, Sendable {
@@ -32,7 +34,7 @@ final class JSONEventWriter: EventRenderer, Sendable {
     func end() {}
 
     func emit(_ e: PipelineEvent) {
-        let line = Self.line(e, start: start) + "\n"
+        let line = Secrets.shared.redact(Self.line(e, start: start)) + "\n"
         lock.withLock { _ in FileHandle.standardOutput.write(Data(line.utf8)) }
     }
 
@@ -183,5 +185,6 @@ final class TextRenderer: EventRenderer, @unchecked Sendable {
     }
 
     private func clear() { if drew { write("\r\u{1B}[K"); drew = false } }
-    private func write(_ s: String) { FileHandle.standardError.write(Data(s.utf8)) }
+    /// Everything the renderer prints passes here: secrets are redacted.
+    private func write(_ s: String) { FileHandle.standardError.write(Data(Secrets.shared.redact(s).utf8)) }
 }

@@ -20,6 +20,9 @@ import ClipFlowCore
 /// their MDCT windows overlap. The slide is a tiny, brief change of speed (at most `maxRateChange`).
 public struct AudioJoinPlan: Equatable, Sendable {
     public static let frameSize: Int64 = 1024
+    /// Samples of the slide zone kept on each side of a join, where damaged fragment edges are
+    /// repaired (`EdgeRepair`: up to 80 ms, 3840 samples at 48 kHz, and a margin).
+    public static let repairRoom: Int64 = 4096
 
     public struct Clip: Equatable, Sendable {
         /// Timeline position of the clip's first audible sample (samples).
@@ -49,12 +52,30 @@ public struct AudioJoinPlan: Equatable, Sendable {
     /// re-encoded frames next to each seam overlap the copied frames' MDCT windows; keeping the
     /// copied clips' own shifts over one frame each side of a seam makes the aliasing cancel
     /// (sliding within those frames leaves a loudness ripple at the seam; benchmarks/README.md).
+    ///
+    /// `least` are the frames that must be re-encoded; the renderer may re-encode more, up to
+    /// `frames` (room to repair the fragments' damaged edges at a join of two clips), and the
+    /// frames of `frames` it leaves are copied from the clip on their side (`optionalCopy`).
     public struct Region: Equatable, Sendable {
         public var frames: Range<Int64>
+        public var least: Range<Int64>
         public var leftShift: Int64
         public var rightShift: Int64
         /// Clips whose audio appears in the region.
         public var clips: ClosedRange<Int>
+
+        public init(frames: Range<Int64>, least: Range<Int64>? = nil, leftShift: Int64, rightShift: Int64, clips: ClosedRange<Int>) {
+            self.frames = frames
+            self.least = least ?? frames
+            self.leftShift = leftShift
+            self.rightShift = rightShift
+            self.clips = clips
+        }
+
+        /// The same region re-encoding exactly `frames` (within `self.frames`, around `least`).
+        public func rendering(_ frames: Range<Int64>) -> Region {
+            Region(frames: frames, least: frames, leftShift: leftShift, rightShift: rightShift, clips: clips)
+        }
 
         /// Raw range over which the shift may change.
         public var slideZone: Range<Int64> {
@@ -134,7 +155,12 @@ public struct AudioJoinPlan: Equatable, Sendable {
             }
             a = max(a, 0)
             b = min(b, frameCount)
-            regions.append(Region(frames: a..<b, leftShift: shifts[i - 1], rightShift: shifts[i], clips: (i - 1)...i))
+            // Room for `EdgeRepair` inside the slide zone on both sides of the join, in frames the
+            // clips on either side could give by copy.
+            let roomA = floorDiv(priming + ends[i - 1] + shifts[i - 1] - Self.repairRoom, F) - 1
+            let roomB = ceilDiv(priming + clips[i].start + shifts[i] + Self.repairRoom, F) + 1
+            let most = max(0, min(a, max(roomA, lo[i - 1])))..<min(frameCount, max(b, min(roomB, hi[i] + 1)))
+            regions.append(Region(frames: most, least: a..<b, leftShift: shifts[i - 1], rightShift: shifts[i], clips: (i - 1)...i))
         }
         // Merge overlapping/adjacent regions, and regions that leave a clip without copyable frames.
         var merged: [Region] = []
@@ -144,7 +170,9 @@ public struct AudioJoinPlan: Equatable, Sendable {
                 let copyLo = max(last.frames.upperBound, lo[gapClip])
                 let copyHi = min(r.frames.lowerBound - 1, hi[gapClip])
                 if copyHi < copyLo {
-                    last.frames = last.frames.lowerBound..<max(last.frames.upperBound, r.frames.upperBound)
+                    // Several joins in one region: no repair, the region is what it must be.
+                    last.frames = last.least.lowerBound..<max(last.least.upperBound, r.least.upperBound)
+                    last.least = last.frames
                     last.rightShift = r.rightShift
                     last.clips = last.clips.lowerBound...r.clips.upperBound
                     merged[merged.count - 1] = last
@@ -156,14 +184,15 @@ public struct AudioJoinPlan: Equatable, Sendable {
         // A region must start after the first clip's copy start, and may reach the stream's ends.
         self.regions = merged
 
-        // Copies: each clip's copyable frames minus regions.
+        // Copies: each clip's copyable frames minus the frames regions must re-encode (a copy may
+        // reach into a region's optional frames; the renderer says which it took).
         var copies: [Copy] = []
         for i in clips.indices {
             var from = lo[i], to = hi[i] + 1
             for r in merged {
                 if r.clips.contains(i) {
-                    if r.clips.upperBound == i { from = max(from, r.frames.upperBound) }
-                    if r.clips.lowerBound == i { to = min(to, r.frames.lowerBound) }
+                    if r.clips.upperBound == i { from = max(from, r.least.upperBound) }
+                    if r.clips.lowerBound == i { to = min(to, r.least.lowerBound) }
                     if r.clips.lowerBound < i && i < r.clips.upperBound { to = from }
                 }
             }
@@ -174,9 +203,21 @@ public struct AudioJoinPlan: Equatable, Sendable {
         try validate()
     }
 
-    /// Every output frame is produced exactly once, in order.
+    /// Every output frame is produced exactly once, in order (a region's optional frames by copy
+    /// unless the renderer takes them), and a region's optional frames lie in copies.
     private func validate() throws {
-        var pieces: [Range<Int64>] = copies.map(\.frames) + regions.map(\.frames)
+        for r in regions where r.frames != r.least {
+            let left = r.frames.lowerBound..<r.least.lowerBound, right = r.least.upperBound..<r.frames.upperBound
+            let copied = { (part: Range<Int64>, clip: Int) in
+                part.isEmpty || copies.contains { $0.clip == clip && $0.frames.contains(part.lowerBound) && $0.frames.contains(part.upperBound - 1) }
+            }
+            guard r.least.lowerBound >= r.frames.lowerBound, r.least.upperBound <= r.frames.upperBound,
+                copied(left, r.clips.lowerBound), copied(right, r.clips.upperBound)
+            else {
+                throw ClipFlowError.failure("internal: audio join region \(r.frames) has optional frames no clip copies (\(r.least))")
+            }
+        }
+        var pieces: [Range<Int64>] = copies.map(\.frames) + regions.map(\.least)
         pieces.sort { $0.lowerBound < $1.lowerBound }
         var next: Int64 = 0
         for p in pieces {

@@ -15,8 +15,9 @@ import Foundation
 /// copied frames' so MDCT aliasing cancels across the seams.
 ///
 /// One encoder for all regions: each region's input is preceded by a fade-in frame and followed
-/// by a fade-out frame, so the encoder sees gentle transitions between regions, and only packets
-/// whose MDCT windows lie wholly inside a region's own, unfaded input are kept.
+/// by a fade-out frame (one region's fade-out is mixed into the next one's fade-in), so the
+/// encoder sees gentle transitions between regions, and only packets whose MDCT windows lie
+/// wholly inside a region's own, unfaded input are kept.
 ///
 /// Threading: `renderAll` runs on one background thread and owns the encoder; it starts a second
 /// thread that decodes and prepares the regions' PCM (and owns the decoders) one or two regions
@@ -33,9 +34,16 @@ struct AudioRegionRenderer {
     static let spliceSearch: Int64 = 300  // search +- this many samples around the ideal jump
     static let crossfade = 256
 
-    /// Renders every region in order; `deliver(i, packets)` is called as soon as region i is
-    /// complete (packets' pts/dts are output frame indices). Stops when `shouldStop()` is true.
-    func renderAll(shouldStop: () -> Bool, deliver: (Int, Result<[Packet], Error>) -> Void) {
+    /// A region as re-encoded: the frames (within the planned region's `frames`, around its
+    /// `least`) and their packets, in order (pts/dts are output frame indices).
+    struct Rendered {
+        var frames: Range<Int64>
+        var packets: [Packet]
+    }
+
+    /// Renders every region in order; `deliver(i, rendered)` is called as soon as region i is
+    /// complete. Stops when `shouldStop()` is true.
+    func renderAll(shouldStop: () -> Bool, deliver: (Int, Result<Rendered, Error>) -> Void) {
         let F = AudioJoinPlan.frameSize
         let encoder: JoinEncoder
         do {
@@ -61,14 +69,15 @@ struct AudioRegionRenderer {
             }
             // Deliver regions whose kept frames are all in.
             while let r = pending.first, (collected[r.index]?.count ?? 0) == r.keep.count {
-                deliver(r.index, .success(collected.removeValue(forKey: r.index) ?? []))
+                deliver(r.index, .success(Rendered(frames: r.keep, packets: collected.removeValue(forKey: r.index) ?? [])))
                 pending.removeFirst()
             }
         }
 
-        // The inputs (PCM of each region, or the error preparing it), prepared on another thread
-        // in region order, at most two ahead; each array passes to the encoding side with it.
-        let inputs = BoundedQueue<Result<[[Float]], Error>>(capacity: 2)
+        // The inputs (frames and PCM of each region, or the error preparing it), prepared on
+        // another thread in region order, at most two ahead; each array passes to the encoding
+        // side with it.
+        let inputs = BoundedQueue<Result<(frames: Range<Int64>, pcm: [[Float]]), Error>>(capacity: 2)
         let preparing = DispatchGroup()
         let renderer = self
         preparing.enter()
@@ -89,26 +98,39 @@ struct AudioRegionRenderer {
             preparing.wait()
         }
 
+        // A region's fade-out frame is held back and sent mixed with the next region's fade-in
+        // frame: one frame between regions instead of two (neither is kept).
         var inputPos: Int64 = 0
-        for (i, region) in plan.regions.enumerated() {
+        var fadeOut: [[Float]]? = nil
+        let frame = Int(F)
+        for i in plan.regions.indices {
             if failed || shouldStop() {
                 inputs.flush()
                 deliver(i, .failure(failed ? ClipFlowError.failure("audio join rendering stopped") : ClipFlowError.interrupted))
                 continue
             }
             do {
-                let pcm = try (inputs.pull()?.element ?? .failure(ClipFlowError.interrupted)).get()
+                let (frames, pcm) = try (inputs.pull()?.element ?? .failure(ClipFlowError.interrupted)).get()
                 // Input frames: fade-in (a-2), a-1 ..< b+1, fade-out (b+1).
-                pending.append((i, inputPos, region.frames, region.frames.lowerBound - 2))
-                take(try encoder.encode(pcm, at: inputPos))
-                inputPos += Int64(pcm[0].count)
+                pending.append((i, inputPos, frames, frames.lowerBound - 2))
+                let n = pcm[0].count
+                let sent = pcm.indices.map { ch -> [Float] in
+                    var x = Array(pcm[ch][0..<(n - frame)])
+                    if let fadeOut { for k in 0..<frame { x[k] += fadeOut[ch][k] } }
+                    return x
+                }
+                fadeOut = pcm.map { Array($0[(n - frame)...]) }
+                take(try encoder.encode(sent, at: inputPos))
+                inputPos += Int64(n - frame)
             } catch {
                 failed = true
+                fadeOut = nil
                 deliver(i, .failure(error))
                 pending.removeAll { $0.index == i }
             }
         }
         do {
+            if let fadeOut { take(try encoder.encode(fadeOut, at: inputPos)) }
             take(try encoder.flush())
         } catch {
             for r in pending { deliver(r.index, .failure(error)) }
@@ -123,31 +145,64 @@ struct AudioRegionRenderer {
         }
     }
 
-    /// PCM for output raw [(a-2)*1024, (b+2)*1024): a fade-in frame, the region's own input (the
-    /// kept frames' windows, one frame back and one frame of look-ahead), and a fade-out frame.
-    func regionInput(_ region: AudioJoinPlan.Region, decoders: inout DecoderCache) throws -> [[Float]] {
+    /// The frames a region re-encodes and their PCM, for output raw [(a-2)*1024, (b+2)*1024): a
+    /// fade-in frame, the region's own input (the kept frames' windows, one frame back and one
+    /// frame of look-ahead), and a fade-out frame. A join of two clips is re-encoded over what
+    /// the region must (`least`) plus what repairing the fragments' edges there needs, up to
+    /// the region's `frames`.
+    func regionInput(_ planned: AudioJoinPlan.Region, decoders: inout DecoderCache) throws -> (frames: Range<Int64>, pcm: [[Float]]) {
         let F = AudioJoinPlan.frameSize
         let P = plan.priming
+        // Timeline (without jump) at the start of the zone, and the jump wanted.
+        let delta = planned.rightShift - planned.leftShift  // shift change
+        let ideal = -delta  // content jump wanted
+        let base0 = -P - planned.leftShift  // T = r + base0 before the zone
+        // The timeline under the most the region may re-encode and, around a join to repair,
+        // the audio that tells steady sound from changing sound.
+        let join = repairableJoin(planned)
+        let reach = join == nil ? 0 : Int64(EdgeRepair.steadinessReach(Int(sampleRate)))
+        let most = planned.frames
+        let tLo = min((most.lowerBound - 2) * F + base0 - Self.spliceSearch - Int64(Self.spliceWindow) - 8, (join ?? 0) - reach)
+        let tHi = max((most.upperBound + 2) * F + base0 + abs(ideal) + Self.spliceSearch + Int64(Self.spliceWindow) + 8, (join ?? 0) + reach + 1)
+        var timeline = try decoders.timeline(plan: plan, from: tLo, to: tHi)
+        var region = planned.rendering(planned.least)
+        if let end = join {
+            // The fragments' damaged edges, repaired where they meet on the timeline (one
+            // continuous waveform there), inside what the zone reads so the seams stay exact.
+            let widest = planned.slideZone
+            let start = plan.clips[planned.clips.upperBound].start
+            let span = min(end - (widest.lowerBound + base0), widest.upperBound + base0 + ideal - start) - Self.repairMargin
+            let left = Int(end - tLo), right = Int(start - tLo)
+            var repair = EdgeRepair.Repair.none
+            if span > 0 {
+                let sound = EdgeRepair.sound(timeline, leftEnd: left, rightStart: right, sampleRate: Int(sampleRate))
+                let lp = plan.clips[planned.clips.lowerBound]
+                repair = EdgeRepair.repair(
+                    &timeline, leftEnd: left, rightStart: right, maxSpan: Int(span), sampleRate: Int(sampleRate), sound: sound,
+                    bridging: plan.ends[planned.clips.lowerBound] < lp.start + lp.length)
+            }
+            // The zone holds the repaired samples and the splice at the join, with a margin.
+            let half = Int64(Self.crossfade) / 2
+            let rawLeft = min(end - Int64(repair.before), end - half) - Self.repairMargin - base0
+            let rawRight = max(start + Int64(repair.after) - base0 - ideal, end - base0 + half) + Self.repairMargin
+            let a = max(most.lowerBound, min(planned.least.lowerBound, floorDiv(rawLeft, F) - 1))
+            let b = min(most.upperBound, max(planned.least.upperBound, ceilDiv(rawRight, F) + 1))
+            region = planned.rendering(a..<b)
+        }
         let r0 = (region.frames.lowerBound - 2) * F
         let r1 = (region.frames.upperBound + 2) * F
         let zone = region.slideZone
-        // Timeline (without jump) at the start of the zone, and the jump wanted.
-        let delta = region.rightShift - region.leftShift  // shift change
-        let ideal = -delta  // content jump wanted
-        let base0 = -P - region.leftShift  // T = r + base0 before the zone
-        let tLo = r0 + base0 - Self.spliceSearch - Int64(Self.spliceWindow) - 8
-        let tHi = r1 + base0 + abs(ideal) + Self.spliceSearch + Int64(Self.spliceWindow) + 8
-        let timeline = try decoders.timeline(plan: plan, from: tLo, to: tHi)
 
-        // Choose the splice: at the middle of the zone, the jump J near `ideal` where the waveform
-        // matches best; the rest is slid linearly over the zone.
-        let mid = (zone.lowerBound + zone.upperBound) / 2
+        // Choose the splice: where the left clip ends (one join in the region; else at the middle
+        // of the zone), the jump J near `ideal` where the waveform matches best; the rest is slid
+        // linearly over the zone.
+        let mid = join.map { $0 - base0 } ?? (zone.lowerBound + zone.upperBound) / 2
+        let zlen = Double(zone.count)
         var jump: Int64 = 0
         if ideal != 0 {
             jump = bestJump(timeline, at: mid + base0 - tLo, ideal: ideal)
         }
         let residual = Double(ideal - jump)
-        let zlen = Double(zone.count)
         let half = Double(Self.crossfade) / 2
 
         let n = Int(r1 - r0)
@@ -198,8 +253,22 @@ struct AudioRegionRenderer {
                 }
             }
         }
-        return (0..<chans).map { Array(flat[($0 * n)..<(($0 + 1) * n)]) }
+        return (region.frames, (0..<chans).map { Array(flat[($0 * n)..<(($0 + 1) * n)]) })
     }
+
+    /// Timeline position where the left clip's audio ends, for a region around one join whose
+    /// zone has room for a repair on both sides (`AudioJoinPlan.repairRoom`); nil otherwise.
+    func repairableJoin(_ region: AudioJoinPlan.Region) -> Int64? {
+        guard region.clips.count == 2 else { return nil }
+        let end = plan.ends[region.clips.lowerBound]
+        let raw = end + plan.priming + region.leftShift
+        let zone = region.slideZone
+        guard raw - zone.lowerBound >= Self.repairMargin, zone.upperBound - raw >= Self.repairMargin else { return nil }
+        return end
+    }
+
+    /// Samples left alone between a repair and the timeline the region's seams read.
+    static let repairMargin: Int64 = 64
 
     /// The jump within `ideal +- spliceSearch` whose target waveform best matches the waveform at
     /// `center` (normalised cross-correlation on the channel mix); `ideal` itself for silence or noise.

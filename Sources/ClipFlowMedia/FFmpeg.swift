@@ -350,9 +350,9 @@ func rescale(_ v: Int64, _ from: AVRational, _ to: AVRational) -> Int64 {
 /// Scheduling of the merge's helper threads.
 enum MediaThreads {
     /// Lowers the calling thread's priority (nice 10). While the merge thread copies, helper
-    /// threads prepare the next clips and render the join audio; with more runnable threads than
+    /// threads open the next clips and prepare the join audio; with more runnable threads than
     /// cores they would preempt the copy. At nice 10 the helpers mostly take the cycles the copy
-    /// leaves; the copy waits for them only when they fall behind.
+    /// leaves. (The join encoder does not yield: the copy waits for each region it encodes.)
     static func yieldToCopy() {
         _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10)  // 0: the calling thread (nice is per thread on Linux)
     }

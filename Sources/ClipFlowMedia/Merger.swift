@@ -118,14 +118,14 @@ public final class Merger {
     /// overtake a region still in the encoder); `take(i)` keeps what arrives early. The packets of
     /// a region pass to the taker. The queue is thread-safe; `early` belongs to the copy thread.
     final class RegionResults: @unchecked Sendable {
-        typealias Rendered = (index: Int, packets: Result<[Packet], Error>)
+        typealias Rendered = (index: Int, packets: Result<AudioRegionRenderer.Rendered, Error>)
         let queue: BoundedQueue<Rendered>
-        private var early: [Int: Result<[Packet], Error>] = [:]
+        private var early: [Int: Result<AudioRegionRenderer.Rendered, Error>] = [:]
 
         init(count: Int) { queue = BoundedQueue(capacity: count) }
 
-        /// Region i's packets, waiting for them; rethrows the error rendering it.
-        func take(_ i: Int) throws -> [Packet] {
+        /// Region i as rendered, waiting for it; rethrows the error rendering it.
+        func take(_ i: Int) throws -> AudioRegionRenderer.Rendered {
             if let r = early.removeValue(forKey: i) { return try r.get() }
             while let p = queue.pull() {
                 if p.element.index == i { return try p.element.packets.get() }
@@ -150,14 +150,15 @@ public final class Merger {
                 plan: plan, clips: clips, sampleRate: a0.sampleRate,
                 channels: a0.channels, bitRate: a0.bitRate)
             let cancel = self.cancel, queue = results.queue
+            // The encoding thread keeps the copy's priority: the copy waits for every region, and
+            // where the sound is costly to encode the encoder is the slower of the two (its
+            // preparer, like the clip opener, yields).
             Thread {
-                MediaThreads.yieldToCopy()
                 renderer.renderAll(
                     shouldStop: { cancel.isCancelled || !queue.wantsMore },
                     deliver: { i, r in queue.push((i, r)) })
                 queue.endOfStream()
             }.start()
-            reencoded = plan.regions.reduce(0) { $0 + Int64($1.frames.count) }
         }
         // The copy takes no more regions: the renderer stops at its next one.
         defer { regionResults?.queue.consumerDone() }
@@ -198,6 +199,7 @@ public final class Merger {
         var videoFrames = 0
         var audioFramesWritten: Int64 = 0
         var nextRegion = 0
+        var taken: AudioRegionRenderer.Rendered? = nil  // region `nextRegion`, once taken
         let pkt = try Packet()
 
         func writeAudio(_ p: Packet, frame k: Int64) throws {
@@ -212,13 +214,23 @@ public final class Merger {
             try mux.writeInOrder(p)
             audioFramesWritten += 1
         }
-        func emitRegions(before k: Int64) throws {
-            guard let plan = layout.audio, let regionResults else { return }
-            while nextRegion < plan.regions.count, plan.regions[nextRegion].frames.lowerBound < k {
-                let packets = try regionResults.take(nextRegion)
-                for p in packets { try writeAudio(p, frame: p.p.pointee.pts) }
+        // Writes the rendered regions that end at or before frame k; true when the region
+        // reaching k re-encodes k itself (k is then not copied). A region's optional frames may
+        // be copied, so it is taken (waiting for the renderer) once the copy reaches them.
+        func emitRegions(before k: Int64) throws -> Bool {
+            guard let plan = layout.audio, let regionResults else { return false }
+            while nextRegion < plan.regions.count, plan.regions[nextRegion].frames.lowerBound <= k {
+                let region = try taken ?? regionResults.take(nextRegion)
+                if k < region.frames.upperBound {
+                    taken = region
+                    return k >= region.frames.lowerBound
+                }
+                for p in region.packets { try writeAudio(p, frame: p.p.pointee.pts) }
+                reencoded += Int64(region.frames.count)
+                taken = nil
                 nextRegion += 1
             }
+            return false
         }
 
         // Clips are mapped and their packets listed ahead, on a helper thread (ClipOpener):
@@ -271,8 +283,7 @@ public final class Merger {
                     let rawStart = ptsSamples - (rescale(a.start, audioTB, srTB) - a.priming)
                     let j = floorDiv(rawStart + AudioJoinPlan.frameSize / 2, AudioJoinPlan.frameSize)
                     let k = j + copy.offset
-                    if copy.frames.contains(k) {
-                        try emitRegions(before: k)
+                    if copy.frames.contains(k), try !emitRegions(before: k) {
                         out.p.pointee.flags = e.flags
                         try writeAudio(out, frame: k)
                     }
@@ -287,7 +298,7 @@ public final class Merger {
                 }
             }
         }
-        try emitRegions(before: Int64.max)
+        _ = try emitRegions(before: Int64.max)
         let rc = mux.writeTrailer()
         if rc < 0 {
             if mux.sink.writeError != 0 {

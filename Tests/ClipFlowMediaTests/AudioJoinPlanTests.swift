@@ -33,8 +33,17 @@ final class AudioJoinPlanTests: XCTestCase {
         ]
         for row in rows {
             let p = try AudioJoinPlan(clips: row.clips)
-            // Exactly once, in order (validate() also checks this; repeat it here as the spec).
-            var covered: [Range<Int64>] = p.copies.map(\.frames) + p.regions.map(\.frames)
+            // Exactly once, in order (validate() also checks this; repeat it here as the spec):
+            // copies and the frames regions must re-encode; a region's optional frames (room to
+            // repair a join) lie in the copies of the clips on their side.
+            for r in p.regions {
+                XCTAssertTrue(r.frames.lowerBound <= r.least.lowerBound && r.least.upperBound <= r.frames.upperBound, row.name)
+                for k in r.frames where !r.least.contains(k) {
+                    let clip = k < r.least.lowerBound ? r.clips.lowerBound : r.clips.upperBound
+                    XCTAssertTrue(p.copies.contains { $0.clip == clip && $0.frames.contains(k) }, "\(row.name): optional frame \(k)")
+                }
+            }
+            var covered: [Range<Int64>] = p.copies.map(\.frames) + p.regions.map(\.least)
             covered.sort { $0.lowerBound < $1.lowerBound }
             var next: Int64 = 0
             for r in covered { XCTAssertEqual(r.lowerBound, next, row.name); next = r.upperBound }
@@ -45,7 +54,7 @@ final class AudioJoinPlanTests: XCTestCase {
                 XCTAssertTrue(s <= 0 && s > -1024, "\(row.name): shift \(s)")
             }
             for r in p.regions {
-                XCTAssertGreaterThanOrEqual(r.frames.count, 6, row.name)
+                XCTAssertGreaterThanOrEqual(r.least.count, 6, row.name)
                 XCTAssertEqual(r.slideZone.count, (r.frames.count - 2) * 1024, row.name)
             }
             // Total length: timeline end within one frame.

@@ -1,0 +1,253 @@
+import XCTest
+import ClipFlowCore
+@testable import ClipFlowMedia
+import ClipFlowTestSupport
+
+/// Joins of fragments cut by the ffmpeg CLI from one continuous recording, each fragment encoded
+/// on its own (so its audio is damaged at its edges, as phone and camera fragments are), judged
+/// against the continuous source by `scripts/join-metrics` on ffmpeg's decode.
+final class JoinRepairTests: XCTestCase {
+    let fx = Fixtures.shared
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    /// Where the clips start in the source, and how long each is: cuts on video frame boundaries
+    /// at 30 fps, so each clip's audio is exactly as long as its video, at varied sample positions
+    /// against the AAC frame grid.
+    static let offset = 0.1
+    static let durations = [3.0, 2.9, 3.2, 3.0]
+
+    struct Metrics: Decodable {
+        struct Join: Decodable {
+            var at: Double
+            var lag: Int
+            var d2_ratio: Double
+            var hf_db: Double
+        }
+        var rate: Int
+        var length: Int
+        var joins: [Join]
+    }
+
+    /// The continuous source and its four clips. The sound is `audio` (an ffmpeg lavfi source), or
+    /// the first input of `input` when given.
+    func fragments(_ name: String, audio: String, rate: Int, channels: Int, input: [String] = []) throws -> (source: String, clips: [String]) {
+        let source = try fx.clip(
+            "repair-\(name)-source.mov",
+            input + [
+                "-f", "lavfi", "-i", audio, "-f", "lavfi", "-i", "testsrc2=size=160x120:rate=30:duration=14",
+                "-t", "14", "-map", "0:a", "-map", "\(input.isEmpty ? 1 : 2):v",
+                "-ar", "\(rate)", "-ac", "\(channels)", "-c:a", "pcm_s16le"
+            ] + Fixtures.x264)
+        var start = Self.offset
+        var clips: [String] = []
+        for (i, d) in Self.durations.enumerated() {
+            clips.append(
+                try fx.clip(
+                    "repair-\(name)-\(i).mp4",
+                    ["-ss", String(format: "%.4f", start), "-t", String(format: "%.4f", d), "-i", source] + Fixtures.x264 + ["-c:a", "aac", "-b:a", "128k"]))
+            start += d
+        }
+        return (source, clips)
+    }
+
+    func metrics(_ output: String, source: String) throws -> Metrics {
+        let r = try Run.run([
+            Self.root.appendingPathComponent("scripts/join-metrics").path, output, source,
+            "--offset", "\(Self.offset)", "--durations", Self.durations.map { "\($0)" }.joined(separator: ",")
+        ])
+        return try JSONDecoder().decode(Metrics.self, from: r.stdout)
+    }
+
+    /// Merges the fragments and checks every join as the source has it: second difference at most
+    /// twice the source's, energy above 3 kHz at most 6 dB over the source's, total length within
+    /// an AAC frame, and (for sound that does not repeat itself every period, where a lag can be
+    /// measured) the lag within an AAC frame.
+    func checkJoins(_ name: String, audio: String, rate: Int = 48000, channels: Int = 1, input: [String] = [], lagMeasurable: Bool = false) throws {
+        let (source, clips) = try fragments(name, audio: audio, rate: rate, channels: channels, input: input)
+        let out = fx.scratch("repair-\(name)").appendingPathComponent("merged.mp4")
+        let r = try Merger(inputs: clips, options: MergeOptions(output: out)).run()
+        XCTAssertEqual(r.clips, 4)
+        XCTAssertEqual(try Probe.decodeErrors(out.path), "")
+        let m = try metrics(out.path, source: source)
+        XCTAssertEqual(m.joins.count, 3)
+        XCTAssertLessThanOrEqual(abs(m.length), 1024, "\(name): total length off by \(m.length) samples")
+        for j in m.joins {
+            let label = "\(name), join at \(j.at) s"
+            XCTAssertLessThanOrEqual(j.d2_ratio, 2, "\(label): second difference \(j.d2_ratio)x the source's (a click)")
+            XCTAssertLessThanOrEqual(j.hf_db, 6, "\(label): \(j.hf_db) dB more energy above 3 kHz than the source (a click)")
+            if lagMeasurable { XCTAssertLessThanOrEqual(abs(j.lag), 1024, "\(label): \(j.lag) samples off the source") }
+        }
+    }
+
+    func testSinesFrom100HzTo5kHzJoinWithoutClicks() throws {
+        for f in [100, 1000, 5000] {
+            try checkJoins("sine\(f)", audio: "sine=frequency=\(f):sample_rate=48000:duration=14,volume=6")
+        }
+    }
+
+    func testStereoToneAt44100JoinsWithoutClicks() throws {
+        try checkJoins("sine440-44k", audio: "sine=frequency=440:sample_rate=44100:duration=14,volume=6", rate: 44100, channels: 2)
+    }
+
+    func testChordJoinsWithoutClicks() throws {
+        try checkJoins(
+            "chord",
+            audio: "sine=f=261.63:r=48000:d=14[a];sine=f=329.63:r=48000:d=14[b];sine=f=392:r=48000:d=14[c];[a][b][c]amix=inputs=3:normalize=0,volume=2",
+            channels: 2)
+    }
+
+    func testToneWithNoiseJoinsWithoutClicksAndKeepsItsPlace() throws {
+        try checkJoins(
+            "tone-noise",
+            audio: "sine=frequency=220:sample_rate=44100:duration=14,volume=4[s];anoisesrc=r=44100:a=0.08:c=pink:d=14[n];[s][n]amix=inputs=2:normalize=0",
+            rate: 44100, channels: 2, lagMeasurable: true)
+    }
+
+    func testSpeechJoinsWithoutClicksAndKeepsItsPlace() throws {
+        let wav = fx.scratch("speech").appendingPathComponent("speech.wav").path
+        try Run.run([
+            "espeak-ng", "-w", wav,
+            "Every fragment of a recording is joined to the next one, and nobody should hear where. The quick brown fox jumps over the lazy dog, seven silver swans swam silently seaward."
+        ])
+        try checkJoins(
+            "speech", audio: "anullsrc=r=48000:cl=mono:d=14", input: ["-stream_loop", "-1", "-i", wav],
+            lagMeasurable: true)
+    }
+
+    /// A join re-encodes the frames it must and only as many more as its repair takes: none for
+    /// fragments of silence (nothing to repair), more for fragments whose edges are damaged.
+    func testOnlyARepairWidensTheFramesReencodedAtAJoin() throws {
+        func leastFrames(_ clips: [String]) throws -> Int64 {
+            let layout = try Merger.Layout(clips: clips.map { try ClipProbe.probe($0) }, rotate: 0)
+            let plan = try XCTUnwrap(layout.audio)
+            XCTAssertTrue(plan.regions.contains { $0.frames != $0.least }, "the plan leaves room to repair")
+            return plan.regions.reduce(0) { $0 + Int64($1.least.count) }
+        }
+        let silent = try (0..<3).map { i in
+            try fx.clip(
+                "repair-silent-\(i).mp4",
+                ["-f", "lavfi", "-i", "anullsrc=r=48000:cl=mono", "-f", "lavfi", "-i", "testsrc2=size=160x120:rate=30", "-t", "2"]
+                    + Fixtures.x264 + ["-c:a", "aac", "-b:a", "128k"])
+        }
+        let quiet = try Merger(inputs: silent, options: MergeOptions(output: fx.scratch("repair-silent").appendingPathComponent("m.mp4"))).run()
+        XCTAssertEqual(quiet.reencodedAudioFrames, try leastFrames(silent))
+
+        let (_, damaged) = try fragments("sine1000", audio: "sine=frequency=1000:sample_rate=48000:duration=14,volume=6", rate: 48000, channels: 1)
+        let repaired = try Merger(inputs: damaged, options: MergeOptions(output: fx.scratch("repair-widen").appendingPathComponent("m.mp4"))).run()
+        XCTAssertGreaterThan(repaired.reencodedAudioFrames, try leastFrames(damaged))
+    }
+
+    /// The measure holds a single continuous AAC encode of the source to it (the chord: without
+    /// the codec's own noise as the floor above 3 kHz, such an encode fails in places).
+    func testTheMeasurePassesAContinuousEncodeOfTheSource() throws {
+        let (source, _) = try fragments(
+            "chord",
+            audio: "sine=f=261.63:r=48000:d=14[a];sine=f=329.63:r=48000:d=14[b];sine=f=392:r=48000:d=14[c];[a][b][c]amix=inputs=3:normalize=0,volume=2",
+            rate: 48000, channels: 2)
+        let continuous = fx.scratch("repair-continuous").appendingPathComponent("chord.m4a").path
+        try Run.run(["ffmpeg", "-v", "error", "-y", "-ss", "\(Self.offset)", "-i", source, "-vn", "-c:a", "aac", "-b:a", "128k", continuous])
+        let m = try metrics(continuous, source: source)
+        for j in m.joins {
+            XCTAssertLessThanOrEqual(j.d2_ratio, 2, "continuous encode at \(j.at) s")
+            XCTAssertLessThanOrEqual(j.hf_db, 6, "continuous encode at \(j.at) s")
+        }
+    }
+
+    /// The measure can fail: ffmpeg's concat copy-join of the same sine fragments clicks.
+    func testTheMeasureCatchesTheClicksOfAConcatCopyJoin() throws {
+        let (source, clips) = try fragments("sine1000", audio: "sine=frequency=1000:sample_rate=48000:duration=14,volume=6", rate: 48000, channels: 1)
+        let dir = fx.scratch("repair-concat")
+        let list = dir.appendingPathComponent("list.txt")
+        try clips.map { "file '\($0)'" }.joined(separator: "\n").write(to: list, atomically: true, encoding: .utf8)
+        let naive = dir.appendingPathComponent("naive.mp4").path
+        try Run.run(["ffmpeg", "-v", "error", "-f", "concat", "-safe", "0", "-i", list.path, "-c", "copy", naive])
+        let m = try metrics(naive, source: source)
+        XCTAssertTrue(m.joins.contains { $0.hf_db > 6 || $0.d2_ratio > 2 }, "\(m.joins)")
+    }
+}
+
+/// `EdgeRepair` alone, on synthetic audio.
+final class EdgeRepairTests: XCTestCase {
+    let rate = 48000
+
+    func sine(_ n: Int, from: Int = 0, frequency: Double = 330, amplitude: Float = 0.5) -> [Float] {
+        (0..<n).map { amplitude * Float(sin(2 * Double.pi * frequency * Double(from + $0) / Double(rate))) }
+    }
+
+    func maxSecondDifference(_ x: [Float], _ range: Range<Int>) -> Float {
+        range.dropFirst().dropLast().map { abs(x[$0 - 1] - 2 * x[$0] + x[$0 + 1]) }.max() ?? 0
+    }
+
+    func testACleanJoinIsLeftUntouchedBitForBit() {
+        let x = sine(20000)
+        var channels = [x, x.map { $0 * 0.5 }]
+        let r = EdgeRepair.repair(&channels, leftEnd: 10000, rightStart: 10000, maxSpan: 2880, sampleRate: rate, sound: .steady)
+        XCTAssertEqual(r, .none)
+        XCTAssertTrue(channels == [x, x.map { $0 * 0.5 }], "not a sample changed")
+    }
+
+    func testSoundMeetingSilenceIsLeftUntouched() {
+        let x = sine(10000) + [Float](repeating: 0, count: 10000)
+        var channels = [x]
+        XCTAssertEqual(EdgeRepair.repair(&channels, leftEnd: 10000, rightStart: 10000, maxSpan: 2880, sampleRate: rate, sound: .steady), .none)
+        XCTAssertTrue(channels == [x], "not a sample changed")
+    }
+
+    func testDamagedEdgesAreReplacedByTheWaveformTheyInterrupt() {
+        // A continuous tone whose last 20 ms before the join and first 15 ms after it are smeared
+        // (noise and a jump), as a codec smears an abrupt start and stop.
+        var x = sine(20000)
+        var g = SplitMix64(seed: 7)
+        for i in 9040..<10720 { x[i] += Float(Double(g.next() % 2000) / 1000 - 1) * 0.1 }
+        let clean = sine(20000)
+        var channels = [x]
+        let r = EdgeRepair.repair(&channels, leftEnd: 10000, rightStart: 10000, maxSpan: 2880, sampleRate: rate, sound: .steady)
+        XCTAssertGreaterThanOrEqual(r.before, 960)
+        XCTAssertGreaterThanOrEqual(r.after, 720)
+        XCTAssertEqual(channels[0].count, 20000)
+        let y = channels[0]
+        XCTAssertLessThan(maxSecondDifference(y, 8000..<12000), 2 * maxSecondDifference(clean, 8000..<12000))
+        // Outside what was replaced, nothing changed.
+        XCTAssertTrue(y[0..<(10000 - r.before)] == x[0..<(10000 - r.before)], "nothing changed before the repair")
+        XCTAssertTrue(y[(10000 + r.after)...] == x[(10000 + r.after)...], "nothing changed after the repair")
+    }
+
+    func testDamagedSpeechLikeEdgesArePredictedNotRepeated() {
+        // Changing sound: a tone whose level steps every 20 ms; damage only in the last 10 ms.
+        var x = (0..<40000).map { i -> Float in
+            let step: Float = (i / 960) % 2 == 0 ? 0.5 : 0.25
+            return step * Float(sin(2 * Double.pi * 220 * Double(i) / 48000))
+        }
+        var g = SplitMix64(seed: 11)
+        for i in 19520..<20000 { x[i] += Float(Double(g.next() % 2000) / 1000 - 1) * 0.1 }
+        XCTAssertEqual(EdgeRepair.sound([x], leftEnd: 20000, rightStart: 20000, sampleRate: rate), .changing)
+        var channels = [x]
+        let r = EdgeRepair.repair(&channels, leftEnd: 20000, rightStart: 20000, maxSpan: 4000, sampleRate: rate, sound: .changing)
+        XCTAssertGreaterThanOrEqual(r.before, 480)
+        XCTAssertLessThanOrEqual(r.before, 1440, "changing sound: at most 30 ms replaced")
+        XCTAssertLessThanOrEqual(r.after, 1440)
+    }
+
+    func testASteadyToneIsSteadyAndAToneThatStepsIsNot() {
+        let tone = sine(40000)
+        XCTAssertEqual(EdgeRepair.sound([tone], leftEnd: 20000, rightStart: 20000, sampleRate: rate), .steady)
+        let stepping = tone.enumerated().map { $0.1 * ((($0.0 / 960) % 2 == 0) ? 1 : 0.5) }
+        XCTAssertEqual(EdgeRepair.sound([stepping], leftEnd: 20000, rightStart: 20000, sampleRate: rate), .changing)
+        XCTAssertEqual(EdgeRepair.sound([tone], leftEnd: 2000, rightStart: 2000, sampleRate: rate), .changing, "not enough audio to tell")
+    }
+
+    func testAShortGapBetweenFragmentsIsFilledAndALongOneIsNot() {
+        // 1600 samples missing (audio one 30 fps frame shorter than its video).
+        let left = sine(10000), right = sine(10000, from: 11600)
+        var channels = [left + [Float](repeating: 0, count: 1600) + right]
+        EdgeRepair.repair(&channels, leftEnd: 10000, rightStart: 11600, maxSpan: 2880, sampleRate: rate, sound: .steady)
+        let y = channels[0]
+        XCTAssertLessThan(maxSecondDifference(y, 9000..<12600), 2 * maxSecondDifference(sine(4000), 0..<4000))
+        let rms = (y[10000..<11600].reduce(0) { $0 + $1 * $1 } / 1600).squareRoot()
+        XCTAssertGreaterThan(rms, 0.25, "the gap is filled with the tone, not silence")
+
+        let long = left + [Float](repeating: 0, count: 4800) + right
+        var untouched = [long]
+        XCTAssertEqual(EdgeRepair.repair(&untouched, leftEnd: 10000, rightStart: 14800, maxSpan: 2880, sampleRate: rate, sound: .steady), .none)
+        XCTAssertTrue(untouched == [long], "not a sample changed")
+    }
+}

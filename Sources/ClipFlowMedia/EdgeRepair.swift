@@ -208,7 +208,7 @@ public enum EdgeRepair {
     static func damage(forward x: [Float], span: Int, threshold: Float, smoothing: Int) -> (samples: Int, filter: [Double]) {
         let order = detectOrder
         let clean = x.count - span
-        let (a, level) = x[0..<clean].map(Double.init).withUnsafeBufferPointer { burg($0, order: order) }
+        let (a, level) = x.withUnsafeBufferPointer { burg(UnsafeBufferPointer(rebasing: $0[0..<clean]), order: order) }
         if level <= 0 { return (0, a) }
         // Prediction errors over the span and the `smoothing` samples before it.
         let errors = residuals(x, a.map(Float.init), from: clean - smoothing, to: x.count)
@@ -264,30 +264,33 @@ public enum EdgeRepair {
     ///
     /// The backward errors are kept one index lower at every stage (`b[t]` holds stage m's
     /// backward error at sample t + m), so each stage pairs `f[m + 1 + t]` with `b[t]` and
-    /// updates both in place, four pairs at a time in SIMD lanes.
-    static func burg(_ x: UnsafeBufferPointer<Double>, order: Int) -> (filter: [Double], errorPower: Double) {
+    /// updates both in place, eight pairs at a time in SIMD lanes. The errors are single
+    /// precision (the audio a codec has been through is far noisier than its rounding); the
+    /// reflection coefficients and the filter are double.
+    static func burg(_ x: UnsafeBufferPointer<Float>, order: Int) -> (filter: [Double], errorPower: Double) {
         let n = x.count
         var f = Array(x), b = f
         var a = [Double](repeating: 0, count: order + 1)
         a[0] = 1
         var previous = a
+        let stages = min(order, max(0, n - 1))
         f.withUnsafeMutableBufferPointer { fb in
             b.withUnsafeMutableBufferPointer { bb in
-                for m in 0..<min(order, max(0, n - 1)) {
+                for m in 0..<stages {
                     let fp = UnsafeMutableRawPointer(fb.baseAddress! + m + 1), bp = UnsafeMutableRawPointer(bb.baseAddress!)
                     let count = n - 1 - m
-                    var num4 = SIMD4<Double>(repeating: 0), den4 = SIMD4<Double>(repeating: 0)
+                    var num8 = SIMD8<Float>(repeating: 0), den8 = SIMD8<Float>(repeating: 0)
                     var t = 0
-                    while t + 4 <= count {
-                        let u = fp.loadUnaligned(fromByteOffset: t * 8, as: SIMD4<Double>.self)
-                        let v = bp.loadUnaligned(fromByteOffset: t * 8, as: SIMD4<Double>.self)
-                        num4 += u * v
-                        den4 += u * u + v * v
-                        t += 4
+                    while t + 8 <= count {
+                        let u = fp.loadUnaligned(fromByteOffset: t * 4, as: SIMD8<Float>.self)
+                        let v = bp.loadUnaligned(fromByteOffset: t * 4, as: SIMD8<Float>.self)
+                        num8 += u * v
+                        den8 += u * u + v * v
+                        t += 8
                     }
-                    var num = num4.sum(), den = den4.sum()
+                    var num = Double(num8.sum()), den = Double(den8.sum())
                     while t < count {
-                        let u = fb[m + 1 + t], v = bb[t]
+                        let u = Double(fb[m + 1 + t]), v = Double(bb[t])
                         num += u * v
                         den += u * u + v * v
                         t += 1
@@ -296,27 +299,27 @@ public enum EdgeRepair {
                     // a <- a + k * reversed(a), over a[0...m+1] (a[m+1] is 0 before).
                     for i in 0...(m + 1) { previous[i] = a[i] }
                     for i in 0...(m + 1) { a[i] = previous[i] + k * previous[m + 1 - i] }
+                    let kf = Float(k)
                     t = 0
-                    while t + 4 <= count {
-                        let u = fp.loadUnaligned(fromByteOffset: t * 8, as: SIMD4<Double>.self)
-                        let v = bp.loadUnaligned(fromByteOffset: t * 8, as: SIMD4<Double>.self)
-                        fp.storeBytes(of: u + k * v, toByteOffset: t * 8, as: SIMD4<Double>.self)
-                        bp.storeBytes(of: v + k * u, toByteOffset: t * 8, as: SIMD4<Double>.self)
-                        t += 4
+                    while t + 8 <= count {
+                        let u = fp.loadUnaligned(fromByteOffset: t * 4, as: SIMD8<Float>.self)
+                        let v = bp.loadUnaligned(fromByteOffset: t * 4, as: SIMD8<Float>.self)
+                        fp.storeBytes(of: u + kf * v, toByteOffset: t * 4, as: SIMD8<Float>.self)
+                        bp.storeBytes(of: v + kf * u, toByteOffset: t * 4, as: SIMD8<Float>.self)
+                        t += 8
                     }
                     while t < count {
                         let u = fb[m + 1 + t], v = bb[t]
-                        fb[m + 1 + t] = u + k * v
-                        bb[t] = v + k * u
+                        fb[m + 1 + t] = u + kf * v
+                        bb[t] = v + kf * u
                         t += 1
                     }
                 }
             }
         }
         // The forward errors left after the last stage are the filter's prediction errors.
-        let stages = min(order, max(0, n - 1))
         let tail = f[stages...]
-        return (a, tail.reduce(0) { $0 + $1 * $1 } / Double(max(1, tail.count)))
+        return (a, tail.reduce(0.0) { $0 + Double($1) * Double($1) } / Double(max(1, tail.count)))
     }
 
     // MARK: Filling
@@ -367,20 +370,33 @@ public enum EdgeRepair {
     static func scores(_ x: [Float], window w: Int, lags: ClosedRange<Int>) -> [(lag: Int, score: Float)] {
         let n = x.count
         return x.withUnsafeBufferPointer { h -> [(lag: Int, score: Float)] in
-            let ref = h.baseAddress! + (n - w)
-            var eRef: Float = 0
-            for k in 0..<w { eRef += ref[k] * ref[k] }
+            let base = UnsafeRawPointer(h.baseAddress!)
+            let ref = n - w
+            // Eight samples at a time in SIMD lanes, the rest one by one.
+            func dot(_ a: Int, _ b: Int) -> Float {
+                var acc = SIMD8<Float>(repeating: 0)
+                var k = 0
+                while k + 8 <= w {
+                    acc +=
+                        base.loadUnaligned(fromByteOffset: (a + k) * 4, as: SIMD8<Float>.self)
+                        * base.loadUnaligned(fromByteOffset: (b + k) * 4, as: SIMD8<Float>.self)
+                    k += 8
+                }
+                var sum = acc.sum()
+                while k < w {
+                    sum += h[a + k] * h[b + k]
+                    k += 1
+                }
+                return sum
+            }
+            let eRef = dot(ref, ref)
             guard eRef > 0 else { return [] }
             var out: [(lag: Int, score: Float)] = []
             out.reserveCapacity(lags.count)
             for lag in lags {
-                let seg = h.baseAddress! + (n - w - lag)
-                var dot: Float = 0, e: Float = 0
-                for k in 0..<w {
-                    dot += ref[k] * seg[k]
-                    e += seg[k] * seg[k]
-                }
-                if e > 0 { out.append((lag, dot / (eRef * e).squareRoot())) }
+                let seg = ref - lag
+                let e = dot(seg, seg)
+                if e > 0 { out.append((lag, dot(ref, seg) / (eRef * e).squareRoot())) }
             }
             return out
         }
@@ -431,7 +447,7 @@ public enum EdgeRepair {
         let fitted = Array(history.suffix(fit ?? detectSamples(sampleRate)))
         let order = detectOrder
         guard fitted.count > 2 * order else { return [Float](repeating: 0, count: count) }
-        return extrapolated(fitted, count: count, filter: fitted.map(Double.init).withUnsafeBufferPointer { burg($0, order: order) }.filter)
+        return extrapolated(fitted, count: count, filter: fitted.withUnsafeBufferPointer { burg($0, order: order) }.filter)
     }
 
     /// `count` samples continuing `history` by the prediction-error filter `filter`.

@@ -33,6 +33,11 @@ struct AudioRegionRenderer {
     static let spliceWindow = 256  // half-width of the correlation window
     static let spliceSearch: Int64 = 300  // search +- this many samples around the ideal jump
     static let crossfade = 256
+    /// The splice's crossfade weights (raised cosine over `crossfade` samples) and the region's
+    /// fade-in and fade-out over one frame, computed once.
+    static let spliceWeights = (0..<crossfade).map { 0.5 - 0.5 * cos(Double.pi * Double($0) / Double(crossfade)) }
+    static let fadeIn = (0..<Int(AudioJoinPlan.frameSize)).map { Float(0.5 - 0.5 * cos(Double.pi * Double($0) / Double(AudioJoinPlan.frameSize))) }
+    static let fadeOut = (0..<Int(AudioJoinPlan.frameSize)).map { Float(0.5 + 0.5 * cos(Double.pi * Double($0) / Double(AudioJoinPlan.frameSize))) }
 
     /// A region as re-encoded: the frames (within the planned region's `frames`, around its
     /// `least`) and their packets, in order (pts/dts are output frame indices).
@@ -229,14 +234,14 @@ struct AudioRegionRenderer {
                     } else if rd >= Double(mid) + half {
                         w = 1
                     } else {
-                        w = 0.5 - 0.5 * cos(Double.pi * (rd - (Double(mid) - half)) / Double(Self.crossfade))
+                        w = Self.spliceWeights[Int(r - mid) + Self.crossfade / 2]
                     }
                     // Fades on the first and last frame (outside every kept packet's window).
                     var g: Float = 1
                     if k < Int(F) {
-                        g = Float(0.5 - 0.5 * cos(Double.pi * Double(k) / Double(F)))
+                        g = Self.fadeIn[k]
                     } else if k >= n - Int(F) {
-                        g = Float(0.5 + 0.5 * cos(Double.pi * Double(k - (n - Int(F))) / Double(F)))
+                        g = Self.fadeOut[k - (n - Int(F))]
                     }
                     for ch in 0..<chans {
                         let x = UnsafeBufferPointer(rebasing: src[(ch * tn)..<((ch + 1) * tn)])

@@ -214,10 +214,14 @@ struct AudioRegionRenderer {
         let chans = Int(channels)
         // Flat buffers read and written through pointers: no per-sample nested-array access (a
         // retain and a uniqueness check for every sample of every channel).
-        let tn = timeline[0].count
+        // Only the part of the timeline the map reads (with the interpolation's neighbours).
+        let reach0 = Int(r0 + base0 - tLo) - Int(abs(residual)) - 2
+        let reach1 = Int(r1 + base0 - tLo) + Int(abs(residual)) + Int(abs(jump)) + 3
+        let w0 = max(0, reach0), w1 = min(timeline[0].count, reach1)
+        let tn = w1 - w0
         var source = [Float]()
         source.reserveCapacity(tn * chans)
-        for ch in 0..<chans { source.append(contentsOf: timeline[ch]) }
+        for ch in 0..<chans { source.append(contentsOf: timeline[ch][w0..<w1]) }
         var flat = [Float](repeating: 0, count: n * chans)
         source.withUnsafeBufferPointer { src in
             flat.withUnsafeMutableBufferPointer { dst in
@@ -226,7 +230,7 @@ struct AudioRegionRenderer {
                     let rd = Double(r)
                     var slide = 0.0
                     if r >= zone.upperBound { slide = residual } else if r > zone.lowerBound { slide = residual * (rd - Double(zone.lowerBound)) / zlen }
-                    let t = Double(r + base0 - tLo) + slide
+                    let t = Double(r + base0 - tLo - Int64(w0)) + slide
                     // Crossfade from "before the jump" to "after the jump" around mid.
                     let w: Double
                     if jump == 0 || rd < Double(mid) - half {

@@ -106,11 +106,15 @@ public enum EdgeRepair {
         let need = context(maxSpan: span, sampleRate: sampleRate)
         guard gap >= 0, gap <= maxGap(sampleRate), leftEnd - need >= 0, rightStart + need <= count else { return .none }
         let fit = detectSamples(sampleRate)
-        var mix = [Float](repeating: 0, count: count)
-        for ch in channels { for i in (leftEnd - need)..<(rightStart + need) { mix[i] += ch[i] } }
+        // The channels' mix over what is read: mix[i - origin] for sample i.
+        let origin = leftEnd - need
+        var mix = [Float](repeating: 0, count: rightStart + need - origin)
+        for ch in channels {
+            ch.withUnsafeBufferPointer { x in mix.withUnsafeMutableBufferPointer { m in for i in m.indices { m[i] += x[origin + i] } } }
+        }
 
-        let leftSide = Array(mix[(leftEnd - span - fit)..<leftEnd])
-        let rightSide = Array(mix[rightStart..<(rightStart + span + fit)].reversed())
+        let leftSide = Array(mix[(leftEnd - span - fit - origin)..<(leftEnd - origin)])
+        let rightSide = Array(mix[(rightStart - origin)..<(rightStart + span + fit - origin)].reversed())
         // Sound meeting silence is not one waveform to continue: left as it is.
         guard !isSilent(leftSide.prefix(fit)), !isSilent(rightSide.prefix(fit)) else { return .none }
         // Sides that do not continue each other (`bridging`) are crossfaded over at least
@@ -120,7 +124,7 @@ public enum EdgeRepair {
         let smoothing = smoothingSamples(sampleRate)
         var before = least, after = least
         var leftFilters: [[Double]] = [], rightFilters: [[Double]] = []  // each channel's predictor
-        for x in channels.count == 1 ? [mix] : channels {
+        for x in channels {
             let l = damage(forward: Array(x[(leftEnd - span - fit)..<leftEnd]), span: span, threshold: sound.threshold, smoothing: smoothing)
             let r = damage(forward: Array(x[rightStart..<(rightStart + span + fit)].reversed()), span: span, threshold: sound.threshold, smoothing: smoothing)
             before = max(before, l.samples)
@@ -136,7 +140,10 @@ public enum EdgeRepair {
         let h = historySamples(sampleRate)
         let periods =
             sound == .steady
-            ? (period(Array(mix[(start - h)..<start]), sampleRate: sampleRate), period(Array(mix[end..<(end + h)].reversed()), sampleRate: sampleRate)) : nil
+            ? (
+                period(Array(mix[(start - h - origin)..<(start - origin)]), sampleRate: sampleRate),
+                period(Array(mix[(end - origin)..<(end + h - origin)].reversed()), sampleRate: sampleRate)
+            ) : nil
         let crossfade = weights(n)
         for c in channels.indices {
             let x = channels[c]

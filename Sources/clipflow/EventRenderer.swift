@@ -84,19 +84,24 @@ final class JSONEventWriter: EventRenderer, Sendable {
 /// Text progress on stderr. On a terminal: one status line redrawn with every stage's state
 /// (and every item in progress). Otherwise: a line per output, notice, failure and item event,
 /// and per 10 % of a stage's or an item's progress; no carriage returns.
-/// `@unchecked Sendable`: stages emit from their own threads; every mutable field is touched only
-/// under `lock`.
-final class TextRenderer: EventRenderer, @unchecked Sendable {
+/// Stages emit from their own threads: what it has drawn is kept under one `Mutex`.
+final class TextRenderer: EventRenderer, Sendable {
     let quiet: Bool
     let isTTY: Bool
-    private let lock = NSLock()
-    /// Stages, then items ("stage/item"), in the order first seen; their state for the status line.
-    private var order: [String] = []
-    private var state: [String: String] = [:]
-    private var lastDecile: [String: Int] = [:]
-    private var warnedDrops: Set<String> = []
-    private var drew = false
-    private var lastDraw = 0.0
+    /// What the status line shows and what has been said.
+    private struct Drawing {
+        /// Stages, then items ("stage/item"), in the order first seen; their state for the status line.
+        var order: [String] = []
+        var state: [String: String] = [:]
+        var lastDecile: [String: Int] = [:]
+        var warnedDrops: Set<String> = []
+        var drew = false
+        var lastDraw = 0.0
+
+        /// Ends a drawn status line before anything else is written.
+        mutating func clear() { if drew { TextRenderer.write("\r\u{1B}[K"); drew = false } }
+    }
+    private let drawing = Mutex(Drawing())
 
     init(quiet: Bool, isTTY: Bool = isatty(2) == 1) {
         self.quiet = quiet
@@ -104,76 +109,79 @@ final class TextRenderer: EventRenderer, @unchecked Sendable {
     }
 
     func emit(_ e: PipelineEvent) {
-        lock.lock(); defer { lock.unlock() }
-        if !order.contains(e.stage) { order.append(e.stage) }
-        var line: String?
-        switch e.kind {
-        case .started: state[e.stage] = "running"
-        case .progress(let c, let t, let u):
-            if t > 0 {
-                let (bar, decile) = Self.bar(c, t)
-                state[e.stage] = bar
-                if decile != lastDecile[e.stage] ?? -1 {
-                    lastDecile[e.stage] = decile
-                    if !isTTY { line = "\(e.stage): \(Int(min(1, Double(c) / Double(t)) * 100))% (\(c) of \(t) \(u))" }
+        drawing.withLock { d in
+            if !d.order.contains(e.stage) { d.order.append(e.stage) }
+            var line: String?
+            switch e.kind {
+            case .started: d.state[e.stage] = "running"
+            case .progress(let c, let t, let u):
+                if t > 0 {
+                    let (bar, decile) = Self.bar(c, t)
+                    d.state[e.stage] = bar
+                    if decile != d.lastDecile[e.stage] ?? -1 {
+                        d.lastDecile[e.stage] = decile
+                        if !isTTY { line = "\(e.stage): \(Int(min(1, Double(c) / Double(t)) * 100))% (\(c) of \(t) \(u))" }
+                    }
+                } else {
+                    d.state[e.stage] = "\(c) \(u)"
                 }
-            } else {
-                state[e.stage] = "\(c) \(u)"
-            }
-        case .output(let p): line = "\(e.stage): wrote \(p)"
-        case .dropped(let n):
-            // The first drop is worth a line; totals come at the end. A source (a camera) drops
-            // what it could not deliver in time, any other stage what its full input queue shed.
-            state[e.stage] = "dropped \(n)"
-            if n > 0 && !warnedDrops.contains(e.stage) { warnedDrops.insert(e.stage); line = "\(e.stage): dropping items (\(n) so far)" }
-        case .notice(let m): line = "\(e.stage): \(m)"
-        case .queue(let from, let items, _, let dropped):
-            if dropped > 0 || !isTTY { line = "\(e.stage): queue from \(from): at most \(items) queued, \(dropped) dropped" }
-        case .result: break
-        case .item(let id, let name, let f, let text):
-            let key = e.stage + "/" + id
-            if !order.contains(key) { order.append(key) }
-            if name == "progress", let a = f["acknowledged"]?.integer, let t = f["total"]?.integer, t > 0 {
-                state[key] = Self.bar(a, t).bar
-                let decile = Self.bar(a, t).decile
-                if decile != lastDecile[key] ?? -1 {
-                    lastDecile[key] = decile
-                    if !isTTY { line = "\(id): \(text)" }
+            case .output(let p): line = "\(e.stage): wrote \(p)"
+            case .dropped(let n):
+                // The first drop is worth a line; totals come at the end. A source (a camera) drops
+                // what it could not deliver in time, any other stage what its full input queue shed.
+                d.state[e.stage] = "dropped \(n)"
+                if n > 0 && !d.warnedDrops.contains(e.stage) { d.warnedDrops.insert(e.stage); line = "\(e.stage): dropping items (\(n) so far)" }
+            case .notice(let m): line = "\(e.stage): \(m)"
+            case .queue(let from, let items, _, let dropped):
+                if dropped > 0 || !isTTY { line = "\(e.stage): queue from \(from): at most \(items) queued, \(dropped) dropped" }
+            case .result: break
+            case .item(let id, let name, let f, let text):
+                let key = e.stage + "/" + id
+                if !d.order.contains(key) { d.order.append(key) }
+                if name == "progress", let a = f["acknowledged"]?.integer, let t = f["total"]?.integer, t > 0 {
+                    d.state[key] = Self.bar(a, t).bar
+                    let decile = Self.bar(a, t).decile
+                    if decile != d.lastDecile[key] ?? -1 {
+                        d.lastDecile[key] = decile
+                        if !isTTY { line = "\(id): \(text)" }
+                    }
+                } else {
+                    if ["finished", "failed", "paused", "cancelled"].contains(name) { d.state[key] = nil; d.order.removeAll { $0 == key } }
+                    line = "\(id): \(text)"
                 }
-            } else {
-                if ["finished", "failed", "paused", "cancelled"].contains(name) { state[key] = nil; order.removeAll { $0 == key } }
-                line = "\(id): \(text)"
+            case .finished: d.state[e.stage] = "done"
+            case .failed(let m): d.state[e.stage] = "failed"; line = "\(e.stage): failed: \(m)"
+            case .interrupted: d.state[e.stage] = "stopped"; line = "\(e.stage): stopped"
             }
-        case .finished: state[e.stage] = "done"
-        case .failed(let m): state[e.stage] = "failed"; line = "\(e.stage): failed: \(m)"
-        case .interrupted: state[e.stage] = "stopped"; line = "\(e.stage): stopped"
-        }
-        guard !quiet else { return }
-        if isTTY {
-            if let line { clear(); write("\(line)\n") }
-            if e.time - lastDraw > 0.1 || line != nil || e.kind == .finished {
-                lastDraw = e.time
-                let status = order.compactMap { k in
-                    k.contains("/") ? state[k].map { "\(k.split(separator: "/").last ?? ""): \($0)" } : "\(k): \(state[k] ?? "waiting")"
+            guard !quiet else { return }
+            if isTTY {
+                if let line { d.clear(); Self.write("\(line)\n") }
+                if e.time - d.lastDraw > 0.1 || line != nil || e.kind == .finished {
+                    d.lastDraw = e.time
+                    let status = d.order.compactMap { k in
+                        k.contains("/") ? d.state[k].map { "\(k.split(separator: "/").last ?? ""): \($0)" } : "\(k): \(d.state[k] ?? "waiting")"
+                    }
+                    Self.write("\r\u{1B}[K" + status.joined(separator: " | "))
+                    d.drew = true
                 }
-                write("\r\u{1B}[K" + status.joined(separator: " | "))
-                drew = true
+            } else if let line {
+                Self.write("\(line)\n")
             }
-        } else if let line {
-            write("\(line)\n")
         }
     }
 
     func say(_ s: String) {
         guard !quiet else { return }
-        lock.lock(); defer { lock.unlock() }
-        clear()
-        write("\(s)\n")
+        drawing.withLock { d in
+            d.clear()
+            Self.write("\(s)\n")
+        }
     }
 
     func end() {
-        lock.lock(); defer { lock.unlock() }
-        if drew { write("\n"); drew = false }
+        drawing.withLock { d in
+            if d.drew { Self.write("\n"); d.drew = false }
+        }
     }
 
     /// A 12-cell bar with its percentage, and the tenth it is in.
@@ -184,7 +192,6 @@ final class TextRenderer: EventRenderer, @unchecked Sendable {
         return ("[" + String(repeating: "#", count: filled) + String(repeating: "-", count: 12 - filled) + "] \(pct)%", pct / 10)
     }
 
-    private func clear() { if drew { write("\r\u{1B}[K"); drew = false } }
     /// Everything the renderer prints passes here: secrets are redacted.
-    private func write(_ s: String) { FileHandle.standardError.write(Data(Secrets.shared.redact(s).utf8)) }
+    fileprivate static func write(_ s: String) { FileHandle.standardError.write(Data(Secrets.shared.redact(s).utf8)) }
 }

@@ -65,7 +65,7 @@ final class UploadStageHarnessTests: XCTestCase {
         let queueDir = dir + "/queue"
 
         /// Stops the graph at the upload's first progress report (some bytes sent, most not).
-        final class StopAtFirstProgress: EventSink, @unchecked Sendable {
+        final class StopAtFirstProgress: EventSink, Sendable {
             let runner = Mutex<GraphRunner?>(nil)
             func emit(_ event: PipelineEvent) {
                 guard event.stage == "up", case .item(_, "progress", let fields, _) = event.kind else { return }

@@ -31,7 +31,7 @@ let package = Package(
             name: "CClipFlowFFmpeg",
             linkerSettings: [
                 .linkedLibrary("avformat"), .linkedLibrary("avcodec"),
-                .linkedLibrary("swscale"), .linkedLibrary("avutil")
+                .linkedLibrary("swscale"), .linkedLibrary("swresample"), .linkedLibrary("avutil")
             ]
         ),
         .target(name: "CClipFlowV4L2"),

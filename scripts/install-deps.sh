@@ -5,7 +5,7 @@
 # libcurl (upload), and from PyPI: `numpy` (scripts/join-metrics), `jsonschema` (an independent check of schema/pipeline.schema.json),
 # `resumable-upload` (a real TUS 1.0 server) and `moto[server]` (a real S3/STS server) for the upload tests.
 set -euo pipefail
-pkgs=(pkg-config libavformat-dev libavcodec-dev libswscale-dev libavutil-dev ffmpeg mediainfo libcurl4-openssl-dev curl espeak-ng)
+pkgs=(pkg-config libavformat-dev libavcodec-dev libswscale-dev libswresample-dev libavutil-dev ffmpeg mediainfo libcurl4-openssl-dev curl espeak-ng)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -30,6 +30,16 @@ int cf_stream_set_display_rotation(AVStream *st, double angle) {
     return 0;
 }
 
+int cf_frame_from_pool(AVFrame *f, AVBufferPool *pool, enum AVPixelFormat fmt, int w, int h, int align) {
+    AVBufferRef *buf = av_buffer_pool_get(pool);
+    if (!buf) return AVERROR(ENOMEM);
+    int rc = av_image_fill_arrays(f->data, f->linesize, buf->data, fmt, w, h, align);
+    if (rc < 0) { av_buffer_unref(&buf); return rc; }
+    f->buf[0] = buf;
+    f->format = fmt; f->width = w; f->height = h;
+    return 0;
+}
+
 static _Thread_local char cf_last_msg[512];
 
 static void cf_log_callback(void *avcl, int level, const char *fmt, va_list vl) {

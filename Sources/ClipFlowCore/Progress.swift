@@ -7,11 +7,14 @@ public struct ProgressEvent: Sendable, Equatable {
     public var completed: Int64
     public var total: Int64
     public var unit: String
-    public init(phase: String, completed: Int64, total: Int64, unit: String = "bytes") {
+    /// Media seconds processed per wall-clock second so far (nil where the work is not media time).
+    public var speed: Double?
+    public init(phase: String, completed: Int64, total: Int64, unit: String = "bytes", speed: Double? = nil) {
         self.phase = phase
         self.completed = completed
         self.total = total
         self.unit = unit
+        self.speed = speed
     }
     public var fraction: Double { total > 0 ? min(1, Double(completed) / Double(total)) : 0 }
 }

@@ -241,13 +241,18 @@ final class CodecContext: @unchecked Sendable {
     }
 
     /// A decoder for the given stream parameters.
-    static func decoder(for par: UnsafePointer<AVCodecParameters>, what: String, threads: Int = 1) throws -> CodecContext {
+    /// `threads` 0: as many as FFmpeg sees fit (frame and slice threads). `timeBase`: the unit of
+    /// the packets' timestamps, so decoded frames carry durations in it.
+    static func decoder(
+        for par: UnsafePointer<AVCodecParameters>, what: String, threads: Int = 1, timeBase: AVRational? = nil
+    ) throws -> CodecContext {
         guard let codec = avcodec_find_decoder(par.pointee.codec_id) else {
             throw ClipFlowError.failure("\(what): no decoder for \(String(cString: avcodec_get_name(par.pointee.codec_id)))")
         }
         let c = try CodecContext(codec: codec, what: what)
         try FF.check(avcodec_parameters_to_context(c.ctx, par), "\(what): decoder parameters")
         c.ctx.pointee.thread_count = Int32(threads)
+        if let timeBase { c.ctx.pointee.pkt_timebase = timeBase }
         try FF.check(avcodec_open2(c.ctx, codec, nil), "\(what): opening decoder")
         return c
     }

@@ -2,19 +2,20 @@ import ClipFlowCore
 import Foundation
 import Synchronization
 
-/// Stage kinds backed by FFmpeg: `merge` and `thumbnail`.
+/// Stage kinds backed by FFmpeg: `merge`, `transcode`, `thumbnail` and `record`.
 public enum MediaStages {
     public static func register(into r: StageRegistry) {
         r.register(MergeStage.kind)
+        r.register(TranscodeStage.kind)
         r.register(ThumbnailStage.kind)
         r.register(RecordStage.kind)
     }
 }
 
 /// Forwards a merge's progress to the stage's events.
-private struct StageProgress: ProgressReporter {
+struct StageProgress: ProgressReporter {
     let context: StageContext
-    func report(_ e: ProgressEvent) { context.progress(e.completed, of: e.total, unit: e.unit) }
+    func report(_ e: ProgressEvent) { context.progress(e.completed, of: e.total, unit: e.unit, speed: e.speed) }
     func notice(_ message: String) { context.emit(.notice(message)) }
 }
 

@@ -13,7 +13,9 @@ struct ClipFlow: ParsableCommand {
         commandName: "clipflow",
         abstract: "Turn camera recordings and clip fragments into upload-ready videos.",
         version: "0.1.0",
-        subcommands: [Merge.self, Record.self, Clips.self, Devices.self, Upload.self, Run.self, Validate.self, Stages.self, Schema.self]
+        subcommands: [
+            Merge.self, Transcode.self, Presets.self, Record.self, Clips.self, Devices.self, Upload.self, Run.self, Validate.self, Stages.self, Schema.self
+        ]
     )
 
     static func main() {
@@ -87,21 +89,10 @@ struct Merge: ParsableCommand {
         }
     }
 
-    /// Before any work: no output may be an input or the other output, and the output's folder
-    /// must exist (the merge stage of a pipeline creates it; the command does not).
     private func checkOutputs() throws {
         var outputs = [OutputSafety.Use(path: output, label: "-o")]
         if let thumb = thumbnail { outputs.append(OutputSafety.Use(path: thumb, label: "--thumbnail")) }
-        let inputUses = inputs.enumerated().map { OutputSafety.Use(path: $1, label: "input \($0 + 1)") }
-        if let clash = OutputSafety.clashes(inputs: inputUses, outputs: outputs).first {
-            throw ClipFlowError.badInput(clash.description)
-        }
-        let target = URL(fileURLWithPath: output)
-        let dir = target.deletingLastPathComponent()
-        var isDir: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: dir.path, isDirectory: &isDir), isDir.boolValue else {
-            throw ClipFlowError.output("-o '\(target.path)': folder '\(dir.path)' does not exist")
-        }
+        try checkBeforeWork(inputs: inputs, outputs: outputs)
     }
 
     /// files → merge → thumbnail (when `--thumbnail`).
@@ -125,5 +116,21 @@ struct Merge: ParsableCommand {
         var edges = [Edge(from: "files", to: "merge", limits: MergeStage.kind.queue)]
         if thumbnail != nil { edges.append(Edge(from: "merge", to: "thumbnail", limits: ThumbnailStage.kind.queue)) }
         return edges
+    }
+}
+
+/// Before any work: no output may be an input or another output, and the first output's folder
+/// must exist (a pipeline's stages create theirs; the commands do not).
+func checkBeforeWork(inputs: [String], outputs: [OutputSafety.Use]) throws {
+    let inputUses = inputs.enumerated().map { OutputSafety.Use(path: $1, label: "input \($0 + 1)") }
+    if let clash = OutputSafety.clashes(inputs: inputUses, outputs: outputs).first {
+        throw ClipFlowError.badInput(clash.description)
+    }
+    guard let main = outputs.first else { return }
+    let target = URL(fileURLWithPath: main.path)
+    let dir = target.deletingLastPathComponent()
+    var isDir: ObjCBool = false
+    guard FileManager.default.fileExists(atPath: dir.path, isDirectory: &isDir), isDir.boolValue else {
+        throw ClipFlowError.output("\(main.label) '\(target.path)': folder '\(dir.path)' does not exist")
     }
 }

@@ -46,9 +46,10 @@ final class JSONEventWriter: EventRenderer, Sendable {
         func event(_ name: String) { fields.append(("event", .string(name))) }
         switch e.kind {
         case .started: event("started")
-        case .progress(let c, let t, let u):
+        case .progress(let c, let t, let u, let speed):
             event("progress")
             fields += [("completed", .number(Double(c))), ("total", .number(Double(t))), ("unit", .string(u))]
+            if let speed { fields.append(("speed", .number((speed * 1000).rounded() / 1000))) }
         case .output(let p): event("output"); fields.append(("path", .string(p)))
         case .dropped(let n): event("dropped"); fields.append(("count", .number(Double(n))))
         case .notice(let m): event("notice"); fields.append(("message", .string(m)))
@@ -114,13 +115,14 @@ final class TextRenderer: EventRenderer, Sendable {
             var line: String?
             switch e.kind {
             case .started: d.state[e.stage] = "running"
-            case .progress(let c, let t, let u):
+            case .progress(let c, let t, let u, let speed):
+                let pace = speed.map { String(format: ", %.2fx", $0) } ?? ""
                 if t > 0 {
                     let (bar, decile) = Self.bar(c, t)
-                    d.state[e.stage] = bar
+                    d.state[e.stage] = bar + pace
                     if decile != d.lastDecile[e.stage] ?? -1 {
                         d.lastDecile[e.stage] = decile
-                        if !isTTY { line = "\(e.stage): \(Int(min(1, Double(c) / Double(t)) * 100))% (\(c) of \(t) \(u))" }
+                        if !isTTY { line = "\(e.stage): \(Int(min(1, Double(c) / Double(t)) * 100))% (\(c) of \(t) \(u)\(pace))" }
                     }
                 } else {
                     d.state[e.stage] = "\(c) \(u)"

@@ -210,6 +210,14 @@ final class PipelineCLITests: XCTestCase {
                 let queue = try Run.run([binary, "upload", "list", "--json", "--queue", "\(out)/upload-queue"])
                 let entries = try JSONSerialization.jsonObject(with: queue.stdout) as? [[String: Any]] ?? []
                 XCTAssertEqual(entries.map { $0["state"] as? String }, Array(repeating: "finished", count: outputs.count))
+            case "clips-to-web.json":
+                // Three 320x240 fragments: web-720p never enlarges them; every picture is kept.
+                let web = "\(out)/web.mp4"
+                XCTAssertEqual(try Probe.videoFrames(web), sum)
+                XCTAssertEqual(try Probe.stream(web, "v:0", "codec_name,profile,width,height"), "h264,High,320,240")
+                XCTAssertEqual(try Probe.topLevelBoxes(web).filter { $0 == "moov" || $0 == "mdat" }, ["moov", "mdat"])
+                XCTAssertEqual(try Probe.decodeErrors(web), "")
+                XCTAssertEqual(try Probe.stream("\(out)/cover.jpg", "v:0", "width"), "320")
             case "fragments-to-s3.json":
                 XCTAssertEqual(try Probe.videoFrames("\(out)/merged.mp4"), sum)
                 XCTAssertEqual(try s3.objectSHA256(key: "videos/merged.mp4"), try sha256(ofFile: "\(out)/merged.mp4"))

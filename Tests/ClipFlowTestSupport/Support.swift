@@ -114,8 +114,13 @@ public enum Probe {
     }
 
     /// Errors printed by ffmpeg while decoding every stream fully (empty = clean).
-    public static func decodeErrors(_ path: String) throws -> String {
-        let r = try Run.run(["ffmpeg", "-v", "error", "-i", path, "-f", "null", "-"], check: false)
+    /// `keepTimestamps`: pass decoded pictures on with their own times and time base
+    /// (`-fps_mode passthrough -enc_time_base -1`), for variable-rate videos; otherwise the null
+    /// output's constant-rate timing complains of pictures closer together than its rate, which
+    /// says nothing about the file.
+    public static func decodeErrors(_ path: String, keepTimestamps: Bool = false) throws -> String {
+        let mode = keepTimestamps ? ["-fps_mode", "passthrough", "-enc_time_base", "-1"] : []
+        let r = try Run.run(["ffmpeg", "-v", "error", "-i", path] + mode + ["-f", "null", "-"], check: false)
         return r.status == 0 ? r.stderr : "exit \(r.status): \(r.stderr)"
     }
 

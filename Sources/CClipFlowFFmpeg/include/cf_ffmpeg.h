@@ -13,6 +13,7 @@
 #include <libavutil/imgutils.h>
 #include <libavutil/audio_fifo.h>
 #include <libswscale/swscale.h>
+#include <libswresample/swresample.h>
 #include <stdint.h>
 
 static inline int cf_averror(int posix) { return AVERROR(posix); }
@@ -30,6 +31,12 @@ static inline int cf_frame_wrap(AVFrame *f, const uint8_t *buf, enum AVPixelForm
     f->format = fmt; f->width = w; f->height = h;
     return av_image_fill_arrays(f->data, f->linesize, buf, fmt, w, h, 1);
 }
+/// Gives `f` one buffer from `pool` holding a picture of `fmt`, `w` x `h` with rows aligned to
+/// `align` bytes (the pool's buffers must be at least av_image_get_buffer_size(fmt, w, h, align)).
+/// The frame holds the buffer's only reference; unref returns it to the pool. Returns 0 or a
+/// negative AVERROR.
+int cf_frame_from_pool(AVFrame *f, AVBufferPool *pool, enum AVPixelFormat fmt, int w, int h, int align);
+
 /// Pointer to channel plane `i` of an audio frame (extended_data).
 static inline float *cf_frame_plane_f32(const AVFrame *f, int i) { return (float *)f->extended_data[i]; }
 

@@ -4,8 +4,9 @@ import Foundation
 public struct PipelineEvent: Sendable, Equatable {
     public enum Kind: Sendable, Equatable {
         case started
-        /// `completed` of `total` `unit` (total 0: unknown).
-        case progress(completed: Int64, total: Int64, unit: String)
+        /// `completed` of `total` `unit` (total 0: unknown); `speed`: media seconds per wall-clock
+        /// second, for work on media time.
+        case progress(completed: Int64, total: Int64, unit: String, speed: Double? = nil)
         /// A file the stage wrote.
         case output(path: String)
         /// Items dropped on the stage's input links so far (drop policies only).

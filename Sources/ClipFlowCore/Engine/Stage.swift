@@ -141,8 +141,8 @@ public final class StageContext: @unchecked Sendable {
     public func emit(_ kind: PipelineEvent.Kind) {
         sink.emit(PipelineEvent(stage: stageID, kind: kind, time: clock.now()))
     }
-    public func progress(_ completed: Int64, of total: Int64, unit: String = "bytes") {
-        emit(.progress(completed: completed, total: total, unit: unit))
+    public func progress(_ completed: Int64, of total: Int64, unit: String = "bytes", speed: Double? = nil) {
+        emit(.progress(completed: completed, total: total, unit: unit, speed: speed))
     }
 }
 

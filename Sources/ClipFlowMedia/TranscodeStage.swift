@@ -1,0 +1,119 @@
+import ClipFlowCore
+import Foundation
+
+/// Decodes every clip it receives (inputs in order, clips in arrival order), joins them and
+/// encodes one fast-start MP4 at end of stream (see `Transcoder`), then passes the file on. A
+/// transcode is all or nothing: a stop, a cancel or a failure leaves no output.
+/// Belongs to its stage queue; a stop or cancel reaches it through `cancelFlag` (thread-safe).
+public final class TranscodeStage: Stage {
+    public let id: String
+    public let output: String
+    public let settings: TranscodeSettings
+    private var clips: [String] = []
+    private let cancelFlag = CancellationFlag()
+    public var inputTypes: Set<PortType> { [.clips, .video] }
+    public var outputType: PortType? { .video }
+
+    /// The stage's fields are the `clipflow transcode` flags of the same names.
+    public static let kind = StageKind(
+        name: "transcode", summary: "decode, convert and re-encode clips (any format) into one fast-start H.264/HEVC MP4",
+        inputs: [.clips, .video], minInputs: 1, output: .video,
+        params: [
+            ParamSpec("output", .path, required: true, help: "the MP4 to write (under a temporary name, renamed when complete)"),
+            ParamSpec("preset", .choice(TranscodePreset.all.map(\.name)), help: "named settings (`clipflow presets`); the other fields override them"),
+            ParamSpec("size", .string, help: "output frame WxH (even numbers); pictures of other shapes go in by `fit`"),
+            ParamSpec("height", .integer(min: 16, max: 8192), help: "output height (even); the width follows the source's shape"),
+            ParamSpec("fit", .choice(Fit.allCases.map(\.rawValue)), help: "contain (pad), cover (crop) or stretch; default contain"),
+            ParamSpec("fps", .string, help: "keep (default; variable rates stay variable) or a fixed rate: 30, 29.97, 30000/1001"),
+            ParamSpec("video-codec", .choice(VideoCodecChoice.allCases.map(\.rawValue)), help: "h264 (default) or hevc (tagged hvc1)"),
+            ParamSpec("crf", .integer(min: 0, max: 51), help: "constant quality (lower: better, bigger); default 23"),
+            ParamSpec("video-bitrate", .string, help: "average video bit rate instead of crf (2500k, 2.5M)"),
+            ParamSpec("maxrate", .string, help: "peak video bit rate over a 2 s buffer (4M)"),
+            ParamSpec("encoder-preset", .choice(TranscodeSettings.encoderPresets), help: "x264/x265 speed preset; default medium"),
+            ParamSpec("audio-bitrate", .string, help: "AAC bit rate; default 128k"),
+            ParamSpec("upright", .boolean, default: .bool(false), help: "turn rotated pictures in their pixels (no display matrix)"),
+            ParamSpec("upscale", .boolean, default: .bool(false), help: "allow pictures larger than the source")
+        ],
+        queue: LinkLimits(maxItems: 1024, maxBytes: LinkLimits.noByteLimit),
+        check: { p, path in
+            if case .failure(let problem) = choices(p).resolve() { return [PipelineIssue("\(path).\(problem.option)", problem.message)] }
+            return []
+        },
+        files: { p in StageFiles(writes: p.string("output").map { [FileField("output", $0)] } ?? []) },
+        make: { id, p in
+            switch choices(p).resolve() {
+            case .success(let s): return TranscodeStage(id: id, output: p.string("output")!, settings: s)
+            case .failure(let problem): throw ClipFlowError.badInput("stage '\(id)': \(problem.option): \(problem.message)")
+            }
+        })
+
+    private static func choices(_ p: StageParams) -> TranscodeChoices {
+        var c = TranscodeChoices()
+        c.preset = p.string("preset")
+        c.size = p.string("size")
+        c.height = p.int("height")
+        c.fit = p.string("fit")
+        c.fps = p.string("fps")
+        c.videoCodec = p.string("video-codec")
+        c.crf = p.int("crf")
+        c.videoBitRate = p.string("video-bitrate")
+        c.maxRate = p.string("maxrate")
+        c.encoderPreset = p.string("encoder-preset")
+        c.audioBitRate = p.string("audio-bitrate")
+        c.upright = p.bool("upright") ?? false
+        c.upscale = p.bool("upscale") ?? false
+        return c
+    }
+
+    public init(id: String, output: String, settings: TranscodeSettings) {
+        self.id = id
+        self.output = output
+        self.settings = settings
+    }
+
+    public func prepare(_ context: StageContext) throws {
+        let flag = cancelFlag
+        context.onStop { flag.cancel() }
+        context.onCancel { flag.cancel() }
+        let dir = (output as NSString).deletingLastPathComponent
+        if !dir.isEmpty {
+            do { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) } catch {
+                throw ClipFlowError.output("cannot create the directory of '\(output)': \(error.localizedDescription)")
+            }
+        }
+    }
+
+    public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
+        try checkPorts(inputs)
+        return StreamParameters(port: .video, container: "mp4")
+    }
+
+    public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
+        if let p = item.path { clips.append(p) }
+        return .ok
+    }
+
+    public func drain(_ context: StageContext) throws {
+        if context.stopRequested {
+            context.emit(.notice("stopped before transcoding; no output written"))
+            return
+        }
+        guard !clips.isEmpty else { throw ClipFlowError.badInput("no clips reached the transcode") }
+        let t = Transcoder(
+            inputs: clips, output: URL(fileURLWithPath: output), settings: settings, progress: StageProgress(context: context), cancel: cancelFlag)
+        do {
+            let r = try t.run()
+            context.emit(.output(path: r.output.path))
+            context.emit(
+                .result([
+                    .init("inputs", .integer(Int64(r.inputs))), .init("width", .integer(Int64(r.width))), .init("height", .integer(Int64(r.height))),
+                    .init("video_frames", .integer(Int64(r.videoFrames))), .init("seconds", .number(r.seconds)), .init("bytes", .integer(r.bytes)),
+                    .init("rotation", .integer(Int64(r.rotation)))
+                ]))
+        } catch let e as ClipFlowError where e.kind == .interrupted && context.stopRequested && !context.cancellation.isCancelled {
+            context.emit(.notice("stopped during the transcode; no output written"))
+            return
+        }
+        context.push(.file(output, type: .video))
+    }
+}

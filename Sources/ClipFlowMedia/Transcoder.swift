@@ -1,0 +1,372 @@
+internal import CClipFlowFFmpeg
+import ClipFlowCore
+import Foundation
+
+/// What a transcode made.
+public struct TranscodeResult: Sendable, Equatable {
+    public var output: URL
+    public var inputs: Int
+    public var width: Int
+    public var height: Int
+    public var videoFrames: Int
+    /// Seconds of video written.
+    public var seconds: Double
+    public var bytes: Int64
+    /// Degrees clockwise in the output's display matrix (0 when pictures were made upright).
+    public var rotation: Int
+}
+
+/// Decodes any number of inputs, joins them in order and encodes one fast-start MP4:
+///
+///     demux -> decode -> convert (crop, scale, pad, turn) ----\
+///                     \-> resample -> place on the timeline ---> [bounded queue] -> encode -> mux
+///     (calling thread; the decoders add their own threads)        (encoding thread; x264/x265 too)
+///
+/// Decoding and converting run on the calling thread, encoding and muxing on a second one, so the
+/// two overlap on both cores; the queue between them (a few pictures) bounds memory whatever the
+/// input's length. Each clip's audio is kept in sync with its video at every join (see
+/// `AudioTimeline`); a clip without audio gets silence when another clip has some.
+///
+/// Not thread-safe: `run` is called once, from one thread. `cancel` may be set from any thread.
+public final class Transcoder {
+    public let inputs: [String]
+    public let output: URL
+    public let settings: TranscodeSettings
+    private let progress: ProgressReporter
+    private let cancel: CancellationFlag
+
+    public init(
+        inputs: [String], output: URL, settings: TranscodeSettings, progress: ProgressReporter = SilentProgress(),
+        cancel: CancellationFlag = CancellationFlag()
+    ) {
+        self.inputs = inputs
+        self.output = output
+        self.settings = settings
+        self.progress = progress
+        self.cancel = cancel
+    }
+
+    /// The inputs' stream parameters, as the transcode reads them.
+    public static func probe(_ path: String) throws -> SourceInfo { try TranscodeInput(path: path).info }
+
+    public func run() throws -> TranscodeResult {
+        _ = FF.setup
+        if let p = settings.problem { throw ClipFlowError.badInput(p.description) }
+        guard !inputs.isEmpty else { throw ClipFlowError.badInput("no inputs to transcode") }
+        var opened: [TranscodeInput?] = try inputs.map { try TranscodeInput(path: $0) }
+        let plan = makePlan(opened.map { $0!.info })
+        let out = try TranscodeOutput(target: output, plan: plan.output)
+        let converter = PictureConverter(frame: plan.output.frame, pool: try PicturePool(size: plan.output.frame))
+        let worker = EncodingWorker(output: out, total: plan.totalSeconds, progress: progress)
+        worker.start()
+        do {
+            var timeline = plan.output.audio.map { AudioTimeline(channels: $0.channels, rate: $0.rate) }
+            var clock = VideoClock(plan: plan)
+            for i in opened.indices {
+                let input = opened[i]!
+                opened[i] = nil  // each input is closed once read
+                try decode(input, clip: plan.clips[i], plan: plan, converter: converter, clock: &clock, timeline: &timeline, worker: worker)
+            }
+            worker.queue.endOfStream()
+        } catch {
+            worker.queue.consumerDone()
+            worker.join()
+            out.discard()
+            throw error
+        }
+        worker.join()
+        if let e = worker.failure {
+            out.discard()
+            throw e
+        }
+        do {
+            let bytes = try out.finish()
+            worker.reportDone()
+            return TranscodeResult(
+                output: output, inputs: inputs.count, width: plan.output.frame.width, height: plan.output.frame.height,
+                videoFrames: out.videoFrames, seconds: out.videoSeconds, bytes: bytes, rotation: plan.output.rotation)
+        } catch {
+            out.discard()
+            throw error
+        }
+    }
+
+    // MARK: the plan
+
+    /// How each clip is turned and placed, and the output's shape.
+    struct Plan {
+        struct Clip {
+            var placement: Placement
+            /// Degrees the decoded pixels are turned clockwise.
+            var turn: Int
+        }
+        var output: TranscodeOutput.Plan
+        var clips: [Clip]
+        /// Sum of the inputs' durations (progress).
+        var totalSeconds: Double
+    }
+
+    private func makePlan(_ infos: [SourceInfo]) -> Plan {
+        var s = settings
+        // The longest input sets the shape and the rate (most of the output looks like it).
+        let reference = infos.enumerated().max { a, b in
+            a.element.duration < b.element.duration || (a.element.duration == b.element.duration && a.offset > b.offset)
+        }!.element
+        let rotations = Set(infos.map(\.video.rotation))
+        if !s.upright, rotations.count > 1 {
+            s.upright = true
+            progress.notice(
+                "the inputs are turned differently (\(rotations.sorted().map { "\($0)" }.joined(separator: ", ")) degrees): turning their pixels upright")
+        }
+        let displayFrame = TranscodeGeometry.frame(for: reference.video.displaySize, s)
+        let metadataTurn = s.upright ? 0 : reference.video.rotation
+        let written = metadataTurn % 180 == 0 ? displayFrame : displayFrame.swapped
+        let clips = infos.map { info -> Plan.Clip in
+            if s.upright {
+                return Plan.Clip(
+                    placement: TranscodeGeometry.place(info.video.displaySize, in: displayFrame, fit: s.fit, upscale: s.upscale), turn: info.video.rotation)
+            }
+            let stored = PictureSize(width: info.video.width, height: info.video.height)
+            return Plan.Clip(placement: TranscodeGeometry.place(stored, in: written, fit: s.fit, upscale: s.upscale), turn: 0)
+        }
+        let timeBase: AVRational, rate: AVRational
+        switch s.frameRate {
+        case .fixed(let n, let d):
+            rate = AVRational(num: Int32(n), den: Int32(d))
+            timeBase = AVRational(num: Int32(d), den: Int32(n))
+        case .keep:
+            rate = av_d2q(reference.video.frameRate ?? 30, 1_001_000)
+            timeBase = AVRational(num: 1, den: 90_000)
+        }
+        let withAudio = infos.compactMap(\.audio)
+        var audio: (rate: Int, channels: Int)? = nil
+        if !withAudio.isEmpty {
+            let rates = Set(withAudio.map(\.sampleRate))
+            audio = (rates.count == 1 ? rates.first! : 48_000, min(2, withAudio.map(\.channels).max()!))
+        }
+        return Plan(
+            output: TranscodeOutput.Plan(frame: written, timeBase: timeBase, frameRate: rate, rotation: metadataTurn, audio: audio, settings: s),
+            clips: clips, totalSeconds: infos.reduce(0) { $0 + $1.duration })
+    }
+
+    // MARK: decoding one input
+
+    private func decode(
+        _ input: TranscodeInput, clip: Plan.Clip, plan: Plan, converter: PictureConverter, clock: inout VideoClock,
+        timeline: inout AudioTimeline?, worker: EncodingWorker
+    ) throws {
+        let path = input.info.path
+        let vdec = try input.videoDecoder()
+        let adec = timeline != nil ? try input.audioDecoder() : nil
+        let resampler = plan.output.audio.map { AudioResampler(rate: $0.rate, channels: $0.channels) }
+        let vtb = input.videoTimeBase.double
+        let start = input.videoStart
+        let atb = input.audioIndex.map { input.demuxer.stream($0).pointee.time_base.double } ?? 0
+        let rate = Double(plan.output.audio?.rate ?? 0)
+        let packet = try Packet()
+        let frame = try Frame()
+        var pictures = 0
+        var lastTime = -Double.infinity
+        clock.beginClip()
+
+        func push(_ item: EncodingWorker.Item) throws {
+            guard worker.queue.push(item) == .ok else { throw worker.failure ?? ClipFlowError.interrupted }
+        }
+        func emitAudio(_ s: PlanarSamples) throws { try push(.audio(s)) }
+        func takePictures() throws {
+            while try vdec.receive(frame) {
+                let pts = frame.f.pointee.best_effort_timestamp
+                let t = pts == FF.noPTS ? max(0, lastTime) : Double(pts - start) * vtb
+                let dur = frame.f.pointee.pkt_duration > 0 ? Double(frame.f.pointee.pkt_duration) * vtb : clock.nominalFrame
+                defer { frame.unref() }
+                // Pictures before the clip's start (edit-list preroll) or out of order are not shown.
+                guard t >= -1e-6, t > lastTime else { continue }
+                lastTime = t
+                pictures += 1
+                try clock.take(frame, at: t, duration: dur) { decoded, pts, end in
+                    let picture = try converter.convert(decoded, placement: clip.placement, turn: clip.turn)
+                    picture.f.pointee.pts = pts
+                    try push(.picture(picture, end: end))
+                }
+                if var tl = timeline {
+                    try tl.release(upTo: Int64((clock.clipEnd * rate).rounded()), emitAudio)
+                    timeline = tl
+                }
+            }
+        }
+        func takeAudio() throws {
+            guard let adec, let resampler else { return }
+            while try adec.receive(frame) {
+                defer { frame.unref() }
+                let pts = frame.f.pointee.best_effort_timestamp
+                let position = pts == FF.noPTS ? nil : Int64(((Double(pts) * atb - Double(start) * vtb) * rate).rounded())
+                timeline?.add(try resampler.convert(frame), at: position)
+            }
+        }
+
+        while try input.demuxer.read(into: packet) {
+            try cancel.check()
+            let si = Int(packet.p.pointee.stream_index)
+            if packet.p.pointee.flags & AV_PKT_FLAG_CORRUPT != 0 {
+                let at =
+                    packet.p.pointee.pts == FF.noPTS
+                    ? "" : String(format: " near %.2f s", Double(packet.p.pointee.pts) * input.demuxer.stream(si).pointee.time_base.double)
+                throw ClipFlowError.badInput("input '\(path)' is truncated or damaged\(at): a packet is incomplete")
+            }
+            if si == input.videoIndex {
+                if !(try vdec.send(packet)) {
+                    try takePictures()
+                    _ = try vdec.send(packet)
+                }
+                try takePictures()
+            } else if si == input.audioIndex, let adec {
+                if !(try adec.send(packet)) {
+                    try takeAudio()
+                    _ = try adec.send(packet)
+                }
+                try takeAudio()
+            }
+        }
+        _ = try vdec.send(nil)
+        try takePictures()
+        if let adec, let resampler {
+            _ = try adec.send(nil)
+            try takeAudio()
+            timeline?.add(try resampler.flush(), at: nil)
+        }
+        guard pictures > 0 else { throw ClipFlowError.badInput("input '\(path)': no picture in it could be decoded") }
+        try clock.endClip { decoded, pts, end in
+            let picture = try converter.convert(decoded, placement: clip.placement, turn: clip.turn)
+            picture.f.pointee.pts = pts
+            try push(.picture(picture, end: end))
+        }
+        if var tl = timeline {
+            try tl.endClip(at: Int64((clock.offset * rate).rounded()), emitAudio)
+            timeline = tl
+        }
+    }
+}
+
+/// Output timestamps of the pictures of joined clips: each clip continues where the previous
+/// ended. `keep`: every picture keeps its time. `fixed`: output frame k (at k / rate) shows the
+/// latest picture whose time rounds to k or before, so pictures are repeated or dropped by
+/// timestamp; a picture is converted only if it is shown. Confined to the decoding thread.
+struct VideoClock {
+    /// Output seconds where the current clip starts (after `endClip`: where the next one starts).
+    private(set) var offset = 0.0
+    /// Seconds from the clip's start to the end of its latest picture.
+    private(set) var clipEnd = 0.0
+    let nominalFrame: Double
+    private let fixed: Bool
+    private let tick: Double
+    private var lastPTS: Int64 = -1
+    private var nextIndex: Int64 = 0
+    /// The fixed-rate picture waiting to learn how many output frames it covers.
+    private var pending: Frame?
+
+    init(plan: Transcoder.Plan) {
+        let o = plan.output
+        tick = o.timeBase.double
+        nominalFrame = o.frameRate.double > 0 ? 1 / o.frameRate.double : 1.0 / 30
+        if case .fixed = o.settings.frameRate { fixed = true } else { fixed = false }
+    }
+
+    mutating func beginClip() { clipEnd = 0 }
+
+    typealias Emit = (_ decoded: Frame, _ pts: Int64, _ end: Double) throws -> Void
+
+    /// A decoded picture at `t` seconds into the clip, shown for `duration`.
+    mutating func take(_ decoded: Frame, at t: Double, duration: Double, _ emit: Emit) throws {
+        clipEnd = max(clipEnd, t + duration)
+        if !fixed {
+            var pts = Int64(((offset + t) / tick).rounded())
+            if pts <= lastPTS { pts = lastPTS + 1 }
+            lastPTS = pts
+            try emit(decoded, pts, offset + t + duration)
+            return
+        }
+        try flushPending(before: Int64(((offset + t) / tick).rounded()), emit)
+        let held = try Frame()
+        try FF.check(av_frame_ref(held.f, decoded.f), "keeping a picture")
+        pending = held
+    }
+
+    /// Ends the clip at the end of its last picture.
+    mutating func endClip(_ emit: Emit) throws {
+        if fixed { try flushPending(before: Int64(((offset + clipEnd) / tick).rounded()), emit) }
+        pending = nil
+        offset += clipEnd
+    }
+
+    private mutating func flushPending(before index: Int64, _ emit: Emit) throws {
+        guard let p = pending else { return }
+        while nextIndex < index {
+            try emit(p, nextIndex, Double(nextIndex + 1) * tick)
+            nextIndex += 1
+        }
+    }
+}
+
+/// The encoding thread: takes pictures and audio from the decoding thread through a bounded
+/// queue and hands them to `TranscodeOutput`, reporting progress with the speed.
+/// `@unchecked Sendable`: `output` belongs to the encoding thread from `start` until `join`
+/// returns, and to the caller before and after; `failure` is written by that thread before it
+/// ends and read after `join`; the queue is thread-safe.
+final class EncodingWorker: @unchecked Sendable {
+    enum Item {
+        case picture(Frame, end: Double)
+        case audio(PlanarSamples)
+    }
+    let queue = BoundedQueue<Item>(capacity: 6)
+    /// Why the encoding thread stopped early; set before it ends the queue, so a producer whose
+    /// push is refused reads it after the queue's lock has ordered the two.
+    private(set) var failure: Error?
+    private let output: TranscodeOutput
+    private let total: Double
+    private let progress: ProgressReporter
+    private let done = DispatchSemaphore(value: 0)
+    private let started = Date()
+    private var lastReport = Date.distantPast
+
+    init(output: TranscodeOutput, total: Double, progress: ProgressReporter) {
+        self.output = output
+        self.total = total
+        self.progress = progress
+    }
+
+    func start() {
+        Thread { [self] in
+            do {
+                while let p = queue.pull() {
+                    switch p.element {
+                    case .picture(let f, let end):
+                        try output.encode(picture: f, end: end)
+                        report(final: false)
+                    case .audio(let s):
+                        try output.encode(audio: s)
+                    }
+                }
+            } catch {
+                failure = error
+                queue.consumerDone()
+            }
+            done.signal()
+        }.start()
+    }
+
+    func join() { done.wait() }
+
+    func reportDone() { report(final: true) }
+
+    private func report(final: Bool) {
+        let now = Date()
+        guard final || now.timeIntervalSince(lastReport) >= 0.25 else { return }
+        lastReport = now
+        let media = output.videoSeconds
+        let wall = now.timeIntervalSince(started)
+        progress.report(
+            ProgressEvent(
+                phase: "transcode", completed: Int64((media * 1000).rounded()), total: Int64((max(total, media) * 1000).rounded()), unit: "ms",
+                speed: wall > 0 ? media / wall : nil))
+    }
+}

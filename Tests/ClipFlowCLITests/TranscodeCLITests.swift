@@ -1,0 +1,91 @@
+import XCTest
+import Foundation
+import ClipFlowTestSupport
+
+/// `clipflow transcode` and `clipflow presets` as a user runs them.
+final class TranscodeCLITests: XCTestCase {
+    let fx = Fixtures.shared
+
+    var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
+    }
+
+    func clipflow(_ args: [String]) throws -> Run { try Run.run([binary] + args, check: false) }
+
+    func testTranscodeReportsProgressWithSpeedAndWritesTheVideo() throws {
+        let src = try fx.toneClip(0, seconds: 2, size: "640x360")
+        let out = fx.scratch("cli-transcode").appendingPathComponent("small.mp4").path
+        let r = try clipflow(["transcode", src, "-o", out, "--preset", "web-360p", "--encoder-preset", "ultrafast", "--events", "json"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let events = r.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let progress = events.filter { $0["event"] as? String == "progress" && $0["stage"] as? String == "transcode" }
+        XCTAssertFalse(progress.isEmpty, "progress events: \(r.out)")
+        for p in progress {
+            XCTAssertNotNil(p["speed"] as? Double, "every transcode progress event carries speed: \(p)")
+            XCTAssertEqual(p["unit"] as? String, "ms")
+        }
+        XCTAssertEqual((progress.last?["completed"] as? Double) ?? 0, 2000, accuracy: 1)
+        XCTAssertEqual(try Probe.stream(out, "v:0", "width,height"), "640,360")
+        XCTAssertEqual(try Probe.decodeErrors(out), "")
+    }
+
+    func testPresetsAreListedWithTheirSettings() throws {
+        let r = try clipflow(["presets"])
+        XCTAssertEqual(r.status, 0)
+        for name in ["web-1080p", "web-720p", "web-540p", "web-360p", "vertical-1080x1920", "square-1080", "hevc-1080p", "archive"] {
+            XCTAssertTrue(r.out.contains(name), "\(name) listed")
+        }
+        XCTAssertTrue(r.out.contains("CRF 21, capped at 6000k"), r.out)
+        let json = try clipflow(["presets", "--json"])
+        let list = try JSONSerialization.jsonObject(with: Data(json.out.utf8)) as? [[String: Any]]
+        XCTAssertEqual(list?.count, 8)
+    }
+
+    func testBadOptionsAndInputsFailClearlyAndLeaveNoOutput() throws {
+        let src = try fx.toneClip(0, seconds: 1)
+        let dir = fx.scratch("cli-transcode-bad")
+        let out = dir.appendingPathComponent("out.mp4").path
+        let notVideo = dir.appendingPathComponent("notes.mp4").path
+        try "not a video\n".write(toFile: notVideo, atomically: true, encoding: .utf8)
+        let cases: [([String], String)] = [
+            (["--preset", "web-4k", src], "--preset: unknown preset 'web-4k'"),
+            (["--size", "641x360", src], "--size: 641x360: width and height must be even"),
+            (["--fit", "zoom", src], "--fit: 'zoom' is not one of contain, cover, stretch"),
+            (["--crf", "99", src], "--crf: 99 is out of range"),
+            ([src, notVideo], "notes.mp4' is not a video FFmpeg can read")
+        ]
+        for (args, message) in cases {
+            let r = try clipflow(["transcode", "-o", out, "--quiet"] + args)
+            XCTAssertNotEqual(r.status, 0, "\(args)")
+            XCTAssertTrue(r.stderr.contains(message), "\(args): \(r.stderr)")
+            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.contains("out") }, [], "\(args): nothing left")
+        }
+    }
+
+    func testATranscodeStageInAPipeline() throws {
+        let src = try fx.toneClip(0, seconds: 1)
+        let dir = fx.scratch("cli-transcode-pipeline")
+        let out = dir.appendingPathComponent("web.mp4").path
+        let spec: [String: Any] = [
+            "version": 1,
+            "stages": [
+                ["id": "in", "kind": "files", "paths": [src]],
+                ["id": "web", "kind": "transcode", "inputs": ["in"], "output": out, "preset": "web-360p", "encoder-preset": "ultrafast"]
+            ]
+        ]
+        let file = dir.appendingPathComponent("p.json").path
+        try JSONSerialization.data(withJSONObject: spec).write(to: URL(fileURLWithPath: file))
+        let r = try clipflow(["run", file, "--quiet"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(try Probe.decodeErrors(out), "")
+        // A bad field is named by its path before anything runs.
+        var bad = spec
+        bad["stages"] = [
+            ["id": "in", "kind": "files", "paths": [src]], ["id": "web", "kind": "transcode", "inputs": ["in"], "output": out, "size": "100x99"]
+        ]
+        try JSONSerialization.data(withJSONObject: bad).write(to: URL(fileURLWithPath: file))
+        let v = try clipflow(["validate", file])
+        XCTAssertNotEqual(v.status, 0)
+        XCTAssertTrue((v.stderr + v.out).contains("stages[1].size"), v.stderr + v.out)
+    }
+}

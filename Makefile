@@ -26,6 +26,7 @@ format:
 
 bench: deps
 	@bash benchmarks/merge
+	@bash benchmarks/transcode
 	@bash benchmarks/backpressure
 	@bash benchmarks/record
 	@bash benchmarks/upload

@@ -5,7 +5,9 @@ import ClipFlowCore
 /// tone played at 404 Hz, a green picture) while looking fine to a muxer.
 public enum Compatibility {
     /// Returns nil if `b` can follow `a` in a copy-join, else the reason (naming the parameter).
-    public static func difference(_ a: ClipInfo, _ b: ClipInfo) -> String? {
+    /// `parameterSetsInBand`: H.264 clips of one size and pixel format may differ in their
+    /// parameter sets (the merge then sends them in-band, `MergeOptions.parameterSetsInBand`).
+    public static func difference(_ a: ClipInfo, _ b: ClipInfo, parameterSetsInBand: Bool = false) -> String? {
         let va = a.video, vb = b.video
         if va.codec != vb.codec { return "video codec differs (\(va.codec) vs \(vb.codec))" }
         if va.width != vb.width || va.height != vb.height {
@@ -13,7 +15,10 @@ public enum Compatibility {
         }
         if let pa = va.pixelFormat, let pb = vb.pixelFormat, pa != pb { return "pixel format differs (\(pa) vs \(pb))" }
         if va.extradata != vb.extradata {
-            return videoConfigDifference(codec: va.codec, va.extradata, vb.extradata)
+            let inBand =
+                parameterSetsInBand && va.codec == "h264"
+                && AVCConfiguration(va.extradata).map { x in AVCConfiguration(vb.extradata).map { $0.lengthSize == x.lengthSize } ?? false } ?? false
+            if !inBand { return videoConfigDifference(codec: va.codec, va.extradata, vb.extradata) }
         }
         if va.sampleAspect.num * vb.sampleAspect.den != vb.sampleAspect.num * va.sampleAspect.den,
             va.sampleAspect.num != 0, vb.sampleAspect.num != 0
@@ -39,10 +44,10 @@ public enum Compatibility {
     }
 
     /// Checks a whole list in order; throws naming both files and the parameter.
-    public static func check(_ clips: [ClipInfo]) throws {
+    public static func check(_ clips: [ClipInfo], parameterSetsInBand: Bool = false) throws {
         guard let first = clips.first else { return }
         for c in clips.dropFirst() {
-            if let why = difference(first, c) {
+            if let why = difference(first, c, parameterSetsInBand: parameterSetsInBand) {
                 throw ClipFlowError.incompatible(
                     "cannot join '\(first.path)' and '\(c.path)' without re-encoding: \(why)")
             }

@@ -70,6 +70,23 @@ final class Packet: @unchecked Sendable {
         av_packet_free(&q)
     }
     func unref() { av_packet_unref(p) }
+    /// A copy of this packet (timing and flags too) whose data starts with `prefix`.
+    func prefixed(with prefix: [UInt8]) throws -> Packet {
+        let c = try Packet()
+        let n = Int(p.pointee.size)
+        try FF.check(av_new_packet(c.p, Int32(prefix.count + n)), "allocating a packet")
+        try FF.check(av_packet_copy_props(c.p, p), "copying a packet's properties")
+        prefix.withUnsafeBufferPointer { memcpy(c.p.pointee.data, $0.baseAddress!, prefix.count) }
+        if n > 0, let d = p.pointee.data { memcpy(c.p.pointee.data + prefix.count, d, n) }
+        c.p.pointee.stream_index = p.pointee.stream_index
+        c.p.pointee.pts = p.pointee.pts
+        c.p.pointee.dts = p.pointee.dts
+        c.p.pointee.duration = p.pointee.duration
+        c.p.pointee.flags = p.pointee.flags
+        c.p.pointee.pos = -1
+        return c
+    }
+
     /// A new packet referencing the same data (no copy).
     func clone() throws -> Packet {
         let c = try Packet()
@@ -341,6 +358,19 @@ final class Scaler {
     deinit { sws_freeContext(ctx) }
     func scale(_ src: Frame, into dst: Frame) throws {
         try FF.check(sws_scale_frame(ctx, dst.f, src.f), "scaling a picture")
+    }
+}
+
+extension UnsafeMutablePointer where Pointee == AVCodecParameters {
+    /// Replaces the codec configuration (extradata) with `bytes`.
+    func setExtradata(_ bytes: [UInt8]) throws {
+        av_freep(&pointee.extradata)
+        guard let x = av_mallocz(bytes.count + Int(AV_INPUT_BUFFER_PADDING_SIZE))?.assumingMemoryBound(to: UInt8.self) else {
+            throw ClipFlowError.failure("out of memory (codec configuration)")
+        }
+        bytes.withUnsafeBufferPointer { x.update(from: $0.baseAddress!, count: bytes.count) }
+        pointee.extradata = x
+        pointee.extradata_size = Int32(bytes.count)
     }
 }
 

@@ -33,6 +33,8 @@ public final class MergeStage: Stage {
     public let onStop: String
     /// Bytes reserved up front for the index (`MergeOptions.moovReserveOverride`); nil: estimated.
     public var moovReserveOverride: Int?
+    /// Clips that differ are joined too (`ConformingMerger`): re-encoded where needed.
+    public let conform: Bool
     private var clips: [String] = []
     private let cancelFlag = CancellationFlag()
     public var inputTypes: Set<PortType> { [.clips] }
@@ -48,7 +50,10 @@ public final class MergeStage: Stage {
                 help: "turn the displayed picture clockwise (display matrix; pixels untouched)"),
             ParamSpec(
                 "on-stop", .choice(["discard", "finish"]), default: .string("discard"),
-                help: "on a graceful stop (first SIGINT): write nothing, or join the clips that arrived (use finish after a recorder)")
+                help: "on a graceful stop (first SIGINT): write nothing, or join the clips that arrived (use finish after a recorder)"),
+            ParamSpec(
+                "conform", .boolean, default: .bool(false),
+                help: "join clips that differ: copy what matches the majority, re-encode only the clips that differ")
         ],
         // A merge only lists the clips it receives until its inputs end: up to 1024 clips wait,
         // whatever their size on disk (a byte limit here would block the recording feeding it).
@@ -67,13 +72,18 @@ public final class MergeStage: Stage {
             return []
         },
         files: { p in StageFiles(writes: p.string("output").map { [FileField("output", $0)] } ?? []) },
-        make: { id, p in MergeStage(id: id, output: p.string("output")!, rotate: p.int("rotate") ?? 0, onStop: p.string("on-stop") ?? "discard") })
+        make: { id, p in
+            MergeStage(
+                id: id, output: p.string("output")!, rotate: p.int("rotate") ?? 0, onStop: p.string("on-stop") ?? "discard",
+                conform: p.bool("conform") ?? false)
+        })
 
-    public init(id: String, output: String, rotate: Int = 0, onStop: String = "discard") {
+    public init(id: String, output: String, rotate: Int = 0, onStop: String = "discard", conform: Bool = false) {
         self.id = id
         self.output = output
         self.rotate = rotate
         self.onStop = onStop
+        self.conform = conform
     }
 
     public func prepare(_ context: StageContext) throws {
@@ -106,11 +116,18 @@ public final class MergeStage: Stage {
         guard !clips.isEmpty else { throw ClipFlowError.badInput("no clips reached the merge") }
         var options = MergeOptions(output: URL(fileURLWithPath: output), rotate: rotate)
         options.moovReserveOverride = moovReserveOverride
-        let merger = Merger(
-            inputs: clips, options: options,
-            progress: StageProgress(context: context), cancel: cancelFlag)
         do {
-            let r = try merger.run()
+            let r: MergeResult
+            if conform {
+                let (merged, plan) = try ConformingMerger(inputs: clips, options: options, progress: StageProgress(context: context), cancel: cancelFlag).run()
+                r = merged
+                context.emit(
+                    .result([
+                        .init("reencoded_clips", .integer(Int64(plan.reencoded.count))), .init("harmonised_clips", .integer(Int64(plan.harmonised.count)))
+                    ]))
+            } else {
+                r = try Merger(inputs: clips, options: options, progress: StageProgress(context: context), cancel: cancelFlag).run()
+            }
             context.emit(.output(path: r.output.path))
             context.emit(
                 .result([

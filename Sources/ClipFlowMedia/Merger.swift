@@ -11,6 +11,11 @@ public struct MergeOptions: Sendable {
     public var rotate: Int = 0
     /// Reserve this many bytes for `moov` instead of the computed bound (tests of the fallback).
     public var moovReserveOverride: Int? = nil
+    /// H.264 clips whose parameter sets (SPS/PPS) differ are joined too: each clip whose sets
+    /// differ from the clip before it carries them in front of its first keyframe, and the track
+    /// declares the highest level of all (`merge --conform`: clips that differ only in level or
+    /// VUI timing, and clips re-encoded to join the others).
+    public var parameterSetsInBand = false
     public init(output: URL, rotate: Int = 0) {
         self.output = output
         self.rotate = rotate
@@ -77,7 +82,18 @@ public final class Merger {
             probed.set(i, cancel.isCancelled ? .failure(ClipFlowError.interrupted) : Result { try ClipProbe.probe(inputs[i]) })
         }
         let clips = try probed.all()
-        try Compatibility.check(clips)
+        do { try Compatibility.check(clips, parameterSetsInBand: options.parameterSetsInBand) } catch let e as ClipFlowError where !options.parameterSetsInBand
+        {
+            // Say what `--conform` would do instead.
+            guard let plan = try? ConformPlan.make(inputs) else { throw e }
+            var would: [String] = []
+            let re = plan.reencoded.map { "\($0 + 1) (\(plan.clips[$0].path))" }
+            let ha = plan.harmonised.map { "\($0 + 1) (\(plan.clips[$0].path))" }
+            if !re.isEmpty { would.append("re-encode clip\(re.count == 1 ? "" : "s") \(re.joined(separator: ", "))") }
+            if !ha.isEmpty { would.append("copy clip\(ha.count == 1 ? "" : "s") \(ha.joined(separator: ", ")) after harmonising parameter sets") }
+            if would.isEmpty { throw e }
+            throw ClipFlowError(e.kind, e.message + "; --conform would " + would.joined(separator: " and ") + " (--conform --plan shows why)")
+        }
         let layout = try Layout(clips: clips, rotate: options.rotate)
 
         let out = try AtomicOutput(target: options.output, label: "output")
@@ -165,6 +181,17 @@ public final class Merger {
 
         let mux = try OutputMuxer(path: path, shownAs: options.output.path)
         let vst = try mux.addStream(copying: first, video: true)
+        // In-band parameter sets: the sample entry declares the first clip's sets at the highest
+        // level of all; a clip whose sets differ from its predecessor's sends its own.
+        var inBand: [Int: [UInt8]] = [:]
+        if options.parameterSetsInBand, first.video.codec == "h264", let c0 = AVCConfiguration(first.video.extradata) {
+            let configs = clips.map { AVCConfiguration($0.video.extradata) }
+            let level = configs.compactMap { $0?.level }.max() ?? c0.level
+            try vst.pointee.codecpar.setExtradata(c0.withLevel(level).bytes)
+            for i in clips.indices.dropFirst() where clips[i].video.extradata != clips[i - 1].video.extradata {
+                if let c = configs[i] { inBand[i] = c.inBandPrefix }
+            }
+        }
         vst.pointee.time_base = layout.videoTB
         try FF.check(cf_stream_set_display_rotation(vst, Double(layout.rotation)), "writing the orientation")
         var ast: UnsafeMutablePointer<AVStream>? = nil
@@ -243,6 +270,7 @@ public final class Merger {
             let vtbIn = clip.video.timeBase.av
             let copy = layout.audio?.copies.first(where: { $0.clip == ci })
             let audioTB = clip.audio?.timeBase.av
+            var leadingPackets = ci > 0  // see the decode times below
             // Packets are written in the clip's file order (the demuxer returns them so), not
             // through the muxer's interleaving queue: the output keeps the clip's own
             // interleaving, so each clip goes out in a few long `sendfile` ranges (the queue's
@@ -258,8 +286,17 @@ public final class Merger {
                         throw ClipFlowError.badInput("input '\(clip.path)': a video packet has no timestamp")
                     }
                     let off = layout.videoOffsets[ci]
-                    let dts = rescale(rescale(e.dts, vtbIn, layout.videoTB) + off, layout.videoTB, vtbOut)
+                    var dts = rescale(rescale(e.dts, vtbIn, layout.videoTB) + off, layout.videoTB, vtbOut)
                     let pts = rescale(rescale(e.pts, vtbIn, layout.videoTB) + off, layout.videoTB, vtbOut)
+                    // A clip with a longer decode delay (more B-frames in flight, or a lower frame
+                    // rate) would start decoding before its predecessor ends: its first decode
+                    // times move up to just after the predecessor's last (order and presentation
+                    // times unchanged), as long as each stays at or before its presentation time.
+                    if leadingPackets, dts <= lastVideoDts, lastVideoDts + 1 <= pts {
+                        dts = lastVideoDts + 1
+                    } else {
+                        leadingPackets = false
+                    }
                     guard dts > lastVideoDts else {
                         if lastVideoClip == ci {
                             throw ClipFlowError.badInput("input '\(clip.path)': its video decode times do not increase; it cannot be joined by copy")
@@ -276,7 +313,11 @@ public final class Merger {
                     p.pointee.flags = e.flags
                     p.pointee.stream_index = vst.pointee.index
                     p.pointee.pos = -1
-                    try mux.writeInOrder(out)
+                    if let prefix = inBand.removeValue(forKey: ci) {
+                        try mux.writeInOrder(try out.prefixed(with: prefix))
+                    } else {
+                        try mux.writeInOrder(out)
+                    }
                     videoFrames += 1
                 } else if let a = clip.audio, e.stream == a.streamIndex, let copy, let audioTB {
                     let ptsSamples = rescale(e.pts, audioTB, srTB)

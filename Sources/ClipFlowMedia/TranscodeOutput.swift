@@ -62,6 +62,7 @@ final class TranscodeOutput {
         switch s.videoCodec {
         case .h264:
             if let p = s.profile { options["profile"] = p }
+            if let l = s.level { options["level"] = l }
             // Keyframes exactly every `gop` pictures, each an IDR starting a closed GOP.
             if let gop { options["x264-params"] = "scenecut=0:open-gop=0:keyint-min=\(gop)" }
         case .hevc:

@@ -103,6 +103,21 @@ public struct TranscodeSettings: Sendable, Equatable {
     public var audioBitRate = 128_000
     /// Pictures turned by a display matrix are turned in their pixels (the output has none).
     public var upright = false
+    /// The output's display matrix, clockwise degrees; the pixels are turned so that it shows them
+    /// the right way up (`merge --conform`: a re-encoded clip takes the copied clips'
+    /// orientation). nil: the inputs' own, or none with `upright`.
+    var outputRotation: Int?
+    /// The output's audio, whatever the inputs have (silence when none): `merge --conform`.
+    var audioFormat: AudioFormat?
+    /// The output has no audio track, whatever the inputs have.
+    var noAudio = false
+    /// The H.264 level to declare (x264 `level`, e.g. "3.1"); nil: the encoder's choice.
+    var level: String?
+
+    struct AudioFormat: Equatable {
+        var rate: Int
+        var channels: Int
+    }
 
     public init() {}
 

@@ -119,15 +119,15 @@ public final class Transcoder {
                 "the inputs are turned differently (\(rotations.sorted().map { "\($0)" }.joined(separator: ", ")) degrees): turning their pixels upright")
         }
         let displayFrame = TranscodeGeometry.frame(for: reference.video.displaySize, s)
-        let metadataTurn = s.upright ? 0 : reference.video.rotation
+        // Pixels are written turned back by the output's display matrix; each clip's pixels are
+        // turned by the difference between its own matrix and that one.
+        let metadataTurn = s.upright ? 0 : s.outputRotation ?? reference.video.rotation
         let written = metadataTurn % 180 == 0 ? displayFrame : displayFrame.swapped
         let clips = infos.map { info -> Plan.Clip in
-            if s.upright {
-                return Plan.Clip(
-                    placement: TranscodeGeometry.place(info.video.displaySize, in: displayFrame, fit: s.fit, upscale: s.upscale), turn: info.video.rotation)
-            }
+            let turn = (info.video.rotation - metadataTurn + 360) % 360
             let stored = PictureSize(width: info.video.width, height: info.video.height)
-            return Plan.Clip(placement: TranscodeGeometry.place(stored, in: written, fit: s.fit, upscale: s.upscale), turn: 0)
+            let source = turn % 180 == 0 ? stored : stored.swapped
+            return Plan.Clip(placement: TranscodeGeometry.place(source, in: written, fit: s.fit, upscale: s.upscale), turn: turn)
         }
         let timeBase: AVRational, rate: AVRational
         switch s.frameRate {
@@ -139,8 +139,8 @@ public final class Transcoder {
             timeBase = AVRational(num: 1, den: 90_000)
         }
         let withAudio = infos.compactMap(\.audio)
-        var audio: (rate: Int, channels: Int)? = nil
-        if !withAudio.isEmpty {
+        var audio: (rate: Int, channels: Int)? = s.audioFormat.map { ($0.rate, $0.channels) }
+        if audio == nil, !withAudio.isEmpty, !s.noAudio {
             let rates = Set(withAudio.map(\.sampleRate))
             audio = (rates.count == 1 ? rates.first! : 48_000, min(2, withAudio.map(\.channels).max()!))
         }

@@ -30,7 +30,10 @@ struct Merge: ParsableCommand {
         discussion: """
             Clips are joined in the order given. Video is copied; audio is copied except for a few \
             frames around each join, which are re-encoded so the joins are sample-accurate and click-free. \
-            Clips must share codec parameters (size, profile, audio rate and channels).
+            Clips must share codec parameters (size, profile, audio rate and channels); with \
+            --conform, clips that differ are joined too: those that differ only in H.264 level or \
+            VUI timing are copied with their own parameter sets, the others re-encoded to match the \
+            format of most of the duration. --conform --plan prints what would be done, as JSON.
             """
     )
 
@@ -51,9 +54,15 @@ struct Merge: ParsableCommand {
         help: "Limit the cover to N pixels on its longer side, or to fit within WxH.")
     var thumbnailSize: String?
 
+    @Flag(help: "Join clips that differ: copy what matches most of the duration, re-encode only the clips that differ.")
+    var conform = false
+
+    @Flag(help: "With --conform: print the plan (each clip: copy, copy-harmonised or re-encode, and why) as JSON; write nothing.")
+    var plan = false
+
     @OptionGroup var flags: OutputFlags
 
-    @Argument(help: "Input clips (MP4/MOV, H.264/H.265 video, AAC or no audio).")
+    @Argument(help: "Input clips (MP4/MOV, H.264/H.265 video, AAC or no audio; with --conform, any video).")
     var inputs: [String] = []
 
     func validate() throws {
@@ -63,11 +72,16 @@ struct Merge: ParsableCommand {
             throw ValidationError("--thumbnail-size must be N or WxH with positive numbers (got '\(s)')")
         }
         if thumbnailSize != nil && thumbnail == nil { throw ValidationError("--thumbnail-size needs --thumbnail PATH") }
+        if plan && !conform { throw ValidationError("--plan goes with --conform") }
     }
 
     func run() throws {
         // No MediaProcess.tuneAllocator() here: merge allocates nothing per packet (packets point
         // into the mapped clips), so a kept heap would only raise peak RSS.
+        if plan {
+            try ErrorReport.run { print(try ConformPlan.make(inputs).json) }
+            return
+        }
         let door = FrontDoor(flags)
         let started = Date()
         try ErrorReport.run {
@@ -80,6 +94,8 @@ struct Merge: ParsableCommand {
                     Int(r["clips"]?.integer ?? 0), output, Int(r["video_frames"]?.integer ?? 0), Double(r["bytes"]?.integer ?? 0) / 1e6,
                     Date().timeIntervalSince(started))
                 if let turn = r["rotation"]?.integer, turn != 0 { line += ", turned \(turn) degrees" }
+                if let n = r["reencoded_clips"]?.integer, n > 0 { line += ", \(n) re-encoded to match" }
+                if let n = r["harmonised_clips"]?.integer, n > 0 { line += ", \(n) with their own parameter sets" }
                 door.say(line)
             }
             if let thumb = thumbnail, let t = door.log.result("thumbnail") {
@@ -97,13 +113,13 @@ struct Merge: ParsableCommand {
 
     /// files → merge → thumbnail (when `--thumbnail`).
     private func nodes() -> [StageNode] {
-        let inputs = inputs, output = output, rotate = rotate, thumbnail = thumbnail
+        let inputs = inputs, output = output, rotate = rotate, thumbnail = thumbnail, conform = conform
         let size = thumbnailSize.flatMap { ThumbnailSize(parsing: $0) }
         let reserve = ProcessInfo.processInfo.environment["CLIPFLOW_MOOV_RESERVE"].flatMap { Int($0) }
         var nodes = [
             StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) },
             StageNode("merge") {
-                let m = MergeStage(id: "merge", output: output, rotate: rotate)
+                let m = MergeStage(id: "merge", output: output, rotate: rotate, conform: conform)
                 m.moovReserveOverride = reserve
                 return m
             }

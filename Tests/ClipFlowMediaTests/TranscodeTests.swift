@@ -159,6 +159,13 @@ final class TranscodeTests: XCTestCase {
         XCTAssertLessThan(rms(total - 0.9, total - 0.1), 0.001, "silence for the clip without audio")
         XCTAssertGreaterThan(rms(0.1, 1.9), 0.05, "the phone clip's tone")
         XCTAssertGreaterThan(rms(2.1, 3.1), 0.05, "the webcam clip's tone")
+        // A viewer: chromium plays it to its end, every picture presented.
+        let played = try XCTUnwrap(try Probe.browserPlayback([out]).first)
+        XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
+        XCTAssertTrue(played["error"] is NSNull, "\(played)")
+        XCTAssertEqual((played["current_time"] as? Double) ?? 0, total, accuracy: 0.07)
+        XCTAssertEqual(played["width"] as? Int, 1280)
+        XCTAssertEqual(Double((played["frames"] as? Int) ?? 0), Double(frames.reduce(0, +)), accuracy: 3)
     }
 
     /// Flash and beep at the same instant in every clip, clips differing in rate, sample rate and

@@ -175,6 +175,17 @@ public enum Probe {
         return c.max { $0.value < $1.value }!.key
     }
 
+    /// What a viewer gets: each video played to its end in headless chromium (Playwright,
+    /// `scripts/browser-play`): `ended`, `error`, `duration`, `current_time`, `width`, `height`,
+    /// `frames` (pictures presented).
+    public static func browserPlayback(_ paths: [String]) throws -> [[String: Any]] {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let r = try Run.run(["python3", root.appendingPathComponent("scripts/browser-play").path] + paths, check: false)
+        let rows = r.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        if rows.count != paths.count { throw NSError(domain: "browser-play", code: Int(r.status), userInfo: [NSLocalizedDescriptionKey: r.stderr]) }
+        return rows
+    }
+
     public static func mediainfo(_ path: String, _ field: String) throws -> String {
         let r = try Run.run(["mediainfo", "--Inform=General;%\(field)%", path])
         return r.out.trimmingCharacters(in: .whitespacesAndNewlines)

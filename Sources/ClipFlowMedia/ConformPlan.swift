@@ -1,0 +1,137 @@
+import ClipFlowCore
+import Foundation
+
+/// What `merge --conform` does with each clip: copy it, copy it after harmonising its parameter
+/// sets (differences that do not change decoding: H.264 level, VUI timing), or re-encode it to
+/// join the others. The target is the format of the majority of the duration: the clip whose
+/// format the most seconds can be copied into.
+public struct ConformPlan: Sendable {
+    public enum Action: String, Sendable {
+        case copy
+        case harmonise = "copy-harmonised"
+        case reencode = "re-encode"
+    }
+    public struct Clip: Sendable {
+        public var path: String
+        public var action: Action
+        /// Which parameter differs from the target (nil for a plain copy).
+        public var reason: String?
+        public var seconds: Double
+        /// Rough seconds of work (copies: reading; re-encodes: decoding and encoding).
+        public var estimate: Double
+    }
+    /// The clip whose format the output takes.
+    public var target: ClipInfo
+    /// The target as the decoder sees it (pixel format, frame rate).
+    public var targetSource: SourceInfo
+    public var targetFrameRate: Double { targetSource.video.frameRate ?? 30 }
+    public var clips: [Clip]
+
+    public var reencoded: [Int] { clips.indices.filter { clips[$0].action == .reencode } }
+    public var harmonised: [Int] { clips.indices.filter { clips[$0].action == .harmonise } }
+
+    /// Plans the join of `paths` (read-only: probes the files).
+    public static func make(_ paths: [String]) throws -> ConformPlan {
+        let infos: [Result<ClipInfo, Error>] = paths.map { p in Result { try ClipProbe.probe(p) } }
+        var sources: [SourceInfo] = []
+        for p in paths { sources.append(try Transcoder.probe(p)) }  // every input must at least decode
+        return try make(infos, sources)
+    }
+
+    static func make(_ infos: [Result<ClipInfo, Error>], _ sources: [SourceInfo]) throws -> ConformPlan {
+        let copyable = infos.indices.compactMap { i -> (Int, ClipInfo)? in (try? infos[i].get()).map { (i, $0) } }
+        guard !copyable.isEmpty else {
+            throw ClipFlowError.badInput("none of the inputs is an MP4/MOV clip that can be copied; use `clipflow transcode` to re-encode them all")
+        }
+        // The target: the copyable clip whose format covers the most seconds.
+        func joins(_ t: ClipInfo, _ c: ClipInfo) -> Action? {
+            if Compatibility.difference(t, c) == nil { return .copy }
+            return harmonisable(t, c) ? .harmonise : nil
+        }
+        var best = copyable[0].1, bestSeconds = -1.0
+        for (_, t) in copyable {
+            let covered = copyable.reduce(0.0) { $0 + (joins(t, $1.1) != nil ? $1.1.videoSeconds : 0) }
+            if covered > bestSeconds + 1e-9 {
+                best = t
+                bestSeconds = covered
+            }
+        }
+        var clips: [Clip] = []
+        for i in sources.indices {
+            let s = sources[i]
+            let seconds = s.duration
+            let work = reencodeSeconds(s)
+            switch infos[i] {
+            case .failure(let e):
+                clips.append(Clip(path: s.path, action: .reencode, reason: "\((e as? ClipFlowError)?.message ?? "\(e)")", seconds: seconds, estimate: work))
+            case .success(let c):
+                switch joins(best, c) {
+                case .copy?:
+                    clips.append(Clip(path: c.path, action: .copy, reason: nil, seconds: seconds, estimate: Double(c.mediaBytes) / 1e9))
+                case .harmonise?:
+                    clips.append(
+                        Clip(
+                            path: c.path, action: .harmonise, reason: Compatibility.difference(best, c) ?? "parameter sets differ", seconds: seconds,
+                            estimate: Double(c.mediaBytes) / 1e9))
+                default:
+                    clips.append(Clip(path: c.path, action: .reencode, reason: Compatibility.difference(best, c), seconds: seconds, estimate: work))
+                }
+            }
+        }
+        let targetSource = copyable.first { $0.1.path == best.path }.map { sources[$0.0] } ?? sources[0]
+        return ConformPlan(target: best, targetSource: targetSource, clips: clips)
+    }
+
+    /// Clips that differ only where decoding does not look: same everything but the H.264 level
+    /// and the VUI (timing, colour description), and the same PPS.
+    static func harmonisable(_ a: ClipInfo, _ b: ClipInfo) -> Bool {
+        guard a.video.codec == "h264", b.video.codec == "h264", Compatibility.difference(a, b, parameterSetsInBand: true) == nil,
+            let ka = AVCConfiguration(a.video.extradata)?.decodingKey, let kb = AVCConfiguration(b.video.extradata)?.decodingKey
+        else { return false }
+        return ka == kb
+    }
+
+    /// A rough time to decode and re-encode (x264 veryfast, 2 cores: about 6x real time at 720p30).
+    static func reencodeSeconds(_ s: SourceInfo) -> Double {
+        let pixels = Double(s.video.width * s.video.height) * (s.video.frameRate ?? 30)
+        return s.duration * pixels / (1280 * 720 * 30) / 6
+    }
+
+    /// The plan as one line per clip, for messages.
+    public var summary: String {
+        clips.enumerated().map { i, c in
+            "  \(i + 1). \(c.path): \(c.action.rawValue)" + (c.reason.map { " (\($0))" } ?? "")
+        }.joined(separator: "\n")
+    }
+
+    /// The plan as JSON (`merge --conform --plan`).
+    public var json: String {
+        let v = target.video
+        var targetFields: [(key: String, value: JSONNode)] = [
+            (key: "path", value: JSONNode(.string(target.path))), (key: "codec", value: JSONNode(.string(v.codec))),
+            (key: "width", value: JSONNode(.number(Double(v.width)))), (key: "height", value: JSONNode(.number(Double(v.height)))),
+            (key: "profile", value: JSONNode(.string(AVCConfiguration(v.extradata).map { Compatibility.h264Profile($0.profile) } ?? v.profile ?? ""))),
+            (key: "pixel_format", value: JSONNode(.string(targetSource.video.pixelFormat))),
+            (key: "frame_rate", value: JSONNode(.number((targetFrameRate * 1000).rounded() / 1000))),
+            (key: "rotation", value: JSONNode(.number(Double(v.rotation))))
+        ]
+        if let a = target.audio {
+            targetFields.append((key: "audio_sample_rate", value: JSONNode(.number(Double(a.sampleRate)))))
+            targetFields.append((key: "audio_channels", value: JSONNode(.number(Double(a.channels)))))
+        }
+        let clipNodes = clips.map { c -> JSONNode in
+            var f: [(key: String, value: JSONNode)] = [
+                (key: "path", value: JSONNode(.string(c.path))), (key: "action", value: JSONNode(.string(c.action.rawValue)))
+            ]
+            if let r = c.reason { f.append((key: "reason", value: JSONNode(.string(r)))) }
+            f.append((key: "seconds", value: JSONNode(.number((c.seconds * 1000).rounded() / 1000))))
+            f.append((key: "estimated_work_seconds", value: JSONNode(.number((c.estimate * 100).rounded() / 100))))
+            return JSONNode(.object(f))
+        }
+        let total = clips.reduce(0.0) { $0 + $1.estimate }
+        return JSONValue.object([
+            (key: "target", value: JSONNode(.object(targetFields))), (key: "clips", value: JSONNode(.array(clipNodes))),
+            (key: "estimated_work_seconds", value: JSONNode(.number((total * 100).rounded() / 100)))
+        ]).serialized
+    }
+}

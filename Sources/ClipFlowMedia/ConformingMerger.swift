@@ -1,0 +1,97 @@
+import ClipFlowCore
+import Foundation
+
+/// `merge --conform`: joins clips that differ. Plans first (`ConformPlan`), re-encodes the clips
+/// that differ from the target into temporary MP4s made to join the others (same size,
+/// orientation, frame rate, H.264 profile and level, audio rate and channels), then merges
+/// everything by copy, each clip's H.264 parameter sets in-band where they differ
+/// (`MergeOptions.parameterSetsInBand`). The temporary clips live in a folder next to the
+/// output, removed at the end whatever happens. Not thread-safe: `run` once, from one thread.
+public final class ConformingMerger {
+    public let inputs: [String]
+    public let options: MergeOptions
+    private let progress: ProgressReporter
+    private let cancel: CancellationFlag
+
+    public init(inputs: [String], options: MergeOptions, progress: ProgressReporter = SilentProgress(), cancel: CancellationFlag = CancellationFlag()) {
+        self.inputs = inputs
+        self.options = options
+        self.progress = progress
+        self.cancel = cancel
+    }
+
+    public func run() throws -> (MergeResult, ConformPlan) {
+        let plan = try ConformPlan.make(inputs)
+        let target = plan.target
+        if !plan.reencoded.isEmpty, target.video.codec != "h264" {
+            throw ClipFlowError.incompatible(
+                "merge --conform: the clips to copy are \(target.video.codec); re-encoding clips to join them is done for H.264 only so far. Re-encode all with `clipflow transcode`."
+            )
+        }
+        for i in plan.reencoded {
+            progress.notice("re-encoding \(plan.clips[i].path): \(plan.clips[i].reason ?? "it differs from the target")")
+        }
+        for i in plan.harmonised {
+            progress.notice("copying \(plan.clips[i].path) with its own parameter sets: \(plan.clips[i].reason ?? "")")
+        }
+        var paths = inputs
+        let folder = options.output.deletingLastPathComponent().appendingPathComponent(
+            ".\(options.output.lastPathComponent).clipflow-conform-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        if !plan.reencoded.isEmpty {
+            do { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false) } catch {
+                throw ClipFlowError.output("cannot create a working folder next to '\(options.output.path)': \(error.localizedDescription)")
+            }
+        }
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let settings = try Self.settings(toJoin: plan)
+        for i in plan.reencoded {
+            try cancel.check()
+            let out = folder.appendingPathComponent(String(format: "clip-%04d.mp4", i + 1))
+            _ = try Transcoder(inputs: [inputs[i]], output: out, settings: settings, progress: progress, cancel: cancel).run()
+            paths[i] = out.path
+        }
+        var o = options
+        o.parameterSetsInBand = true
+        let result = try Merger(inputs: paths, options: o, progress: progress, cancel: cancel).run()
+        return (result, plan)
+    }
+
+    /// Transcode settings that make a clip join the plan's target by copy.
+    static func settings(toJoin plan: ConformPlan) throws -> TranscodeSettings {
+        let v = plan.target.video
+        var s = TranscodeSettings()
+        let stored = PictureSize(width: Int(v.width), height: Int(v.height))
+        s.frame = v.rotation % 180 == 0 ? stored : stored.swapped
+        s.fit = .contain
+        s.upscale = true
+        s.outputRotation = v.rotation
+        s.frameRate = FrameRatePolicy(rate: plan.targetFrameRate)
+        s.crf = 18
+        s.encoderPreset = "veryfast"
+        if let c = AVCConfiguration(v.extradata) {
+            s.profile = c.profile == 66 ? "baseline" : c.profile == 77 ? "main" : "high"
+            s.level = String(format: "%.1f", Double(c.level) / 10)
+        }
+        if let a = plan.target.audio {
+            s.audioFormat = .init(rate: Int(a.sampleRate), channels: Int(a.channels))
+            s.audioBitRate = min(512_000, max(32_000, Int(a.bitRate > 0 ? a.bitRate : 128_000)))
+        } else {
+            s.noAudio = true
+        }
+        return s
+    }
+}
+
+extension FrameRatePolicy {
+    /// A fixed rate near `rate` frames per second, as a fraction (29.97 -> 30000/1001).
+    init(rate: Double) {
+        let ntsc = rate * 1.001
+        if abs(ntsc - ntsc.rounded()) < 0.002, abs(rate - rate.rounded()) > 0.002 {
+            self = .fixed(num: Int(ntsc.rounded()) * 1000, den: 1001)
+        } else if abs(rate - rate.rounded()) < 0.002 {
+            self = .fixed(num: Int(rate.rounded()), den: 1)
+        } else {
+            self = .fixed(num: Int((rate * 1000).rounded()), den: 1000)
+        }
+    }
+}

@@ -1,0 +1,110 @@
+import XCTest
+import ClipFlowCore
+@testable import ClipFlowMedia
+import ClipFlowTestSupport
+
+/// `merge --conform`: the plan and the joins, judged by ffprobe/ffmpeg.
+final class ConformTests: XCTestCase {
+    let fx = Fixtures.shared
+
+    /// One phone, two frame rates (the ffmpeg CLI's x264 defaults): the parameter sets differ
+    /// only in level and VUI timing.
+    func phoneClip(fps: Int, seconds: Double = 2, size: String = "1280x720", extra: [String] = []) throws -> String {
+        try fx.clip(
+            "phone-\(size)-\(fps)-\(seconds)\(extra.joined()).mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=\(fps)", "-f", "lavfi", "-i", "sine=r=48000", "-t", String(seconds), "-c:v", "libx264", "-c:a",
+                "aac"
+            ]
+                + extra)
+    }
+
+    func testLevelAndTimingDifferencesDoNotChangeDecoding() throws {
+        let a = try ClipProbe.probe(try phoneClip(fps: 60)), b = try ClipProbe.probe(try phoneClip(fps: 30))
+        let ca = try XCTUnwrap(AVCConfiguration(a.video.extradata)), cb = try XCTUnwrap(AVCConfiguration(b.video.extradata))
+        XCTAssertEqual(ca.level, 32)
+        XCTAssertEqual(cb.level, 31)
+        XCTAssertEqual(ca.bytes, a.video.extradata, "the record is written back as read")
+        XCTAssertNotNil(ca.decodingKey)
+        XCTAssertEqual(ca.decodingKey, cb.decodingKey)
+        XCTAssertTrue(ConformPlan.harmonisable(a, b))
+        let small = try ClipProbe.probe(try phoneClip(fps: 30, size: "640x360"))
+        XCTAssertFalse(ConformPlan.harmonisable(a, small))
+    }
+}
+
+extension ConformTests {
+    func merge(_ inputs: [String], conform: Bool = true, name: String = #function) throws -> (String, MergeResult) {
+        let out = fx.scratch(name).appendingPathComponent("out.mp4")
+        if conform { return (out.path, try ConformingMerger(inputs: inputs, options: MergeOptions(output: out)).run().0) }
+        return (out.path, try Merger(inputs: inputs, options: MergeOptions(output: out)).run())
+    }
+
+    /// MD5 of every decoded picture, in order.
+    func pictureHashes(_ path: String) throws -> [String] {
+        try Run.run(["ffmpeg", "-v", "error", "-i", path, "-map", "0:v", "-fps_mode", "passthrough", "-f", "framemd5", "-"]).out
+            .split(separator: "\n").filter { !$0.hasPrefix("#") }.map { String($0.split(separator: ",").last!).trimmingCharacters(in: .whitespaces) }
+    }
+
+    func packetHashes(_ path: String) throws -> [String] {
+        try Run.run(["ffmpeg", "-v", "error", "-i", path, "-map", "0:v", "-c", "copy", "-f", "framemd5", "-"]).out
+            .split(separator: "\n").filter { !$0.hasPrefix("#") }.map { String($0.split(separator: ",").last!).trimmingCharacters(in: .whitespaces) }
+    }
+
+    func testOnePhoneAtTwoFrameRatesJoinsByCopyWithHarmonisedParameterSets() throws {
+        let a = try phoneClip(fps: 60), b = try phoneClip(fps: 30)
+        XCTAssertThrowsError(try merge([a, b], conform: false)) { e in
+            XCTAssertTrue("\(e)".contains("H.264 level differs (3.2 vs 3.1); --conform would copy clip 2"), "\(e)")
+        }
+        let plan = try ConformPlan.make([a, b])
+        XCTAssertEqual(plan.clips.map(\.action), [.copy, .harmonise])
+        let (out, r) = try merge([a, b])
+        XCTAssertEqual(r.videoFrames, 180)
+        XCTAssertEqual(try Probe.decodeErrors(out, keepTimestamps: true), "")
+        XCTAssertEqual(try Probe.stream(out, "v:0", "level"), "32", "the track declares the higher level")
+        // Nothing re-encoded: every decoded picture is the source's, and every packet but the
+        // second clip's first (which carries its parameter sets in front) is copied as it was.
+        XCTAssertEqual(try pictureHashes(out), try pictureHashes(a) + pictureHashes(b))
+        let packets = try packetHashes(out), sources = try packetHashes(a) + packetHashes(b)
+        XCTAssertEqual(packets.count, sources.count)
+        XCTAssertEqual(zip(packets, sources).enumerated().filter { $0.element.0 != $0.element.1 }.map(\.offset), [120])
+        XCTAssertEqual(Double(try Probe.stream(out, "a:0", "duration")) ?? 0, Double(try Probe.stream(out, "v:0", "duration")) ?? -1, accuracy: 0.05)
+    }
+
+    func testMixedClipsReencodeOnlyTheClipsThatDiffer() throws {
+        let a = try phoneClip(fps: 30, seconds: 2)
+        let small = try fx.clip(
+            "conform-small.mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=25", "-f", "lavfi", "-i", "sine=r=44100", "-t", "1.5", "-c:v", "libx264", "-profile:v", "main",
+                "-c:a", "aac"
+            ])
+        let silent = try fx.clip("conform-silent.mkv", ["-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=30", "-t", "1", "-c:v", "libx264", "-an"])
+        let b = try phoneClip(fps: 30, seconds: 1)
+        let inputs = [a, small, silent, b]
+        let plan = try ConformPlan.make(inputs)
+        XCTAssertEqual(plan.clips.map(\.action), [.copy, .reencode, .reencode, .copy])
+        XCTAssertEqual(plan.clips[1].reason, "video size differs (1280x720 vs 640x360)")
+        XCTAssertTrue(plan.json.contains("\"action\":\"re-encode\""))
+        XCTAssertThrowsError(try merge(inputs, conform: false))
+        let (out, r) = try merge(inputs)
+        XCTAssertEqual(try Probe.decodeErrors(out, keepTimestamps: true), "")
+        XCTAssertEqual(try Probe.stream(out, "v:0", "width,height"), "1280,720")
+        // 60 + 45 (1.5 s at the target's 30 fps) + 30 + 30 pictures, within one a clip.
+        XCTAssertEqual(Double(r.videoFrames), 165, accuracy: 2)
+        XCTAssertEqual(Double(try Probe.stream(out, "v:0", "duration")) ?? 0, 5.5, accuracy: 0.1)
+        XCTAssertEqual(Double(try Probe.stream(out, "a:0", "duration")) ?? 0, Double(try Probe.stream(out, "v:0", "duration")) ?? -1, accuracy: 0.05)
+        // The copied clips are bit-exact: the first clip's packets lead the output, the last's end it.
+        let packets = try packetHashes(out), first = try packetHashes(a), last = try packetHashes(b)
+        XCTAssertEqual(Array(packets.prefix(first.count)), first)
+        XCTAssertEqual(Array(packets.suffix(last.count).dropFirst()), Array(last.dropFirst()), "the last clip's first packet carries its parameter sets")
+        // A viewer: chromium plays it to its end, across the parameter set changes.
+        let played = try XCTUnwrap(try Probe.browserPlayback([out]).first)
+        XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
+        XCTAssertTrue(played["error"] is NSNull, "\(played)")
+        XCTAssertEqual(Double((played["frames"] as? Int) ?? 0), Double(r.videoFrames), accuracy: 3)
+        // No working files left next to the output.
+        let left = try FileManager.default.contentsOfDirectory(atPath: (out as NSString).deletingLastPathComponent)
+        XCTAssertEqual(left, ["out.mp4"])
+    }
+}

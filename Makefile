@@ -27,6 +27,7 @@ format:
 bench: deps
 	@bash benchmarks/merge
 	@bash benchmarks/transcode
+	@bash benchmarks/merge-conform
 	@bash benchmarks/backpressure
 	@bash benchmarks/record
 	@bash benchmarks/upload

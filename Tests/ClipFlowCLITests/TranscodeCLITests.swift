@@ -89,3 +89,36 @@ final class TranscodeCLITests: XCTestCase {
         XCTAssertTrue((v.stderr + v.out).contains("stages[1].size"), v.stderr + v.out)
     }
 }
+
+/// `clipflow merge --conform` as a user runs it.
+final class MergeConformCLITests: XCTestCase {
+    let fx = Fixtures.shared
+
+    var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
+    }
+
+    func clipflow(_ args: [String]) throws -> Run { try Run.run([binary] + args, check: false) }
+
+    func testRefusalSaysWhatConformWouldDoAndThePlanIsJSON() throws {
+        let a = try fx.toneClip(0, seconds: 2, size: "640x360")
+        let b = try fx.toneClip(1, seconds: 2, size: "320x240")
+        let out = fx.scratch("cli-conform").appendingPathComponent("joined.mp4").path
+        let refused = try clipflow(["merge", "-o", out, "--quiet", a, b])
+        XCTAssertEqual(refused.status, 65)
+        XCTAssertTrue(refused.stderr.contains("video size differs (640x360 vs 320x240); --conform would re-encode clip 2"), refused.stderr)
+        let plan = try clipflow(["merge", "--conform", "--plan", a, b])
+        XCTAssertEqual(plan.status, 0, plan.stderr)
+        let json = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(plan.out.utf8)) as? [String: Any])
+        let clips = try XCTUnwrap(json["clips"] as? [[String: Any]])
+        XCTAssertEqual(clips.map { $0["action"] as? String }, ["copy", "re-encode"])
+        XCTAssertEqual(clips[1]["reason"] as? String, "video size differs (640x360 vs 320x240)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: out), "--plan writes nothing")
+        let joined = try clipflow(["merge", "--conform", "-o", out, a, b])
+        XCTAssertEqual(joined.status, 0, joined.stderr)
+        XCTAssertTrue(joined.stderr.contains("1 re-encoded to match"), joined.stderr)
+        XCTAssertEqual(try Probe.stream(out, "v:0", "width,height"), "640,360")
+        XCTAssertEqual(try Probe.decodeErrors(out, keepTimestamps: true), "")
+        XCTAssertEqual(try clipflow(["merge", "--plan", a, b]).status, 64, "--plan needs --conform")
+    }
+}

@@ -122,3 +122,25 @@ final class MergeConformCLITests: XCTestCase {
         XCTAssertEqual(try clipflow(["merge", "--plan", a, b]).status, 64, "--plan needs --conform")
     }
 }
+
+/// A disk that fills up mid-write: a 300 KiB tmpfs mounted for the test (root only).
+final class FullDiskCLITests: XCTestCase {
+    let fx = Fixtures.shared
+
+    var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
+    }
+
+    func testAFullDiskFailsNamingTheOutputAndLeavesNothing() throws {
+        let mount = fx.scratch("full-disk").path
+        let m = try Run.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", mount], check: false)
+        guard m.status == 0 else { throw XCTSkip("cannot mount a small tmpfs here (\(m.stderr.trimmingCharacters(in: .whitespacesAndNewlines)))") }
+        defer { _ = try? Run.run(["umount", mount], check: false) }
+        let src = try fx.toneClip(0, seconds: 4, size: "640x360")
+        let out = (mount as NSString).appendingPathComponent("out.mp4")
+        let r = try Run.run([binary, "transcode", "--quiet", "--crf", "10", src, "-o", out], check: false)
+        XCTAssertEqual(r.status, 1, r.stderr)
+        XCTAssertTrue(r.stderr.contains("'\(out)'") && r.stderr.contains("No space left on device"), r.stderr)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: mount), [], "nothing left on the full disk")
+    }
+}

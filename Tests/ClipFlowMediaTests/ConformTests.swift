@@ -98,6 +98,8 @@ extension ConformTests {
         let packets = try packetHashes(out), first = try packetHashes(a), last = try packetHashes(b)
         XCTAssertEqual(Array(packets.prefix(first.count)), first)
         XCTAssertEqual(Array(packets.suffix(last.count).dropFirst()), Array(last.dropFirst()), "the last clip's first packet carries its parameter sets")
+        // The re-encoded 640x360 clip (2.0 to 3.5 s of the output), scaled up, against its source.
+        XCTAssertGreaterThanOrEqual(try Probe.ssim(out, small, distortedOptions: ["-ss", "2", "-t", "1.5"]), 0.95)
         // A viewer: chromium plays it to its end, across the parameter set changes.
         let played = try XCTUnwrap(try Probe.browserPlayback([out]).first)
         XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")

@@ -26,14 +26,8 @@ final class TranscodeTests: XCTestCase {
         return try fx.clip("\(name).\(container)", args)
     }
 
-    /// SSIM ("All") of `distorted` against `reference`, the reference scaled to the distorted size.
     func ssim(_ distorted: String, _ reference: String, extra: [String] = []) throws -> Double {
-        let r = try Run.run(
-            ["ffmpeg", "-v", "info"] + extra + [
-                "-i", distorted, "-i", reference, "-lavfi", "[1:v][0:v]scale2ref=flags=bicubic[r][d];[d][r]ssim", "-f", "null", "-"
-            ])
-        guard let a = r.stderr.range(of: "All:") else { XCTFail("no SSIM line: \(r.stderr.suffix(300))"); return 0 }
-        return Double(r.stderr[a.upperBound...].prefix { "0123456789.".contains($0) }) ?? 0
+        try Probe.ssim(distorted, reference, distortedOptions: extra)
     }
 
     func duration(_ p: String, _ stream: String) throws -> Double { Double(try Probe.stream(p, stream, "duration")) ?? -1 }
@@ -226,6 +220,23 @@ final class TranscodeTests: XCTestCase {
     }
 
     // MARK: codecs
+
+    func testDecodesTenBitHEVCAndAV1Inputs() throws {
+        let hevc10 = try cameraClip(
+            "cam360-hevc10", seconds: 1, video: ["-c:v", "libx265", "-preset", "ultrafast", "-pix_fmt", "yuv420p10le", "-x265-params", "log-level=error"],
+            container: "mkv")
+        XCTAssertEqual(try Probe.stream(hevc10, "v:0", "pix_fmt"), "yuv420p10le")
+        let av1 = try cameraClip("cam360-av1", seconds: 1, video: ["-c:v", "libsvtav1", "-preset", "12"], audio: ["-c:a", "libopus"], container: "webm")
+        for src in [hevc10, av1] {
+            var c = TranscodeChoices()
+            c.encoderPreset = "veryfast"
+            let (out, r) = try transcode([src], c, name: (src as NSString).lastPathComponent)
+            XCTAssertEqual(try Probe.decodeErrors(out), "", src)
+            XCTAssertEqual(try Probe.stream(out, "v:0", "codec_name,pix_fmt"), "h264,yuv420p", src)
+            XCTAssertEqual(r.videoFrames, 30, src)
+            XCTAssertGreaterThanOrEqual(try ssim(out, src), 0.95, src)
+        }
+    }
 
     func testEncodesHEVCTaggedHvc1() throws {
         let src = try cameraClip("cam360", seconds: 1)

@@ -175,6 +175,17 @@ public enum Probe {
         return c.max { $0.value < $1.value }!.key
     }
 
+    /// SSIM ("All", ffmpeg's `ssim` filter) of `distorted` against `reference`, the reference
+    /// scaled to the distorted size (bicubic). Both start at time 0, so pictures pair up by time
+    /// whatever each container's start offset. `distortedOptions` go before the distorted input
+    /// (`-ss 2 -t 1.5`: one part of it).
+    public static func ssim(_ distorted: String, _ reference: String, distortedOptions: [String] = []) throws -> Double {
+        let graph = "[0:v]setpts=PTS-STARTPTS[d0];[1:v]setpts=PTS-STARTPTS[r0];[r0][d0]scale2ref=flags=bicubic[r][d];[d][r]ssim"
+        let r = try Run.run(["ffmpeg", "-v", "info"] + distortedOptions + ["-i", distorted, "-i", reference, "-lavfi", graph, "-f", "null", "-"])
+        guard let a = r.stderr.range(of: "All:") else { return 0 }
+        return Double(r.stderr[a.upperBound...].prefix { "0123456789.".contains($0) }) ?? 0
+    }
+
     /// What a viewer gets: each video played to its end in headless chromium (Playwright,
     /// `scripts/browser-play`): `ended`, `error`, `duration`, `current_time`, `width`, `height`,
     /// `frames` (pictures presented).

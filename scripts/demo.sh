@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on inputs it makes itself: three phone-style clip fragments (H.264 + AAC, cut from
 # one continuous recording) are joined losslessly, turned 90 degrees (portrait), made fast-start,
-# and given a cover image; then the capture flow records the test pattern and uploads the result by TUS
+# and given a cover image; a webcam clip that differs is joined to them with `merge --conform` (only
+# it is re-encoded) and the result transcoded for the web; then the capture flow records the test pattern and uploads the result by TUS
 # to a local TUS server. Outputs go to out/demo/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,15 @@ echo "--- the same job as a pipeline: pipelines/fragments-to-folder.json"
 rm -rf "$dir/pipeline"
 "$bin" run --set CLIPS="$dir" --set OUT="$dir/pipeline" pipelines/fragments-to-folder.json
 ls -l "$dir/pipeline/publish"
+echo "--- clips that differ: a webcam clip (320x240, 25 fps, 44.1 kHz mono, MKV) after the phone's fragments"
+[ -s "$dir/webcam.mkv" ] || ffmpeg -v error -y -f lavfi -i "testsrc2=size=320x240:rate=25" \
+  -f lavfi -i "sine=f=660:r=44100" -t 2 -c:v libx264 -preset veryfast -c:a aac -ac 1 "$dir/webcam.mkv"
+"$bin" merge --conform --plan "$dir"/fragment{0,1,2}.mp4 "$dir/webcam.mkv"; echo
+"$bin" merge --conform -o "$dir/conformed.mp4" "$dir"/fragment{0,1,2}.mp4 "$dir/webcam.mkv"
+ffprobe -v error -show_entries stream=codec_name,width,height,nb_frames,duration -of compact=p=0 "$dir/conformed.mp4"
+echo "--- transcoded for the web: clipflow transcode --preset web-360p (H.264 High, AAC, fast start)"
+"$bin" transcode --preset web-360p -o "$dir/web-360p.mp4" "$dir/merged.mp4"
+ffprobe -v error -show_entries stream=codec_name,profile,width,height,nb_frames:stream_side_data=rotation -of compact=p=0 "$dir/web-360p.mp4"
 echo "--- the capture flow: pipelines/testpattern-to-upload.json (6 s of the test pattern, recorded in real time,"
 echo "    uploaded by TUS to a local resumable-upload server on 127.0.0.1; a real one is https://host/files)"
 rm -rf "$dir/capture" "$dir/tus"

@@ -26,16 +26,38 @@ public struct ConformPlan: Sendable {
     public var targetSource: SourceInfo
     public var targetFrameRate: Double { targetSource.video.frameRate ?? 30 }
     public var clips: [Clip]
+    /// The preset whose settings the re-encodes use (`merge --conform --preset`).
+    public var preset: TranscodePreset?
+    /// Nothing can be copied into the preset's format: every clip is re-encoded (a transcode).
+    public var reencodesAll: Bool { !clips.isEmpty && reencoded.count == clips.count }
 
     public var reencoded: [Int] { clips.indices.filter { clips[$0].action == .reencode } }
     public var harmonised: [Int] { clips.indices.filter { clips[$0].action == .harmonise } }
 
-    /// Plans the join of `paths` (read-only: probes the files).
-    public static func make(_ paths: [String]) throws -> ConformPlan {
+    /// Plans the join of `paths` (read-only: probes the files). With a `preset`, the target is
+    /// the preset's output for the majority's clips: clips already in that format (size, codec)
+    /// are copied, the others re-encoded with the preset's settings; if the majority's clips are
+    /// not in it (the preset makes them smaller, or another codec), every clip is re-encoded.
+    public static func make(_ paths: [String], preset: TranscodePreset? = nil) throws -> ConformPlan {
         let infos: [Result<ClipInfo, Error>] = paths.map { p in Result { try ClipProbe.probe(p) } }
         var sources: [SourceInfo] = []
         for p in paths { sources.append(try Transcoder.probe(p)) }  // every input must at least decode
-        return try make(infos, sources)
+        var plan = try make(infos, sources)
+        if let preset {
+            plan.preset = preset
+            let v = plan.targetSource.video
+            let made = TranscodeGeometry.frame(for: v.displaySize, preset.settings)
+            let codec = preset.settings.videoCodec == .h264 ? "h264" : "hevc"
+            if made != v.displaySize || codec != v.codec {
+                let why = "the preset \(preset.name) makes \(made) \(codec), the clips are \(v.displaySize) \(v.codec)"
+                for i in plan.clips.indices {
+                    plan.clips[i].action = .reencode
+                    plan.clips[i].reason = why
+                    plan.clips[i].estimate = reencodeSeconds(sources[i])
+                }
+            }
+        }
+        return plan
     }
 
     static func make(_ infos: [Result<ClipInfo, Error>], _ sources: [SourceInfo]) throws -> ConformPlan {
@@ -63,7 +85,10 @@ public struct ConformPlan: Sendable {
             let work = reencodeSeconds(s)
             switch infos[i] {
             case .failure(let e):
-                clips.append(Clip(path: s.path, action: .reencode, reason: "\((e as? ClipFlowError)?.message ?? "\(e)")", seconds: seconds, estimate: work))
+                let why =
+                    s.container.contains("mp4") || s.container.contains("mov")
+                    ? (e as? ClipFlowError)?.message ?? "\(e)" : "a \(s.container) file (only MP4/MOV clips are copied)"
+                clips.append(Clip(path: s.path, action: .reencode, reason: why, seconds: seconds, estimate: work))
             case .success(let c):
                 switch joins(best, c) {
                 case .copy?:
@@ -129,6 +154,7 @@ public struct ConformPlan: Sendable {
             return JSONNode(.object(f))
         }
         let total = clips.reduce(0.0) { $0 + $1.estimate }
+        if let p = preset { targetFields.append((key: "preset", value: JSONNode(.string(p.name)))) }
         return JSONValue.object([
             (key: "target", value: JSONNode(.object(targetFields))), (key: "clips", value: JSONNode(.array(clipNodes))),
             (key: "estimated_work_seconds", value: JSONNode(.number((total * 100).rounded() / 100)))

@@ -10,26 +10,31 @@ import Foundation
 public final class ConformingMerger {
     public let inputs: [String]
     public let options: MergeOptions
+    /// The re-encodes' settings, and with `ConformPlan.make(_:preset:)` the target.
+    public let preset: TranscodePreset?
     private let progress: ProgressReporter
     private let cancel: CancellationFlag
 
-    public init(inputs: [String], options: MergeOptions, progress: ProgressReporter = SilentProgress(), cancel: CancellationFlag = CancellationFlag()) {
+    public init(
+        inputs: [String], options: MergeOptions, preset: TranscodePreset? = nil, progress: ProgressReporter = SilentProgress(),
+        cancel: CancellationFlag = CancellationFlag()
+    ) {
         self.inputs = inputs
         self.options = options
+        self.preset = preset
         self.progress = progress
         self.cancel = cancel
     }
 
     public func run() throws -> (MergeResult, ConformPlan) {
-        let plan = try ConformPlan.make(inputs)
+        let plan = try ConformPlan.make(inputs, preset: preset)
         let target = plan.target
-        if !plan.reencoded.isEmpty, target.video.codec != "h264" {
-            throw ClipFlowError.incompatible(
-                "merge --conform: the clips to copy are \(target.video.codec); re-encoding clips to join them is done for H.264 only so far. Re-encode all with `clipflow transcode`."
-            )
-        }
-        for i in plan.reencoded {
-            progress.notice("re-encoding \(plan.clips[i].path): \(plan.clips[i].reason ?? "it differs from the target")")
+        if plan.reencodesAll, preset != nil {
+            progress.notice("re-encoding every clip: \(plan.clips.first?.reason ?? "")")
+        } else {
+            for i in plan.reencoded {
+                progress.notice("re-encoding \(plan.clips[i].path): \(plan.clips[i].reason ?? "it differs from the target")")
+            }
         }
         for i in plan.harmonised {
             progress.notice("copying \(plan.clips[i].path) with its own parameter sets: \(plan.clips[i].reason ?? "")")
@@ -43,16 +48,25 @@ public final class ConformingMerger {
             }
         }
         defer { try? FileManager.default.removeItem(at: folder) }
-        let settings = try Self.settings(toJoin: plan)
-        for i in plan.reencoded {
-            try cancel.check()
-            let out = folder.appendingPathComponent(String(format: "clip-%04d.mp4", i + 1))
-            _ = try Transcoder(inputs: [inputs[i]], output: out, settings: settings, progress: progress, cancel: cancel).run()
-            paths[i] = out.path
+        if plan.reencodesAll, let preset {
+            // Nothing to copy: everything is transcoded with the preset into one clip, which the
+            // merge then only copies (turning it if asked).
+            let joined = folder.appendingPathComponent("all.mp4")
+            _ = try Transcoder(inputs: inputs, output: joined, settings: preset.settings, progress: progress, cancel: cancel).run()
+            paths = [joined.path]
+        } else {
+            let settings = try Self.settings(toJoin: plan)
+            for i in plan.reencoded {
+                try cancel.check()
+                let out = folder.appendingPathComponent(String(format: "clip-%04d.mp4", i + 1))
+                _ = try Transcoder(inputs: [inputs[i]], output: out, settings: settings, progress: progress, cancel: cancel).run()
+                paths[i] = out.path
+            }
         }
         var o = options
         o.parameterSetsInBand = true
-        let result = try Merger(inputs: paths, options: o, progress: progress, cancel: cancel).run()
+        var result = try Merger(inputs: paths, options: o, progress: progress, cancel: cancel).run()
+        result.clips = inputs.count
         return (result, plan)
     }
 
@@ -68,6 +82,13 @@ public final class ConformingMerger {
         s.frameRate = FrameRatePolicy(rate: plan.targetFrameRate)
         s.crf = 18
         s.encoderPreset = "veryfast"
+        if let p = plan.preset?.settings {
+            s.crf = p.crf
+            s.videoBitRate = p.videoBitRate
+            s.maxRate = p.maxRate
+            s.encoderPreset = p.encoderPreset
+            s.keyframeSeconds = p.keyframeSeconds
+        }
         if let c = AVCConfiguration(v.extradata) {
             s.profile = c.profile == 66 ? "baseline" : c.profile == 77 ? "main" : "high"
             s.level = String(format: "%.1f", Double(c.level) / 10)

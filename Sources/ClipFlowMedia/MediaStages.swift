@@ -35,6 +35,8 @@ public final class MergeStage: Stage {
     public var moovReserveOverride: Int?
     /// Clips that differ are joined too (`ConformingMerger`): re-encoded where needed.
     public let conform: Bool
+    /// With `conform`: the re-encodes' settings and the target (`ConformPlan.make(_:preset:)`).
+    public let preset: TranscodePreset?
     private var clips: [String] = []
     private let cancelFlag = CancellationFlag()
     public var inputTypes: Set<PortType> { [.clips] }
@@ -53,12 +55,18 @@ public final class MergeStage: Stage {
                 help: "on a graceful stop (first SIGINT): write nothing, or join the clips that arrived (use finish after a recorder)"),
             ParamSpec(
                 "conform", .boolean, default: .bool(false),
-                help: "join clips that differ: copy what matches the majority, re-encode only the clips that differ")
+                help: "join clips that differ: copy what matches the majority, re-encode only the clips that differ"),
+            ParamSpec(
+                "preset", .choice(TranscodePreset.all.map(\.name)),
+                help: "with conform: the target format and the re-encodes' settings (`clipflow presets`)")
         ],
         // A merge only lists the clips it receives until its inputs end: up to 1024 clips wait,
         // whatever their size on disk (a byte limit here would block the recording feeding it).
         queue: LinkLimits(maxItems: 1024, maxBytes: LinkLimits.noByteLimit),
         check: { p, path in
+            if p.string("preset") != nil, p.bool("conform") != true {
+                return [PipelineIssue("\(path).preset", "a preset goes with \"conform\": true (it sets what the clips that differ are re-encoded to)")]
+            }
             guard let o = p.string("output") else { return [] }
             let dir = (o as NSString).deletingLastPathComponent
             let d = dir.isEmpty ? "." : dir
@@ -75,15 +83,16 @@ public final class MergeStage: Stage {
         make: { id, p in
             MergeStage(
                 id: id, output: p.string("output")!, rotate: p.int("rotate") ?? 0, onStop: p.string("on-stop") ?? "discard",
-                conform: p.bool("conform") ?? false)
+                conform: p.bool("conform") ?? false, preset: p.string("preset").flatMap { TranscodePreset.named($0) })
         })
 
-    public init(id: String, output: String, rotate: Int = 0, onStop: String = "discard", conform: Bool = false) {
+    public init(id: String, output: String, rotate: Int = 0, onStop: String = "discard", conform: Bool = false, preset: TranscodePreset? = nil) {
         self.id = id
         self.output = output
         self.rotate = rotate
         self.onStop = onStop
         self.conform = conform
+        self.preset = preset
     }
 
     public func prepare(_ context: StageContext) throws {
@@ -119,7 +128,9 @@ public final class MergeStage: Stage {
         do {
             let r: MergeResult
             if conform {
-                let (merged, plan) = try ConformingMerger(inputs: clips, options: options, progress: StageProgress(context: context), cancel: cancelFlag).run()
+                let (merged, plan) = try ConformingMerger(
+                    inputs: clips, options: options, preset: preset, progress: StageProgress(context: context), cancel: cancelFlag
+                ).run()
                 r = merged
                 context.emit(
                     .result([

@@ -155,6 +155,13 @@ public final class Merger {
         let clips = layout.clips
         let first = clips[0]
         let total = clips.reduce(Int64(0)) { $0 + $1.mediaBytes }
+        let mediaSeconds = Double(layout.videoEnd) * layout.videoTB.double
+        let started = DispatchTime.now().uptimeNanoseconds
+        /// Media seconds per wall second so far, taking the bytes copied as the share of the media.
+        func speed(_ done: Int64, at now: UInt64) -> Double? {
+            let wall = Double(now - started) / 1e9
+            return wall > 0 && total > 0 ? Double(done) / Double(total) * mediaSeconds / wall : nil
+        }
 
         // Start rendering audio join regions on the second core.
         var regionResults: RegionResults? = nil
@@ -335,7 +342,7 @@ public final class Merger {
                 let now = DispatchTime.now().uptimeNanoseconds
                 if now - lastReport > 100_000_000 {
                     lastReport = now
-                    progress.report(ProgressEvent(phase: "merge", completed: done, total: total))
+                    progress.report(ProgressEvent(phase: "merge", completed: done, total: total, speed: speed(done, at: now)))
                 }
             }
         }
@@ -349,7 +356,7 @@ public final class Merger {
             throw ClipFlowError.output("finishing '\(options.output.path)' failed: \(FF.describe(rc))")
         }
         try mux.close()
-        progress.report(ProgressEvent(phase: "merge", completed: total, total: total))
+        progress.report(ProgressEvent(phase: "merge", completed: total, total: total, speed: speed(total, at: DispatchTime.now().uptimeNanoseconds)))
         if let plan = layout.audio, audioFramesWritten != plan.frameCount {
             throw ClipFlowError.failure("internal: wrote \(audioFramesWritten) audio frames, planned \(plan.frameCount)")
         }

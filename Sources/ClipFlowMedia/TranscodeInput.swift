@@ -26,6 +26,8 @@ public struct SourceInfo: Sendable, Equatable {
         public var channels: Int
     }
     public var path: String
+    /// The demuxer's name for the container ("mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm").
+    public var container: String
     /// Seconds, as the container states it (0 if unknown).
     public var duration: Double
     public var video: Video
@@ -84,7 +86,7 @@ final class TranscodeInput {
             audioIndex = nil
         }
         let d = dmx.ctx.pointee.duration
-        info = SourceInfo(path: path, duration: d > 0 ? Double(d) / Double(AV_TIME_BASE) : 0, video: video, audio: audio)
+        info = SourceInfo(path: path, container: dmx.formatName, duration: d > 0 ? Double(d) / Double(AV_TIME_BASE) : 0, video: video, audio: audio)
         demuxer = dmx
         videoIndex = Int(vi)
     }

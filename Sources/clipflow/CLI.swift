@@ -57,6 +57,9 @@ struct Merge: ParsableCommand {
     @Flag(help: "Join clips that differ: copy what matches most of the duration, re-encode only the clips that differ.")
     var conform = false
 
+    @Option(help: "With --conform: the target format and the re-encodes' settings (see `clipflow presets`).")
+    var preset: String?
+
     @Flag(help: "With --conform: print the plan (each clip: copy, copy-harmonised or re-encode, and why) as JSON; write nothing.")
     var plan = false
 
@@ -73,13 +76,20 @@ struct Merge: ParsableCommand {
         }
         if thumbnailSize != nil && thumbnail == nil { throw ValidationError("--thumbnail-size needs --thumbnail PATH") }
         if plan && !conform { throw ValidationError("--plan goes with --conform") }
+        if let p = preset {
+            if !conform { throw ValidationError("--preset goes with --conform (it sets what the clips that differ are re-encoded to)") }
+            if TranscodePreset.named(p) == nil {
+                throw ValidationError(
+                    "--preset: unknown preset '\(p)' (one of \(TranscodePreset.all.map(\.name).joined(separator: ", ")); see `clipflow presets`)")
+            }
+        }
     }
 
     func run() throws {
         // No MediaProcess.tuneAllocator() here: merge allocates nothing per packet (packets point
         // into the mapped clips), so a kept heap would only raise peak RSS.
         if plan {
-            try ErrorReport.run { print(try ConformPlan.make(inputs).json) }
+            try ErrorReport.run { print(try ConformPlan.make(inputs, preset: preset.flatMap { TranscodePreset.named($0) }).json) }
             return
         }
         let door = FrontDoor(flags)
@@ -114,12 +124,13 @@ struct Merge: ParsableCommand {
     /// files → merge → thumbnail (when `--thumbnail`).
     private func nodes() -> [StageNode] {
         let inputs = inputs, output = output, rotate = rotate, thumbnail = thumbnail, conform = conform
+        let preset = preset.flatMap { TranscodePreset.named($0) }
         let size = thumbnailSize.flatMap { ThumbnailSize(parsing: $0) }
         let reserve = ProcessInfo.processInfo.environment["CLIPFLOW_MOOV_RESERVE"].flatMap { Int($0) }
         var nodes = [
             StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) },
             StageNode("merge") {
-                let m = MergeStage(id: "merge", output: output, rotate: rotate, conform: conform)
+                let m = MergeStage(id: "merge", output: output, rotate: rotate, conform: conform, preset: preset)
                 m.moovReserveOverride = reserve
                 return m
             }

@@ -110,3 +110,23 @@ extension ConformTests {
         XCTAssertEqual(left, ["out.mp4"])
     }
 }
+
+extension ConformTests {
+    func testAPresetSetsTheTargetAndTheReencodesSettings() throws {
+        let a = try phoneClip(fps: 60), b = try phoneClip(fps: 30)
+        // web-720p keeps these 720p clips as they are: the plan is the one without a preset.
+        let keep = try ConformPlan.make([a, b], preset: TranscodePreset.named("web-720p"))
+        XCTAssertEqual(keep.clips.map(\.action), [.copy, .harmonise])
+        // web-360p makes them smaller: nothing can be copied, everything is re-encoded with it.
+        let smaller = try ConformPlan.make([a, b], preset: TranscodePreset.named("web-360p"))
+        XCTAssertEqual(smaller.clips.map(\.action), [.reencode, .reencode])
+        XCTAssertEqual(smaller.clips[0].reason, "the preset web-360p makes 640x360 h264, the clips are 1280x720 h264")
+        let out = fx.scratch("conform-preset").appendingPathComponent("out.mp4")
+        let (r, _) = try ConformingMerger(inputs: [a, b], options: MergeOptions(output: out), preset: TranscodePreset.named("web-360p")).run()
+        XCTAssertEqual(r.clips, 2)
+        XCTAssertEqual(try Probe.stream(out.path, "v:0", "profile,width,height"), "High,640,360")
+        XCTAssertEqual(try Probe.videoFrames(out.path), 180)
+        XCTAssertEqual(try Probe.decodeErrors(out.path, keepTimestamps: true), "")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: out.deletingLastPathComponent().path), ["out.mp4"])
+    }
+}

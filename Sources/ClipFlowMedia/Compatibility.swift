@@ -5,7 +5,7 @@ import ClipFlowCore
 /// tone played at 404 Hz, a green picture) while looking fine to a muxer.
 public enum Compatibility {
     /// Returns nil if `b` can follow `a` in a copy-join, else the reason (naming the parameter).
-    /// `parameterSetsInBand`: H.264 clips of one size and pixel format may differ in their
+    /// `parameterSetsInBand`: H.264/H.265 clips of one size and pixel format may differ in their
     /// parameter sets (the merge then sends them in-band, `MergeOptions.parameterSetsInBand`).
     public static func difference(_ a: ClipInfo, _ b: ClipInfo, parameterSetsInBand: Bool = false) -> String? {
         let va = a.video, vb = b.video
@@ -15,9 +15,9 @@ public enum Compatibility {
         }
         if let pa = va.pixelFormat, let pb = vb.pixelFormat, pa != pb { return "pixel format differs (\(pa) vs \(pb))" }
         if va.extradata != vb.extradata {
-            let inBand =
-                parameterSetsInBand && va.codec == "h264"
-                && AVCConfiguration(va.extradata).map { x in AVCConfiguration(vb.extradata).map { $0.lengthSize == x.lengthSize } ?? false } ?? false
+            let ca = DecoderConfiguration(codec: va.codec, extradata: va.extradata)
+            let cb = DecoderConfiguration(codec: vb.codec, extradata: vb.extradata)
+            let inBand = parameterSetsInBand && ca != nil && ca?.lengthSize == cb?.lengthSize
             if !inBand { return videoConfigDifference(codec: va.codec, va.extradata, vb.extradata) }
         }
         if va.sampleAspect.num * vb.sampleAspect.den != vb.sampleAspect.num * va.sampleAspect.den,

@@ -89,8 +89,11 @@ public final class ConformingMerger {
             s.encoderPreset = p.encoderPreset
             s.keyframeSeconds = p.keyframeSeconds
         }
-        if let c = AVCConfiguration(v.extradata) {
-            s.profile = c.profile == 66 ? "baseline" : c.profile == 77 ? "main" : "high"
+        s.profile = encoderProfile(plan.target)
+        if v.codec == "hevc" {
+            s.videoCodec = .hevc
+            if v.extradata.count > 12 { s.level = String(format: "%.1f", Double(v.extradata[12]) / 30) }
+        } else if let c = AVCConfiguration(v.extradata) {
             s.level = String(format: "%.1f", Double(c.level) / 10)
         }
         if let a = plan.target.audio {
@@ -100,6 +103,26 @@ public final class ConformingMerger {
             s.noAudio = true
         }
         return s
+    }
+}
+
+extension ConformingMerger {
+    /// The encoder profile that makes clips join `target` (nil: none of ours can).
+    static func encoderProfile(_ target: ClipInfo) -> String? {
+        let v = target.video
+        switch v.codec {
+        case "h264":
+            guard let c = AVCConfiguration(v.extradata) else { return nil }
+            switch c.profile {
+            case 66: return "baseline"
+            case 77: return "main"
+            case 100: return "high"
+            default: return nil  // High 10, 4:2:2, 4:4:4: not 8-bit 4:2:0
+            }
+        case "hevc":
+            return v.extradata.count > 1 && v.extradata[1] & 0x1f == 1 ? "main" : nil
+        default: return nil
+        }
     }
 }
 

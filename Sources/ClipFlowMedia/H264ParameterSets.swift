@@ -64,18 +64,6 @@ struct AVCConfiguration: Equatable {
         return c
     }
 
-    /// The parameter sets as NAL units in the samples' format (each behind a length prefix),
-    /// to put in front of a keyframe: a decoder takes them in-band as if from the sample entry.
-    var inBandPrefix: [UInt8] {
-        var out: [UInt8] = []
-        for nal in sps + pps {
-            let n = nal.count
-            for k in (0..<lengthSize).reversed() { out.append(UInt8(truncatingIfNeeded: n >> (8 * k))) }
-            out += nal
-        }
-        return out
-    }
-
     /// What decoding depends on: the SPS from profile_idc to the VUI flag, without level_idc and
     /// without the VUI (timing, colour description and the like), and the PPS whole. Clips whose
     /// keys are equal decode with each other's parameter sets; nil when the SPS cannot be read
@@ -198,5 +186,72 @@ struct BitWriter {
         let n = 64 - x.leadingZeroBitCount
         put(0, n - 1)
         put(UInt32(x), n)
+    }
+}
+
+/// An H.265 decoder configuration record (`hvcC`, ISO 14496-15 8.3.3): its VPS, SPS and PPS.
+/// Pure parsing; what the in-band join needs.
+struct HEVCConfiguration: Equatable {
+    var lengthSize: Int
+    /// NAL units of the parameter-set arrays (VPS, SPS, PPS), in record order.
+    var parameterSets: [[UInt8]]
+
+    init?(_ b: [UInt8]) {
+        guard b.count >= 23, b[0] == 1 else { return nil }
+        lengthSize = Int(b[21] & 3) + 1
+        var i = 23
+        var sets: [[UInt8]] = []
+        for _ in 0..<Int(b[22]) {
+            guard i + 3 <= b.count else { return nil }
+            let type = b[i] & 0x3f
+            let count = Int(b[i + 1]) << 8 | Int(b[i + 2])
+            i += 3
+            for _ in 0..<count {
+                guard i + 2 <= b.count else { return nil }
+                let n = Int(b[i]) << 8 | Int(b[i + 1])
+                guard n > 0, i + 2 + n <= b.count else { return nil }
+                if (32...34).contains(type) { sets.append(Array(b[(i + 2)..<(i + 2 + n)])) }
+                i += 2 + n
+            }
+        }
+        guard !sets.isEmpty else { return nil }
+        parameterSets = sets
+    }
+}
+
+/// The parameter sets of an H.264 or H.265 track, as far as a join by copy with parameter sets
+/// in-band needs them.
+enum DecoderConfiguration {
+    case avc(AVCConfiguration)
+    case hevc(HEVCConfiguration)
+
+    init?(codec: String, extradata: [UInt8]) {
+        switch codec {
+        case "h264": guard let c = AVCConfiguration(extradata) else { return nil }; self = .avc(c)
+        case "hevc": guard let c = HEVCConfiguration(extradata) else { return nil }; self = .hevc(c)
+        default: return nil
+        }
+    }
+
+    var lengthSize: Int {
+        switch self {
+        case .avc(let c): return c.lengthSize
+        case .hevc(let c): return c.lengthSize
+        }
+    }
+
+    /// The parameter sets behind length prefixes, to put in front of a keyframe.
+    var inBandPrefix: [UInt8] {
+        let nals: [[UInt8]]
+        switch self {
+        case .avc(let c): nals = c.sps + c.pps
+        case .hevc(let c): nals = c.parameterSets
+        }
+        var out: [UInt8] = []
+        for nal in nals {
+            for k in (0..<lengthSize).reversed() { out.append(UInt8(truncatingIfNeeded: nal.count >> (8 * k))) }
+            out += nal
+        }
+        return out
     }
 }

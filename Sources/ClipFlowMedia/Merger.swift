@@ -11,8 +11,8 @@ public struct MergeOptions: Sendable {
     public var rotate: Int = 0
     /// Reserve this many bytes for `moov` instead of the computed bound (tests of the fallback).
     public var moovReserveOverride: Int? = nil
-    /// H.264 clips whose parameter sets (SPS/PPS) differ are joined too: each clip whose sets
-    /// differ from the clip before it carries them in front of its first keyframe, and the track
+    /// H.264/H.265 clips whose parameter sets differ are joined too: each clip whose sets differ
+    /// from the clip before it carries them in front of its first keyframe, and an H.264 track
     /// declares the highest level of all (`merge --conform`: clips that differ only in level or
     /// VUI timing, and clips re-encoded to join the others).
     public var parameterSetsInBand = false
@@ -188,19 +188,18 @@ public final class Merger {
 
         let mux = try OutputMuxer(path: path, shownAs: options.output.path)
         let vst = try mux.addStream(copying: first, video: true)
-        // In-band parameter sets: the sample entry declares the first clip's sets at the highest
-        // level of all; a clip whose sets differ from its predecessor's sends its own.
+        // In-band parameter sets: the sample entry declares the first clip's sets (H.264: at the
+        // highest level of all); a clip whose sets differ from its predecessor's sends its own.
         var inBand: [Int: [UInt8]] = [:]
-        if options.parameterSetsInBand, first.video.codec == "h264", let c0 = AVCConfiguration(first.video.extradata) {
-            let configs = clips.map { AVCConfiguration($0.video.extradata) }
-            let level = configs.compactMap { $0?.level }.max() ?? c0.level
-            try vst.pointee.codecpar.setExtradata(c0.withLevel(level).bytes)
+        if options.parameterSetsInBand {
+            if let c0 = AVCConfiguration(first.video.extradata), first.video.codec == "h264" {
+                let level = clips.compactMap { AVCConfiguration($0.video.extradata)?.level }.max() ?? c0.level
+                try vst.pointee.codecpar.setExtradata(c0.withLevel(level).bytes)
+            }
             for i in clips.indices.dropFirst() where clips[i].video.extradata != clips[i - 1].video.extradata {
-                if let c = configs[i] { inBand[i] = c.inBandPrefix }
+                if let c = DecoderConfiguration(codec: clips[i].video.codec, extradata: clips[i].video.extradata) { inBand[i] = c.inBandPrefix }
             }
         }
-        vst.pointee.time_base = layout.videoTB
-        try FF.check(cf_stream_set_display_rotation(vst, Double(layout.rotation)), "writing the orientation")
         var ast: UnsafeMutablePointer<AVStream>? = nil
         if layout.audio != nil { ast = try mux.addStream(copying: first, video: false) }
 

@@ -66,7 +66,9 @@ final class TranscodeOutput {
             // Keyframes exactly every `gop` pictures, each an IDR starting a closed GOP.
             if let gop { options["x264-params"] = "scenecut=0:open-gop=0:keyint-min=\(gop)" }
         case .hevc:
-            options["x265-params"] = (gop.map { "keyint=\($0):min-keyint=\($0):scenecut=0:open-gop=0:" } ?? "") + "log-level=error"
+            if let p = s.profile { options["profile"] = p }
+            options["x265-params"] =
+                (gop.map { "keyint=\($0):min-keyint=\($0):scenecut=0:open-gop=0:" } ?? "") + (s.level.map { "level-idc=\($0):" } ?? "") + "log-level=error"
         }
         venc = try CodecContext.encoder(named: s.videoCodec.encoderName, what: "\(s.videoCodec == .h264 ? "H.264" : "HEVC") encoder", options: options) { c in
             c.pointee.width = Int32(plan.frame.width)

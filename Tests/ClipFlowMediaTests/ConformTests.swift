@@ -130,3 +130,28 @@ extension ConformTests {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: out.deletingLastPathComponent().path), ["out.mp4"])
     }
 }
+
+extension ConformTests {
+    func testClipsReencodedToJoinHEVCClips() throws {
+        func hevc(_ i: Int) throws -> String {
+            try fx.clip(
+                "conform-hevc-\(i).mp4",
+                [
+                    "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30,trim=start_frame=\(i * 30):end_frame=\(i * 30 + 30),setpts=PTS-STARTPTS",
+                    "-f", "lavfi", "-i", "sine=r=48000", "-t", "1", "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error",
+                    "-tag:v", "hvc1", "-c:a", "aac"
+                ])
+        }
+        let a = try hevc(0), b = try hevc(1)
+        let h264 = try fx.toneClip(0, seconds: 1, size: "480x270")  // 16:9: it fills the frame when scaled up
+        let plan = try ConformPlan.make([a, h264, b])
+        XCTAssertEqual(plan.clips.map(\.action), [.copy, .reencode, .copy])
+        let (out, r) = try merge([a, h264, b])
+        XCTAssertEqual(r.videoFrames, 90)
+        XCTAssertEqual(try Probe.stream(out, "v:0", "codec_name,codec_tag_string,width,height"), "hevc,hvc1,640,360")
+        XCTAssertEqual(try Probe.decodeErrors(out, keepTimestamps: true), "")
+        let packets = try packetHashes(out), first = try packetHashes(a)
+        XCTAssertEqual(Array(packets.prefix(first.count)), first, "the first HEVC clip is copied bit for bit")
+        XCTAssertGreaterThanOrEqual(try Probe.ssim(out, h264, distortedOptions: ["-ss", "1", "-t", "1"]), 0.95)
+    }
+}

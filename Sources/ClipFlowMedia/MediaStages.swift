@@ -2,11 +2,12 @@ import ClipFlowCore
 import Foundation
 import Synchronization
 
-/// Stage kinds backed by FFmpeg: `merge`, `transcode`, `thumbnail` and `record`.
+/// Stage kinds backed by FFmpeg: `merge`, `transcode`, `decode`, `thumbnail` and `record`.
 public enum MediaStages {
     public static func register(into r: StageRegistry) {
         r.register(MergeStage.kind)
         r.register(TranscodeStage.kind)
+        r.register(DecodeStage.kind)
         r.register(ThumbnailStage.kind)
         r.register(RecordStage.kind)
     }

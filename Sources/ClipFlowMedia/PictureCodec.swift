@@ -119,8 +119,8 @@ private func planeSizes(_ w: Int, _ h: Int) -> [(Int, Int)] {
     [(w, h), ((w + 1) / 2, (h + 1) / 2), ((w + 1) / 2, (h + 1) / 2)]
 }
 
-/// Copies the three planes of a yuv420p frame into one buffer without row padding.
-private func packPlanes(_ f: Frame, _ w: Int, _ h: Int) -> Data {
+/// Copies the three planes of a yuv420p frame into one buffer without row padding (`VideoFrame`).
+func packPlanes(_ f: Frame, _ w: Int, _ h: Int) -> Data {
     var out = Data(count: PixelFormat.yuv420p.frameBytes(width: w, height: h) ?? 0)
     out.withUnsafeMutableBytes { raw in
         guard var dst = raw.baseAddress else { return }

@@ -50,22 +50,13 @@ public final class Transcoder {
     public static func probe(_ path: String) throws -> SourceInfo { try TranscodeInput(path: path).info }
 
     public func run() throws -> TranscodeResult {
-        _ = FF.setup
-        if let p = settings.problem { throw ClipFlowError.badInput(p.description) }
-        guard !inputs.isEmpty else { throw ClipFlowError.badInput("no inputs to transcode") }
-        var opened: [TranscodeInput?] = try inputs.map { try TranscodeInput(path: $0) }
-        let plan = makePlan(opened.map { $0!.info })
+        let (opened, plan) = try openAll()
         let out = try TranscodeOutput(target: output, plan: plan.output)
-        let converter = PictureConverter(frame: plan.output.frame, pool: try PicturePool(size: plan.output.frame))
         let worker = EncodingWorker(output: out, total: plan.totalSeconds, progress: progress)
         worker.start()
         do {
-            var timeline = plan.output.audio.map { AudioTimeline(channels: $0.channels, rate: $0.rate) }
-            var clock = VideoClock(plan: plan)
-            for i in opened.indices {
-                let input = opened[i]!
-                opened[i] = nil  // each input is closed once read
-                try decode(input, clip: plan.clips[i], plan: plan, converter: converter, clock: &clock, timeline: &timeline, worker: worker)
+            try decodeAll(opened, plan) { item in
+                guard worker.queue.push(item) == .ok else { throw worker.failure ?? ClipFlowError.interrupted }
             }
             worker.queue.endOfStream()
         } catch {
@@ -88,6 +79,36 @@ public final class Transcoder {
         } catch {
             out.discard()
             throw error
+        }
+    }
+
+    /// Decodes and converts the inputs as `run` does, handing each picture (pts in the plan's
+    /// time base) and each run of audio to `deliver`, in output order, on the calling thread;
+    /// encodes nothing (the `decode` stage). Returns the plan's output shape.
+    func decodeOnly(_ deliver: (DecodedItem, TranscodeOutput.Plan) throws -> Void) throws -> TranscodeOutput.Plan {
+        let (opened, plan) = try openAll()
+        try decodeAll(opened, plan) { try deliver($0, plan.output) }
+        return plan.output
+    }
+
+    private func openAll() throws -> ([TranscodeInput], Plan) {
+        _ = FF.setup
+        if let p = settings.problem { throw ClipFlowError.badInput(p.description) }
+        guard !inputs.isEmpty else { throw ClipFlowError.badInput("no inputs to transcode") }
+        let opened = try inputs.map { try TranscodeInput(path: $0) }
+        return (opened, makePlan(opened.map(\.info)))
+    }
+
+    /// Every input in order, each closed once read.
+    private func decodeAll(_ inputs: [TranscodeInput], _ plan: Plan, _ deliver: (DecodedItem) throws -> Void) throws {
+        var opened: [TranscodeInput?] = inputs
+        let converter = PictureConverter(frame: plan.output.frame, pool: try PicturePool(size: plan.output.frame))
+        var timeline = plan.output.audio.map { AudioTimeline(channels: $0.channels, rate: $0.rate) }
+        var clock = VideoClock(plan: plan)
+        for i in opened.indices {
+            let input = opened[i]!
+            opened[i] = nil
+            try decode(input, clip: plan.clips[i], plan: plan, converter: converter, clock: &clock, timeline: &timeline, deliver: deliver)
         }
     }
 
@@ -153,7 +174,7 @@ public final class Transcoder {
 
     private func decode(
         _ input: TranscodeInput, clip: Plan.Clip, plan: Plan, converter: PictureConverter, clock: inout VideoClock,
-        timeline: inout AudioTimeline?, worker: EncodingWorker
+        timeline: inout AudioTimeline?, deliver: (DecodedItem) throws -> Void
     ) throws {
         let path = input.info.path
         let vdec = try input.videoDecoder()
@@ -169,9 +190,7 @@ public final class Transcoder {
         var lastTime = -Double.infinity
         clock.beginClip()
 
-        func push(_ item: EncodingWorker.Item) throws {
-            guard worker.queue.push(item) == .ok else { throw worker.failure ?? ClipFlowError.interrupted }
-        }
+        func push(_ item: DecodedItem) throws { try deliver(item) }
         func emitAudio(_ s: PlanarSamples) throws { try push(.audio(s)) }
         func takePictures() throws {
             while try vdec.receive(frame) {
@@ -307,17 +326,20 @@ struct VideoClock {
     }
 }
 
+/// What decoding hands on: a converted picture (pts set, in the output's time base; `end`: where
+/// it stops showing, seconds) or a run of audio at the output's rate.
+enum DecodedItem {
+    case picture(Frame, end: Double)
+    case audio(PlanarSamples)
+}
+
 /// The encoding thread: takes pictures and audio from the decoding thread through a bounded
 /// queue and hands them to `TranscodeOutput`, reporting progress with the speed.
 /// `@unchecked Sendable`: `output` belongs to the encoding thread from `start` until `join`
 /// returns, and to the caller before and after; `failure` is written by that thread before it
 /// ends and read after `join`; the queue is thread-safe.
 final class EncodingWorker: @unchecked Sendable {
-    enum Item {
-        case picture(Frame, end: Double)
-        case audio(PlanarSamples)
-    }
-    let queue = BoundedQueue<Item>(capacity: 6)
+    let queue = BoundedQueue<DecodedItem>(capacity: 6)
     /// Why the encoding thread stopped early; set before it ends the queue, so a producer whose
     /// push is refused reads it after the queue's lock has ordered the two.
     private(set) var failure: Error?

@@ -144,3 +144,44 @@ final class FullDiskCLITests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: mount), [], "nothing left on the full disk")
     }
 }
+
+/// Re-encoding by steps in a pipeline: files -> decode -> record.
+final class DecodeStagePipelineTests: XCTestCase {
+    let fx = Fixtures.shared
+
+    var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
+    }
+
+    func testFilesDecodeRecordReencodesByStages() throws {
+        let mp4 = try fx.toneClip(0, seconds: 2, size: "640x360")
+        let mkv = try fx.clip(
+            "steps-hevc.mkv",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30", "-f", "lavfi", "-i", "sine=r=44100", "-t", "1", "-c:v", "libx265", "-preset", "ultrafast",
+                "-x265-params", "log-level=error", "-c:a", "aac"
+            ])
+        let dir = fx.scratch("steps")
+        let spec: [String: Any] = [
+            "version": 1,
+            "stages": [
+                ["id": "in", "kind": "files", "paths": [mp4, mkv]],
+                ["id": "raw", "kind": "decode", "inputs": ["in"], "height": 240],
+                ["id": "enc", "kind": "record", "inputs": ["raw"], "directory": dir.appendingPathComponent("clips").path, "preset": "veryfast"]
+            ]
+        ]
+        let file = dir.appendingPathComponent("p.json").path
+        try JSONSerialization.data(withJSONObject: spec).write(to: URL(fileURLWithPath: file))
+        let r = try Run.run([binary, "run", "--events", "json", file], check: false)
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let clip = dir.appendingPathComponent("clips/clip-0001.mp4").path
+        XCTAssertEqual(try Probe.decodeErrors(clip), "")
+        XCTAssertEqual(try Probe.stream(clip, "v:0", "width,height"), "426,240")
+        XCTAssertEqual(try Probe.videoFrames(clip), 90, "60 + 30 pictures")
+        XCTAssertEqual(Double(try Probe.stream(clip, "a:0", "duration")) ?? 0, 3, accuracy: 0.05)
+        XCTAssertGreaterThanOrEqual(try Probe.ssim(clip, mp4, distortedOptions: ["-t", "2"]), 0.95)
+        let progress = r.out.split(separator: "\n").filter { $0.contains("\"stage\":\"raw\"") && $0.contains("\"progress\"") }
+        XCTAssertFalse(progress.isEmpty)
+        XCTAssertTrue(progress.allSatisfy { $0.contains("\"speed\"") }, "\(progress)")
+    }
+}

@@ -1,0 +1,120 @@
+import ClipFlowCore
+import Foundation
+
+/// Decodes every video it receives (any format FFmpeg reads; inputs in order, files in arrival
+/// order) into raw frames: yuv420p pictures of one size and 32-bit float audio at one rate, on
+/// one timeline, as `transcode` decodes them before encoding (`Transcoder.decodeOnly`). Feeds
+/// `record` (re-encoding by steps: files -> decode -> record) or any stage taking frames.
+/// Decoding starts at end of stream (the first input's shape sets the frame only once every
+/// input is known). Belongs to its stage queue; a stop or cancel reaches it through `cancelFlag`.
+public final class DecodeStage: Stage {
+    public let id: String
+    public let settings: TranscodeSettings
+    private var files: [String] = []
+    private let cancelFlag = CancellationFlag()
+    public var inputTypes: Set<PortType> { [.clips, .video] }
+    public var outputType: PortType? { .frames }
+
+    public static let kind = StageKind(
+        name: "decode", summary: "decode videos (any format) into raw frames on one timeline: yuv420p pictures and float audio",
+        inputs: [.clips, .video], minInputs: 1, output: .frames,
+        params: [
+            ParamSpec("height", .integer(min: 16, max: 8192), help: "scale to this height (even); default: the longest input's size"),
+            ParamSpec("fps", .string, help: "keep (default) or a fixed rate: 30, 29.97, 30000/1001"),
+            ParamSpec("upright", .boolean, default: .bool(false), help: "turn rotated pictures in their pixels")
+        ],
+        queue: LinkLimits(maxItems: 1024, maxBytes: LinkLimits.noByteLimit),
+        check: { p, path in
+            if case .failure(let problem) = choices(p).resolve() { return [PipelineIssue("\(path).\(problem.option)", problem.message)] }
+            return []
+        },
+        make: { id, p in
+            switch choices(p).resolve() {
+            case .success(let s): return DecodeStage(id: id, settings: s)
+            case .failure(let problem): throw ClipFlowError.badInput("stage '\(id)': \(problem.option): \(problem.message)")
+            }
+        })
+
+    private static func choices(_ p: StageParams) -> TranscodeChoices {
+        var c = TranscodeChoices()
+        c.height = p.int("height")
+        c.fps = p.string("fps")
+        c.upright = p.bool("upright") ?? false
+        return c
+    }
+
+    public init(id: String, settings: TranscodeSettings) {
+        self.id = id
+        self.settings = settings
+    }
+
+    public func prepare(_ context: StageContext) throws {
+        let flag = cancelFlag
+        context.onStop { flag.cancel() }
+        context.onCancel { flag.cancel() }
+    }
+
+    public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
+        try checkPorts(inputs)
+        return StreamParameters(port: .frames)
+    }
+
+    public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
+        if let p = item.path { files.append(p) }
+        return .ok
+    }
+
+    public func drain(_ context: StageContext) throws {
+        guard !files.isEmpty else { throw ClipFlowError.badInput("no videos reached the decode stage") }
+        var sequence: Int64 = 0
+        var samples: Int64 = 0
+        let started = Date()
+        var lastReport = Date.distantPast
+        let total = files.reduce(0.0) { $0 + ((try? Transcoder.probe($1).duration) ?? 0) }
+        let t = Transcoder(inputs: files, output: URL(fileURLWithPath: "/dev/null"), settings: settings, cancel: cancelFlag)
+        // Pictures wait for the first audio (a picture or two): a recorder sets up its audio
+        // track from what it has when the first picture comes.
+        var waiting: [VideoFrame] = []
+        var audioStarted = false
+        func send(_ v: VideoFrame) throws {
+            if context.push(.frame(.video(v))) == .flushing { throw ClipFlowError.interrupted }
+        }
+        do {
+            _ = try t.decodeOnly { item, shape in
+                switch item {
+                case .picture(let f, let end):
+                    let time = Double(f.f.pointee.pts) * shape.timeBase.double
+                    let v = VideoFrame(
+                        width: shape.frame.width, height: shape.frame.height, format: .yuv420p,
+                        data: packPlanes(f, shape.frame.width, shape.frame.height), time: time, sequence: sequence,
+                        nominalRate: shape.frameRate.double > 0 ? shape.frameRate.double : nil)
+                    sequence += 1
+                    if shape.audio != nil, !audioStarted { waiting.append(v) } else { try send(v) }
+                    let now = Date()
+                    if now.timeIntervalSince(lastReport) >= 0.25 {
+                        lastReport = now
+                        let wall = now.timeIntervalSince(started)
+                        context.progress(Int64(end * 1000), of: Int64(max(total, end) * 1000), unit: "ms", speed: wall > 0 ? end / wall : nil)
+                    }
+                case .audio(let s):
+                    let channels = s.channels.count
+                    var interleaved = [Float](repeating: 0, count: s.count * channels)
+                    for c in 0..<channels { for i in 0..<s.count { interleaved[i * channels + c] = s.channels[c][i] } }
+                    let a = AudioChunk(sampleRate: shape.audio?.rate ?? 48_000, channels: channels, samples: interleaved, firstSample: samples)
+                    samples += Int64(s.count)
+                    if context.push(.frame(.audio(a))) == .flushing { throw ClipFlowError.interrupted }
+                    if !audioStarted {
+                        audioStarted = true
+                        for v in waiting { try send(v) }
+                        waiting = []
+                    }
+                }
+            }
+            for v in waiting { try send(v) }
+        } catch let e as ClipFlowError where e.kind == .interrupted && context.stopRequested && !context.cancellation.isCancelled {
+            context.emit(.notice("stopped while decoding"))
+            return
+        }
+        context.emit(.result([.init("video_frames", .integer(sequence)), .init("audio_samples", .integer(samples))]))
+    }
+}

@@ -13,6 +13,15 @@ public enum MediaStages {
     }
 }
 
+/// Creates the folder an output goes in (a pipeline's stages do; the commands check it exists).
+func createFolder(of output: String) throws {
+    let dir = (output as NSString).deletingLastPathComponent
+    guard !dir.isEmpty else { return }
+    do { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) } catch {
+        throw ClipFlowError.output("cannot create the directory of '\(output)': \(error.localizedDescription)")
+    }
+}
+
 /// Forwards a merge's progress to the stage's events.
 struct StageProgress: ProgressReporter {
     let context: StageContext
@@ -100,12 +109,7 @@ public final class MergeStage: Stage {
         let flag = cancelFlag
         if onStop == "discard" { context.onStop { flag.cancel() } }
         context.onCancel { flag.cancel() }
-        let dir = (output as NSString).deletingLastPathComponent
-        if !dir.isEmpty {
-            do { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) } catch {
-                throw ClipFlowError.output("cannot create the directory of '\(output)': \(error.localizedDescription)")
-            }
-        }
+        try createFolder(of: output)
     }
 
     public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {

@@ -188,6 +188,8 @@ public final class Merger {
 
         let mux = try OutputMuxer(path: path, shownAs: options.output.path)
         let vst = try mux.addStream(copying: first, video: true)
+        vst.pointee.time_base = layout.videoTB
+        try FF.check(cf_stream_set_display_rotation(vst, Double(layout.rotation)), "writing the orientation")
         // In-band parameter sets: the sample entry declares the first clip's sets (H.264: at the
         // highest level of all); a clip whose sets differ from its predecessor's sends its own.
         var inBand: [Int: [UInt8]] = [:]

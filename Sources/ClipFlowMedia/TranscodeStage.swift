@@ -75,12 +75,7 @@ public final class TranscodeStage: Stage {
         let flag = cancelFlag
         context.onStop { flag.cancel() }
         context.onCancel { flag.cancel() }
-        let dir = (output as NSString).deletingLastPathComponent
-        if !dir.isEmpty {
-            do { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) } catch {
-                throw ClipFlowError.output("cannot create the directory of '\(output)': \(error.localizedDescription)")
-            }
-        }
+        try createFolder(of: output)
     }
 
     public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {

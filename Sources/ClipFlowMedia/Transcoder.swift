@@ -190,8 +190,13 @@ public final class Transcoder {
         var lastTime = -Double.infinity
         clock.beginClip()
 
-        func push(_ item: DecodedItem) throws { try deliver(item) }
-        func emitAudio(_ s: PlanarSamples) throws { try push(.audio(s)) }
+        func emitAudio(_ s: PlanarSamples) throws { try deliver(.audio(s)) }
+        /// A decoded picture shown at output `pts` until `end` (VideoClock decides which and when).
+        func show(_ decoded: Frame, _ pts: Int64, _ end: Double) throws {
+            let picture = try converter.convert(decoded, placement: clip.placement, turn: clip.turn)
+            picture.f.pointee.pts = pts
+            try deliver(.picture(picture, end: end))
+        }
         func takePictures() throws {
             while try vdec.receive(frame) {
                 let pts = frame.f.pointee.best_effort_timestamp
@@ -202,11 +207,7 @@ public final class Transcoder {
                 guard t >= -1e-6, t > lastTime else { continue }
                 lastTime = t
                 pictures += 1
-                try clock.take(frame, at: t, duration: dur) { decoded, pts, end in
-                    let picture = try converter.convert(decoded, placement: clip.placement, turn: clip.turn)
-                    picture.f.pointee.pts = pts
-                    try push(.picture(picture, end: end))
-                }
+                try clock.take(frame, at: t, duration: dur, show)
                 if var tl = timeline {
                     try tl.release(upTo: Int64((clock.clipEnd * rate).rounded()), emitAudio)
                     timeline = tl
@@ -254,11 +255,7 @@ public final class Transcoder {
             timeline?.add(try resampler.flush(), at: nil)
         }
         guard pictures > 0 else { throw ClipFlowError.badInput("input '\(path)': no picture in it could be decoded") }
-        try clock.endClip { decoded, pts, end in
-            let picture = try converter.convert(decoded, placement: clip.placement, turn: clip.turn)
-            picture.f.pointee.pts = pts
-            try push(.picture(picture, end: end))
-        }
+        try clock.endClip(show)
         if var tl = timeline {
             try tl.endClip(at: Int64((clock.offset * rate).rounded()), emitAudio)
             timeline = tl

@@ -336,7 +336,7 @@ enum DecodedItem {
 /// returns, and to the caller before and after; `failure` is written by that thread before it
 /// ends and read after `join`; the queue is thread-safe.
 final class EncodingWorker: @unchecked Sendable {
-    let queue = BoundedQueue<DecodedItem>(capacity: 6)
+    let queue = BoundedQueue<DecodedItem>(capacity: 3)
     /// Why the encoding thread stopped early; set before it ends the queue, so a producer whose
     /// push is refused reads it after the queue's lock has ordered the two.
     private(set) var failure: Error?

@@ -10,8 +10,9 @@ struct Transcode: ParsableCommand {
             Several inputs are joined in the order given; each is scaled into the output frame (the \
             longest input sets its shape unless --size or a preset does) and its audio kept in sync \
             at every join. Pictures are never enlarged unless --upscale. Without --preset: H.264 \
-            High, CRF 23, x264 preset medium, a closed GOP every 2 s, AAC 128k. `clipflow presets` \
-            lists the presets.
+            High, CRF 23, x264 preset medium with its own keyframe placement, AAC 128k (the ffmpeg \
+            CLI's defaults); every preset has a keyframe exactly every 2 s. `clipflow presets` lists \
+            the presets.
             """
     )
 
@@ -51,7 +52,7 @@ struct Transcode: ParsableCommand {
     @Option(name: .customLong("audio-bitrate"), help: "AAC bit rate (128k).")
     var audioBitRate: String?
 
-    @Flag(help: "Turn rotated pictures in their pixels instead of writing a display matrix.")
+    @Flag(help: "Turn rotated pictures in their pixels instead of writing a display matrix (done anyway when the inputs are turned differently).")
     var upright = false
 
     @Flag(help: "Allow pictures larger than the source.")

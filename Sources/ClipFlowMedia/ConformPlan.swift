@@ -39,10 +39,19 @@ public struct ConformPlan: Sendable {
     /// are copied, the others re-encoded with the preset's settings; if the majority's clips are
     /// not in it (the preset makes them smaller, or another codec), every clip is re-encoded.
     public static func make(_ paths: [String], preset: TranscodePreset? = nil) throws -> ConformPlan {
-        let infos: [Result<ClipInfo, Error>] = paths.map { p in Result { try ClipProbe.probe(p) } }
-        var sources: [SourceInfo] = []
-        for p in paths { sources.append(try Transcoder.probe(p)) }  // every input must at least decode
-        var plan = try make(infos, sources)
+        // The sample tables of every clip, on every core; FFmpeg's stream probe (which decodes a
+        // little) only where the plan needs it: clips that cannot be copied, and the target.
+        let probed = Merger.ProbeResults(count: paths.count)
+        DispatchQueue.concurrentPerform(iterations: paths.count) { i in probed.set(i, Result { try ClipProbe.probe(paths[i]) }) }
+        let infos = probed.outcomes()
+        var cache: [Int: SourceInfo] = [:]
+        func source(_ i: Int) throws -> SourceInfo {
+            if let s = cache[i] { return s }
+            let s = try Transcoder.probe(paths[i])
+            cache[i] = s
+            return s
+        }
+        var plan = try make(infos, source)
         if let preset {
             plan.preset = preset
             let v = plan.targetSource.video
@@ -53,14 +62,15 @@ public struct ConformPlan: Sendable {
                 for i in plan.clips.indices {
                     plan.clips[i].action = .reencode
                     plan.clips[i].reason = why
-                    plan.clips[i].estimate = reencodeSeconds(sources[i])
+                    plan.clips[i].estimate = reencodeSeconds(try source(i))
                 }
             }
         }
         return plan
     }
 
-    static func make(_ infos: [Result<ClipInfo, Error>], _ sources: [SourceInfo]) throws -> ConformPlan {
+    /// `source(i)`: FFmpeg's view of input i (asked only for clips to re-encode and the target).
+    static func make(_ infos: [Result<ClipInfo, Error>], _ source: (Int) throws -> SourceInfo) throws -> ConformPlan {
         let copyable = infos.indices.compactMap { i -> (Int, ClipInfo)? in (try? infos[i].get()).map { (i, $0) } }
         guard !copyable.isEmpty else {
             throw ClipFlowError.badInput("none of the inputs is an MP4/MOV clip that can be copied; use `clipflow transcode` to re-encode them all")
@@ -79,32 +89,31 @@ public struct ConformPlan: Sendable {
             }
         }
         var clips: [Clip] = []
-        for i in sources.indices {
-            let s = sources[i]
-            let seconds = s.duration
-            let work = reencodeSeconds(s)
+        for i in infos.indices {
             switch infos[i] {
             case .failure(let e):
+                let s = try source(i)  // it must at least decode
                 let why =
                     s.container.contains("mp4") || s.container.contains("mov")
                     ? (e as? ClipFlowError)?.message ?? "\(e)" : "a \(s.container) file (only MP4/MOV clips are copied)"
-                clips.append(Clip(path: s.path, action: .reencode, reason: why, seconds: seconds, estimate: work))
+                clips.append(Clip(path: s.path, action: .reencode, reason: why, seconds: s.duration, estimate: reencodeSeconds(s)))
             case .success(let c):
+                let copied = Double(c.mediaBytes) / 1e9
                 switch joins(best, c) {
                 case .copy?:
-                    clips.append(Clip(path: c.path, action: .copy, reason: nil, seconds: seconds, estimate: Double(c.mediaBytes) / 1e9))
+                    clips.append(Clip(path: c.path, action: .copy, reason: nil, seconds: c.videoSeconds, estimate: copied))
                 case .harmonise?:
-                    clips.append(
-                        Clip(
-                            path: c.path, action: .harmonise, reason: Compatibility.difference(best, c) ?? "parameter sets differ", seconds: seconds,
-                            estimate: Double(c.mediaBytes) / 1e9))
+                    let why = Compatibility.difference(best, c) ?? "parameter sets differ"
+                    clips.append(Clip(path: c.path, action: .harmonise, reason: why, seconds: c.videoSeconds, estimate: copied))
                 default:
-                    clips.append(Clip(path: c.path, action: .reencode, reason: Compatibility.difference(best, c), seconds: seconds, estimate: work))
+                    let s = try source(i)
+                    clips.append(
+                        Clip(path: c.path, action: .reencode, reason: Compatibility.difference(best, c), seconds: s.duration, estimate: reencodeSeconds(s)))
                 }
             }
         }
-        let targetSource = copyable.first { $0.1.path == best.path }.map { sources[$0.0] } ?? sources[0]
-        return ConformPlan(target: best, targetSource: targetSource, clips: clips)
+        let targetIndex = copyable.first { $0.1.path == best.path }?.0 ?? 0
+        return ConformPlan(target: best, targetSource: try source(targetIndex), clips: clips)
     }
 
     /// Clips that differ only where decoding does not look: same everything but the H.264 level

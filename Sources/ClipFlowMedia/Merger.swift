@@ -126,6 +126,8 @@ public final class Merger {
         func all() throws -> [ClipInfo] {
             try results.withLock { rs in try rs.map { try $0!.get() } }
         }
+        /// Each probe's outcome, in input order.
+        func outcomes() -> [Result<ClipInfo, Error>] { results.withLock { $0.map { $0! } } }
     }
 
     /// Rendered join regions, handed from the renderer's encoding thread to the copy thread

@@ -3,10 +3,10 @@ import ClipFlowCore
 import Foundation
 
 /// Buffers for pictures of one format and size (AVBufferPool). A frame holding one returns it
-/// to the pool when unreffed, on whatever thread. Owner: the transcode; freed in deinit (the
-/// pool itself lives on until its last buffer comes back). `@unchecked Sendable`: the pool is
-/// thread-safe (FFmpeg locks it); the fields are immutable.
-final class PicturePool: @unchecked Sendable {
+/// to the pool when unreffed, on whatever thread (FFmpeg locks the pool). Owner: the
+/// converter, on the decoding thread; freed in deinit (the pool itself lives on until its last
+/// buffer comes back).
+final class PicturePool {
     let size: PictureSize
     let format: AVPixelFormat
     static let align: Int32 = 32

@@ -70,6 +70,7 @@ final class Packet: @unchecked Sendable {
         av_packet_free(&q)
     }
     func unref() { av_packet_unref(p) }
+    var isKeyframe: Bool { p.pointee.flags & AV_PKT_FLAG_KEY != 0 }
     /// A copy of this packet (timing and flags too) whose data starts with `prefix`.
     func prefixed(with prefix: [UInt8]) throws -> Packet {
         let c = try Packet()

@@ -44,6 +44,25 @@ final class FragmentWriterTests: XCTestCase {
             ]).out
             XCTAssertEqual(key.split(separator: "\n").first?.split(separator: ",").first, "1", "\(s): the first picture is a keyframe (\(key))")
         }
+        // What the segments say about themselves: 2 s each (timescale 15360), back to back, a sync
+        // sample first; the I-frame byte range after the init decodes to one keyframe.
+        var expectedStart: UInt64 = 0
+        for s in segments {
+            let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: s)))
+            let info = try XCTUnwrap(FragmentInfo(bytes), s)
+            XCTAssertEqual(info.sampleCount, 60)
+            XCTAssertEqual(info.duration, 30720)
+            XCTAssertEqual(info.baseDecodeTime, expectedStart)
+            XCTAssertTrue(info.startsWithSyncSample)
+            expectedStart += info.duration
+            let iframe = dir.appendingPathComponent("iframe.mp4").path
+            let range = info.firstSampleRange
+            try Data(try Data(contentsOf: URL(fileURLWithPath: initPath)) + Data(bytes[range.offset..<(range.offset + range.length)]))
+                .write(to: URL(fileURLWithPath: iframe))
+            // The mdat's header still declares every sample ("partial file" to a demuxer, as for
+            // any byte-range request); the one sample it holds decodes as a keyframe.
+            XCTAssertEqual(try Probe.videoFrames(iframe), 1, s)
+        }
         let all = dir.appendingPathComponent("all.mp4").path
         try Data((try ([initPath] + segments).map { try Data(contentsOf: URL(fileURLWithPath: $0)) }).joined()).write(to: URL(fileURLWithPath: all))
         XCTAssertEqual(try Probe.decodeErrors(all), "")

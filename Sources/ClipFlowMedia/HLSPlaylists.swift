@@ -1,0 +1,94 @@
+import Foundation
+
+/// One media segment as written: its file, length in seconds, size, and the I-frame byte range
+/// of its first (sync) sample.
+struct HLSSegment: Equatable {
+    var uri: String
+    var seconds: Double
+    var bytes: Int
+    var iframe: (offset: Int, length: Int)?
+
+    static func == (a: HLSSegment, b: HLSSegment) -> Bool {
+        a.uri == b.uri && a.seconds == b.seconds && a.bytes == b.bytes && a.iframe?.offset == b.iframe?.offset && a.iframe?.length == b.iframe?.length
+    }
+}
+
+/// One rendition's playlist inputs.
+struct HLSTrack {
+    var playlistURI: String
+    var initURI: String
+    var segments: [HLSSegment]
+    /// RFC 6381 string of this track's codec ("avc1.64001f", "mp4a.40.2").
+    var codecs: String
+    /// Video only.
+    var width = 0, height = 0
+    var frameRate = 0.0
+    /// The I-frame playlist's file (video only; nil: none).
+    var iframesURI: String?
+    /// Audio only.
+    var channels = 0
+
+    /// Target duration: the longest segment, rounded to the nearest second (RFC 8216 4.3.3.1).
+    var targetDuration: Int { max(1, Int((segments.map(\.seconds).max() ?? 1).rounded())) }
+    var peak: Double { SegmentRates.peak(bytes: segments.map(\.bytes), seconds: segments.map(\.seconds), target: Double(targetDuration)) }
+    var average: Double { SegmentRates.average(bytes: segments.map(\.bytes), seconds: segments.map(\.seconds)) }
+    var iframePeak: Double {
+        SegmentRates.peak(bytes: segments.map { $0.iframe?.length ?? 0 }, seconds: segments.map(\.seconds), target: Double(targetDuration))
+    }
+    var iframeAverage: Double { SegmentRates.average(bytes: segments.map { $0.iframe?.length ?? 0 }, seconds: segments.map(\.seconds)) }
+}
+
+/// HLS playlists written from what the segments measure (RFC 8216): BANDWIDTH is the peak
+/// segment bit rate of a variant with its audio, AVERAGE-BANDWIDTH the average; CODECS, RESOLUTION,
+/// FRAME-RATE on every variant; EXT-X-INDEPENDENT-SEGMENTS in the master (every segment starts
+/// with a keyframe); media playlists with EXT-X-MAP, VOD and ENDLIST; I-frame playlists whose
+/// byte ranges never include the init section. Pure; the ladder writer and its tests use them.
+enum HLSPlaylists {
+    static let version = 7
+
+    static func media(_ t: HLSTrack) -> String {
+        var s = header(t.targetDuration) + "#EXT-X-MAP:URI=\"\(t.initURI)\"\n"
+        for seg in t.segments { s += String(format: "#EXTINF:%.6f,\n", seg.seconds) + seg.uri + "\n" }
+        return s + "#EXT-X-ENDLIST\n"
+    }
+
+    /// Each entry one sync sample: the segment's first, lasting to the next one.
+    static func iframes(_ t: HLSTrack) -> String {
+        var s = header(t.targetDuration) + "#EXT-X-I-FRAMES-ONLY\n#EXT-X-MAP:URI=\"\(t.initURI)\"\n"
+        for seg in t.segments {
+            guard let r = seg.iframe else { continue }
+            s += String(format: "#EXTINF:%.6f,\n", seg.seconds) + "#EXT-X-BYTERANGE:\(r.length)@\(r.offset)\n" + seg.uri + "\n"
+        }
+        return s + "#EXT-X-ENDLIST\n"
+    }
+
+    static func master(video: [HLSTrack], audio: HLSTrack?, audioGroup: String = "audio") -> String {
+        var s = "#EXTM3U\n#EXT-X-VERSION:\(version)\n#EXT-X-INDEPENDENT-SEGMENTS\n"
+        if let a = audio {
+            s +=
+                "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"\(audioGroup)\",NAME=\"audio\",DEFAULT=YES,AUTOSELECT=YES,CHANNELS=\"\(a.channels)\",URI=\"\(a.playlistURI)\"\n"
+        }
+        for v in video {
+            let peak = v.peak + (audio?.peak ?? 0), average = v.average + (audio?.average ?? 0)
+            var attrs = ["BANDWIDTH=\(Int(peak.rounded(.up)))", "AVERAGE-BANDWIDTH=\(Int(average.rounded(.up)))"]
+            attrs.append("CODECS=\"\(([v.codecs] + (audio.map { [$0.codecs] } ?? [])).joined(separator: ","))\"")
+            attrs.append("RESOLUTION=\(v.width)x\(v.height)")
+            attrs.append(String(format: "FRAME-RATE=%.3f", v.frameRate))
+            if audio != nil { attrs.append("AUDIO=\"\(audioGroup)\"") }
+            s += "#EXT-X-STREAM-INF:" + attrs.joined(separator: ",") + "\n" + v.playlistURI + "\n"
+        }
+        for v in video {
+            guard let uri = v.iframesURI else { continue }
+            let attrs = [
+                "BANDWIDTH=\(Int(v.iframePeak.rounded(.up)))", "AVERAGE-BANDWIDTH=\(Int(v.iframeAverage.rounded(.up)))",
+                "CODECS=\"\(v.codecs)\"", "RESOLUTION=\(v.width)x\(v.height)", "URI=\"\(uri)\""
+            ]
+            s += "#EXT-X-I-FRAME-STREAM-INF:" + attrs.joined(separator: ",") + "\n"
+        }
+        return s
+    }
+
+    private static func header(_ target: Int) -> String {
+        "#EXTM3U\n#EXT-X-VERSION:\(version)\n#EXT-X-TARGETDURATION:\(target)\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-INDEPENDENT-SEGMENTS\n"
+    }
+}

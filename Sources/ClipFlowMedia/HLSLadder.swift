@@ -1,0 +1,410 @@
+internal import CClipFlowFFmpeg
+import ClipFlowCore
+import Foundation
+
+/// One rung of a ladder: its picture height (width follows the source's shape) and encoder
+/// settings.
+public struct LadderRung: Sendable, Equatable {
+    public var name: String
+    public var height: Int
+    public var crf: Int
+    public var maxRate: Int
+    public init(name: String, height: Int, crf: Int = 21, maxRate: Int) {
+        self.name = name
+        self.height = height
+        self.crf = crf
+        self.maxRate = maxRate
+    }
+
+    /// Apple's HLS authoring ladder, from the top: the rungs not above the source.
+    public static func auto(sourceHeight: Int) -> [LadderRung] {
+        let all = [
+            LadderRung(name: "1080p", height: 1080, maxRate: 6_000_000), LadderRung(name: "720p", height: 720, maxRate: 3_500_000),
+            LadderRung(name: "540p", height: 540, maxRate: 2_000_000), LadderRung(name: "360p", height: 360, maxRate: 1_000_000)
+        ]
+        let fit = all.filter { $0.height <= sourceHeight }
+        return fit.isEmpty ? [all.last!] : fit
+    }
+}
+
+/// What `HLSLadderWriter` made.
+public struct HLSLadderResult: Sendable {
+    public var directory: URL
+    public var master: URL
+    public var renditions: [String]
+    public var segments: Int
+}
+
+/// Writes an HLS ladder of fMP4 renditions from one decode (prototype for issue 16): the decoding
+/// thread decodes and converts each picture once at the top rung's size and hands a reference to
+/// every rung's encoding thread through its own bounded queue (the slowest rung sets the pace);
+/// each rung scales, encodes (x264, keyframes forced at every segment boundary, scene cuts off)
+/// and cuts its segments where the boundary's keyframe comes out. Audio is encoded once (AAC) on
+/// the decoding thread and cut at the first AAC frame at or after each boundary. Playlists are
+/// written from what the segments measure (`HLSPlaylists`). The ladder is written into a
+/// temporary folder next to `directory` and renamed into place when complete.
+/// Not thread-safe: `run` once, from one thread.
+public final class HLSLadderWriter {
+    public let inputs: [String]
+    public let directory: URL
+    public let segmentSeconds: Double
+    public let encoderPreset: String
+    private let rungsAsked: [LadderRung]?
+    private let cancel: CancellationFlag
+
+    public init(
+        inputs: [String], directory: URL, rungs: [LadderRung]? = nil, segmentSeconds: Double = 6, encoderPreset: String = "veryfast",
+        cancel: CancellationFlag = CancellationFlag()
+    ) {
+        self.inputs = inputs
+        self.directory = directory
+        self.rungsAsked = rungs
+        self.segmentSeconds = segmentSeconds
+        self.encoderPreset = encoderPreset
+        self.cancel = cancel
+    }
+
+    public func run() throws -> HLSLadderResult {
+        let fm = FileManager.default
+        let work = directory.deletingLastPathComponent().appendingPathComponent(
+            ".\(directory.lastPathComponent).clipflow-tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try fm.createDirectory(at: work, withIntermediateDirectories: true)
+        var committed = false
+        defer { if !committed { try? fm.removeItem(at: work) } }
+
+        let first = try Transcoder.probe(inputs[0])
+        let rungs =
+            rungsAsked
+            ?? LadderRung.auto(
+                sourceHeight: min(
+                    first.video.displaySize.height,
+                    first.video.displaySize.width > first.video.displaySize.height ? first.video.displaySize.height : first.video.displaySize.width))
+        var settings = TranscodeSettings()
+        settings.height = rungs.map(\.height).max()
+        settings.upright = true
+        let decoder = Transcoder(inputs: inputs, output: work.appendingPathComponent("unused.mp4"), settings: settings, cancel: cancel)
+
+        var workers: [RungWorker] = []
+        var audio: AudioRendition?
+        var failed: Error?
+        do {
+            _ = try decoder.decodeOnly { item, shape in
+                if workers.isEmpty {
+                    for r in rungs {
+                        let w = try RungWorker(rung: r, source: shape, folder: work, segmentSeconds: segmentSeconds, preset: encoderPreset)
+                        w.start()
+                        workers.append(w)
+                    }
+                    if let a = shape.audio { audio = try AudioRendition(rate: a.rate, channels: a.channels, folder: work, segmentSeconds: segmentSeconds) }
+                }
+                switch item {
+                case .picture(let f, _):
+                    for w in workers {
+                        let copy = try Frame()
+                        try FF.check(av_frame_ref(copy.f, f.f), "sharing a picture")
+                        guard w.queue.push(copy) == .ok else { throw w.failure ?? ClipFlowError.interrupted }
+                    }
+                case .audio(let s):
+                    try audio?.encode(s)
+                }
+            }
+            for w in workers { w.queue.endOfStream() }
+        } catch {
+            failed = error
+            for w in workers { w.queue.consumerDone() }
+        }
+        for w in workers { w.join() }
+        if let e = failed ?? workers.compactMap(\.failure).first { throw e }
+
+        var video: [HLSTrack] = []
+        for w in workers { video.append(try w.finish()) }
+        let audioTrack = try audio?.finish()
+        for v in video {
+            try HLSPlaylists.media(v).write(to: work.appendingPathComponent(v.playlistURI), atomically: false, encoding: .utf8)
+            if let i = v.iframesURI { try HLSPlaylists.iframes(v).write(to: work.appendingPathComponent(i), atomically: false, encoding: .utf8) }
+        }
+        if let a = audioTrack { try HLSPlaylists.media(a).write(to: work.appendingPathComponent(a.playlistURI), atomically: false, encoding: .utf8) }
+        try HLSPlaylists.master(video: video, audio: audioTrack).write(to: work.appendingPathComponent("master.m3u8"), atomically: false, encoding: .utf8)
+        if fm.fileExists(atPath: directory.path) { try fm.removeItem(at: directory) }
+        try fm.moveItem(at: work, to: directory)
+        committed = true
+        return HLSLadderResult(
+            directory: directory, master: directory.appendingPathComponent("master.m3u8"), renditions: video.map(\.playlistURI),
+            segments: video.first?.segments.count ?? 0)
+    }
+}
+
+/// One rung's encoding thread. `@unchecked Sendable`: everything but the queue belongs to the
+/// encoding thread from `start` until `join` returns, then to the caller (`finish`); `failure` is
+/// written before the thread ends the queue and read after the queue's lock ordered the two.
+final class RungWorker: @unchecked Sendable {
+    let queue = BoundedQueue<Frame>(capacity: 3)
+    private(set) var failure: Error?
+    private let rung: LadderRung
+    private let size: PictureSize
+    private let converter: PictureConverter
+    private let encoder: CodecContext
+    private var writer: FragmentWriter?
+    private let folder: URL
+    private let timeBase: AVRational
+    private let boundaryTicks: Int64
+    private var nextBoundary: Int64 = 0
+    private var segments: [HLSSegment] = []
+    private var segmentStart: Int64 = 0
+    private var initWritten = false
+    private let packet: Packet
+    private var lastEnd: Int64 = 0
+    private let done = DispatchSemaphore(value: 0)
+    private let frameRate: Double
+
+    init(rung: LadderRung, source: TranscodeOutput.Plan, folder: URL, segmentSeconds: Double, preset: String) throws {
+        self.rung = rung
+        self.folder = folder.appendingPathComponent(rung.name)
+        try FileManager.default.createDirectory(at: self.folder, withIntermediateDirectories: true)
+        let h = min(rung.height, source.frame.height)
+        size = PictureSize(width: TranscodeGeometry.even(Double(source.frame.width) * Double(h) / Double(source.frame.height)), height: h)
+        converter = PictureConverter(frame: size, pool: try PicturePool(size: size))
+        timeBase = source.timeBase
+        frameRate = source.frameRate.double > 0 ? source.frameRate.double : 30
+        boundaryTicks = Int64((segmentSeconds / source.timeBase.double).rounded())
+        let size = self.size
+        encoder = try CodecContext.encoder(
+            named: "libx264", what: "H.264 encoder (\(rung.name))",
+            options: ["preset": preset, "crf": String(rung.crf), "profile": "high", "forced-idr": "1", "x264-params": "scenecut=0:open-gop=0"]
+        ) { c in
+            c.pointee.width = Int32(size.width)
+            c.pointee.height = Int32(size.height)
+            c.pointee.pix_fmt = AV_PIX_FMT_YUV420P
+            c.pointee.time_base = source.timeBase
+            c.pointee.framerate = source.frameRate
+            c.pointee.gop_size = 100_000  // keyframes only where forced, at the boundaries
+            c.pointee.rc_max_rate = Int64(rung.maxRate)
+            c.pointee.rc_buffer_size = Int32(clamping: 2 * rung.maxRate)
+            c.pointee.flags |= AV_CODEC_FLAG_GLOBAL_HEADER
+        }
+        packet = try Packet()
+    }
+
+    func start() {
+        Thread { [self] in
+            do {
+                while let p = queue.pull() { try encode(p.element) }
+                try flush()
+            } catch {
+                failure = error
+                queue.consumerDone()
+            }
+            done.signal()
+        }.start()
+    }
+
+    func join() { done.wait() }
+
+    private func encode(_ source: Frame) throws {
+        let full = PixelRect(x: 0, y: 0, width: Int(source.f.pointee.width), height: Int(source.f.pointee.height))
+        let picture = try converter.convert(
+            source, placement: Placement(crop: full, dest: PixelRect(x: 0, y: 0, width: size.width, height: size.height), pads: false), turn: 0)
+        let pts = source.f.pointee.pts
+        picture.f.pointee.pts = pts
+        picture.f.pointee.pict_type = AV_PICTURE_TYPE_NONE
+        if pts >= nextBoundary {
+            picture.f.pointee.pict_type = AV_PICTURE_TYPE_I
+            nextBoundary = (pts / boundaryTicks + 1) * boundaryTicks
+        }
+        lastEnd = max(lastEnd, pts + Int64((1 / frameRate / timeBase.double).rounded()))
+        try encoder.send(frame: picture)
+        try drain()
+    }
+
+    private func flush() throws {
+        try encoder.send(frame: nil)
+        try drain()
+    }
+
+    private func drain() throws {
+        while try encoder.receive(packet: packet) {
+            if writer == nil {
+                let par = try CodecParameters(from: encoder)
+                writer = try FragmentWriter(copying: par.p, timeBase: timeBase, what: rung.name)
+                try Data(try writer!.header()).write(to: folder.appendingPathComponent("init.mp4"))
+            }
+            // Keyframes come only where forced, at the boundaries: each starts a segment.
+            if packet.isKeyframe, segmentHasData { try cutSegment(at: packet.p.pointee.pts) }
+            try writer!.write(packet, in: timeBase)
+            segmentHasData = true
+            packet.unref()
+        }
+    }
+    private var segmentHasData = false
+
+    private func cutSegment(at pts: Int64) throws {
+        let bytes = try writer!.cut()
+        try save(bytes, seconds: Double(pts - segmentStart) * timeBase.double)
+        segmentStart = pts
+        segmentHasData = false
+    }
+
+    private func save(_ bytes: [UInt8], seconds: Double) throws {
+        let name = "seg-\(segments.count).m4s"
+        try Data(bytes).write(to: folder.appendingPathComponent(name))
+        let info = FragmentInfo(bytes)
+        segments.append(HLSSegment(uri: "\(rung.name)/\(name)", seconds: seconds, bytes: bytes.count, iframe: info?.firstSampleRange))
+    }
+
+    /// Ends the last segment; the rendition's playlist inputs.
+    func finish() throws -> HLSTrack {
+        guard let w = writer else { throw ClipFlowError.failure("\(rung.name): no picture was encoded") }
+        try save(try w.finish(), seconds: Double(lastEnd - segmentStart) * timeBase.double)
+        let codecs = CodecStrings.avc(AVCConfiguration.fromAnnexB(encoder.extradata)?.bytes ?? []) ?? "avc1.640028"
+        var t = HLSTrack(playlistURI: "\(rung.name).m3u8", initURI: "\(rung.name)/init.mp4", segments: segments, codecs: codecs)
+        t.width = size.width
+        t.height = size.height
+        t.frameRate = frameRate
+        t.iframesURI = "\(rung.name)-iframes.m3u8"
+        return t
+    }
+}
+
+/// The ladder's one AAC rendition, encoded on the decoding thread and cut at the first AAC
+/// frame at or after each boundary. Owner: the decoding thread.
+final class AudioRendition {
+    private let encoder: CodecContext
+    private var writer: FragmentWriter?
+    private let folder: URL
+    private let rate: Int, channels: Int
+    private var fifo: [[Float]]
+    private var sent: Int64 = 0
+    private let frame: Frame
+    private let packet: Packet
+    private let boundary: Int64
+    private var segmentStart: Int64 = 0
+    private var segments: [HLSSegment] = []
+    private var hasData = false
+
+    init(rate: Int, channels: Int, folder: URL, segmentSeconds: Double) throws {
+        self.rate = rate
+        self.channels = channels
+        self.folder = folder.appendingPathComponent("audio")
+        try FileManager.default.createDirectory(at: self.folder, withIntermediateDirectories: true)
+        boundary = Int64((segmentSeconds * Double(rate)).rounded())
+        encoder = try CodecContext.encoder(named: "aac", what: "AAC encoder") { c in
+            c.pointee.sample_fmt = AV_SAMPLE_FMT_FLTP
+            c.pointee.sample_rate = Int32(rate)
+            av_channel_layout_default(&c.pointee.ch_layout, Int32(channels))
+            c.pointee.bit_rate = 128_000
+            c.pointee.time_base = AVRational(num: 1, den: Int32(rate))
+            c.pointee.flags |= AV_CODEC_FLAG_GLOBAL_HEADER
+        }
+        fifo = Array(repeating: [], count: channels)
+        frame = try Frame()
+        packet = try Packet()
+    }
+
+    func encode(_ s: PlanarSamples) throws {
+        for c in 0..<channels { fifo[c] += s.channels[c] }
+        while (fifo.first?.count ?? 0) >= 1024 { try encodeFrame(1024) }
+    }
+
+    private func encodeFrame(_ n: Int) throws {
+        frame.unref()
+        frame.f.pointee.format = AV_SAMPLE_FMT_FLTP.rawValue
+        frame.f.pointee.nb_samples = Int32(n)
+        frame.f.pointee.sample_rate = Int32(rate)
+        av_channel_layout_default(&frame.f.pointee.ch_layout, Int32(channels))
+        try FF.check(av_frame_get_buffer(frame.f, 0), "allocating audio")
+        for c in 0..<channels {
+            let plane = cf_frame_plane_f32(frame.f, Int32(c))!
+            fifo[c].withUnsafeBufferPointer { plane.update(from: $0.baseAddress!, count: n) }
+            fifo[c].removeFirst(n)
+        }
+        frame.f.pointee.pts = sent
+        sent += Int64(n)
+        try encoder.send(frame: frame)
+        try drain()
+    }
+
+    private func drain() throws {
+        while try encoder.receive(packet: packet) {
+            let tb = AVRational(num: 1, den: Int32(rate))
+            if writer == nil {
+                let par = try CodecParameters(from: encoder)
+                writer = try FragmentWriter(copying: par.p, timeBase: tb, what: "audio")
+                try Data(try writer!.header()).write(to: folder.appendingPathComponent("init.mp4"))
+            }
+            let pts = max(0, packet.p.pointee.pts)
+            if hasData, pts >= segmentStart + boundary - 512 {
+                try save(try writer!.cut(), seconds: Double(pts - segmentStart) / Double(rate))
+                segmentStart = pts
+                hasData = false
+            }
+            try writer!.write(packet, in: tb)
+            hasData = true
+            packet.unref()
+        }
+    }
+
+    private func save(_ bytes: [UInt8], seconds: Double) throws {
+        let name = "seg-\(segments.count).m4s"
+        try Data(bytes).write(to: folder.appendingPathComponent(name))
+        segments.append(HLSSegment(uri: "audio/\(name)", seconds: seconds, bytes: bytes.count, iframe: nil))
+    }
+
+    func finish() throws -> HLSTrack {
+        if let n = fifo.first?.count, n > 0 { try encodeFrame(n) }
+        try encoder.send(frame: nil)
+        try drain()
+        guard let w = writer else { throw ClipFlowError.failure("audio: nothing was encoded") }
+        try save(try w.finish(), seconds: Double(sent - segmentStart) / Double(rate))
+        var t = HLSTrack(
+            playlistURI: "audio.m3u8", initURI: "audio/init.mp4", segments: segments, codecs: CodecStrings.aac(encoder.extradata) ?? "mp4a.40.2")
+        t.channels = channels
+        return t
+    }
+}
+
+/// Codec parameters filled from an opened encoder (owner class, habit 1).
+final class CodecParameters {
+    let p: UnsafeMutablePointer<AVCodecParameters>
+    init(from c: CodecContext) throws {
+        guard let p = avcodec_parameters_alloc() else { throw ClipFlowError.failure("out of memory (codec parameters)") }
+        self.p = p
+        try FF.check(avcodec_parameters_from_context(p, c.ctx), "codec parameters")
+    }
+    deinit {
+        var q: UnsafeMutablePointer<AVCodecParameters>? = p
+        avcodec_parameters_free(&q)
+    }
+}
+
+extension CodecContext {
+    /// The encoder's global header (x264: Annex B SPS/PPS; AAC: AudioSpecificConfig).
+    var extradata: [UInt8] {
+        guard let d = ctx.pointee.extradata, ctx.pointee.extradata_size > 0 else { return [] }
+        return Array(UnsafeBufferPointer(start: d, count: Int(ctx.pointee.extradata_size)))
+    }
+}
+
+extension AVCConfiguration {
+    /// A configuration record from Annex B parameter sets (start codes, as libx264's global
+    /// header): its first SPS and PPS.
+    static func fromAnnexB(_ b: [UInt8]) -> AVCConfiguration? {
+        var nals: [[UInt8]] = []
+        var i = 0, start = -1
+        while i + 3 <= b.count {
+            if b[i] == 0, b[i + 1] == 0, b[i + 2] == 1 {
+                if start >= 0 { nals.append(Array(b[start..<(i > 0 && b[i - 1] == 0 ? i - 1 : i)])) }
+                start = i + 3
+                i += 3
+            } else {
+                i += 1
+            }
+        }
+        if start >= 0, start < b.count { nals.append(Array(b[start...])) }
+        guard let sps = nals.first(where: { ($0.first ?? 0) & 0x1f == 7 }), sps.count > 3, let pps = nals.first(where: { ($0.first ?? 0) & 0x1f == 8 }) else {
+            return nil
+        }
+        var rec: [UInt8] = [1, sps[1], sps[2], sps[3], 0xff, 0xe1, UInt8(sps.count >> 8), UInt8(sps.count & 0xff)] + sps
+        rec += [1, UInt8(pps.count >> 8), UInt8(pps.count & 0xff)] + pps
+        return AVCConfiguration(rec)
+    }
+}

@@ -1,0 +1,40 @@
+import XCTest
+@testable import ClipFlowMedia
+import ClipFlowTestSupport
+
+/// A ladder from one decode, judged by ffprobe, PyPI m3u8 and chromium.
+final class HLSLadderTests: XCTestCase {
+    let fx = Fixtures.shared
+
+    func testTwoRungLadderWithAlignedKeyframeSegmentsPlays() throws {
+        let src = try fx.clip(
+            "ladder-src.mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "6", "-c:v", "libx264", "-preset",
+                "ultrafast",
+                "-c:a", "aac"
+            ])
+        let dir = fx.scratch("ladder").appendingPathComponent("hls")
+        let rungs = [LadderRung(name: "720p", height: 720, maxRate: 3_500_000), LadderRung(name: "360p", height: 360, maxRate: 1_000_000)]
+        let r = try HLSLadderWriter(inputs: [src], directory: dir, rungs: rungs, segmentSeconds: 2, encoderPreset: "ultrafast").run()
+        XCTAssertEqual(r.segments, 3)
+        for rung in ["720p", "360p"] {
+            let folder = dir.appendingPathComponent(rung)
+            let segs = (0..<3).map { folder.appendingPathComponent("seg-\($0).m4s").path }
+            let all = fx.scratch("ladder-\(rung)").appendingPathComponent("all.mp4").path
+            try Data((try ([folder.appendingPathComponent("init.mp4").path] + segs).map { try Data(contentsOf: URL(fileURLWithPath: $0)) }).joined())
+                .write(to: URL(fileURLWithPath: all))
+            XCTAssertEqual(try Probe.decodeErrors(all), "", rung)
+            XCTAssertEqual(try Probe.videoFrames(all), 180, rung)
+            for s in segs {
+                let info = try XCTUnwrap(FragmentInfo([UInt8](try Data(contentsOf: URL(fileURLWithPath: s)))))
+                XCTAssertTrue(info.startsWithSyncSample, s)
+                XCTAssertEqual(info.sampleCount, 60, s)
+            }
+        }
+        let played = try XCTUnwrap(try Probe.browserPlayback([r.master.path]).first)
+        XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
+        XCTAssertTrue(played["error"] is NSNull, "\(played)")
+        print(try String(contentsOf: r.master, encoding: .utf8))
+    }
+}

@@ -66,6 +66,10 @@ public final class HLSLadderWriter {
 
     public func run() throws -> HLSLadderResult {
         let fm = FileManager.default
+        // Nothing is replaced: a ladder goes into a folder that does not exist yet.
+        if fm.fileExists(atPath: directory.path) {
+            throw ClipFlowError.output("-o '\(directory.path)' exists; a ladder is written into a new folder (remove it or choose another)")
+        }
         let work = directory.deletingLastPathComponent().appendingPathComponent(
             ".\(directory.lastPathComponent).clipflow-tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         try fm.createDirectory(at: work, withIntermediateDirectories: true)
@@ -125,8 +129,17 @@ public final class HLSLadderWriter {
         }
         if let a = audioTrack { try HLSPlaylists.media(a).write(to: work.appendingPathComponent(a.playlistURI), atomically: false, encoding: .utf8) }
         try HLSPlaylists.master(video: video, audio: audioTrack).write(to: work.appendingPathComponent("master.m3u8"), atomically: false, encoding: .utf8)
-        if fm.fileExists(atPath: directory.path) { try fm.removeItem(at: directory) }
-        try fm.moveItem(at: work, to: directory)
+        // The poster: a representative frame of the top rendition, upright.
+        let top = work.appendingPathComponent("poster-source.mp4")
+        if let v = video.first {
+            let parts = ([v.initURI] + v.segments.map(\.uri)).map { work.appendingPathComponent($0) }
+            try Data(try parts.map { try Data(contentsOf: $0) }.joined()).write(to: top)
+            _ = try Thumbnailer(path: top.path, cancel: cancel).write(to: work.appendingPathComponent("poster.jpg"))
+            try fm.removeItem(at: top)
+        }
+        guard rename(work.path, directory.path) == 0 else {
+            throw ClipFlowError.output("cannot move the ladder into '\(directory.path)': \(String(cString: strerror(errno)))")
+        }
         committed = true
         return HLSLadderResult(
             directory: directory, master: directory.appendingPathComponent("master.m3u8"), renditions: video.map(\.playlistURI),

@@ -35,6 +35,10 @@ final class HLSLadderTests: XCTestCase {
         let played = try XCTUnwrap(try Probe.browserPlayback([r.master.path]).first)
         XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
         XCTAssertTrue(played["error"] is NSNull, "\(played)")
-        print(try String(contentsOf: r.master, encoding: .utf8))
+        XCTAssertEqual(try Probe.stream(dir.appendingPathComponent("poster.jpg").path, "v:0", "width,height"), "1280,720")
+        // Nothing is replaced.
+        XCTAssertThrowsError(try HLSLadderWriter(inputs: [src], directory: dir, rungs: rungs, segmentSeconds: 2).run()) { e in
+            XCTAssertTrue("\(e)".contains("exists"), "\(e)")
+        }
     }
 }

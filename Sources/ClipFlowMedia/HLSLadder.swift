@@ -27,6 +27,25 @@ public struct LadderRung: Sendable, Equatable {
     }
 }
 
+/// Where segments start, in seconds: 0, then `first`, then every `length` (the `feed` profile
+/// starts with a short segment so a feed's first picture comes fast).
+public struct SegmentSchedule: Sendable, Equatable {
+    public var length: Double
+    public var first: Double
+    public init(length: Double, first: Double? = nil) {
+        self.length = length
+        self.first = first ?? length
+    }
+    public static let vod = SegmentSchedule(length: 6)
+    public static let feed = SegmentSchedule(length: 2, first: 1)
+
+    /// The first boundary strictly after `t` seconds.
+    func boundary(after t: Double) -> Double {
+        if t < first - 1e-9 { return first }
+        return first + (((t - first) / length + 1e-9).rounded(.down) + 1) * length
+    }
+}
+
 /// What `HLSLadderWriter` made.
 public struct HLSLadderResult: Sendable {
     public var directory: URL
@@ -47,19 +66,19 @@ public struct HLSLadderResult: Sendable {
 public final class HLSLadderWriter {
     public let inputs: [String]
     public let directory: URL
-    public let segmentSeconds: Double
+    public let schedule: SegmentSchedule
     public let encoderPreset: String
     private let rungsAsked: [LadderRung]?
     private let cancel: CancellationFlag
 
     public init(
-        inputs: [String], directory: URL, rungs: [LadderRung]? = nil, segmentSeconds: Double = 6, encoderPreset: String = "veryfast",
+        inputs: [String], directory: URL, rungs: [LadderRung]? = nil, schedule: SegmentSchedule = .vod, encoderPreset: String = "veryfast",
         cancel: CancellationFlag = CancellationFlag()
     ) {
         self.inputs = inputs
         self.directory = directory
         self.rungsAsked = rungs
-        self.segmentSeconds = segmentSeconds
+        self.schedule = schedule
         self.encoderPreset = encoderPreset
         self.cancel = cancel
     }
@@ -95,11 +114,11 @@ public final class HLSLadderWriter {
             _ = try decoder.decodeOnly { item, shape in
                 if workers.isEmpty {
                     for r in rungs {
-                        let w = try RungWorker(rung: r, source: shape, folder: work, segmentSeconds: segmentSeconds, preset: encoderPreset)
+                        let w = try RungWorker(rung: r, source: shape, folder: work, schedule: schedule, preset: encoderPreset)
                         w.start()
                         workers.append(w)
                     }
-                    if let a = shape.audio { audio = try AudioRendition(rate: a.rate, channels: a.channels, folder: work, segmentSeconds: segmentSeconds) }
+                    if let a = shape.audio { audio = try AudioRendition(rate: a.rate, channels: a.channels, folder: work, schedule: schedule) }
                 }
                 switch item {
                 case .picture(let f, _):
@@ -160,7 +179,7 @@ final class RungWorker: @unchecked Sendable {
     private var writer: FragmentWriter?
     private let folder: URL
     private let timeBase: AVRational
-    private let boundaryTicks: Int64
+    private let schedule: SegmentSchedule
     private var nextBoundary: Int64 = 0
     private var segments: [HLSSegment] = []
     private var segmentStart: Int64 = 0
@@ -170,7 +189,7 @@ final class RungWorker: @unchecked Sendable {
     private let done = DispatchSemaphore(value: 0)
     private let frameRate: Double
 
-    init(rung: LadderRung, source: TranscodeOutput.Plan, folder: URL, segmentSeconds: Double, preset: String) throws {
+    init(rung: LadderRung, source: TranscodeOutput.Plan, folder: URL, schedule: SegmentSchedule, preset: String) throws {
         self.rung = rung
         self.folder = folder.appendingPathComponent(rung.name)
         try FileManager.default.createDirectory(at: self.folder, withIntermediateDirectories: true)
@@ -179,7 +198,7 @@ final class RungWorker: @unchecked Sendable {
         converter = PictureConverter(frame: size, pool: try PicturePool(size: size))
         timeBase = source.timeBase
         frameRate = source.frameRate.double > 0 ? source.frameRate.double : 30
-        boundaryTicks = Int64((segmentSeconds / source.timeBase.double).rounded())
+        self.schedule = schedule
         let size = self.size
         encoder = try CodecContext.encoder(
             named: "libx264", what: "H.264 encoder (\(rung.name))",
@@ -222,7 +241,7 @@ final class RungWorker: @unchecked Sendable {
         picture.f.pointee.pict_type = AV_PICTURE_TYPE_NONE
         if pts >= nextBoundary {
             picture.f.pointee.pict_type = AV_PICTURE_TYPE_I
-            nextBoundary = (pts / boundaryTicks + 1) * boundaryTicks
+            nextBoundary = Int64((schedule.boundary(after: Double(pts) * timeBase.double) / timeBase.double).rounded())
         }
         lastEnd = max(lastEnd, pts + Int64((1 / frameRate / timeBase.double).rounded()))
         try encoder.send(frame: picture)
@@ -289,17 +308,19 @@ final class AudioRendition {
     private var sent: Int64 = 0
     private let frame: Frame
     private let packet: Packet
-    private let boundary: Int64
+    private let schedule: SegmentSchedule
+    private var nextBoundary: Int64
     private var segmentStart: Int64 = 0
     private var segments: [HLSSegment] = []
     private var hasData = false
 
-    init(rate: Int, channels: Int, folder: URL, segmentSeconds: Double) throws {
+    init(rate: Int, channels: Int, folder: URL, schedule: SegmentSchedule) throws {
         self.rate = rate
         self.channels = channels
         self.folder = folder.appendingPathComponent("audio")
         try FileManager.default.createDirectory(at: self.folder, withIntermediateDirectories: true)
-        boundary = Int64((segmentSeconds * Double(rate)).rounded())
+        self.schedule = schedule
+        nextBoundary = Int64((schedule.first * Double(rate)).rounded())
         encoder = try CodecContext.encoder(named: "aac", what: "AAC encoder") { c in
             c.pointee.sample_fmt = AV_SAMPLE_FMT_FLTP
             c.pointee.sample_rate = Int32(rate)
@@ -345,10 +366,12 @@ final class AudioRendition {
                 try Data(try writer!.header()).write(to: folder.appendingPathComponent("init.mp4"))
             }
             let pts = max(0, packet.p.pointee.pts)
-            if hasData, pts >= segmentStart + boundary - 512 {
+            // The AAC frame nearest the boundary starts the next segment (within half a frame).
+            if hasData, pts >= nextBoundary - 512 {
                 try save(try writer!.cut(), seconds: Double(pts - segmentStart) / Double(rate))
                 segmentStart = pts
                 hasData = false
+                nextBoundary = Int64((schedule.boundary(after: Double(nextBoundary) / Double(rate)) * Double(rate)).rounded())
             }
             try writer!.write(packet, in: tb)
             hasData = true

@@ -16,7 +16,7 @@ final class HLSLadderTests: XCTestCase {
             ])
         let dir = fx.scratch("ladder").appendingPathComponent("hls")
         let rungs = [LadderRung(name: "720p", height: 720, maxRate: 3_500_000), LadderRung(name: "360p", height: 360, maxRate: 1_000_000)]
-        let r = try HLSLadderWriter(inputs: [src], directory: dir, rungs: rungs, segmentSeconds: 2, encoderPreset: "ultrafast").run()
+        let r = try HLSLadderWriter(inputs: [src], directory: dir, rungs: rungs, schedule: SegmentSchedule(length: 2), encoderPreset: "ultrafast").run()
         XCTAssertEqual(r.segments, 3)
         for rung in ["720p", "360p"] {
             let folder = dir.appendingPathComponent(rung)
@@ -37,8 +37,40 @@ final class HLSLadderTests: XCTestCase {
         XCTAssertTrue(played["error"] is NSNull, "\(played)")
         XCTAssertEqual(try Probe.stream(dir.appendingPathComponent("poster.jpg").path, "v:0", "width,height"), "1280,720")
         // Nothing is replaced.
-        XCTAssertThrowsError(try HLSLadderWriter(inputs: [src], directory: dir, rungs: rungs, segmentSeconds: 2).run()) { e in
+        XCTAssertThrowsError(try HLSLadderWriter(inputs: [src], directory: dir, rungs: rungs, schedule: SegmentSchedule(length: 2)).run()) { e in
             XCTAssertTrue("\(e)".contains("exists"), "\(e)")
         }
+    }
+}
+
+extension HLSLadderTests {
+    func testSegmentSchedules() {
+        XCTAssertEqual(SegmentSchedule.vod.boundary(after: 0), 6)
+        XCTAssertEqual(SegmentSchedule.vod.boundary(after: 6), 12)
+        XCTAssertEqual(SegmentSchedule.feed.boundary(after: 0), 1)
+        XCTAssertEqual(SegmentSchedule.feed.boundary(after: 1), 3)
+        XCTAssertEqual(SegmentSchedule.feed.boundary(after: 2.5), 3)
+        XCTAssertEqual(SegmentSchedule.feed.boundary(after: 3), 5)
+    }
+
+    func testFeedProfileStartsWithAOneSecondSegment() throws {
+        let src = try fx.clip(
+            "ladder-feed-src.mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "5", "-c:v", "libx264", "-preset", "ultrafast",
+                "-c:a", "aac"
+            ])
+        let dir = fx.scratch("ladder-feed").appendingPathComponent("hls")
+        let r = try HLSLadderWriter(
+            inputs: [src], directory: dir, rungs: [LadderRung(name: "360p", height: 360, maxRate: 1_000_000)], schedule: .feed, encoderPreset: "ultrafast"
+        ).run()
+        XCTAssertEqual(r.segments, 3)  // 0-1, 1-3, 3-5
+        let counts = try (0..<3).map { i in
+            try XCTUnwrap(FragmentInfo([UInt8](try Data(contentsOf: dir.appendingPathComponent("360p/seg-\(i).m4s"))))).sampleCount
+        }
+        XCTAssertEqual(counts, [30, 60, 60])
+        let playlist = try String(contentsOf: dir.appendingPathComponent("360p.m3u8"), encoding: .utf8)
+        XCTAssertTrue(playlist.contains("#EXT-X-TARGETDURATION:2"), playlist)
+        XCTAssertTrue(playlist.contains("#EXTINF:1.000000,"), playlist)
     }
 }

@@ -8,6 +8,7 @@ public enum MediaStages {
         r.register(MergeStage.kind)
         r.register(TranscodeStage.kind)
         r.register(DecodeStage.kind)
+        r.register(HLSStage.kind)
         r.register(ThumbnailStage.kind)
         r.register(RecordStage.kind)
     }

@@ -70,16 +70,18 @@ public final class HLSLadderWriter {
     public let encoderPreset: String
     private let rungsAsked: [LadderRung]?
     private let cancel: CancellationFlag
+    private let progress: ProgressReporter
 
     public init(
         inputs: [String], directory: URL, rungs: [LadderRung]? = nil, schedule: SegmentSchedule = .vod, encoderPreset: String = "veryfast",
-        cancel: CancellationFlag = CancellationFlag()
+        progress: ProgressReporter = SilentProgress(), cancel: CancellationFlag = CancellationFlag()
     ) {
         self.inputs = inputs
         self.directory = directory
         self.rungsAsked = rungs
         self.schedule = schedule
         self.encoderPreset = encoderPreset
+        self.progress = progress
         self.cancel = cancel
     }
 
@@ -110,6 +112,19 @@ public final class HLSLadderWriter {
         var workers: [RungWorker] = []
         var audio: AudioRendition?
         var failed: Error?
+        let total = try inputs.reduce(0.0) { $0 + (try Transcoder.probe($1)).duration }
+        let started = Date()
+        var lastReport = Date.distantPast
+        func report(_ media: Double, final: Bool = false) {
+            let now = Date()
+            guard final || now.timeIntervalSince(lastReport) >= 0.25 else { return }
+            lastReport = now
+            let wall = now.timeIntervalSince(started)
+            progress.report(
+                ProgressEvent(
+                    phase: "hls", completed: Int64(media * 1000), total: Int64(max(total, media) * 1000), unit: "ms", speed: wall > 0 ? media / wall : nil))
+        }
+        var media = 0.0
         do {
             _ = try decoder.decodeOnly { item, shape in
                 if workers.isEmpty {
@@ -121,7 +136,9 @@ public final class HLSLadderWriter {
                     if let a = shape.audio { audio = try AudioRendition(rate: a.rate, channels: a.channels, folder: work, schedule: schedule) }
                 }
                 switch item {
-                case .picture(let f, _):
+                case .picture(let f, let end):
+                    media = end
+                    report(end)
                     for w in workers {
                         let copy = try Frame()
                         try FF.check(av_frame_ref(copy.f, f.f), "sharing a picture")
@@ -138,6 +155,7 @@ public final class HLSLadderWriter {
         }
         for w in workers { w.join() }
         if let e = failed ?? workers.compactMap(\.failure).first { throw e }
+        report(media, final: true)
 
         var video: [HLSTrack] = []
         for w in workers { video.append(try w.finish()) }
@@ -148,6 +166,7 @@ public final class HLSLadderWriter {
         }
         if let a = audioTrack { try HLSPlaylists.media(a).write(to: work.appendingPathComponent(a.playlistURI), atomically: false, encoding: .utf8) }
         try HLSPlaylists.master(video: video, audio: audioTrack).write(to: work.appendingPathComponent("master.m3u8"), atomically: false, encoding: .utf8)
+        try feedManifest(video: video, audio: audioTrack).write(to: work.appendingPathComponent("feed.json"), atomically: false, encoding: .utf8)
         // The poster: a representative frame of the top rendition, upright.
         let top = work.appendingPathComponent("poster-source.mp4")
         if let v = video.first {
@@ -163,6 +182,27 @@ public final class HLSLadderWriter {
         return HLSLadderResult(
             directory: directory, master: directory.appendingPathComponent("master.m3u8"), renditions: video.map(\.playlistURI),
             segments: video.first?.segments.count ?? 0)
+    }
+}
+
+extension HLSLadderWriter {
+    /// `feed.json`: what a feed client needs to start this video fast: its id (the folder's
+    /// name), cover, master playlist, duration, and the init and first segments of the rendition
+    /// a player starts on (the lowest) and of the audio, to prefetch while the video before it plays.
+    func feedManifest(video: [HLSTrack], audio: HLSTrack?) -> String {
+        func node(_ v: JSONValue) -> JSONNode { JSONNode(v) }
+        var prefetch: [JSONNode] = []
+        for t in [video.last, audio].compactMap({ $0 }) {
+            guard let first = t.segments.first else { continue }
+            prefetch.append(node(.object([(key: "init", value: node(.string(t.initURI))), (key: "segment", value: node(.string(first.uri)))])))
+        }
+        let seconds = video.first.map { $0.segments.reduce(0) { $0 + $1.seconds } } ?? 0
+        let entry = JSONValue.object([
+            (key: "id", value: node(.string(directory.lastPathComponent))), (key: "cover", value: node(.string("poster.jpg"))),
+            (key: "master", value: node(.string("master.m3u8"))), (key: "duration", value: node(.number((seconds * 1000).rounded() / 1000))),
+            (key: "prefetch", value: node(.array(prefetch)))
+        ])
+        return JSONValue.object([(key: "videos", value: node(.array([node(entry)])))]).serialized + "\n"
     }
 }
 

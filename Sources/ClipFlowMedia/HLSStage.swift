@@ -68,7 +68,8 @@ public final class HLSStage: Stage {
         if context.stopRequested { return }
         guard !files.isEmpty else { throw ClipFlowError.badInput("no videos reached the hls stage") }
         let w = HLSLadderWriter(
-            inputs: files, directory: URL(fileURLWithPath: output), rungs: rungs, schedule: schedule, encoderPreset: encoderPreset, cancel: cancelFlag)
+            inputs: files, directory: URL(fileURLWithPath: output), rungs: rungs, schedule: schedule, encoderPreset: encoderPreset,
+            progress: StageProgress(context: context), cancel: cancelFlag)
         let r = try w.run()
         context.emit(.output(path: r.master.path))
         context.emit(

@@ -36,6 +36,14 @@ final class HLSLadderTests: XCTestCase {
         XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
         XCTAssertTrue(played["error"] is NSNull, "\(played)")
         XCTAssertEqual(try Probe.stream(dir.appendingPathComponent("poster.jpg").path, "v:0", "width,height"), "1280,720")
+        let feed = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(contentsOf: dir.appendingPathComponent("feed.json"))) as? [String: Any])
+        let video = try XCTUnwrap((feed["videos"] as? [[String: Any]])?.first)
+        XCTAssertEqual(video["id"] as? String, "hls")
+        XCTAssertEqual(video["master"] as? String, "master.m3u8")
+        XCTAssertEqual((video["duration"] as? Double) ?? 0, 6, accuracy: 0.05)
+        let prefetch = try XCTUnwrap(video["prefetch"] as? [[String: String]])
+        XCTAssertEqual(prefetch.map { $0["segment"] ?? "" }, ["360p/seg-0.m4s", "audio/seg-0.m4s"])
+        for p in prefetch { XCTAssertTrue(FileManager.default.fileExists(atPath: dir.appendingPathComponent(p["init"]!).path)) }
         // Nothing is replaced.
         XCTAssertThrowsError(try HLSLadderWriter(inputs: [src], directory: dir, rungs: rungs, schedule: SegmentSchedule(length: 2)).run()) { e in
             XCTAssertTrue("\(e)".contains("exists"), "\(e)")

@@ -7,7 +7,7 @@ struct HLS: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "hls",
         abstract: "Write an HLS ladder of fMP4 renditions from one decode.",
-        subcommands: [HLSWrite.self],
+        subcommands: [HLSWrite.self, HLSLintCommand.self],
         defaultSubcommand: HLSWrite.self
     )
 }
@@ -70,5 +70,35 @@ struct HLSWrite: ParsableCommand {
                 door.say("wrote \(r["renditions"]?.integer ?? 0) renditions of \(r["segments"]?.integer ?? 0) segments: \(r["master"]?.string ?? output)")
             }
         }
+    }
+}
+
+struct HLSLintCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "lint",
+        abstract: "Check an HLS folder: bandwidths against the measured segments, CODECS against the streams, keyframes, alignment, tags.",
+        discussion: "Prints the findings as JSON on stdout; exits 1 when there is an error (warnings alone: 0)."
+    )
+
+    @Argument(help: "The folder holding master.m3u8.")
+    var directory: String
+
+    func run() throws {
+        var findings: [LintFinding] = []
+        try ErrorReport.run { findings = try HLSLint.lint(directory: URL(fileURLWithPath: directory)) }
+        let rows = findings.map { f -> JSONNode in
+            JSONNode(
+                .object([
+                    (key: "severity", value: JSONNode(.string(f.severity.rawValue))), (key: "code", value: JSONNode(.string(f.code))),
+                    (key: "file", value: JSONNode(.string(f.file))), (key: "message", value: JSONNode(.string(f.message)))
+                ]))
+        }
+        let errors = findings.filter { $0.severity == .error }.count
+        print(
+            JSONValue.object([
+                (key: "findings", value: JSONNode(.array(rows))), (key: "errors", value: JSONNode(.number(Double(errors)))),
+                (key: "warnings", value: JSONNode(.number(Double(findings.count - errors))))
+            ]).serialized)
+        if errors > 0 { throw ExitCode(1) }
     }
 }

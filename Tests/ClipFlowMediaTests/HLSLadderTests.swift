@@ -82,3 +82,71 @@ extension HLSLadderTests {
         XCTAssertTrue(playlist.contains("#EXTINF:1.000000,"), playlist)
     }
 }
+
+/// `HLSLint` on our ladders, on the ffmpeg CLI's, and on seeded defects.
+final class HLSLintTests: XCTestCase {
+    let fx = Fixtures.shared
+
+    func ladder(_ name: String, schedule: SegmentSchedule = SegmentSchedule(length: 2)) throws -> URL {
+        let src = try fx.clip(
+            "lint-src.mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "6", "-c:v", "libx264", "-preset",
+                "ultrafast",
+                "-c:a", "aac"
+            ])
+        let dir = fx.scratch(name).appendingPathComponent("hls")
+        let rungs = [LadderRung(name: "720p", height: 720, maxRate: 3_500_000), LadderRung(name: "360p", height: 360, maxRate: 1_000_000)]
+        _ = try HLSLadderWriter(inputs: [src], directory: dir, rungs: rungs, schedule: schedule, encoderPreset: "ultrafast").run()
+        return dir
+    }
+
+    func codes(_ f: [LintFinding], _ s: LintFinding.Severity) -> Set<String> { Set(f.filter { $0.severity == s }.map(\.code)) }
+
+    func testOurLadderIsClean() throws {
+        XCTAssertEqual(try HLSLint.lint(directory: try ladder("lint-clean")), [])
+    }
+
+    func testFFmpegsOwnLadderIsFlagged() throws {
+        let dir = fx.scratch("lint-ffmpeg")
+        try Run.run(
+            [
+                "ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "6",
+                "-filter_complex", "[0:v]split=2[a][b];[a]scale=-2:720[v0];[b]scale=-2:360[v1]", "-map", "[v0]", "-map", "[v1]", "-map", "1:a",
+                "-c:v", "libx264", "-preset", "ultrafast", "-crf", "23", "-g", "60", "-sc_threshold", "0", "-c:a", "aac", "-f", "hls", "-hls_segment_type",
+                "fmp4",
+                "-var_stream_map", "v:0,agroup:aud v:1,agroup:aud a:0,agroup:aud", "-master_pl_name", "master.m3u8", "-hls_time", "2",
+                "-hls_playlist_type", "vod", "-hls_segment_filename", dir.appendingPathComponent("out_%v_%03d.m4s").path,
+                "-hls_fmp4_init_filename", "init_%v.mp4", dir.appendingPathComponent("out_%v.m3u8").path
+            ])
+        let f = try HLSLint.lint(directory: dir)
+        XCTAssertTrue(codes(f, .error).contains("bandwidth-below-peak"), "\(f)")
+        XCTAssertTrue(
+            codes(f, .warning).isSuperset(of: ["missing-average-bandwidth", "missing-frame-rate", "no-iframe-playlists", "independent-segments"]), "\(f)")
+    }
+
+    func testSeededDefectsAreFound() throws {
+        let dir = try ladder("lint-seeded")
+        // A wrong CODECS.
+        let master = dir.appendingPathComponent("master.m3u8")
+        let text = try String(contentsOf: master, encoding: .utf8)
+        try text.replacingOccurrences(of: "avc1.64001f", with: "avc1.640028").replacingOccurrences(of: "avc1.42c01f", with: "avc1.640028")
+            .write(to: master, atomically: true, encoding: .utf8)
+        // A segment longer than the target.
+        let p720 = dir.appendingPathComponent("720p.m3u8")
+        let media = try String(contentsOf: p720, encoding: .utf8)
+        try media.replacingOccurrences(of: "#EXTINF:2.000000,\n720p/seg-1.m4s", with: "#EXTINF:3.600000,\n720p/seg-1.m4s").write(
+            to: p720, atomically: true, encoding: .utf8)
+        // A rendition cut elsewhere: 360p from a ladder with a 1 s first segment.
+        let other = try ladder("lint-other", schedule: .feed)
+        try FileManager.default.removeItem(at: dir.appendingPathComponent("360p"))
+        try FileManager.default.copyItem(at: other.appendingPathComponent("360p"), to: dir.appendingPathComponent("360p"))
+        try FileManager.default.removeItem(at: dir.appendingPathComponent("360p.m3u8"))
+        try FileManager.default.copyItem(at: other.appendingPathComponent("360p.m3u8"), to: dir.appendingPathComponent("360p.m3u8"))
+        let f = try HLSLint.lint(directory: dir)
+        // The three seeded defects (the swapped rendition's rates also differ from what the master
+        // declares, which the lint rightly reports too).
+        XCTAssertTrue(codes(f, .error).isSuperset(of: ["codecs-mismatch", "segment-too-long", "misaligned"]), "\(f)")
+        XCTAssertTrue(f.contains { $0.code == "misaligned" && $0.file == "360p.m3u8" })
+    }
+}

@@ -97,15 +97,15 @@ public final class HLSLadderWriter {
         var committed = false
         defer { if !committed { try? fm.removeItem(at: work) } }
 
-        let first = try Transcoder.probe(inputs[0])
-        let rungs =
-            rungsAsked
-            ?? LadderRung.auto(
-                sourceHeight: min(
-                    first.video.displaySize.height,
-                    first.video.displaySize.width > first.video.displaySize.height ? first.video.displaySize.height : first.video.displaySize.width))
+        // A rung's height is the picture's short side: portrait sources get portrait renditions
+        // (720p of a 1080x1920 video is 720x1280), pixels turned upright.
+        let display = try Transcoder.probe(inputs[0]).video.displaySize
+        let short = min(display.width, display.height)
+        let rungs = rungsAsked ?? LadderRung.auto(sourceHeight: short)
         var settings = TranscodeSettings()
-        settings.height = rungs.map(\.height).max()
+        let topShort = min(short, rungs.map(\.height).max() ?? short)
+        settings.height =
+            display.height > display.width ? TranscodeGeometry.even(Double(topShort) * Double(display.height) / Double(display.width)) : topShort
         settings.upright = true
         let decoder = Transcoder(inputs: inputs, output: work.appendingPathComponent("unused.mp4"), settings: settings, cancel: cancel)
 
@@ -233,8 +233,12 @@ final class RungWorker: @unchecked Sendable {
         self.rung = rung
         self.folder = folder.appendingPathComponent(rung.name)
         try FileManager.default.createDirectory(at: self.folder, withIntermediateDirectories: true)
-        let h = min(rung.height, source.frame.height)
-        size = PictureSize(width: TranscodeGeometry.even(Double(source.frame.width) * Double(h) / Double(source.frame.height)), height: h)
+        let f = source.frame
+        let short = min(rung.height, min(f.width, f.height))
+        size =
+            f.height > f.width
+            ? PictureSize(width: short, height: TranscodeGeometry.even(Double(f.height) * Double(short) / Double(f.width)))
+            : PictureSize(width: TranscodeGeometry.even(Double(f.width) * Double(short) / Double(f.height)), height: short)
         converter = PictureConverter(frame: size, pool: try PicturePool(size: size))
         timeBase = source.timeBase
         frameRate = source.frameRate.double > 0 ? source.frameRate.double : 30

@@ -52,6 +52,26 @@ final class HLSLadderTests: XCTestCase {
 }
 
 extension HLSLadderTests {
+    func testPortraitSourcesGetPortraitRenditions() throws {
+        let plain = try fx.clip(
+            "ladder-portrait-src.mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "2", "-c:v", "libx264", "-preset",
+                "ultrafast",
+                "-c:a", "aac"
+            ])
+        let turned = fx.scratch("ladder-portrait").appendingPathComponent("turned.mp4")
+        _ = try Merger(inputs: [plain], options: MergeOptions(output: turned, rotate: 90)).run()  // displayed 720x1280, as a phone's
+        let dir = fx.scratch("ladder-portrait-out").appendingPathComponent("hls")
+        _ = try HLSLadderWriter(inputs: [turned.path], directory: dir, schedule: SegmentSchedule(length: 2), encoderPreset: "ultrafast").run()
+        let master = try String(contentsOf: dir.appendingPathComponent("master.m3u8"), encoding: .utf8)
+        XCTAssertTrue(master.contains("RESOLUTION=720x1280"), master)
+        XCTAssertTrue(master.contains("RESOLUTION=540x960"), master)
+        XCTAssertTrue(master.contains("RESOLUTION=360x640"), master)
+        XCTAssertFalse(master.contains("1080"), "never above the source: \(master)")
+        XCTAssertEqual(try HLSLint.lint(directory: dir), [])
+    }
+
     func testSegmentSchedules() {
         XCTAssertEqual(SegmentSchedule.vod.boundary(after: 0), 6)
         XCTAssertEqual(SegmentSchedule.vod.boundary(after: 6), 12)

@@ -35,6 +35,11 @@ final class HLSLadderTests: XCTestCase {
         let played = try XCTUnwrap(try Probe.browserPlayback([r.master.path]).first)
         XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
         XCTAssertTrue(played["error"] is NSNull, "\(played)")
+        // On a slow network the player takes the lower rendition (the segments it fetches say which).
+        let slow = try XCTUnwrap(try Probe.browserPlayback([r.master.path], options: ["--rate", "1", "--throttle", "2500"]).first)
+        XCTAssertEqual(slow["ended"] as? Bool, true, "\(slow)")
+        let fetched = (slow["segments"] as? [String] ?? []).filter { !$0.hasPrefix("audio/") }
+        XCTAssertTrue(fetched.suffix(2).allSatisfy { $0.hasPrefix("360p/") }, "\(fetched)")
         XCTAssertEqual(try Probe.stream(dir.appendingPathComponent("poster.jpg").path, "v:0", "width,height"), "1280,720")
         let feed = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(contentsOf: dir.appendingPathComponent("feed.json"))) as? [String: Any])
         let video = try XCTUnwrap((feed["videos"] as? [[String: Any]])?.first)

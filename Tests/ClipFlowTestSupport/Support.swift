@@ -188,10 +188,11 @@ public enum Probe {
 
     /// What a viewer gets: each video played to its end in headless chromium (Playwright,
     /// `scripts/browser-play`): `ended`, `error`, `duration`, `current_time`, `width`, `height`,
-    /// `frames` (pictures presented).
-    public static func browserPlayback(_ paths: [String]) throws -> [[String: Any]] {
+    /// `frames` (pictures presented), `segments` (media segments fetched, in order). `options`:
+    /// `--rate R`, `--throttle KBPS`, `--timeout S`.
+    public static func browserPlayback(_ paths: [String], options: [String] = []) throws -> [[String: Any]] {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        let r = try Run.run(["python3", root.appendingPathComponent("scripts/browser-play").path] + paths, check: false)
+        let r = try Run.run(["python3", root.appendingPathComponent("scripts/browser-play").path] + options + paths, check: false)
         let rows = r.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         if rows.count != paths.count { throw NSError(domain: "browser-play", code: Int(r.status), userInfo: [NSLocalizedDescriptionKey: r.stderr]) }
         return rows

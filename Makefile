@@ -28,6 +28,7 @@ bench: deps
 	@bash benchmarks/merge
 	@bash benchmarks/transcode
 	@bash benchmarks/merge-conform
+	@bash benchmarks/hls
 	@bash benchmarks/backpressure
 	@bash benchmarks/record
 	@bash benchmarks/upload

@@ -341,17 +341,12 @@ final class RungWorker: @unchecked Sendable {
     }
 }
 
-/// The ladder's one AAC rendition, encoded on the decoding thread and cut at the first AAC
-/// frame at or after each boundary. Owner: the decoding thread.
+/// The ladder's one AAC rendition, encoded on the decoding thread and cut at the AAC frame
+/// nearest each boundary (within half a frame). Owner: the decoding thread.
 final class AudioRendition {
-    private let encoder: CodecContext
+    private let aac: AACEncoder
     private var writer: FragmentWriter?
     private let folder: URL
-    private let rate: Int, channels: Int
-    private var fifo: [[Float]]
-    private var sent: Int64 = 0
-    private let frame: Frame
-    private let packet: Packet
     private let schedule: SegmentSchedule
     private var nextBoundary: Int64
     private var segmentStart: Int64 = 0
@@ -359,68 +354,31 @@ final class AudioRendition {
     private var hasData = false
 
     init(rate: Int, channels: Int, folder: URL, schedule: SegmentSchedule) throws {
-        self.rate = rate
-        self.channels = channels
         self.folder = folder.appendingPathComponent("audio")
         try FileManager.default.createDirectory(at: self.folder, withIntermediateDirectories: true)
         self.schedule = schedule
         nextBoundary = Int64((schedule.first * Double(rate)).rounded())
-        encoder = try CodecContext.encoder(named: "aac", what: "AAC encoder") { c in
-            c.pointee.sample_fmt = AV_SAMPLE_FMT_FLTP
-            c.pointee.sample_rate = Int32(rate)
-            av_channel_layout_default(&c.pointee.ch_layout, Int32(channels))
-            c.pointee.bit_rate = 128_000
-            c.pointee.time_base = AVRational(num: 1, den: Int32(rate))
-            c.pointee.flags |= AV_CODEC_FLAG_GLOBAL_HEADER
-        }
-        fifo = Array(repeating: [], count: channels)
-        frame = try Frame()
-        packet = try Packet()
+        aac = try AACEncoder(rate: rate, channels: channels, bitRate: 128_000, globalHeader: true)
     }
 
-    func encode(_ s: PlanarSamples) throws {
-        for c in 0..<channels { fifo[c] += s.channels[c] }
-        while (fifo.first?.count ?? 0) >= 1024 { try encodeFrame(1024) }
-    }
+    func encode(_ s: PlanarSamples) throws { try aac.encode(s, write) }
 
-    private func encodeFrame(_ n: Int) throws {
-        frame.unref()
-        frame.f.pointee.format = AV_SAMPLE_FMT_FLTP.rawValue
-        frame.f.pointee.nb_samples = Int32(n)
-        frame.f.pointee.sample_rate = Int32(rate)
-        av_channel_layout_default(&frame.f.pointee.ch_layout, Int32(channels))
-        try FF.check(av_frame_get_buffer(frame.f, 0), "allocating audio")
-        for c in 0..<channels {
-            let plane = cf_frame_plane_f32(frame.f, Int32(c))!
-            fifo[c].withUnsafeBufferPointer { plane.update(from: $0.baseAddress!, count: n) }
-            fifo[c].removeFirst(n)
+    private func write(_ packet: Packet) throws {
+        let rate = Double(aac.rate)
+        if writer == nil {
+            let par = try CodecParameters(from: aac.codec)
+            writer = try FragmentWriter(copying: par.p, timeBase: aac.timeBase, what: "audio")
+            try Data(try writer!.header()).write(to: folder.appendingPathComponent("init.mp4"))
         }
-        frame.f.pointee.pts = sent
-        sent += Int64(n)
-        try encoder.send(frame: frame)
-        try drain()
-    }
-
-    private func drain() throws {
-        while try encoder.receive(packet: packet) {
-            let tb = AVRational(num: 1, den: Int32(rate))
-            if writer == nil {
-                let par = try CodecParameters(from: encoder)
-                writer = try FragmentWriter(copying: par.p, timeBase: tb, what: "audio")
-                try Data(try writer!.header()).write(to: folder.appendingPathComponent("init.mp4"))
-            }
-            let pts = max(0, packet.p.pointee.pts)
-            // The AAC frame nearest the boundary starts the next segment (within half a frame).
-            if hasData, pts >= nextBoundary - 512 {
-                try save(try writer!.cut(), seconds: Double(pts - segmentStart) / Double(rate))
-                segmentStart = pts
-                hasData = false
-                nextBoundary = Int64((schedule.boundary(after: Double(nextBoundary) / Double(rate)) * Double(rate)).rounded())
-            }
-            try writer!.write(packet, in: tb)
-            hasData = true
-            packet.unref()
+        let pts = max(0, packet.p.pointee.pts)
+        if hasData, pts >= nextBoundary - 512 {
+            try save(try writer!.cut(), seconds: Double(pts - segmentStart) / rate)
+            segmentStart = pts
+            hasData = false
+            nextBoundary = Int64((schedule.boundary(after: Double(nextBoundary) / rate) * rate).rounded())
         }
+        try writer!.write(packet, in: aac.timeBase)
+        hasData = true
     }
 
     private func save(_ bytes: [UInt8], seconds: Double) throws {
@@ -430,14 +388,12 @@ final class AudioRendition {
     }
 
     func finish() throws -> HLSTrack {
-        if let n = fifo.first?.count, n > 0 { try encodeFrame(n) }
-        try encoder.send(frame: nil)
-        try drain()
+        try aac.finish(write)
         guard let w = writer else { throw ClipFlowError.failure("audio: nothing was encoded") }
-        try save(try w.finish(), seconds: Double(sent - segmentStart) / Double(rate))
+        try save(try w.finish(), seconds: Double(aac.sent - segmentStart) / Double(aac.rate))
         var t = HLSTrack(
-            playlistURI: "audio.m3u8", initURI: "audio/init.mp4", segments: segments, codecs: CodecStrings.aac(encoder.extradata) ?? "mp4a.40.2")
-        t.channels = channels
+            playlistURI: "audio.m3u8", initURI: "audio/init.mp4", segments: segments, codecs: CodecStrings.aac(aac.codec.extradata) ?? "mp4a.40.2")
+        t.channels = aac.channels
         return t
     }
 }

@@ -22,12 +22,9 @@ final class TranscodeOutput {
     private let mux: OutputMuxer
     private let venc: CodecContext
     private let vstream: UnsafeMutablePointer<AVStream>
-    private let aenc: CodecContext?
+    private let aac: AACEncoder?
     private let astream: UnsafeMutablePointer<AVStream>?
     private let packet: Packet
-    private let audioFrame: Frame
-    private var fifo: [[Float]]
-    private var audioSent: Int64 = 0
     /// Each picture's duration in the plan's time base, by pts, until its packet comes out (the
     /// muxer then writes the last picture's true duration).
     private var durations: [Int64: Int64] = [:]
@@ -52,7 +49,6 @@ final class TranscodeOutput {
         output = try AtomicOutput(target: target, label: "-o")
         mux = try OutputMuxer(path: output.temporary.path, shownAs: target.path)
         packet = try Packet()
-        audioFrame = try Frame()
         let s = plan.settings
         let global = mux.ctx.pointee.oformat.pointee.flags & AVFMT_GLOBALHEADER != 0
         let rate = plan.frameRate.double > 0 ? plan.frameRate.double : 30
@@ -93,24 +89,16 @@ final class TranscodeOutput {
         if plan.rotation != 0 { try FF.check(cf_stream_set_display_rotation(vs, Double(plan.rotation)), "writing the display matrix") }
         vstream = vs
         if let a = plan.audio {
-            let enc = try CodecContext.encoder(named: "aac", what: "AAC encoder") { c in
-                c.pointee.sample_fmt = AV_SAMPLE_FMT_FLTP
-                c.pointee.sample_rate = Int32(a.rate)
-                av_channel_layout_default(&c.pointee.ch_layout, Int32(a.channels))
-                c.pointee.bit_rate = Int64(s.audioBitRate)
-                c.pointee.time_base = AVRational(num: 1, den: Int32(a.rate))
-                if global { c.pointee.flags |= AV_CODEC_FLAG_GLOBAL_HEADER }
-            }
+            let enc = try AACEncoder(rate: a.rate, channels: a.channels, bitRate: s.audioBitRate, globalHeader: global)
             guard let st = avformat_new_stream(mux.ctx, nil) else { throw ClipFlowError.failure("out of memory adding a stream") }
-            try FF.check(avcodec_parameters_from_context(st.pointee.codecpar, enc.ctx), "audio stream parameters")
-            st.pointee.time_base = AVRational(num: 1, den: Int32(a.rate))
-            aenc = enc
+            try FF.check(avcodec_parameters_from_context(st.pointee.codecpar, enc.codec.ctx), "audio stream parameters")
+            st.pointee.time_base = enc.timeBase
+            aac = enc
             astream = st
         } else {
-            aenc = nil
+            aac = nil
             astream = nil
         }
-        fifo = Array(repeating: [], count: plan.audio?.channels ?? 0)
         try mux.writeHeader(moovReserve: nil, fastStartSecondPass: true)
     }
 
@@ -124,24 +112,17 @@ final class TranscodeOutput {
         try venc.send(frame: picture)
         videoFrames += 1
         videoSeconds = max(videoSeconds, end)
-        try drain(venc, vstream)
+        try drainVideo()
     }
 
     /// Queues audio; encodes every whole 1024-sample frame.
-    func encode(audio s: PlanarSamples) throws {
-        for c in 0..<fifo.count { fifo[c] += s.channels[c] }
-        while (fifo.first?.count ?? 0) >= 1024 { try encodeAudioFrame(1024) }
-    }
+    func encode(audio s: PlanarSamples) throws { try aac?.encode(s, writeAudio) }
 
     /// Flushes the encoders, writes the index and renames the file into place. Returns its size.
     func finish() throws -> Int64 {
-        if let n = fifo.first?.count, n > 0 { try encodeAudioFrame(n) }
-        if let aenc, let astream {
-            try aenc.send(frame: nil)
-            try drain(aenc, astream)
-        }
+        try aac?.finish(writeAudio)
         try venc.send(frame: nil)
-        try drain(venc, vstream)
+        try drainVideo()
         if let last = heldVideo, let dts0 = firstVideoDTS, let pts0 = firstVideoPTS {
             last.p.pointee.duration = max(1, presentationEnd - pts0 + dts0 - last.p.pointee.dts)
             try writeVideo(last)
@@ -158,39 +139,22 @@ final class TranscodeOutput {
     /// Removes the temporary file (a failed or cancelled transcode leaves nothing).
     func discard() { output.discard() }
 
-    private func encodeAudioFrame(_ n: Int) throws {
-        guard let aenc, let astream, let a = plan.audio else { return }
-        audioFrame.unref()
-        audioFrame.f.pointee.format = AV_SAMPLE_FMT_FLTP.rawValue
-        audioFrame.f.pointee.nb_samples = Int32(n)
-        audioFrame.f.pointee.sample_rate = Int32(a.rate)
-        av_channel_layout_default(&audioFrame.f.pointee.ch_layout, Int32(a.channels))
-        try FF.check(av_frame_get_buffer(audioFrame.f, 0), "allocating audio")
-        for c in 0..<a.channels {
-            let plane = cf_frame_plane_f32(audioFrame.f, Int32(c))!
-            fifo[c].withUnsafeBufferPointer { plane.update(from: $0.baseAddress!, count: n) }
-            fifo[c].removeFirst(n)
-        }
-        audioFrame.f.pointee.pts = audioSent
-        audioSent += Int64(n)
-        try aenc.send(frame: audioFrame)
-        try drain(aenc, astream)
+    private func writeAudio(_ p: Packet) throws {
+        guard let aac, let astream else { return }
+        p.p.pointee.stream_index = astream.pointee.index
+        av_packet_rescale_ts(p.p, aac.timeBase, astream.pointee.time_base)
+        try mux.write(p)
     }
 
-    private func drain(_ enc: CodecContext, _ st: UnsafeMutablePointer<AVStream>) throws {
-        while try enc.receive(packet: packet) {
-            packet.p.pointee.stream_index = st.pointee.index
-            if st == vstream {
-                if let d = durations.removeValue(forKey: packet.p.pointee.pts) { packet.p.pointee.duration = d }
-                if firstVideoDTS == nil { firstVideoDTS = packet.p.pointee.dts }
-                firstVideoPTS = min(firstVideoPTS ?? .max, packet.p.pointee.pts)
-                if let h = heldVideo { try writeVideo(h) }
-                heldVideo = try packet.clone()
-                packet.unref()
-                continue
-            }
-            av_packet_rescale_ts(packet.p, enc.ctx.pointee.time_base, st.pointee.time_base)
-            try mux.write(packet)
+    private func drainVideo() throws {
+        while try venc.receive(packet: packet) {
+            packet.p.pointee.stream_index = vstream.pointee.index
+            if let d = durations.removeValue(forKey: packet.p.pointee.pts) { packet.p.pointee.duration = d }
+            if firstVideoDTS == nil { firstVideoDTS = packet.p.pointee.dts }
+            firstVideoPTS = min(firstVideoPTS ?? .max, packet.p.pointee.pts)
+            if let h = heldVideo { try writeVideo(h) }
+            heldVideo = try packet.clone()
+            packet.unref()
         }
     }
 

@@ -70,7 +70,6 @@ public final class DecodeStage: Stage {
         var samples: Int64 = 0
         let started = Date()
         var lastReport = Date.distantPast
-        let total = files.reduce(0.0) { $0 + ((try? Transcoder.probe($1).duration) ?? 0) }
         let t = Transcoder(inputs: files, output: URL(fileURLWithPath: "/dev/null"), settings: settings, cancel: cancelFlag)
         // Pictures wait for the first audio (a picture or two): a recorder sets up its audio
         // track from what it has when the first picture comes.
@@ -80,7 +79,8 @@ public final class DecodeStage: Stage {
             if context.push(.frame(.video(v))) == .flushing { throw ClipFlowError.interrupted }
         }
         do {
-            _ = try t.decodeOnly { item, shape in
+            try t.decodeOnly { item, plan in
+                let shape = plan.output
                 switch item {
                 case .picture(let f, let end):
                     let time = Double(f.f.pointee.pts) * shape.timeBase.double
@@ -94,7 +94,7 @@ public final class DecodeStage: Stage {
                     if now.timeIntervalSince(lastReport) >= 0.25 {
                         lastReport = now
                         let wall = now.timeIntervalSince(started)
-                        context.progress(Int64(end * 1000), of: Int64(max(total, end) * 1000), unit: "ms", speed: wall > 0 ? end / wall : nil)
+                        context.progress(Int64(end * 1000), of: Int64(max(plan.totalSeconds, end) * 1000), unit: "ms", speed: wall > 0 ? end / wall : nil)
                     }
                 case .audio(let s):
                     let channels = s.channels.count

@@ -112,7 +112,7 @@ public final class HLSLadderWriter {
         var workers: [RungWorker] = []
         var audio: AudioRendition?
         var failed: Error?
-        let total = try inputs.reduce(0.0) { $0 + (try Transcoder.probe($1)).duration }
+        var total = 0.0
         let started = Date()
         var lastReport = Date.distantPast
         func report(_ media: Double, final: Bool = false) {
@@ -126,8 +126,10 @@ public final class HLSLadderWriter {
         }
         var media = 0.0
         do {
-            _ = try decoder.decodeOnly { item, shape in
+            try decoder.decodeOnly { item, plan in
+                let shape = plan.output
                 if workers.isEmpty {
+                    total = plan.totalSeconds
                     for r in rungs {
                         let w = try RungWorker(rung: r, source: shape, folder: work, schedule: schedule, preset: encoderPreset)
                         w.start()
@@ -170,8 +172,17 @@ public final class HLSLadderWriter {
         // The poster: a representative frame of the top rendition, upright.
         let top = work.appendingPathComponent("poster-source.mp4")
         if let v = video.first {
-            let parts = ([v.initURI] + v.segments.map(\.uri)).map { work.appendingPathComponent($0) }
-            try Data(try parts.map { try Data(contentsOf: $0) }.joined()).write(to: top)
+            // The rendition's parts one after another, one part in memory at a time.
+            guard fm.createFile(atPath: top.path, contents: nil), let out = FileHandle(forWritingAtPath: top.path) else {
+                throw ClipFlowError.output("cannot write '\(top.path)' for the poster")
+            }
+            do {
+                for part in [v.initURI] + v.segments.map(\.uri) { try out.write(contentsOf: try Data(contentsOf: work.appendingPathComponent(part))) }
+                try out.close()
+            } catch {
+                try? out.close()
+                throw ClipFlowError.output("cannot write '\(top.path)' for the poster: \(error.localizedDescription)")
+            }
             _ = try Thumbnailer(path: top.path, cancel: cancel).write(to: work.appendingPathComponent("poster.jpg"))
             try fm.removeItem(at: top)
         }

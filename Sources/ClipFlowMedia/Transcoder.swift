@@ -83,12 +83,12 @@ public final class Transcoder {
     }
 
     /// Decodes and converts the inputs as `run` does, handing each picture (pts in the plan's
-    /// time base) and each run of audio to `deliver`, in output order, on the calling thread;
-    /// encodes nothing (the `decode` stage). Returns the plan's output shape.
-    func decodeOnly(_ deliver: (DecodedItem, TranscodeOutput.Plan) throws -> Void) throws -> TranscodeOutput.Plan {
+    /// output time base) and each run of audio to `deliver` with the plan (its output shape, the
+    /// inputs' total seconds), in output order, on the calling thread; encodes nothing (the
+    /// `decode` stage, the HLS ladder).
+    func decodeOnly(_ deliver: (DecodedItem, Plan) throws -> Void) throws {
         let (opened, plan) = try openAll()
-        try decodeAll(opened, plan) { try deliver($0, plan.output) }
-        return plan.output
+        try decodeAll(opened, plan) { try deliver($0, plan) }
     }
 
     private func openAll() throws -> ([TranscodeInput], Plan) {

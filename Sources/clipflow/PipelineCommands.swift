@@ -129,7 +129,8 @@ struct Run: ParsableCommand {
         let door = FrontDoor(flags)
         try ErrorReport.run {
             let pipeline = try loadPipeline(file, variables: try vars.variables(), registry: registry)
-            let (outcome, _) = try door.run(nodes: try pipeline.makeNodes(registry), edges: pipeline.edges, grace: grace)
+            let graph = try pipeline.makeGraph(registry)
+            let (outcome, _) = try door.run(nodes: graph.nodes, edges: graph.edges, grace: grace)
             if outcome == .interrupted { throw ClipFlowError(.interrupted, "interrupted; complete outputs were kept, unfinished ones removed") }
             // A pipeline has many stages: the error names the one that failed.
             if case .failed(let stage, let e) = outcome { throw ClipFlowError(e.kind, "stage '\(stage)': \(e.message)") }

@@ -12,6 +12,9 @@ public enum PortType: String, Sendable, CaseIterable, Codable {
     case buffers
     /// Raw pictures and audio samples from a capture source (see `MediaFrame`).
     case frames
+    /// One rendition of an HLS ladder, written into the ladder's folder and described in
+    /// process (`Item.Payload.value`).
+    case rendition
 }
 
 /// One compressed packet of a stream, as plain data: the core knows no codec library. Times are
@@ -59,6 +62,9 @@ public struct Item: Sendable {
         /// The stream's parameters changed: what follows on this link has these (in band, in
         /// order with the data; see `StreamParameters`).
         case parameters(StreamParameters)
+        /// A description a producer hands a consumer of its own family, in process (an HLS
+        /// rendition's segments to the ladder that lists them); the core does not look inside.
+        case value(any Sendable)
     }
 
     public var payload: Payload
@@ -79,14 +85,14 @@ public struct Item: Sendable {
         case .video(let v): return Int64(v.data.count)
         case .audio(let a): return Int64(a.samples.count * MemoryLayout<Float>.size)
         case .buffer(_, let data, _): return Int64(data.count)
-        case .parameters: return 0
+        case .parameters, .value: return 0
         }
     }
 
     /// Presentation time in seconds, for links limited by time (nil: untimed).
     public var time: Double? {
         switch payload {
-        case .file, .parameters: return nil
+        case .file, .parameters, .value: return nil
         case .packet(let p): return p.time
         case .video(let v): return v.time
         case .audio(let a): return a.time

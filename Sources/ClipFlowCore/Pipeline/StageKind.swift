@@ -141,6 +141,23 @@ public typealias StageFilesOf = @Sendable (_ params: StageParams) -> StageFiles
 public typealias StageCheck = @Sendable (_ params: StageParams, _ path: String) -> [PipelineIssue]
 public typealias StageFactory = @Sendable (_ id: String, _ params: StageParams) throws -> any Stage
 
+/// What one stage of a pipeline runs as: one stage, or several linked ones (an HLS ladder: a
+/// decode fanning out to its renditions, which fan in to the ladder). `nodes` hold one with the
+/// stage's own id (the one whose output leaves the group; its results are the stage's);
+/// `entries` take the stage's inputs, in their order; `edges` link the nodes inside. Events of
+/// the inner nodes carry their own ids (`ladder.720p`).
+public struct StageGraph: Sendable {
+    public var nodes: [StageNode]
+    public var edges: [Edge]
+    public var entries: [String]
+    public init(nodes: [StageNode], edges: [Edge], entries: [String]) {
+        self.nodes = nodes
+        self.edges = edges
+        self.entries = entries
+    }
+}
+public typealias StageGraphFactory = @Sendable (_ id: String, _ params: StageParams) throws -> StageGraph
+
 /// A kind of stage that pipelines can name: its parameters, ports and factory. Modules register
 /// their kinds in a `StageRegistry`; the CLI wires the registries together.
 public struct StageKind: Sendable {
@@ -158,12 +175,26 @@ public struct StageKind: Sendable {
     public var check: StageCheck?
     /// The files a stage of this kind reads and writes (nil: none that are known in advance).
     public var files: StageFilesOf?
-    public var make: StageFactory
+    /// The stages a pipeline stage of this kind runs as.
+    public var graph: StageGraphFactory
 
+    /// A kind that runs as one stage, made by `make`.
     public init(
         name: String, summary: String, inputs: Set<PortType> = [], minInputs: Int = 0, maxInputs: Int? = nil,
         output: PortType?, params: [ParamSpec], queue: LinkLimits = LinkLimits(), policy: OverflowPolicy = .block,
         check: StageCheck? = nil, files: StageFilesOf? = nil, make: @escaping StageFactory
+    ) {
+        self.init(
+            name: name, summary: summary, inputs: inputs, minInputs: minInputs, maxInputs: maxInputs, output: output, params: params, queue: queue,
+            policy: policy, check: check, files: files,
+            graph: { id, params in StageGraph(nodes: [StageNode(id) { try make(id, params) }], edges: [], entries: [id]) })
+    }
+
+    /// A kind that runs as several stages (`StageGraph`), made by `graph`.
+    public init(
+        name: String, summary: String, inputs: Set<PortType> = [], minInputs: Int = 0, maxInputs: Int? = nil,
+        output: PortType?, params: [ParamSpec], queue: LinkLimits = LinkLimits(), policy: OverflowPolicy = .block,
+        check: StageCheck? = nil, files: StageFilesOf? = nil, graph: @escaping StageGraphFactory
     ) {
         self.name = name
         self.summary = summary
@@ -176,7 +207,7 @@ public struct StageKind: Sendable {
         self.policy = policy
         self.check = check
         self.files = files
-        self.make = make
+        self.graph = graph
     }
 
     public var isSource: Bool { inputs.isEmpty }

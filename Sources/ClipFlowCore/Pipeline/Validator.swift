@@ -14,22 +14,31 @@ public struct Pipeline: Sendable {
     public var description: String?
     public var stages: [StageSpec]
 
-    public var edges: [Edge] {
-        stages.flatMap { s in s.inputs.map { Edge(from: $0, to: s.id, limits: s.queue, policy: s.policy) } }
-    }
-
-    /// One node per stage, for `GraphRunner`: each stage is made by the runner on its own queue.
-    public func makeNodes(_ registry: StageRegistry) throws -> [StageNode] {
-        try stages.map { s in
+    /// The stages and links `GraphRunner` runs: each pipeline stage as its kind's `StageGraph`
+    /// (one node for most kinds), a pipeline link going from a stage's own node to the entries
+    /// of its consumer. Nodes are made by the runner, each on its own queue.
+    public func makeGraph(_ registry: StageRegistry) throws -> (nodes: [StageNode], edges: [Edge]) {
+        var nodes: [StageNode] = [], edges: [Edge] = []
+        var entries: [String: [String]] = [:]
+        for s in stages {
             guard let k = registry.kind(s.kind) else { throw ClipFlowError.failure("internal: unknown kind \(s.kind)") }
-            let make = k.make
-            let (id, params) = (s.id, s.params)
-            return StageNode(id) {
-                do { return try make(id, params) } catch let e as ClipFlowError {
-                    throw ClipFlowError(e.kind, "stage '\(id)': \(e.message)")
+            let g: StageGraph
+            do { g = try k.graph(s.id, s.params) } catch let e as ClipFlowError { throw ClipFlowError(e.kind, "stage '\(s.id)': \(e.message)") }
+            let id = s.id
+            nodes += g.nodes.map { n in
+                StageNode(n.id) {
+                    do { return try n.make() } catch let e as ClipFlowError { throw ClipFlowError(e.kind, "stage '\(id)': \(e.message)") }
                 }
             }
+            edges += g.edges
+            entries[s.id] = g.entries
         }
+        for s in stages {
+            for from in s.inputs {
+                for entry in entries[s.id] ?? [s.id] { edges.append(Edge(from: from, to: entry, limits: s.queue, policy: s.policy)) }
+            }
+        }
+        return (nodes, edges)
     }
 }
 

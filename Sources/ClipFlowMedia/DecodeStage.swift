@@ -1,3 +1,4 @@
+internal import CClipFlowFFmpeg
 import ClipFlowCore
 import Foundation
 
@@ -86,7 +87,7 @@ public final class DecodeStage: Stage {
                     let time = Double(f.f.pointee.pts) * shape.timeBase.double
                     let v = VideoFrame(
                         width: shape.frame.width, height: shape.frame.height, format: .yuv420p,
-                        data: packPlanes(f, shape.frame.width, shape.frame.height), time: time, sequence: sequence,
+                        data: try sharedPlanes(f, shape.frame), time: time, sequence: sequence,
                         nominalRate: shape.frameRate.double > 0 ? shape.frameRate.double : nil)
                     sequence += 1
                     if shape.audio != nil, !audioStarted { waiting.append(v) } else { try send(v) }
@@ -117,4 +118,15 @@ public final class DecodeStage: Stage {
         }
         context.emit(.result([.init("video_frames", .integer(sequence)), .init("audio_samples", .integer(samples))]))
     }
+}
+
+/// The packed planes of `picture` (`Transcoder.decodeOnly`'s layout: one buffer, no padding) as
+/// `Data` without a copy: the bytes hold a reference to the picture's buffer until the last copy
+/// of the `Data` is gone. Pictures are not written to once decoded, so sharing them is safe.
+private func sharedPlanes(_ picture: Frame, _ size: PictureSize) throws -> Data {
+    let held = try Frame()
+    try FF.check(av_frame_ref(held.f, picture.f), "sharing a picture")
+    let count = PixelFormat.yuv420p.frameBytes(width: size.width, height: size.height) ?? 0
+    guard let base = held.data(0), held.linesize(0) == size.width else { throw ClipFlowError.failure("internal: a decoded picture is not packed") }
+    return Data(bytesNoCopy: base, count: count, deallocator: .custom { _, _ in withExtendedLifetime(held) {} })
 }

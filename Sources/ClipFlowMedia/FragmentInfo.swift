@@ -24,7 +24,7 @@ struct FragmentInfo: Equatable {
     /// Reads the first moof of `b` (segments may start with styp/sidx). nil when it is not one
     /// track's fragment with default-base-is-moof offsets.
     init?(_ b: [UInt8]) {
-        var r = BoxReader(b)
+        let r = BoxReader(b)
         guard let moof = r.find("moof", in: 0..<b.count), let traf = r.find("traf", in: moof.payload),
             let tfhd = r.find("tfhd", in: traf.payload), let trun = r.find("trun", in: traf.payload)
         else { return nil }

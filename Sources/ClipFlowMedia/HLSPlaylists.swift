@@ -1,22 +1,29 @@
 import Foundation
 
-/// One media segment as written: its file, length in seconds, size, and the I-frame byte range
-/// of its first (sync) sample.
+/// One media segment as written: its file, length in seconds, size, where it starts in that file
+/// (nil: the file is the segment; a number: one file holds the rendition, `--single-file`), and
+/// the I-frame byte range of its first (sync) sample, from the file's start.
 struct HLSSegment: Equatable {
     var uri: String
     var seconds: Double
     var bytes: Int
-    var iframe: (offset: Int, length: Int)?
+    var offset: Int? = nil
+    var iframe: ByteRange?
+}
 
-    static func == (a: HLSSegment, b: HLSSegment) -> Bool {
-        a.uri == b.uri && a.seconds == b.seconds && a.bytes == b.bytes && a.iframe?.offset == b.iframe?.offset && a.iframe?.length == b.iframe?.length
-    }
+/// `length` bytes from `offset` (EXT-X-BYTERANGE).
+struct ByteRange: Equatable {
+    var offset: Int
+    var length: Int
+    var tag: String { "\(length)@\(offset)" }
 }
 
 /// One rendition's playlist inputs.
 struct HLSTrack {
     var playlistURI: String
     var initURI: String
+    /// Where the init section lies in `initURI` when that file holds more (`--single-file`).
+    var initRange: ByteRange? = nil
     var segments: [HLSSegment]
     /// RFC 6381 string of this track's codec ("avc1.64001f", "mp4a.40.2").
     var codecs: String
@@ -47,17 +54,25 @@ enum HLSPlaylists {
     static let version = 7
 
     static func media(_ t: HLSTrack) -> String {
-        var s = header(t.targetDuration) + "#EXT-X-MAP:URI=\"\(t.initURI)\"\n"
-        for seg in t.segments { s += String(format: "#EXTINF:%.6f,\n", seg.seconds) + seg.uri + "\n" }
+        var s = header(t.targetDuration) + map(t)
+        for seg in t.segments {
+            s += String(format: "#EXTINF:%.6f,\n", seg.seconds)
+            if let o = seg.offset { s += "#EXT-X-BYTERANGE:\(ByteRange(offset: o, length: seg.bytes).tag)\n" }
+            s += seg.uri + "\n"
+        }
         return s + "#EXT-X-ENDLIST\n"
+    }
+
+    private static func map(_ t: HLSTrack) -> String {
+        "#EXT-X-MAP:URI=\"\(t.initURI)\"" + (t.initRange.map { ",BYTERANGE=\"\($0.tag)\"" } ?? "") + "\n"
     }
 
     /// Each entry one sync sample: the segment's first, lasting to the next one.
     static func iframes(_ t: HLSTrack) -> String {
-        var s = header(t.targetDuration) + "#EXT-X-I-FRAMES-ONLY\n#EXT-X-MAP:URI=\"\(t.initURI)\"\n"
+        var s = header(t.targetDuration) + "#EXT-X-I-FRAMES-ONLY\n" + map(t)
         for seg in t.segments {
             guard let r = seg.iframe else { continue }
-            s += String(format: "#EXTINF:%.6f,\n", seg.seconds) + "#EXT-X-BYTERANGE:\(r.length)@\(r.offset)\n" + seg.uri + "\n"
+            s += String(format: "#EXTINF:%.6f,\n", seg.seconds) + "#EXT-X-BYTERANGE:\(r.tag)\n" + seg.uri + "\n"
         }
         return s + "#EXT-X-ENDLIST\n"
     }

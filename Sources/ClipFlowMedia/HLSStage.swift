@@ -1,97 +1,147 @@
 import ClipFlowCore
 import Foundation
 
-/// Writes an HLS ladder (`HLSLadderWriter`) of every video it receives, joined in order, at end
-/// of stream. All or nothing: a stop, a cancel or a failure leaves no folder.
-/// Belongs to its stage queue; a stop or cancel reaches it through `cancelFlag`.
-public final class HLSStage: Stage {
-    public let id: String
-    public let output: String
-    public let rungs: [LadderRung]?
-    public let schedule: SegmentSchedule
-    public let encoderPreset: String
-    private var files: [String] = []
-    private let cancelFlag = CancellationFlag()
-    public var inputTypes: Set<PortType> { [.clips, .video] }
-    public var outputType: PortType? { nil }
-
+/// Writes an HLS ladder of every video it receives, joined in order: runs as `HLSLadder`'s
+/// graph (one decode, a stage per rendition, this kind's ladder stage at the end). All or nothing:
+/// a stop, a cancel or a failure leaves no folder.
+public enum HLSStage {
     public static let kind = StageKind(
         name: "hls", summary: "write an HLS ladder (fMP4 renditions from one decode, playlists from measured segments, poster)",
         inputs: [.clips, .video], minInputs: 1, output: nil,
         params: [
             ParamSpec("output", .path, required: true, help: "the folder to create (it must not exist)"),
-            ParamSpec("ladder", .string, default: .string("auto"), help: "auto (Apple's, never above the source) or heights: 1080,720,540,360"),
+            ParamSpec(
+                "ladder", .string, default: .string("auto"),
+                help: "auto (Apple's, never above the source), heights (1080,720,540,360), with copy to pass the source through: copy,auto; copy alone remuxes"),
             ParamSpec("profile", .choice(["vod", "feed"]), default: .string("vod"), help: "vod: 6 s segments; feed: a 1 s first segment, then 2 s"),
             ParamSpec("segment", .number(min: 1, max: 30), help: "segment length in seconds (overrides the profile's)"),
-            ParamSpec("encoder-preset", .choice(TranscodeSettings.encoderPresets), default: .string("veryfast"), help: "x264 speed preset")
+            ParamSpec("encoder-preset", .choice(TranscodeSettings.encoderPresets), default: .string("veryfast"), help: "x264 speed preset"),
+            ParamSpec("single-file", .boolean, default: .bool(false), help: "one file per rendition, segments addressed by byte ranges")
         ],
+        queue: DecodeStage.kind.queue,
         check: { p, path in
-            if let l = p.string("ladder"), LadderRung.parse(l) == nil && l != "auto" {
-                return [PipelineIssue("\(path).ladder", "expected auto or even heights such as 1080,720,360, got \"\(l)\"")]
+            if let l = p.string("ladder"), LadderChoice.parse(l) == nil {
+                return [PipelineIssue("\(path).ladder", "expected \(LadderChoice.expected), got \"\(l)\"")]
             }
             return []
         },
         files: { p in StageFiles(writes: p.string("output").map { [FileField("output", $0)] } ?? []) },
-        make: { id, p in
-            HLSStage(
-                id: id, output: p.string("output")!, rungs: p.string("ladder").flatMap { LadderRung.parse($0) },
+        graph: { id, p in
+            HLSLadder(
+                output: p.string("output")!, ladder: LadderChoice.parse(p.string("ladder") ?? "auto") ?? LadderChoice(rungs: nil),
                 schedule: SegmentSchedule(profile: p.string("profile") ?? "vod", segment: p.double("segment")),
-                encoderPreset: p.string("encoder-preset") ?? "veryfast")
+                encoderPreset: p.string("encoder-preset") ?? "veryfast", singleFile: p.bool("single-file") ?? false
+            ).graph(id: id)
         })
+}
 
-    public init(id: String, output: String, rungs: [LadderRung]?, schedule: SegmentSchedule, encoderPreset: String) {
+/// The end of a ladder's graph: takes every rendition's description (port `rendition`), writes
+/// the master playlist (BANDWIDTH measured, CODECS from the streams), `feed.json` and the poster,
+/// then renames the ladder's folder into place. It creates the folder when prepared (refusing an
+/// existing output) and removes it unless the run completed. Belongs to its stage queue.
+final class LadderStage: Stage {
+    let id: String
+    private let folder: LadderFolder
+    private var video: [HLSTrack] = []
+    private var audio: HLSTrack?
+    private var committed = false
+    var inputTypes: Set<PortType> { [.rendition] }
+    var outputType: PortType? { nil }
+
+    init(id: String, folder: LadderFolder) {
         self.id = id
-        self.output = output
-        self.rungs = rungs
-        self.schedule = schedule
-        self.encoderPreset = encoderPreset
+        self.folder = folder
     }
 
-    public func prepare(_ context: StageContext) throws {
-        let flag = cancelFlag
-        context.onStop { flag.cancel() }
-        context.onCancel { flag.cancel() }
-        try createFolder(of: output)
-    }
+    func prepare(_ context: StageContext) throws { try folder.create() }
 
-    public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
-        try checkPorts(inputs)
-        return nil
-    }
-
-    public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
-        if let p = item.path { files.append(p) }
+    func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
+        guard case .value(let v) = item.payload, let t = v as? HLSTrack else { return .ok }
+        if t.width > 0 { video.append(t) } else { audio = t }
         return .ok
     }
 
-    public func drain(_ context: StageContext) throws {
+    func drain(_ context: StageContext) throws {
         if context.stopRequested { return }
-        guard !files.isEmpty else { throw ClipFlowError.badInput("no videos reached the hls stage") }
-        let w = HLSLadderWriter(
-            inputs: files, directory: URL(fileURLWithPath: output), rungs: rungs, schedule: schedule, encoderPreset: encoderPreset,
-            progress: StageProgress(context: context), cancel: cancelFlag)
-        let r = try w.run()
-        context.emit(.output(path: r.master.path))
+        guard !video.isEmpty else { throw ClipFlowError.badInput("no picture reached the ladder") }
+        // The richest first (a player without a bandwidth estimate starts there).
+        video.sort { $0.peak > $1.peak }
+        let work = folder.work
+        try folder.write(HLSPlaylists.master(video: video, audio: audio), to: "master.m3u8")
+        try folder.write(feedManifest(id: folder.output.lastPathComponent, video: video, audio: audio), to: "feed.json")
+        try writePoster(of: video[0], in: work)
+        try folder.commit()
+        committed = true
+        let master = folder.output.appendingPathComponent("master.m3u8")
+        context.emit(.output(path: master.path))
         context.emit(
             .result([
-                .init("renditions", .integer(Int64(r.renditions.count))), .init("segments", .integer(Int64(r.segments))),
-                .init("master", .string(r.master.path))
+                .init("renditions", .integer(Int64(video.count))), .init("playlists", .string(video.map(\.playlistURI).joined(separator: ","))),
+                .init("segments", .integer(Int64(video[0].segments.count))), .init("master", .string(master.path))
             ]))
+    }
+
+    func finish(_ context: StageContext, outcome: StageOutcome) {
+        if !committed { folder.discard() }
+    }
+
+    /// `poster.jpg`: a representative frame of the top rendition, upright. With one file per
+    /// rendition that file is a whole fragmented MP4; otherwise its parts are put end to end, one
+    /// part in memory at a time.
+    private func writePoster(of v: HLSTrack, in work: URL) throws {
+        let fm = FileManager.default
+        let jpeg = work.appendingPathComponent("poster.jpg")
+        if v.initRange != nil {
+            _ = try Thumbnailer(path: work.appendingPathComponent(v.initURI).path).write(to: jpeg)
+            return
+        }
+        let whole = work.appendingPathComponent(".poster-source.mp4")
+        guard fm.createFile(atPath: whole.path, contents: nil), let out = FileHandle(forWritingAtPath: whole.path) else {
+            throw ClipFlowError.output("cannot write '\(whole.path)' for the poster")
+        }
+        defer { try? fm.removeItem(at: whole) }
+        do {
+            for part in [v.initURI] + v.segments.map(\.uri) { try out.write(contentsOf: try Data(contentsOf: work.appendingPathComponent(part))) }
+            try out.close()
+        } catch {
+            try? out.close()
+            throw ClipFlowError.output("cannot write '\(whole.path)' for the poster: \(error.localizedDescription)")
+        }
+        _ = try Thumbnailer(path: whole.path).write(to: jpeg)
     }
 }
 
-extension LadderRung {
-    /// "1080,720,360": one rung per height with Apple's rates for it; nil when not that.
-    public static func parse(_ s: String) -> [LadderRung]? {
-        if s == "auto" { return nil }
-        let heights = s.split(separator: ",").map { Int($0.trimmingCharacters(in: .whitespaces)) }
-        guard !heights.isEmpty, heights.allSatisfy({ ($0 ?? 0) >= 144 && ($0 ?? 0) <= 4320 && ($0 ?? 1) % 2 == 0 }) else { return nil }
-        return heights.map { h in
-            let h = h!
-            let rate = h >= 1080 ? 6_000_000 : h >= 720 ? 3_500_000 : h >= 540 ? 2_000_000 : h >= 360 ? 1_000_000 : 500_000
-            return LadderRung(name: "\(h)p", height: h, maxRate: rate)
-        }
+/// What a ladder is asked for (`--ladder`, the `hls` stage's `ladder`): `auto`, even heights
+/// such as `1080,720,360` (each once), and `copy` for a rendition that passes the source through
+/// untouched: `copy,auto`, `copy,720,360`, or `copy` alone (a remux, no encode).
+public struct LadderChoice: Sendable, Equatable {
+    /// Encoded rungs; nil: `auto`; empty: none (copy alone).
+    public var rungs: [LadderRung]?
+    public var copy: Bool
+
+    public init(rungs: [LadderRung]?, copy: Bool = false) {
+        self.rungs = rungs
+        self.copy = copy
     }
+
+    /// nil when `s` is not that.
+    public static func parse(_ s: String) -> LadderChoice? {
+        let items = s.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+        guard Set(items).count == items.count else { return nil }
+        let copy = items.contains("copy"), auto = items.contains("auto")
+        let heights = items.filter { $0 != "copy" && $0 != "auto" }.map { Int($0) }
+        guard heights.allSatisfy({ ($0 ?? 0) >= 144 && ($0 ?? 0) <= 4320 && ($0 ?? 1) % 2 == 0 }) else { return nil }
+        if auto { return heights.isEmpty ? LadderChoice(rungs: nil, copy: copy) : nil }
+        if heights.isEmpty { return copy ? LadderChoice(rungs: [], copy: true) : nil }
+        return LadderChoice(
+            rungs: heights.map { h in
+                let h = h!
+                let rate = h >= 1080 ? 6_000_000 : h >= 720 ? 3_500_000 : h >= 540 ? 2_000_000 : h >= 360 ? 1_000_000 : 500_000
+                return LadderRung(name: "\(h)p", height: h, maxRate: rate)
+            }, copy: copy)
+    }
+
+    public static let expected = "auto, copy, or even heights such as 1080,720,360 (each once), copy with either: copy,auto"
 }
 
 extension SegmentSchedule {

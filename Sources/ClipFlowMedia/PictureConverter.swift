@@ -10,12 +10,16 @@ final class PicturePool {
     let size: PictureSize
     let format: AVPixelFormat
     static let align: Int32 = 32
+    /// Row alignment: 32 (SIMD-friendly rows), or 1 for pictures whose planes follow one another
+    /// without padding, in one buffer (`VideoFrame`'s layout: handed on without a copy).
+    let alignment: Int32
     private let pool: OpaquePointer
 
-    init(size: PictureSize, format: AVPixelFormat = AV_PIX_FMT_YUV420P) throws {
+    init(size: PictureSize, format: AVPixelFormat = AV_PIX_FMT_YUV420P, alignment: Int32 = PicturePool.align) throws {
         self.size = size
         self.format = format
-        let bytes = av_image_get_buffer_size(format, Int32(size.width), Int32(size.height), Self.align)
+        self.alignment = alignment
+        let bytes = av_image_get_buffer_size(format, Int32(size.width), Int32(size.height), alignment)
         try FF.check(bytes, "picture buffers of \(size)")
         guard let p = av_buffer_pool_init(Int(bytes), nil) else { throw ClipFlowError.failure("out of memory (picture buffers of \(size))") }
         pool = p
@@ -28,7 +32,7 @@ final class PicturePool {
     /// A frame with a picture buffer of its own (contents undefined).
     func picture() throws -> Frame {
         let f = try Frame()
-        try FF.check(cf_frame_from_pool(f.f, pool, format, Int32(size.width), Int32(size.height), Self.align), "a picture of \(size)")
+        try FF.check(cf_frame_from_pool(f.f, pool, format, Int32(size.width), Int32(size.height), alignment), "a picture of \(size)")
         return f
     }
 }

@@ -85,10 +85,11 @@ public final class Transcoder {
     /// Decodes and converts the inputs as `run` does, handing each picture (pts in the plan's
     /// output time base) and each run of audio to `deliver` with the plan (its output shape, the
     /// inputs' total seconds), in output order, on the calling thread; encodes nothing (the
-    /// `decode` stage, the HLS ladder).
+    /// `decode` stage). The pictures' planes follow one another without padding, in one buffer
+    /// (`VideoFrame`'s layout), so they can be handed on without a copy.
     func decodeOnly(_ deliver: (DecodedItem, Plan) throws -> Void) throws {
         let (opened, plan) = try openAll()
-        try decodeAll(opened, plan) { try deliver($0, plan) }
+        try decodeAll(opened, plan, alignment: 1) { try deliver($0, plan) }
     }
 
     private func openAll() throws -> ([TranscodeInput], Plan) {
@@ -100,9 +101,11 @@ public final class Transcoder {
     }
 
     /// Every input in order, each closed once read.
-    private func decodeAll(_ inputs: [TranscodeInput], _ plan: Plan, _ deliver: (DecodedItem) throws -> Void) throws {
+    private func decodeAll(
+        _ inputs: [TranscodeInput], _ plan: Plan, alignment: Int32 = PicturePool.align, _ deliver: (DecodedItem) throws -> Void
+    ) throws {
         var opened: [TranscodeInput?] = inputs
-        let converter = PictureConverter(frame: plan.output.frame, pool: try PicturePool(size: plan.output.frame))
+        let converter = PictureConverter(frame: plan.output.frame, pool: try PicturePool(size: plan.output.frame, alignment: alignment))
         var timeline = plan.output.audio.map { AudioTimeline(channels: $0.channels, rate: $0.rate) }
         var clock = VideoClock(plan: plan)
         for i in opened.indices {

@@ -34,7 +34,7 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
         curl_easy_reset(handle)
         let ctx = TransferContext(
             shouldAbort: shouldAbort, onSent: onSent, stallTimeout: Double(settings.stallTimeout),
-            responseTimeout: settings.responseTimeout)
+            responseTimeout: settings.responseTimeout, maxBody: settings.maxResponseBody)
         defer { ctx.closeFile() }
         var headerList: UnsafeMutablePointer<curl_slist>? = nil
         defer { if let headerList { curl_slist_free_all(headerList) } }
@@ -203,11 +203,15 @@ private final class TransferContext {
     var bytes = Data()
     var position: Int64 = 0
 
-    init(shouldAbort: @escaping @Sendable () -> Bool, onSent: ((Int64) -> Void)?, stallTimeout: Double, responseTimeout: Double) {
+    /// The largest answer body kept (`TransportSettings.maxResponseBody`).
+    let maxBody: Int
+
+    init(shouldAbort: @escaping @Sendable () -> Bool, onSent: ((Int64) -> Void)?, stallTimeout: Double, responseTimeout: Double, maxBody: Int) {
         self.shouldAbort = shouldAbort
         self.onSent = onSent
         self.stallTimeout = stallTimeout
         self.responseTimeout = responseTimeout
+        self.maxBody = maxBody
     }
 
     var pointer: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
@@ -303,13 +307,13 @@ private final class TransferContext {
         return true
     }
 
-    /// Takes a piece of the answer's body; false when the body exceeds `HTTPResponse.maxBody`
-    /// (the transfer is then abandoned).
+    /// Takes a piece of the answer's body; false when the body exceeds `maxBody` (the transfer is
+    /// then abandoned).
     func write(_ data: UnsafeRawBufferPointer) -> Bool {
         connected = true
         lastMove = ProcessInfo.processInfo.systemUptime
-        guard body.count + data.count <= HTTPResponse.maxBody else {
-            oversized = "the server's answer is larger than \(HTTPResponse.maxBody) bytes"
+        guard body.count + data.count <= maxBody else {
+            oversized = "the server's answer is larger than \(maxBody) bytes"
             return false
         }
         body.append(contentsOf: data)

@@ -42,8 +42,10 @@ public enum HTTPBody: Sendable {
 
 /// A response. Header names are lower-cased; repeated headers are joined with ", ". Upload
 /// protocols only read small JSON/XML answers: a response whose headers exceed `maxHeaderBytes`
-/// or whose body exceeds `maxBody` is abandoned (`TransportError.Kind.oversized`).
+/// or whose body exceeds `TransportSettings.maxResponseBody` is abandoned
+/// (`TransportError.Kind.oversized`).
 public struct HTTPResponse: Sendable {
+    /// The default limit on a body (`TransportSettings.maxResponseBody`).
     public static let maxBody = 4 << 20
     /// All header lines of one request's answers together (interim answers included).
     public static let maxHeaderBytes = 64 << 10
@@ -79,7 +81,7 @@ public struct TransportError: Error, CustomStringConvertible, Sendable, Equatabl
         /// within the response timeout after the request was sent.
         case stalled
         /// The answer broke a size limit (headers over `HTTPResponse.maxHeaderBytes`, a body over
-        /// `HTTPResponse.maxBody`, or one header line over curl's own limit). Not retried.
+        /// `TransportSettings.maxResponseBody`, or one header line over curl's own limit). Not retried.
         case oversized
         /// Cancelled or paused by the caller.
         case cancelled
@@ -126,6 +128,9 @@ public struct TransportSettings: Sendable, Equatable {
     public var caBundle: String? = nil
     /// curl's upload buffer (bytes read from a file per callback). Larger is faster on fast links.
     public var uploadBufferSize: Int = 1 << 20
+    /// The largest answer body kept in memory; a larger answer fails the request. An API's
+    /// answers are small; a media segment fetched whole (`hls lint URL`) is not.
+    public var maxResponseBody: Int = HTTPResponse.maxBody
 
     public init() {}
 }

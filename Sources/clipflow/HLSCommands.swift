@@ -1,6 +1,7 @@
 import ArgumentParser
 import ClipFlowCore
 import ClipFlowMedia
+import ClipFlowUpload
 import Foundation
 
 struct HLS: ParsableCommand {
@@ -28,7 +29,10 @@ struct HLSWrite: ParsableCommand {
     @Option(name: .shortAndLong, help: "The folder to create.")
     var output: String
 
-    @Option(help: "auto (Apple's ladder, never above the source) or heights: 1080,720,540,360.")
+    @Option(
+        help:
+            "auto (Apple's ladder, never above the source) or heights: 1080,720,540,360; add copy to pass a compliant source through (copy,auto); copy alone remuxes."
+    )
     var ladder: String = "auto"
 
     @Option(help: "vod (6 s segments) or feed (a 1 s first segment, then 2 s).")
@@ -40,6 +44,9 @@ struct HLSWrite: ParsableCommand {
     @Option(name: .customLong("encoder-preset"), help: "x264 speed preset.")
     var encoderPreset: String = "veryfast"
 
+    @Flag(name: .customLong("single-file"), help: "One file per rendition, segments addressed by byte ranges.")
+    var singleFile = false
+
     @OptionGroup var flags: OutputFlags
 
     @Argument(help: "Input videos (any format FFmpeg reads).")
@@ -47,9 +54,7 @@ struct HLSWrite: ParsableCommand {
 
     func validate() throws {
         if inputs.isEmpty { throw ValidationError("give at least one input video") }
-        if ladder != "auto", LadderRung.parse(ladder) == nil {
-            throw ValidationError("--ladder: expected auto or even heights such as 1080,720,360 (got '\(ladder)')")
-        }
+        if LadderChoice.parse(ladder) == nil { throw ValidationError("--ladder: expected \(LadderChoice.expected) (got '\(ladder)')") }
         if !["vod", "feed"].contains(profile) { throw ValidationError("--profile must be vod or feed (got '\(profile)')") }
         if let s = segment, !(1...30).contains(s) { throw ValidationError("--segment must be 1 to 30 seconds (got \(s))") }
         if !TranscodeSettings.encoderPresets.contains(encoderPreset) { throw ValidationError("--encoder-preset: unknown preset '\(encoderPreset)'") }
@@ -58,13 +63,14 @@ struct HLSWrite: ParsableCommand {
     func run() throws {
         let door = FrontDoor(flags)
         try ErrorReport.run {
-            let inputs = inputs, output = output, ladder = ladder, encoderPreset = encoderPreset
+            let inputs = inputs, output = output, ladder = ladder, encoderPreset = encoderPreset, singleFile = singleFile
             let schedule = SegmentSchedule(profile: profile, segment: segment)
-            let nodes = [
-                StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) },
-                StageNode("hls") { HLSStage(id: "hls", output: output, rungs: LadderRung.parse(ladder), schedule: schedule, encoderPreset: encoderPreset) }
-            ]
-            let (outcome, _) = try door.run(nodes: nodes, edges: [Edge(from: "files", to: "hls", limits: HLSStage.kind.queue)], grace: 5)
+            let graph = HLSLadder(
+                output: output, ladder: LadderChoice.parse(ladder)!, schedule: schedule, encoderPreset: encoderPreset, singleFile: singleFile
+            ).graph(id: "hls")
+            let files = StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) }
+            let edges = graph.entries.map { Edge(from: "files", to: $0, limits: HLSStage.kind.queue) } + graph.edges
+            let (outcome, _) = try door.run(nodes: [files] + graph.nodes, edges: edges, grace: 5)
             if let e = ErrorReport.error(outcome) { throw e }
             if let r = door.log.result("hls") {
                 door.say("wrote \(r["renditions"]?.integer ?? 0) renditions of \(r["segments"]?.integer ?? 0) segments: \(r["master"]?.string ?? output)")
@@ -76,16 +82,30 @@ struct HLSWrite: ParsableCommand {
 struct HLSLintCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "lint",
-        abstract: "Check an HLS folder: bandwidths against the measured segments, CODECS against the streams, keyframes, alignment, tags.",
-        discussion: "Prints the findings as JSON on stdout; exits 1 when there is an error (warnings alone: 0)."
+        abstract: "Check an HLS ladder: bandwidths against the measured segments, CODECS against the streams, keyframes, alignment, tags.",
+        discussion: """
+            Reads a folder holding master.m3u8, a master playlist file, or a master playlist's http(s) \\
+            address (every playlist and segment is fetched, byte ranges with Range requests). Prints \\
+            the findings as JSON on stdout; exits 1 when there is an error (warnings alone: 0).
+            """
     )
 
-    @Argument(help: "The folder holding master.m3u8.")
-    var directory: String
+    @Argument(help: "A folder holding master.m3u8, a master playlist, or its http(s) URL.")
+    var ladder: String
 
     func run() throws {
         var findings: [LintFinding] = []
-        try ErrorReport.run { findings = try HLSLint.lint(directory: URL(fileURLWithPath: directory)) }
+        try ErrorReport.run {
+            if let url = URL(string: ladder), ["http", "https"].contains(url.scheme?.lowercased() ?? "") {
+                findings = try HLSLint.lint(master: url, read: try webReader())
+            } else {
+                var isFolder: ObjCBool = false
+                let exists = FileManager.default.fileExists(atPath: ladder, isDirectory: &isFolder)
+                guard exists else { throw ClipFlowError.badInput("'\(ladder)': no such folder or file") }
+                let local = URL(fileURLWithPath: ladder)
+                findings = try isFolder.boolValue ? HLSLint.lint(directory: local) : HLSLint.lint(master: local, read: HLSLint.readFile)
+            }
+        }
         let rows = findings.map { f -> JSONNode in
             JSONNode(
                 .object([
@@ -100,5 +120,24 @@ struct HLSLintCommand: ParsableCommand {
                 (key: "warnings", value: JSONNode(.number(Double(findings.count - errors))))
             ]).serialized)
         if errors > 0 { throw ExitCode(1) }
+    }
+}
+
+/// Reads a ladder over HTTP (libcurl): a whole resource, or a byte range with a Range request
+/// (a server that ignores Range and answers 200 with the whole file is sliced here).
+private func webReader() throws -> HLSReader {
+    var settings = TransportSettings()
+    settings.maxResponseBody = 512 << 20
+    let transport = try CurlTransport(settings: settings)
+    return { url, range in
+        var headers: [(name: String, value: String)] = []
+        if let r = range { headers.append((name: "Range", value: "bytes=\(r.lowerBound)-\(r.upperBound - 1)")) }
+        let answer = try transport.perform(HTTPRequest(method: "GET", url: url.absoluteString, headers: headers), onSent: nil)
+        switch (answer.status, range) {
+        case (206, .some(let r)) where answer.body.count == r.count: return [UInt8](answer.body)
+        case (200, .some(let r)) where answer.body.count >= r.upperBound: return [UInt8](answer.body[r])
+        case (200, nil): return [UInt8](answer.body)
+        default: throw ClipFlowError.badInput("HTTP \(answer.status) (\(answer.body.count) bytes)")
+        }
     }
 }

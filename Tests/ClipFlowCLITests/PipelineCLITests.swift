@@ -210,6 +210,15 @@ final class PipelineCLITests: XCTestCase {
                 let queue = try Run.run([binary, "upload", "list", "--json", "--queue", "\(out)/upload-queue"])
                 let entries = try JSONSerialization.jsonObject(with: queue.stdout) as? [[String: Any]] ?? []
                 XCTAssertEqual(entries.map { $0["state"] as? String }, Array(repeating: "finished", count: outputs.count))
+            case "fragments-to-hls.json":
+                // 320x240 turned 90 degrees: one portrait rendition (the smallest rung, never enlarged).
+                let master = try String(contentsOfFile: "\(out)/hls/master.m3u8", encoding: .utf8)
+                XCTAssertTrue(master.contains("RESOLUTION=240x320"), master)
+                XCTAssertEqual(try Probe.videoFrames("\(out)/joined.mp4"), sum)
+                let lint = try Run.run([binary, "hls", "lint", "\(out)/hls"], check: false)
+                XCTAssertEqual(lint.status, 0, lint.out)
+                let stages = Set(events.compactMap { $0["stage"] as? String })
+                XCTAssertTrue(stages.isSuperset(of: ["ladder.decode", "ladder.360p", "ladder.audio", "ladder"]), "\(stages)")
             case "clips-to-web.json":
                 // Three 320x240 fragments: web-720p never enlarges them; every picture is kept.
                 let web = "\(out)/web.mp4"

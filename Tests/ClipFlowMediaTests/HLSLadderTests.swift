@@ -1,5 +1,6 @@
 import XCTest
 @testable import ClipFlowMedia
+import ClipFlowCore
 import ClipFlowTestSupport
 
 /// A ladder from one decode, judged by ffprobe, PyPI m3u8 and chromium.
@@ -16,7 +17,8 @@ final class HLSLadderTests: XCTestCase {
             ])
         let dir = fx.scratch("ladder").appendingPathComponent("hls")
         let rungs = [LadderRung(name: "720p", height: 720, maxRate: 3_500_000), LadderRung(name: "360p", height: 360, maxRate: 1_000_000)]
-        let r = try HLSLadderWriter(inputs: [src], directory: dir, rungs: rungs, schedule: SegmentSchedule(length: 2), encoderPreset: "ultrafast").run()
+        let r = try HLSLadder(output: dir.path, ladder: LadderChoice(rungs: rungs), schedule: SegmentSchedule(length: 2), encoderPreset: "ultrafast").run(
+            inputs: [src])
         XCTAssertEqual(r.segments, 3)
         for rung in ["720p", "360p"] {
             let folder = dir.appendingPathComponent(rung)
@@ -31,7 +33,31 @@ final class HLSLadderTests: XCTestCase {
                 XCTAssertTrue(info.startsWithSyncSample, s)
                 XCTAssertEqual(info.sampleCount, 60, s)
             }
+            // ffprobe: keyframes (IDR, the decoder's key flag) exactly at the shared boundaries and
+            // nowhere else, in every rendition; each segment alone starts with one.
+            let keys = try Run.run([
+                "ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "packet=pts_time,flags", "-of", "csv=p=0", all
+            ]).out.split(separator: "\n").filter { $0.contains("K") }.map { Double($0.split(separator: ",")[0])! }
+            XCTAssertEqual(keys, [0, 2, 4], rung)
+            for s in segs {
+                let one = fx.scratch("ladder-seg").appendingPathComponent("one.mp4")
+                try (try Data(contentsOf: folder.appendingPathComponent("init.mp4")) + Data(contentsOf: URL(fileURLWithPath: s))).write(to: one)
+                let first = try Run.run([
+                    "ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "frame=key_frame,pict_type", "-read_intervals", "%+#1", "-of",
+                    "csv=p=0", one.path
+                ]).out
+                XCTAssertTrue(first.hasPrefix("1,I"), "\(rung) \(s): \(first)")
+            }
         }
+        // PyPI m3u8 reads every playlist of the ladder.
+        let parsed = try Run.run([
+            "python3", "-c",
+            "import m3u8, sys, os; d = sys.argv[1]; m = m3u8.load(d + '/master.m3u8'); "
+                + "ps = [p.uri for p in m.playlists] + [x.uri for x in m.media] + [i.uri for i in m.iframe_playlists]; "
+                + "print(sum(len(m3u8.load(os.path.join(d, u)).segments) for u in ps), len(ps))",
+            dir.path
+        ]).out
+        XCTAssertEqual(parsed.trimmingCharacters(in: .whitespacesAndNewlines), "15 5", "3 segments in each of 2 video, 1 audio, 2 I-frame playlists")
         let played = try XCTUnwrap(try Probe.browserPlayback([r.master.path]).first)
         XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
         XCTAssertTrue(played["error"] is NSNull, "\(played)")
@@ -50,7 +76,8 @@ final class HLSLadderTests: XCTestCase {
         XCTAssertEqual(prefetch.map { $0["segment"] ?? "" }, ["360p/seg-0.m4s", "audio/seg-0.m4s"])
         for p in prefetch { XCTAssertTrue(FileManager.default.fileExists(atPath: dir.appendingPathComponent(p["init"]!).path)) }
         // Nothing is replaced.
-        XCTAssertThrowsError(try HLSLadderWriter(inputs: [src], directory: dir, rungs: rungs, schedule: SegmentSchedule(length: 2)).run()) { e in
+        XCTAssertThrowsError(try HLSLadder(output: dir.path, ladder: LadderChoice(rungs: rungs), schedule: SegmentSchedule(length: 2)).run(inputs: [src])) {
+            e in
             XCTAssertTrue("\(e)".contains("exists"), "\(e)")
         }
     }
@@ -68,7 +95,7 @@ extension HLSLadderTests {
         let turned = fx.scratch("ladder-portrait").appendingPathComponent("turned.mp4")
         _ = try Merger(inputs: [plain], options: MergeOptions(output: turned, rotate: 90)).run()  // displayed 720x1280, as a phone's
         let dir = fx.scratch("ladder-portrait-out").appendingPathComponent("hls")
-        _ = try HLSLadderWriter(inputs: [turned.path], directory: dir, schedule: SegmentSchedule(length: 2), encoderPreset: "ultrafast").run()
+        try HLSLadder(output: dir.path, schedule: SegmentSchedule(length: 2), encoderPreset: "ultrafast").run(inputs: [turned.path])
         let master = try String(contentsOf: dir.appendingPathComponent("master.m3u8"), encoding: .utf8)
         XCTAssertTrue(master.contains("RESOLUTION=720x1280"), master)
         XCTAssertTrue(master.contains("RESOLUTION=540x960"), master)
@@ -94,9 +121,10 @@ extension HLSLadderTests {
                 "-c:a", "aac"
             ])
         let dir = fx.scratch("ladder-feed").appendingPathComponent("hls")
-        let r = try HLSLadderWriter(
-            inputs: [src], directory: dir, rungs: [LadderRung(name: "360p", height: 360, maxRate: 1_000_000)], schedule: .feed, encoderPreset: "ultrafast"
-        ).run()
+        let r = try HLSLadder(
+            output: dir.path, ladder: LadderChoice(rungs: [LadderRung(name: "360p", height: 360, maxRate: 1_000_000)]), schedule: .feed,
+            encoderPreset: "ultrafast"
+        ).run(inputs: [src])
         XCTAssertEqual(r.segments, 3)  // 0-1, 1-3, 3-5
         let counts = try (0..<3).map { i in
             try XCTUnwrap(FragmentInfo([UInt8](try Data(contentsOf: dir.appendingPathComponent("360p/seg-\(i).m4s"))))).sampleCount
@@ -122,7 +150,7 @@ final class HLSLintTests: XCTestCase {
             ])
         let dir = fx.scratch(name).appendingPathComponent("hls")
         let rungs = [LadderRung(name: "720p", height: 720, maxRate: 3_500_000), LadderRung(name: "360p", height: 360, maxRate: 1_000_000)]
-        _ = try HLSLadderWriter(inputs: [src], directory: dir, rungs: rungs, schedule: schedule, encoderPreset: "ultrafast").run()
+        try HLSLadder(output: dir.path, ladder: LadderChoice(rungs: rungs), schedule: schedule, encoderPreset: "ultrafast").run(inputs: [src])
         return dir
     }
 
@@ -173,5 +201,146 @@ final class HLSLintTests: XCTestCase {
         // declares, which the lint rightly reports too).
         XCTAssertTrue(codes(f, .error).isSuperset(of: ["codecs-mismatch", "segment-too-long", "misaligned"]), "\(f)")
         XCTAssertTrue(f.contains { $0.code == "misaligned" && $0.file == "360p.m3u8" })
+    }
+}
+
+/// One file per rendition (byte ranges), the engine's fan-out, and the `copy` rendition.
+final class HLSLadderFormsTests: XCTestCase {
+    let fx = Fixtures.shared
+
+    func source() throws -> String {
+        try fx.clip(
+            "ladder-forms-src.mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "6", "-c:v", "libx264", "-preset",
+                "ultrafast", "-c:a", "aac"
+            ])
+    }
+
+    /// A source whose keyframes are every 2 s exactly (as clipflow's presets make them).
+    func keyframedSource() throws -> String {
+        try fx.clip(
+            "ladder-copy-src.mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "8", "-c:v", "libx264", "-preset",
+                "ultrafast", "-g", "60", "-keyint_min", "60", "-sc_threshold", "0", "-c:a", "aac"
+            ])
+    }
+
+    func testSingleFileRenditionsAreAddressedByByteRangesAndPlay() throws {
+        let dir = fx.scratch("ladder-single").appendingPathComponent("hls")
+        let rungs = [LadderRung(name: "720p", height: 720, maxRate: 3_500_000), LadderRung(name: "360p", height: 360, maxRate: 1_000_000)]
+        let events = EventRecorder()
+        let r = try HLSLadder(
+            output: dir.path, ladder: LadderChoice(rungs: rungs), schedule: SegmentSchedule(length: 2), encoderPreset: "ultrafast", singleFile: true
+        )
+        .run(inputs: [try source()], events: events)
+        XCTAssertEqual(r.segments, 3)
+        let names = try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted()
+        XCTAssertEqual(
+            names,
+            [
+                "360p-iframes.m3u8", "360p.m3u8", "360p.mp4", "720p-iframes.m3u8", "720p.m3u8", "720p.mp4", "audio.m3u8", "audio.mp4", "feed.json",
+                "master.m3u8", "poster.jpg"
+            ])
+        // The engine carried it: one decode fanning out to every rendition through bounded links.
+        let links = events.events.compactMap { e -> (String, String, Int)? in
+            if case .queue(let from, let peak, _, _) = e.kind { return (from, e.stage, peak) }
+            return nil
+        }
+        for to in ["hls.720p", "hls.360p", "hls.audio"] {
+            let link = try XCTUnwrap(links.first { $0.0 == "hls.decode" && $0.1 == to }, "\(links)")
+            XCTAssertLessThanOrEqual(link.2, HLSLadder.pictureLink.maxItems)
+        }
+        // PyPI m3u8: every segment is a byte range of the rendition's file, one after another
+        // from the end of the init section.
+        let script = """
+            import json, m3u8, sys
+            p = m3u8.load(sys.argv[1])
+            print(json.dumps({'map': [p.segment_map[0].uri, p.segment_map[0].byterange], 'uris': [s.uri for s in p.segments],
+              'ranges': [s.byterange for s in p.segments]}))
+            """
+        for rung in ["720p", "360p", "audio"] {
+            let out = try Run.run(["python3", "-c", script, dir.appendingPathComponent("\(rung).m3u8").path]).out
+            let j = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+            let map = try XCTUnwrap(j["map"] as? [String])
+            XCTAssertEqual(map[0], "\(rung).mp4")
+            var next = Int(map[1].split(separator: "@")[0])!
+            XCTAssertTrue(map[1].hasSuffix("@0"), map[1])
+            for range in try XCTUnwrap(j["ranges"] as? [String]) {
+                let parts = range.split(separator: "@").map { Int($0)! }
+                XCTAssertEqual(parts[1], next, "\(rung): \(j)")
+                next += parts[0]
+            }
+            let file = dir.appendingPathComponent("\(rung).mp4").path
+            XCTAssertEqual(try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int, next, "\(rung): the ranges cover the file")
+            XCTAssertEqual(try Probe.decodeErrors(file), "", rung)
+            if rung != "audio" { XCTAssertEqual(try Probe.videoFrames(file), 180, rung) }
+        }
+        XCTAssertEqual(try HLSLint.lint(directory: dir), [])
+        let played = try XCTUnwrap(try Probe.browserPlayback([r.master.path]).first)
+        XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
+        XCTAssertTrue(played["error"] is NSNull, "\(played)")
+    }
+
+    /// The packets of one stream of `path`, as the ffmpeg CLI copies them: their sizes and data
+    /// MD5s, in order (framemd5's fifth and sixth columns; side data, such as the AAC priming's
+    /// skip count, is not the packet's data).
+    func packetHashes(_ path: String, _ stream: String) throws -> [String] {
+        let out = try Run.run(["ffmpeg", "-v", "error", "-i", path, "-map", "0:\(stream)", "-c", "copy", "-f", "framemd5", "-"]).out
+        return out.split(separator: "\n").filter { !$0.hasPrefix("#") }.map { line in
+            line.split(separator: ",").dropFirst(4).prefix(2).map { $0.trimmingCharacters(in: .whitespaces) }.joined(separator: " ")
+        }
+    }
+
+    /// A rendition's init and segments end to end.
+    func joined(_ dir: URL, _ name: String) throws -> String {
+        let folder = dir.appendingPathComponent(name)
+        let parts = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasPrefix("seg-") }
+            .sorted { Int($0.dropFirst(4).dropLast(4))! < Int($1.dropFirst(4).dropLast(4))! }
+        let out = fx.scratch("joined-\(name)").appendingPathComponent("all.mp4")
+        try Data(try (["init.mp4"] + parts).map { try Data(contentsOf: folder.appendingPathComponent($0)) }.joined()).write(to: out)
+        return out.path
+    }
+
+    func testCopyRenditionPassesTheSourceThroughUntouched() throws {
+        let src = try keyframedSource()
+        // Copy alone: a remux, video and audio packets as they were.
+        let alone = fx.scratch("ladder-copy").appendingPathComponent("hls")
+        try HLSLadder(output: alone.path, ladder: try XCTUnwrap(LadderChoice.parse("copy")), schedule: .feed).run(inputs: [src])
+        XCTAssertEqual(try packetHashes(try joined(alone, "copy"), "v:0"), try packetHashes(src, "v:0"))
+        XCTAssertEqual(try packetHashes(try joined(alone, "audio"), "a:0"), try packetHashes(src, "a:0"))
+        XCTAssertEqual(try HLSLint.lint(directory: alone), [])
+        let master = try String(contentsOf: alone.appendingPathComponent("master.m3u8"), encoding: .utf8)
+        XCTAssertTrue(master.contains("RESOLUTION=640x360"), master)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: alone.appendingPathComponent("360p").path))
+        let played = try XCTUnwrap(try Probe.browserPlayback([alone.appendingPathComponent("master.m3u8").path]).first)
+        XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
+
+        // Alongside an encoded rendition, cut at the same instants (keyframes every 2 s, 2 s segments).
+        let mixed = fx.scratch("ladder-copy-mixed").appendingPathComponent("hls")
+        try HLSLadder(
+            output: mixed.path, ladder: try XCTUnwrap(LadderChoice.parse("copy,240")), schedule: SegmentSchedule(length: 2), encoderPreset: "ultrafast"
+        )
+        .run(inputs: [src])
+        XCTAssertEqual(try HLSLint.lint(directory: mixed), [])
+        XCTAssertEqual(try packetHashes(try joined(mixed, "copy"), "v:0"), try packetHashes(src, "v:0"))
+
+        // Keyframes off the boundaries (the feed profile's 1 s first segment): refused, nothing left.
+        let refused = fx.scratch("ladder-copy-refused")
+        XCTAssertThrowsError(
+            try HLSLadder(output: refused.appendingPathComponent("hls").path, ladder: try XCTUnwrap(LadderChoice.parse("copy,240")), schedule: .feed)
+                .run(inputs: [src])
+        ) { e in XCTAssertTrue("\(e)".contains("no keyframe at 1.000 s"), "\(e)") }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: refused.path), [])
+    }
+
+    func testLadderChoices() {
+        XCTAssertEqual(LadderChoice.parse("auto"), LadderChoice(rungs: nil))
+        XCTAssertEqual(LadderChoice.parse("copy,auto"), LadderChoice(rungs: nil, copy: true))
+        XCTAssertEqual(LadderChoice.parse("copy"), LadderChoice(rungs: [], copy: true))
+        XCTAssertEqual(LadderChoice.parse("720, 360")?.rungs?.map(\.name), ["720p", "360p"])
+        XCTAssertEqual(LadderChoice.parse("copy,360")?.copy, true)
+        for bad in ["", "720,720", "721", "auto,720", "copy,copy", "huge", "100"] { XCTAssertNil(LadderChoice.parse(bad), bad) }
     }
 }

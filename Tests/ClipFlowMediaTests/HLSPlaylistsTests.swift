@@ -7,7 +7,9 @@ final class HLSPlaylistsTests: XCTestCase {
     func track(_ name: String, sizes: [Int], codecs: String, w: Int = 0, h: Int = 0) -> HLSTrack {
         var t = HLSTrack(
             playlistURI: "\(name).m3u8", initURI: "\(name)/init.mp4",
-            segments: sizes.enumerated().map { HLSSegment(uri: "\(name)/\($0.offset).m4s", seconds: 2, bytes: $0.element, iframe: (0, $0.element / 10)) },
+            segments: sizes.enumerated().map {
+                HLSSegment(uri: "\(name)/\($0.offset).m4s", seconds: 2, bytes: $0.element, iframe: ByteRange(offset: 0, length: $0.element / 10))
+            },
             codecs: codecs)
         t.width = w
         t.height = h

@@ -1,0 +1,211 @@
+internal import CClipFlowFFmpeg
+import ClipFlowCore
+import Foundation
+
+/// A rendition that passes one compliant source through untouched (`copy` in a ladder): its
+/// H.264 or HEVC packets are put into fMP4 segments as they are, each segment starting at a
+/// keyframe of the source. Alongside encoded renditions the source's keyframes must lie on the
+/// schedule's boundaries (the renditions are cut at the same instants, so a player can switch);
+/// alone (a copy-only ladder, `withAudio`) a segment starts at the first keyframe at or after each
+/// boundary, and the AAC audio is copied too, cut at the AAC frame nearest each boundary.
+/// Refused, naming the reason: several inputs, a codec HLS does not carry, pictures turned by a
+/// display matrix (players of HLS differ on it), a first packet that is not a keyframe.
+/// Takes the input files (ports `clips`, `video`); hands the ladder its description(s) (port
+/// `rendition`). Belongs to its stage queue.
+final class CopyRenditionStage: Stage {
+    let id: String
+    private let ladder: LadderFolder
+    private let schedule: SegmentSchedule
+    private let singleFile: Bool
+    private let withAudio: Bool
+    private var inputs: [String] = []
+    var inputTypes: Set<PortType> { [.clips, .video] }
+    var outputType: PortType? { .rendition }
+
+    init(id: String, ladder: LadderFolder, schedule: SegmentSchedule, singleFile: Bool, withAudio: Bool) {
+        self.id = id
+        self.ladder = ladder
+        self.schedule = schedule
+        self.singleFile = singleFile
+        self.withAudio = withAudio
+    }
+
+    func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
+        if let p = item.path { inputs.append(p) }
+        return .ok
+    }
+
+    func drain(_ context: StageContext) throws {
+        try stopping(context) { try copy(context) }
+    }
+
+    private func copy(_ context: StageContext) throws {
+        guard inputs.count == 1, let path = inputs.first else {
+            throw ClipFlowError.badInput("copy passes one video through; got \(inputs.count) inputs (join them first with clipflow merge, or leave copy out)")
+        }
+        let source = try Demuxer(path: path)
+        try FF.check(avformat_find_stream_info(source.ctx, nil), "input '\(path)': reading its streams")
+        let v = av_find_best_stream(source.ctx, AVMEDIA_TYPE_VIDEO, -1, -1, nil, 0)
+        guard v >= 0 else { throw ClipFlowError.badInput("input '\(path)': no video to copy") }
+        let video = try CopiedTrack(source, stream: Int(v), name: "copy", ladder: ladder, schedule: schedule, singleFile: singleFile, path: path)
+        var audio: CopiedTrack?
+        if withAudio {
+            let a = av_find_best_stream(source.ctx, AVMEDIA_TYPE_AUDIO, -1, Int32(v), nil, 0)
+            if a >= 0 { audio = try CopiedTrack(source, stream: Int(a), name: "audio", ladder: ladder, schedule: schedule, singleFile: singleFile, path: path) }
+        }
+        let packet = try Packet()
+        var lastReport = Date.distantPast
+        let total = Double(source.ctx.pointee.duration) / Double(AV_TIME_BASE)
+        while try source.read(into: packet) {
+            defer { packet.unref() }
+            if context.stopRequested { return }
+            let index = Int(packet.p.pointee.stream_index)
+            if index == video.stream {
+                let t = try video.add(
+                    packet,
+                    cutting: { key, time in
+                        if !key { return false }
+                        if withAudio { return time >= video.nextBoundary - video.halfFrame }
+                        // Alongside encoded renditions: a keyframe exactly on every boundary.
+                        if time >= video.nextBoundary + video.halfFrame {
+                            throw ClipFlowError.badInput(
+                                "input '\(path)': no keyframe at \(String(format: "%.3f", video.nextBoundary)) s (the next is at \(String(format: "%.3f", time)) s): "
+                                    + "copy alongside encoded renditions needs keyframes on every segment boundary; copy it alone or leave copy out")
+                        }
+                        return time >= video.nextBoundary - video.halfFrame
+                    })
+                if Date().timeIntervalSince(lastReport) >= 0.25 {
+                    lastReport = Date()
+                    context.progress(Int64(t * 1000), of: Int64(max(total, t) * 1000), unit: "ms")
+                }
+            } else if let a = audio, index == a.stream {
+                _ = try a.add(packet, cutting: { _, time in time >= a.nextBoundary - a.halfFrame })
+            }
+        }
+        var described = try video.finish()
+        described.frameRate = video.frameRate
+        try ladder.write(HLSPlaylists.media(described), to: described.playlistURI)
+        try ladder.write(HLSPlaylists.iframes(described), to: described.iframesURI!)
+        if context.push(Item(.value(described), type: .rendition)) == .flushing { return }
+        if let a = audio {
+            let t = try a.finish()
+            try ladder.write(HLSPlaylists.media(t), to: t.playlistURI)
+            if context.push(Item(.value(t), type: .rendition)) == .flushing { return }
+        }
+    }
+
+    func finish(_ context: StageContext, outcome: StageOutcome) {
+        if outcome != .completed { ladder.discard() }
+    }
+
+    /// One stream copied into its own rendition. Owner: the copy stage.
+    private final class CopiedTrack {
+        let stream: Int
+        let name: String
+        private let writer: FragmentWriter
+        private let files: RenditionFiles
+        private let timeBase: AVRational
+        private let offset: Int64
+        private let isVideo: Bool
+        private let codecs: String
+        private let size: PictureSize
+        let frameRate: Double
+        /// Seconds: the boundary the next segment should start at; half a frame (or AAC frame), the
+        /// tolerance around it.
+        var nextBoundary = 0.0
+        let halfFrame: Double
+        private var segmentStart: Int64?
+        private var end: Int64 = 0
+        private let schedule: SegmentSchedule
+        private let channels: Int
+
+        init(_ source: Demuxer, stream: Int, name: String, ladder: LadderFolder, schedule: SegmentSchedule, singleFile: Bool, path: String) throws {
+            self.stream = stream
+            self.name = name
+            self.schedule = schedule
+            let st = source.stream(stream)
+            let par = source.codecpar(stream)
+            channels = Int(par.pointee.ch_layout.nb_channels)
+            timeBase = st.pointee.time_base
+            isVideo = par.pointee.codec_type == AVMEDIA_TYPE_VIDEO
+            let start = source.ctx.pointee.start_time == cf_nopts() ? 0 : source.ctx.pointee.start_time
+            offset = av_rescale_q(start, AVRational(num: 1, den: AV_TIME_BASE), timeBase)
+            let extradata = par.pointee.extradata.map { Array(UnsafeBufferPointer(start: $0, count: Int(par.pointee.extradata_size))) } ?? []
+            if isVideo {
+                switch par.pointee.codec_id {
+                case AV_CODEC_ID_H264: codecs = CodecStrings.avc(extradata) ?? "avc1.640028"
+                case AV_CODEC_ID_HEVC: codecs = CodecStrings.hevc(extradata, sampleEntry: "hvc1") ?? "hvc1"
+                default:
+                    throw ClipFlowError.badInput(
+                        "input '\(path)': its video is \(String(cString: avcodec_get_name(par.pointee.codec_id))); copy needs H.264 or HEVC (leave copy out to re-encode)"
+                    )
+                }
+                let rotation = cf_stream_display_rotation(st)
+                if !rotation.isNaN, Int(rotation.rounded()) % 360 != 0 {
+                    throw ClipFlowError.badInput(
+                        "input '\(path)': its pictures are turned by a display matrix, which HLS players treat differently; leave copy out (the ladder turns the pixels)"
+                    )
+                }
+                size = PictureSize(width: Int(par.pointee.width), height: Int(par.pointee.height))
+                let r = st.pointee.avg_frame_rate.num > 0 ? st.pointee.avg_frame_rate : st.pointee.r_frame_rate
+                frameRate = r.num > 0 && r.den > 0 ? Double(r.num) / Double(r.den) : 30
+                halfFrame = 0.5 / frameRate
+            } else {
+                guard par.pointee.codec_id == AV_CODEC_ID_AAC else {
+                    throw ClipFlowError.badInput(
+                        "input '\(path)': its audio is \(String(cString: avcodec_get_name(par.pointee.codec_id))); copy needs AAC (leave copy out to re-encode)"
+                    )
+                }
+                codecs = CodecStrings.aac(extradata) ?? "mp4a.40.2"
+                size = PictureSize(width: 0, height: 0)
+                frameRate = 0
+                halfFrame = 512 / Double(max(1, par.pointee.sample_rate))
+            }
+            writer = try FragmentWriter(copying: par, timeBase: timeBase, what: "\(name) (copy)")
+            if par.pointee.codec_id == AV_CODEC_ID_HEVC {
+                writer.stream.pointee.codecpar.pointee.codec_tag =
+                    UInt32(UInt8(ascii: "h")) | UInt32(UInt8(ascii: "v")) << 8 | UInt32(UInt8(ascii: "c")) << 16 | UInt32(UInt8(ascii: "1")) << 24
+            }
+            files = try RenditionFiles(name: name, ladder: ladder.work, singleFile: singleFile)
+            try files.writeInit(try writer.header())
+        }
+
+        private func seconds(_ ticks: Int64) -> Double { Double(ticks) * Double(timeBase.num) / Double(timeBase.den) }
+
+        /// Adds a packet, first ending the segment when `cutting(keyframe, seconds)` says so;
+        /// returns the packet's time in seconds.
+        func add(_ packet: Packet, cutting: (Bool, Double) throws -> Bool) throws -> Double {
+            let p = packet.p.pointee
+            let pts = (p.pts == cf_nopts() ? p.dts : p.pts) - offset
+            let time = seconds(pts)
+            if segmentStart == nil {
+                if isVideo, !packet.isKeyframe { throw ClipFlowError.badInput("\(name): the source does not start with a keyframe; leave copy out") }
+                segmentStart = pts
+                nextBoundary = schedule.boundary(after: time + halfFrame)
+            } else if try cutting(packet.isKeyframe, time) {
+                try files.writeSegment(try writer.cut(), seconds: seconds(pts - segmentStart!))
+                segmentStart = pts
+                nextBoundary = schedule.boundary(after: time + halfFrame)
+            }
+            end = max(end, pts + (p.duration > 0 ? p.duration : Int64((2 * halfFrame * Double(timeBase.den) / Double(timeBase.num)).rounded())))
+            packet.p.pointee.pts = p.pts == cf_nopts() ? cf_nopts() : p.pts - offset
+            packet.p.pointee.dts = p.dts == cf_nopts() ? cf_nopts() : p.dts - offset
+            try writer.write(packet, in: timeBase)
+            return time
+        }
+
+        func finish() throws -> HLSTrack {
+            guard let start = segmentStart else { throw ClipFlowError.badInput("\(name): the source has no packets to copy") }
+            try files.writeSegment(try writer.finish(), seconds: seconds(end - start))
+            var t = try files.track(codecs: codecs)
+            if isVideo {
+                t.width = size.width
+                t.height = size.height
+                t.iframesURI = "\(name)-iframes.m3u8"
+            } else {
+                t.channels = channels
+            }
+            return t
+        }
+    }
+}

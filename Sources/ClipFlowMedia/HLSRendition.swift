@@ -1,0 +1,416 @@
+internal import CClipFlowFFmpeg
+import ClipFlowCore
+import Foundation
+
+/// Where one rendition's bytes go inside the ladder's folder: `NAME/init.mp4` and one
+/// `NAME/seg-N.m4s` per segment, or (`singleFile`) one `NAME.mp4` holding the init section and
+/// then every segment in order, addressed by byte ranges. Keeps what the playlists need of each
+/// segment. Owner: its rendition stage.
+final class RenditionFiles {
+    let name: String
+    let singleFile: Bool
+    private let ladder: URL
+    private var handle: FileHandle?
+    private var written = 0
+    private(set) var segments: [HLSSegment] = []
+    private var initRange: ByteRange?
+
+    init(name: String, ladder: URL, singleFile: Bool) throws {
+        self.name = name
+        self.ladder = ladder
+        self.singleFile = singleFile
+        if singleFile {
+            let path = ladder.appendingPathComponent("\(name).mp4").path
+            guard FileManager.default.createFile(atPath: path, contents: nil), let h = FileHandle(forWritingAtPath: path) else {
+                throw ClipFlowError.output("cannot create '\(path)': \(String(cString: strerror(errno)))")
+            }
+            handle = h
+        } else {
+            // Not recreating the ladder's folder: once it is gone (a stop), nothing is written.
+            try FileManager.default.createDirectory(at: ladder.appendingPathComponent(name), withIntermediateDirectories: false)
+        }
+    }
+    deinit { try? handle?.close() }
+
+    var initURI: String { singleFile ? "\(name).mp4" : "\(name)/init.mp4" }
+
+    func writeInit(_ bytes: [UInt8]) throws {
+        if singleFile {
+            try append(bytes)
+            initRange = ByteRange(offset: 0, length: bytes.count)
+        } else {
+            try save(bytes, as: initURI)
+        }
+    }
+
+    /// One media segment (moof + mdat) lasting `seconds`.
+    func writeSegment(_ bytes: [UInt8], seconds: Double) throws {
+        let first = FragmentInfo(bytes)?.firstSampleRange
+        if singleFile {
+            let offset = written
+            try append(bytes)
+            segments.append(
+                HLSSegment(
+                    uri: initURI, seconds: seconds, bytes: bytes.count, offset: offset,
+                    iframe: first.map { ByteRange(offset: offset + $0.offset, length: $0.length) }))
+        } else {
+            let uri = "\(name)/seg-\(segments.count).m4s"
+            try save(bytes, as: uri)
+            segments.append(HLSSegment(uri: uri, seconds: seconds, bytes: bytes.count, iframe: first.map { ByteRange(offset: $0.offset, length: $0.length) }))
+        }
+    }
+
+    /// Ends the rendition; its playlist inputs.
+    func track(codecs: String) throws -> HLSTrack {
+        if let h = handle {
+            do { try h.close() } catch { throw ClipFlowError.output("cannot write '\(initURI)': \(error.localizedDescription)") }
+            handle = nil
+        }
+        return HLSTrack(playlistURI: "\(name).m3u8", initURI: initURI, initRange: initRange, segments: segments, codecs: codecs)
+    }
+
+    private func append(_ bytes: [UInt8]) throws {
+        do { try handle!.write(contentsOf: Data(bytes)) } catch {
+            throw ClipFlowError.output("cannot write '\(ladder.appendingPathComponent(initURI).path)': \(error.localizedDescription)")
+        }
+        written += bytes.count
+    }
+
+    private func save(_ bytes: [UInt8], as uri: String) throws {
+        let url = ladder.appendingPathComponent(uri)
+        do { try Data(bytes).write(to: url) } catch { throw ClipFlowError.output("cannot write '\(url.path)': \(error.localizedDescription)") }
+    }
+}
+
+/// One video rendition of a ladder: takes raw pictures (port `frames`; audio is not its part),
+/// scales each to the rung's size (short side = the rung's height, the pictures' shape kept),
+/// encodes it (x264 High; keyframes forced at every segment boundary and nowhere else: scene cuts
+/// off, closed GOPs), and starts a segment at each boundary's keyframe, so every rendition of the
+/// ladder cuts at the same instants. At end of stream it hands the ladder its description (port
+/// `rendition`). A rung above the pictures' short side is left out unless `always` (the ladder's
+/// smallest). Belongs to its stage queue.
+final class VideoRenditionStage: Stage {
+    let id: String
+    let rung: LadderRung
+    let always: Bool
+    private let ladder: LadderFolder
+    private let schedule: SegmentSchedule
+    private let preset: String
+    private let singleFile: Bool
+    var inputTypes: Set<PortType> { [.frames] }
+    var outputType: PortType? { .rendition }
+
+    /// Encoding state, made from the first picture.
+    private var size = PictureSize(width: 0, height: 0)
+    private var converter: PictureConverter?
+    private var encoder: CodecContext?
+    private var writer: FragmentWriter?
+    private var files: RenditionFiles?
+    private let source: Frame
+    private let packet: Packet
+    private var frameRate = 30.0
+    private var nextBoundary: Int64 = 0
+    private var segmentStart: Int64 = 0
+    private var segmentHasData = false
+    private var lastEnd: Int64 = 0
+    private var skipped = false
+    /// The encoder's clock: 90 kHz.
+    static let timeBase = AVRational(num: 1, den: 90_000)
+
+    init(id: String, rung: LadderRung, always: Bool, ladder: LadderFolder, schedule: SegmentSchedule, preset: String, singleFile: Bool) throws {
+        self.id = id
+        self.rung = rung
+        self.always = always
+        self.ladder = ladder
+        self.schedule = schedule
+        self.preset = preset
+        self.singleFile = singleFile
+        source = try Frame()
+        packet = try Packet()
+    }
+
+    func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
+        guard case .video(let v) = item.payload else { return .ok }
+        if context.stopRequested { return .flushing }
+        return try stopping(context) { try take(v, context) }
+    }
+
+    private func take(_ v: VideoFrame, _ context: StageContext) throws -> FlowResult {
+        if converter == nil {
+            let short = min(v.width, v.height)
+            if rung.height > short, !always {
+                skipped = true
+                context.emit(.notice("\(rung.name) left out: the pictures are \(v.width)x\(v.height), smaller than the rung"))
+                return .endOfStream
+            }
+            try start(v, short: min(rung.height, short))
+        }
+        try encode(v)
+        return .ok
+    }
+
+    func drain(_ context: StageContext) throws {
+        guard !skipped, !context.stopRequested else { return }
+        try stopping(context) { try end(context) }
+    }
+
+    private func end(_ context: StageContext) throws {
+        guard let encoder else { return }
+        try encoder.send(frame: nil)
+        try receivePackets()
+        guard let writer, let files else { throw ClipFlowError.failure("\(rung.name): no picture was encoded") }
+        try files.writeSegment(try writer.finish(), seconds: seconds(lastEnd - segmentStart))
+        let codecs = CodecStrings.avc(AVCConfiguration.fromAnnexB(encoder.extradata)?.bytes ?? []) ?? "avc1.640028"
+        var t = try files.track(codecs: codecs)
+        t.width = size.width
+        t.height = size.height
+        t.frameRate = frameRate
+        t.iframesURI = "\(rung.name)-iframes.m3u8"
+        try ladder.write(HLSPlaylists.media(t), to: t.playlistURI)
+        try ladder.write(HLSPlaylists.iframes(t), to: t.iframesURI!)
+        if context.push(Item(.value(t), type: .rendition)) == .flushing { return }
+    }
+
+    func finish(_ context: StageContext, outcome: StageOutcome) {
+        // Whoever ends first removes an unfinished ladder; the ladder stage does too.
+        if outcome != .completed { ladder.discard() }
+    }
+
+    private func start(_ v: VideoFrame, short: Int) throws {
+        size =
+            v.height > v.width
+            ? PictureSize(width: short, height: TranscodeGeometry.even(Double(v.height) * Double(short) / Double(v.width)))
+            : PictureSize(width: TranscodeGeometry.even(Double(v.width) * Double(short) / Double(v.height)), height: short)
+        converter = PictureConverter(frame: size, pool: try PicturePool(size: size))
+        frameRate = v.nominalRate ?? 30
+        let size = self.size, rung = self.rung, rate = frameRate
+        encoder = try CodecContext.encoder(
+            named: "libx264", what: "H.264 encoder (\(rung.name))",
+            options: ["preset": preset, "crf": String(rung.crf), "profile": "high", "forced-idr": "1", "x264-params": "scenecut=0:open-gop=0"]
+        ) { c in
+            c.pointee.width = Int32(size.width)
+            c.pointee.height = Int32(size.height)
+            c.pointee.pix_fmt = AV_PIX_FMT_YUV420P
+            c.pointee.time_base = Self.timeBase
+            c.pointee.framerate = av_d2q(rate, 1_000_000)
+            c.pointee.gop_size = 100_000  // keyframes only where forced, at the boundaries
+            c.pointee.rc_max_rate = Int64(rung.maxRate)
+            c.pointee.rc_buffer_size = Int32(clamping: 2 * rung.maxRate)
+            c.pointee.flags |= AV_CODEC_FLAG_GLOBAL_HEADER
+        }
+        files = try RenditionFiles(name: rung.name, ladder: ladder.work, singleFile: singleFile)
+    }
+
+    private func seconds(_ ticks: Int64) -> Double { Double(ticks) / Double(Self.timeBase.den) }
+
+    private func encode(_ v: VideoFrame) throws {
+        guard let pixels = v.format.ffmpeg else {
+            throw ClipFlowError.badInput("\(rung.name): \(v.format.rawValue) pictures cannot be encoded (decode them first)")
+        }
+        let picture: Frame = try v.data.withUnsafeBytes { raw in
+            guard let base = raw.baseAddress else { throw ClipFlowError.badInput("\(rung.name): an empty picture") }
+            try FF.check(
+                cf_frame_wrap(source.f, base.assumingMemoryBound(to: UInt8.self), pixels, Int32(v.width), Int32(v.height)), "a \(v.width)x\(v.height) picture")
+            let full = PixelRect(x: 0, y: 0, width: v.width, height: v.height)
+            return try converter!.convert(
+                source, placement: Placement(crop: full, dest: PixelRect(x: 0, y: 0, width: size.width, height: size.height), pads: false), turn: 0)
+        }
+        let pts = Int64((v.time * Double(Self.timeBase.den)).rounded())
+        picture.f.pointee.pts = pts
+        picture.f.pointee.pict_type = AV_PICTURE_TYPE_NONE
+        if pts >= nextBoundary {
+            picture.f.pointee.pict_type = AV_PICTURE_TYPE_I
+            nextBoundary = Int64((schedule.boundary(after: v.time) * Double(Self.timeBase.den)).rounded())
+        }
+        lastEnd = max(lastEnd, pts + Int64((Double(Self.timeBase.den) / frameRate).rounded()))
+        try encoder!.send(frame: picture)
+        try receivePackets()
+    }
+
+    private func receivePackets() throws {
+        guard let encoder, let files else { return }
+        while try encoder.receive(packet: packet) {
+            if writer == nil {
+                let par = try CodecParameters(from: encoder)
+                writer = try FragmentWriter(copying: par.p, timeBase: Self.timeBase, what: rung.name)
+                try files.writeInit(try writer!.header())
+            }
+            // Keyframes come only where forced, at the boundaries: each starts a segment.
+            if packet.isKeyframe, segmentHasData {
+                let pts = packet.p.pointee.pts
+                try files.writeSegment(try writer!.cut(), seconds: seconds(pts - segmentStart))
+                segmentStart = pts
+                segmentHasData = false
+            }
+            try writer!.write(packet, in: Self.timeBase)
+            segmentHasData = true
+            packet.unref()
+        }
+    }
+}
+
+/// The ladder's one AAC rendition: takes raw audio (port `frames`; pictures are not its part),
+/// encodes it once and cuts it at the AAC frame nearest each boundary (within half a frame; the
+/// last frame never makes a segment of its own). At
+/// end of stream it hands the ladder its description (port `rendition`); without audio it hands
+/// nothing. Belongs to its stage queue.
+final class AudioRenditionStage: Stage {
+    let id: String
+    private let ladder: LadderFolder
+    private let schedule: SegmentSchedule
+    private let singleFile: Bool
+    var inputTypes: Set<PortType> { [.frames] }
+    var outputType: PortType? { .rendition }
+
+    private var aac: AACEncoder?
+    private var writer: FragmentWriter?
+    private var files: RenditionFiles?
+    private var nextBoundary: Int64 = 0
+    private var segmentStart: Int64 = 0
+    private var hasData = false
+    private var atBoundary: Packet?
+
+    init(id: String, ladder: LadderFolder, schedule: SegmentSchedule, singleFile: Bool) {
+        self.id = id
+        self.ladder = ladder
+        self.schedule = schedule
+        self.singleFile = singleFile
+    }
+
+    func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
+        guard case .audio(let a) = item.payload, a.frameCount > 0 else { return .ok }
+        if context.stopRequested { return .flushing }
+        return try stopping(context) { try take(a) }
+    }
+
+    private func take(_ a: AudioChunk) throws -> FlowResult {
+        if aac == nil {
+            aac = try AACEncoder(rate: a.sampleRate, channels: a.channels, bitRate: 128_000, globalHeader: true)
+            files = try RenditionFiles(name: "audio", ladder: ladder.work, singleFile: singleFile)
+            nextBoundary = Int64((schedule.first * Double(a.sampleRate)).rounded())
+        }
+        guard a.sampleRate == aac!.rate, a.channels == aac!.channels else {
+            throw ClipFlowError.badInput("audio changed from \(aac!.rate) Hz, \(aac!.channels) channels to \(a.sampleRate) Hz, \(a.channels) channels")
+        }
+        var planar = PlanarSamples.silence(channels: a.channels, count: a.frameCount)
+        a.samples.withUnsafeBufferPointer { s in
+            for c in 0..<a.channels { for i in 0..<a.frameCount { planar.channels[c][i] = s[i * a.channels + c] } }
+        }
+        try aac!.encode(planar, write)
+        return .ok
+    }
+
+    func drain(_ context: StageContext) throws {
+        guard !context.stopRequested else { return }
+        try stopping(context) { try end(context) }
+    }
+
+    private func end(_ context: StageContext) throws {
+        guard let aac, let files else { return }
+        try aac.finish(write)
+        guard let w = writer else { throw ClipFlowError.failure("audio: nothing was encoded") }
+        if let last = atBoundary { try w.write(last, in: aac.timeBase) }
+        try files.writeSegment(try w.finish(), seconds: Double(aac.sent - segmentStart) / Double(aac.rate))
+        var t = try files.track(codecs: CodecStrings.aac(aac.codec.extradata) ?? "mp4a.40.2")
+        t.channels = aac.channels
+        try ladder.write(HLSPlaylists.media(t), to: t.playlistURI)
+        if context.push(Item(.value(t), type: .rendition)) == .flushing { return }
+    }
+
+    func finish(_ context: StageContext, outcome: StageOutcome) {
+        if outcome != .completed { ladder.discard() }
+    }
+
+    private func write(_ packet: Packet) throws {
+        guard let aac, let files else { return }
+        let rate = Double(aac.rate)
+        if writer == nil {
+            let par = try CodecParameters(from: aac.codec)
+            writer = try FragmentWriter(copying: par.p, timeBase: aac.timeBase, what: "audio")
+            try files.writeInit(try writer!.header())
+        }
+        // The packet at a boundary is held until another follows: when it is the last, it ends
+        // the segment before instead of making a segment of its own (the encoder's tail).
+        if let first = atBoundary {
+            atBoundary = nil
+            let pts = max(0, first.p.pointee.pts)
+            try files.writeSegment(try writer!.cut(), seconds: Double(pts - segmentStart) / rate)
+            segmentStart = pts
+            nextBoundary = Int64((schedule.boundary(after: Double(nextBoundary) / rate) * rate).rounded())
+            try writer!.write(first, in: aac.timeBase)
+        }
+        if hasData, max(0, packet.p.pointee.pts) >= nextBoundary - 512 {
+            let held = try Packet()
+            try FF.check(av_packet_ref(held.p, packet.p), "holding an AAC packet")
+            atBoundary = held
+            return
+        }
+        try writer!.write(packet, in: aac.timeBase)
+        hasData = true
+    }
+}
+
+/// Runs a rendition's work; once the run is stopping (SIGINT, another stage failed) a failure
+/// is the stop's doing (the ladder's folder may be gone already) and reported as an interruption.
+func stopping<T>(_ context: StageContext, _ body: () throws -> T) throws -> T {
+    do { return try body() } catch  where context.stopRequested { throw ClipFlowError.interrupted }
+}
+
+extension PixelFormat {
+    /// The FFmpeg pixel format of these planes (nil: compressed).
+    var ffmpeg: AVPixelFormat? {
+        switch self {
+        case .yuv420p: return AV_PIX_FMT_YUV420P
+        case .nv12: return AV_PIX_FMT_NV12
+        case .yuyv422: return AV_PIX_FMT_YUYV422
+        case .mjpeg: return nil
+        }
+    }
+}
+
+/// Codec parameters filled from an opened encoder (owner class, habit 1).
+final class CodecParameters {
+    let p: UnsafeMutablePointer<AVCodecParameters>
+    init(from c: CodecContext) throws {
+        guard let p = avcodec_parameters_alloc() else { throw ClipFlowError.failure("out of memory (codec parameters)") }
+        self.p = p
+        try FF.check(avcodec_parameters_from_context(p, c.ctx), "codec parameters")
+    }
+    deinit {
+        var q: UnsafeMutablePointer<AVCodecParameters>? = p
+        avcodec_parameters_free(&q)
+    }
+}
+
+extension CodecContext {
+    /// The encoder's global header (x264: Annex B SPS/PPS; AAC: AudioSpecificConfig).
+    var extradata: [UInt8] {
+        guard let d = ctx.pointee.extradata, ctx.pointee.extradata_size > 0 else { return [] }
+        return Array(UnsafeBufferPointer(start: d, count: Int(ctx.pointee.extradata_size)))
+    }
+}
+
+extension AVCConfiguration {
+    /// A configuration record from Annex B parameter sets (start codes, as libx264's global
+    /// header): its first SPS and PPS.
+    static func fromAnnexB(_ b: [UInt8]) -> AVCConfiguration? {
+        var nals: [[UInt8]] = []
+        var i = 0, start = -1
+        while i + 3 <= b.count {
+            if b[i] == 0, b[i + 1] == 0, b[i + 2] == 1 {
+                if start >= 0 { nals.append(Array(b[start..<(i > 0 && b[i - 1] == 0 ? i - 1 : i)])) }
+                start = i + 3
+                i += 3
+            } else {
+                i += 1
+            }
+        }
+        if start >= 0, start < b.count { nals.append(Array(b[start...])) }
+        guard let sps = nals.first(where: { ($0.first ?? 0) & 0x1f == 7 }), sps.count > 3, let pps = nals.first(where: { ($0.first ?? 0) & 0x1f == 8 }) else {
+            return nil
+        }
+        var rec: [UInt8] = [1, sps[1], sps[2], sps[3], 0xff, 0xe1, UInt8(sps.count >> 8), UInt8(sps.count & 0xff)] + sps
+        rec += [1, UInt8(pps.count >> 8), UInt8(pps.count & 0xff)] + pps
+        return AVCConfiguration(rec)
+    }
+}

@@ -2,7 +2,8 @@
 # The main job on inputs it makes itself: three phone-style clip fragments (H.264 + AAC, cut from
 # one continuous recording) are joined losslessly, turned 90 degrees (portrait), made fast-start,
 # and given a cover image; a webcam clip that differs is joined to them with `merge --conform` (only
-# it is re-encoded) and the result transcoded for the web; then the capture flow records the test pattern and uploads the result by TUS
+# it is re-encoded) and the result transcoded for the web and published as an HLS ladder (linted);
+# then the capture flow records the test pattern and uploads the result by TUS
 # to a local TUS server. Outputs go to out/demo/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +39,12 @@ ffprobe -v error -show_entries stream=codec_name,width,height,nb_frames,duration
 echo "--- transcoded for the web: clipflow transcode --preset web-360p (H.264 High, AAC, fast start)"
 "$bin" transcode --preset web-360p -o "$dir/web-360p.mp4" "$dir/merged.mp4"
 ffprobe -v error -show_entries stream=codec_name,profile,width,height,nb_frames:stream_side_data=rotation -of compact=p=0 "$dir/web-360p.mp4"
+echo "--- an HLS ladder for a feed: clipflow hls --profile feed (one decode, portrait renditions, 1 s first segment)"
+rm -rf "$dir/hls"
+"$bin" hls --profile feed -o "$dir/hls" "$dir/merged.mp4"
+grep -E "STREAM-INF|MEDIA:" "$dir/hls/master.m3u8"
+echo "--- clipflow hls lint $dir/hls"
+"$bin" hls lint "$dir/hls"; echo
 echo "--- the capture flow: pipelines/testpattern-to-upload.json (6 s of the test pattern, recorded in real time,"
 echo "    uploaded by TUS to a local resumable-upload server on 127.0.0.1; a real one is https://host/files)"
 rm -rf "$dir/capture" "$dir/tus"

@@ -6,6 +6,7 @@ import PackageDescription
 //                  -> ClipFlowCapture -> CClipFlowV4L2   (the only importers of the V4L2 headers: the
 //                  -> ClipFlowCaptureEmulation -> ClipFlowCapture    driver client and its kernel stand-in)
 //                  -> ClipFlowUpload  -> CClipFlowCurl   (the only importer of libcurl)
+//                  -> ClipFlowServe   -> Hummingbird (HTTP server), GRDB (SQLite), ClipFlowMedia, ClipFlowUpload
 //                  \-> ClipFlowCore (imports no C)
 /// Release builds compile and link against the static Swift runtime and Foundation: the dynamic
 /// loader then no longer resolves their symbols by searching ~160 libraries (most pulled in by
@@ -21,10 +22,16 @@ let package = Package(
         .library(name: "ClipFlowCore", targets: ["ClipFlowCore"]),
         .library(name: "ClipFlowMedia", targets: ["ClipFlowMedia"]),
         .library(name: "ClipFlowCapture", targets: ["ClipFlowCapture"]),
-        .library(name: "ClipFlowUpload", targets: ["ClipFlowUpload"])
+        .library(name: "ClipFlowUpload", targets: ["ClipFlowUpload"]),
+        .library(name: "ClipFlowServe", targets: ["ClipFlowServe"])
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0")
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.0.0"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.0.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.0.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.0.0")
     ],
     targets: [
         .target(
@@ -40,6 +47,14 @@ let package = Package(
         .target(name: "ClipFlowMedia", dependencies: ["ClipFlowCore", "CClipFlowFFmpeg"], swiftSettings: staticStdlib),
         .target(name: "ClipFlowCapture", dependencies: ["ClipFlowCore", "ClipFlowMedia", "CClipFlowV4L2"], swiftSettings: staticStdlib),
         .target(name: "ClipFlowUpload", dependencies: ["ClipFlowCore", "CClipFlowCurl"], swiftSettings: staticStdlib),
+        .target(
+            name: "ClipFlowServe",
+            dependencies: [
+                "ClipFlowCore", "ClipFlowMedia", "ClipFlowUpload", .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"), .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"), .product(name: "GRDB", package: "GRDB.swift")
+            ],
+            swiftSettings: staticStdlib),
         // The emulated vivid camera (a kernel stand-in behind ClipFlowCapture's syscall seam): the
         // tests' camera, and the CLI's "no camera here" feature (CLIPFLOW_V4L2_EMULATE). It speaks
         // the kernel's side of the V4L2 structs, so it imports the V4L2 shim too.
@@ -49,7 +64,7 @@ let package = Package(
         .executableTarget(
             name: "clipflow",
             dependencies: [
-                "ClipFlowCore", "ClipFlowMedia", "ClipFlowCapture", "ClipFlowCaptureEmulation", "ClipFlowUpload",
+                "ClipFlowCore", "ClipFlowMedia", "ClipFlowCapture", "ClipFlowCaptureEmulation", "ClipFlowUpload", "ClipFlowServe",
                 .product(name: "ArgumentParser", package: "swift-argument-parser")
             ],
             swiftSettings: staticStdlib,
@@ -63,6 +78,7 @@ let package = Package(
             name: "ClipFlowCaptureTests", dependencies: ["ClipFlowCapture", "ClipFlowCaptureEmulation", "ClipFlowMedia", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowCaptureEmulationTests", dependencies: ["ClipFlowCaptureEmulation", "ClipFlowCapture", "ClipFlowCore"]),
         .testTarget(name: "ClipFlowUploadTests", dependencies: ["ClipFlowUpload", "ClipFlowCore", "ClipFlowTestSupport"]),
+        .testTarget(name: "ClipFlowServeTests", dependencies: ["ClipFlowServe", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowCLITests", dependencies: ["clipflow", "ClipFlowTestSupport"])
     ]
 )

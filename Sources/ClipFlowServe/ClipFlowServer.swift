@@ -1,0 +1,72 @@
+import ClipFlowCore
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+
+/// How `clipflow serve` runs.
+public struct ServeOptions: Sendable {
+    /// Where the database and the uploads live (made when missing).
+    public var data: URL
+    public var host: String = "127.0.0.1"
+    /// 0: any free port (the one taken is reported by `listening`).
+    public var port: Int = 8080
+    /// The management API's bearer key (`CLIPFLOW_API_KEY`); required to listen beyond loopback.
+    public var apiKey: String?
+    public var tus = TUSLimits()
+    /// Seconds between sweeps of expired unfinished uploads.
+    public var sweepInterval: Double = 60
+
+    public init(data: URL) { self.data = data }
+
+    /// Why these options cannot run (nil: they can).
+    public var problem: String? {
+        if !Self.isLoopback(host), (apiKey ?? "").isEmpty {
+            return "--listen \(host): listening beyond loopback needs an API key (set CLIPFLOW_API_KEY)"
+        }
+        if !(0...65535).contains(port) { return "--listen: port \(port) is out of range" }
+        return nil
+    }
+
+    static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+    }
+}
+
+/// The clipflow server: TUS uploads under `/files` on Hummingbird, state in SQLite (GRDB) in the
+/// data folder. `run` serves until SIGINT/SIGTERM, then stops accepting, lets requests in flight
+/// finish (a PATCH records what it received) and returns.
+public enum ClipFlowServer {
+    /// The framework's own log: warnings and errors only (requests are not logged: their URLs
+    /// and headers may carry tokens).
+    static var logger: Logger {
+        var l = Logger(label: "clipflow.serve")
+        l.logLevel = .warning
+        return l
+    }
+
+    /// Serves until a signal; `listening` gets the port once the server accepts connections.
+    public static func run(_ options: ServeOptions, listening: @escaping @Sendable (Int) -> Void = { _ in }) async throws {
+        if let p = options.problem { throw ClipFlowError.badInput(p) }
+        let fm = FileManager.default
+        do { try fm.createDirectory(at: options.data, withIntermediateDirectories: true) } catch {
+            throw ClipFlowError.output("--data '\(options.data.path)': cannot create it: \(error.localizedDescription)")
+        }
+        let database = try ServeDatabase(path: options.data.appendingPathComponent("clipflow.sqlite").path)
+        let files = try UploadFiles(folder: options.data.appendingPathComponent("uploads"))
+        let tus = TUSServer(database: database, files: files, limits: options.tus)
+        let router = Router()
+        tus.addRoutes(to: router)
+        let app = Application(
+            router: router, configuration: .init(address: .hostname(options.host, port: options.port), serverName: "clipflow"),
+            onServerRunning: { channel in listening(channel.localAddress?.port ?? options.port) }, logger: Self.logger)
+        let sweeper = Task {
+            while !Task.isCancelled {
+                _ = try? await tus.sweep()
+                try? await Task.sleep(for: .seconds(options.sweepInterval))
+            }
+        }
+        defer { sweeper.cancel() }
+        try await app.runService()
+    }
+}

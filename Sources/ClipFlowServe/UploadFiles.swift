@@ -1,0 +1,88 @@
+import ClipFlowCore
+import Foundation
+
+/// The bytes of uploads on disk: one file per upload in `folder`, named by its id (ids are made
+/// here, never taken from a request, so a name cannot leave the folder). Blocking file work runs
+/// on a Dispatch queue of its own, never on the server's event loops or Swift's cooperative
+/// threads. Thread-safe (every call stands alone); `Sendable`.
+final class UploadFiles: Sendable {
+    let folder: URL
+    private let io = DispatchQueue(label: "clipflow.serve.files", attributes: .concurrent)
+
+    init(folder: URL) throws {
+        self.folder = folder
+        do { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true) } catch {
+            throw ClipFlowError.output("cannot create '\(folder.path)': \(error.localizedDescription)")
+        }
+    }
+
+    func path(_ id: String) -> String { folder.appendingPathComponent(id).path }
+
+    /// Runs `body` on the file queue.
+    func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { c in io.async { c.resume(with: Result { try body() }) } }
+    }
+
+    /// An empty file for a new upload.
+    func create(_ id: String) async throws {
+        let p = path(id)
+        try await run {
+            let fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw ClipFlowError.output("cannot create an upload file: \(String(cString: strerror(errno)))") }
+            Glibc.close(fd)
+        }
+    }
+
+    /// The upload's file open for writing (close it with `close`).
+    func openForWriting(_ id: String) async throws -> Int32 {
+        let p = path(id)
+        return try await run {
+            let fd = open(p, O_WRONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw ClipFlowError.output("cannot open an upload file: \(String(cString: strerror(errno)))") }
+            return fd
+        }
+    }
+
+    /// Writes `bytes` at `offset` (all of them).
+    func write(_ fd: Int32, _ bytes: [UInt8], at offset: Int64) async throws {
+        try await run {
+            try bytes.withUnsafeBytes { raw in
+                var done = 0
+                while done < raw.count {
+                    let n = pwrite(fd, raw.baseAddress! + done, raw.count - done, off_t(offset) + off_t(done))
+                    if n < 0, errno == EINTR { continue }
+                    guard n > 0 else { throw ClipFlowError.output("cannot write an upload: \(String(cString: strerror(errno)))") }
+                    done += n
+                }
+            }
+        }
+    }
+
+    /// Makes what was written so far durable.
+    func sync(_ fd: Int32) async throws {
+        try await run {
+            guard fsync(fd) == 0 else { throw ClipFlowError.output("cannot make an upload durable: \(String(cString: strerror(errno)))") }
+        }
+    }
+
+    /// Makes what was written durable, then closes.
+    func syncAndClose(_ fd: Int32) async throws {
+        try await run {
+            defer { Glibc.close(fd) }
+            guard fsync(fd) == 0 else { throw ClipFlowError.output("cannot make an upload durable: \(String(cString: strerror(errno)))") }
+        }
+    }
+
+    func close(_ fd: Int32) { Glibc.close(fd) }
+
+    /// Cuts the file to `length` bytes (what the database says was received).
+    func truncate(_ id: String, to length: Int64) async throws {
+        let p = path(id)
+        try await run { _ = Glibc.truncate(p, off_t(length)) }
+    }
+
+    func remove(_ id: String) async throws {
+        let p = path(id)
+        try await run { _ = unlink(p) }
+    }
+}

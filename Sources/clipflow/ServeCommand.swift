@@ -1,0 +1,79 @@
+import ArgumentParser
+import ClipFlowCore
+import ClipFlowServe
+import Foundation
+
+struct Serve: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Serve resumable uploads (TUS 1.0) into a data folder.",
+        discussion: """
+            TUS 1.0.0 under /files: creation, creation-with-upload, termination, checksum (sha1, \\
+            sha256), expiration. Offsets are durable: an upload resumes after a crash with nothing \\
+            lost or duplicated. State is kept in DATA/clipflow.sqlite, bytes in DATA/uploads. Listens \\
+            on loopback unless told otherwise; beyond loopback it needs CLIPFLOW_API_KEY. SIGINT or \\
+            SIGTERM: stop accepting, finish the requests in flight, exit.
+            """
+    )
+
+    @Option(help: "The data folder (made when missing).")
+    var data: String = "clipflow-data"
+
+    @Option(help: "HOST:PORT to listen on (port 0: any free port).")
+    var listen: String = "127.0.0.1:8080"
+
+    @Option(name: .customLong("max-size"), help: "Largest upload in bytes (Tus-Max-Size).")
+    var maxSize: Int64 = 16 << 30
+
+    @Option(help: "Hours an unfinished upload is kept (Upload-Expires).")
+    var expiration: Double = 24
+
+    @Option(name: .customLong("sweep-every"), help: "Seconds between removals of expired unfinished uploads.")
+    var sweepEvery: Double = 60
+
+    func validate() throws {
+        guard Self.split(listen) != nil else { throw ValidationError("--listen: expected HOST:PORT, got '\(listen)'") }
+        if maxSize <= 0 { throw ValidationError("--max-size must be positive") }
+        if expiration <= 0 { throw ValidationError("--expiration must be positive") }
+        if sweepEvery <= 0 { throw ValidationError("--sweep-every must be positive") }
+    }
+
+    static func split(_ s: String) -> (String, Int)? {
+        guard let colon = s.lastIndex(of: ":"), let port = Int(s[s.index(after: colon)...]) else { return nil }
+        var host = String(s[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        return host.isEmpty ? nil : (host, port)
+    }
+
+    func run() throws {
+        var options = ServeOptions(data: URL(fileURLWithPath: data))
+        (options.host, options.port) = Self.split(listen)!
+        options.apiKey = ProcessInfo.processInfo.environment["CLIPFLOW_API_KEY"]
+        options.tus.maxSize = maxSize
+        options.tus.expiration = expiration * 3600
+        options.sweepInterval = sweepEvery
+        let outcome = ServeOutcome()
+        let done = DispatchSemaphore(value: 0)
+        let host = options.host, folder = options.data.path
+        Task {
+            do {
+                try await ClipFlowServer.run(options) { port in
+                    FileHandle.standardError.write(Data("clipflow serve: listening on http://\(host):\(port) (data: \(folder))\n".utf8))
+                }
+            } catch { outcome.set(error) }
+            done.signal()
+        }
+        done.wait()
+        if let e = outcome.error {
+            try ErrorReport.run { throw e }
+        }
+    }
+}
+
+/// The server task's error, handed to the command's thread. Thread-safe.
+private final class ServeOutcome: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: Error?
+    func set(_ e: Error) { lock.withLock { stored = e } }
+    var error: Error? { lock.withLock { stored } }
+}

@@ -1,0 +1,52 @@
+import XCTest
+
+@testable import ClipFlowServe
+
+/// The TUS headers the server parses, and the database it keeps its truth in.
+final class TUSHeaderTests: XCTestCase {
+    func testUploadMetadataIsCheckedAndDecoded() {
+        XCTAssertNil(TUSServer.metadataProblem(""))
+        XCTAssertNil(TUSServer.metadataProblem("filename aGVsbG8udHh0,is_confidential"))
+        XCTAssertEqual(TUSServer.metadata("filename aGVsbG8udHh0,is_confidential"), ["filename": "hello.txt", "is_confidential": ""])
+        XCTAssertEqual(TUSServer.metadataProblem("filename not*base64"), "the value of \"filename\" is not base64")
+        XCTAssertEqual(TUSServer.metadataProblem("a YQ==,a Yg=="), "key \"a\" appears twice")
+        XCTAssertNotNil(TUSServer.metadataProblem("a b c"))
+        XCTAssertNotNil(TUSServer.metadataProblem("ключ YQ=="))
+    }
+
+    func testUploadChecksumHeader() throws {
+        XCTAssertNil(try TUSServer.checksum(nil))
+        let c = try XCTUnwrap(try TUSServer.checksum("sha256 \(Data(repeating: 1, count: 32).base64EncodedString())"))
+        XCTAssertEqual(c.algorithm, .sha256)
+        XCTAssertEqual(c.expected, [UInt8](repeating: 1, count: 32))
+        for bad in ["md5 AAAA", "sha1", "sha1 ***"] {
+            XCTAssertThrowsError(try TUSServer.checksum(bad), bad) { e in XCTAssertEqual((e as? TUSRefusal)?.status.code, 400) }
+        }
+    }
+
+    func testOffsetsSurviveReopeningTheDatabase() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("serve-db-\(UUID().uuidString).sqlite").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let row = UploadRow(id: "abc", length: 10, offset: 0, metadata: "", createdAt: 1, expiresAt: 2, completedAt: nil)
+        do {
+            let db = try ServeDatabase(path: path)
+            try await db.insert(row)
+            try await db.setOffset("abc", 4, completedAt: nil)
+        }
+        let again = try ServeDatabase(path: path)
+        let read = try await again.upload("abc")
+        XCTAssertEqual(read?.offset, 4)
+        let late = try await again.expired(before: 3), early = try await again.expired(before: 1.5)
+        XCTAssertEqual(late.map(\.id), ["abc"])
+        XCTAssertEqual(early.map(\.id), [])
+    }
+
+    func testListeningBeyondLoopbackNeedsAKey() {
+        var o = ServeOptions(data: URL(fileURLWithPath: "/tmp/x"))
+        XCTAssertNil(o.problem)
+        o.host = "0.0.0.0"
+        XCTAssertNotNil(o.problem)
+        o.apiKey = "k"
+        XCTAssertNil(o.problem)
+    }
+}

@@ -16,6 +16,8 @@ public struct ServeOptions: Sendable {
     public var tus = TUSLimits()
     /// Seconds between sweeps of expired unfinished uploads.
     public var sweepInterval: Double = 60
+    /// Videos processed at once.
+    public var workers: Int = 1
 
     public init(data: URL) { self.data = data }
 
@@ -52,11 +54,20 @@ public enum ClipFlowServer {
         do { try fm.createDirectory(at: options.data, withIntermediateDirectories: true) } catch {
             throw ClipFlowError.output("--data '\(options.data.path)': cannot create it: \(error.localizedDescription)")
         }
+        let lock = try DataLock(folder: options.data)
+        defer { lock.release() }
         let database = try ServeDatabase(path: options.data.appendingPathComponent("clipflow.sqlite").path)
         let files = try UploadFiles(folder: options.data.appendingPathComponent("uploads"))
-        let tus = TUSServer(database: database, files: files, limits: options.tus)
+        let tokens = try Tokens(data: options.data, apiKey: options.apiKey)
+        let media = options.data.appendingPathComponent("media")
+        let processor = try Processor(database: database, uploads: files, media: media, workers: options.workers)
+        let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files)
+        let tus = TUSServer(database: database, files: files, limits: options.tus, admit: api.admit, completed: api.completed)
+        try await api.reconcile()
         let router = Router()
+        router.middlewares.add(Self.mediaFiles(media))
         tus.addRoutes(to: router)
+        api.addRoutes(to: router)
         let app = Application(
             router: router, configuration: .init(address: .hostname(options.host, port: options.port), serverName: "clipflow"),
             onServerRunning: { channel in listening(channel.localAddress?.port ?? options.port) }, logger: Self.logger)
@@ -66,7 +77,41 @@ public enum ClipFlowServer {
                 try? await Task.sleep(for: .seconds(options.sweepInterval))
             }
         }
-        defer { sweeper.cancel() }
+        let processing = Task { await processor.run() }
+        defer {
+            sweeper.cancel()
+            processing.cancel()
+        }
         try await app.runService()
     }
+}
+
+extension ClipFlowServer {
+    /// `DATA/media` under `/media` (ranges, ETags; a path with ".." is refused by the
+    /// middleware), with the HLS media types players look for.
+    static func mediaFiles<Context: RequestContext>(_ media: URL) -> FileMiddleware<Context, LocalFileSystem> {
+        let types = [
+            "m3u8": "application/vnd.apple.mpegurl", "m4s": "video/iso.segment", "mp4": "video/mp4", "jpg": "image/jpeg", "json": "application/json"
+        ]
+        return FileMiddleware(media.path, urlBasePath: "/media", searchForIndexHtml: false, logger: logger)
+            .withAdditionalMediaTypes(forFileExtensions: types.compactMapValues { MediaType(from: $0) })
+    }
+}
+
+/// One server per data folder: an exclusive lock on `DATA/lock`, held while it runs (the kernel
+/// drops it if the process dies, so a crash leaves nothing to clean).
+final class DataLock: Sendable {
+    private let fd: Int32
+
+    init(folder: URL) throws {
+        let path = folder.appendingPathComponent("lock").path
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ClipFlowError.output("cannot open '\(path)': \(String(cString: strerror(errno)))") }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            close(fd)
+            throw ClipFlowError.badInput("--data '\(folder.path)': another clipflow serve is using it")
+        }
+    }
+
+    func release() { close(fd) }
 }

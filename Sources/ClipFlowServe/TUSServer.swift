@@ -66,6 +66,8 @@ public final class TUSServer: Sendable {
     let files: UploadFiles
     let limits: TUSLimits
     let locks = UploadLocks()
+    /// Decides whether an upload with this metadata may be created (throws a `TUSRefusal`).
+    let admit: @Sendable ([String: String]) async throws -> Void
     let completed: @Sendable (UploadRow) async -> Void
     /// Bytes gathered from the request body before one write.
     static let writeChunk = 1 << 20
@@ -73,10 +75,14 @@ public final class TUSServer: Sendable {
     /// loses at most this much of it.
     static let commitEvery: Int64 = 64 << 20
 
-    init(database: ServeDatabase, files: UploadFiles, limits: TUSLimits, completed: @escaping @Sendable (UploadRow) async -> Void = { _ in }) {
+    init(
+        database: ServeDatabase, files: UploadFiles, limits: TUSLimits, admit: @escaping @Sendable ([String: String]) async throws -> Void = { _ in },
+        completed: @escaping @Sendable (UploadRow) async -> Void = { _ in }
+    ) {
         self.database = database
         self.files = files
         self.limits = limits
+        self.admit = admit
         self.completed = completed
     }
 
@@ -151,6 +157,7 @@ public final class TUSServer: Sendable {
         guard length <= limits.maxSize else { throw TUSRefusal(.contentTooLarge, "Upload-Length \(length) is above Tus-Max-Size \(limits.maxSize)") }
         let metadata = request.headers[.uploadMetadata] ?? ""
         if let problem = Self.metadataProblem(metadata) { throw TUSRefusal(.badRequest, "Upload-Metadata: \(problem)") }
+        try await admit(Self.metadata(metadata))
         let now = Date().timeIntervalSince1970
         let id = Self.newID()
         var row = UploadRow(

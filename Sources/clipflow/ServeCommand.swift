@@ -31,11 +31,15 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("sweep-every"), help: "Seconds between removals of expired unfinished uploads.")
     var sweepEvery: Double = 60
 
+    @Option(help: "Videos processed into HLS ladders at once.")
+    var workers: Int = 1
+
     func validate() throws {
         guard Self.split(listen) != nil else { throw ValidationError("--listen: expected HOST:PORT, got '\(listen)'") }
         if maxSize <= 0 { throw ValidationError("--max-size must be positive") }
         if expiration <= 0 { throw ValidationError("--expiration must be positive") }
         if sweepEvery <= 0 { throw ValidationError("--sweep-every must be positive") }
+        if !(1...16).contains(workers) { throw ValidationError("--workers must be 1 to 16") }
     }
 
     static func split(_ s: String) -> (String, Int)? {
@@ -52,6 +56,7 @@ struct Serve: ParsableCommand {
         options.tus.maxSize = maxSize
         options.tus.expiration = expiration * 3600
         options.sweepInterval = sweepEvery
+        options.workers = workers
         let outcome = ServeOutcome()
         let done = DispatchSemaphore(value: 0)
         let host = options.host, folder = options.data.path

@@ -1,0 +1,178 @@
+import ClipFlowTestSupport
+import Foundation
+import XCTest
+
+/// `clipflow serve` as a hosting service: the Gcore-shaped API, upload tokens, processing into
+/// HLS ladders, and what a client sees of it.
+final class ServeHostingCLITests: XCTestCase {
+    let fx = Fixtures.shared
+    let key = "test-api-key-not-for-logs"
+
+    var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
+    }
+
+    func server(_ data: URL) -> ServerProcess {
+        let port = ServerProcess.freePort()
+        return ServerProcess(
+            name: "clipflow-serve",
+            arguments: ServerProcess.supervised([binary, "serve", "--data", data.path, "--listen", "127.0.0.1:\(port)"], maxSeconds: 900),
+            environment: ["CLIPFLOW_API_KEY": key], port: port)
+    }
+
+    func api(_ s: ServerProcess, _ method: String, _ path: String, json: Any? = nil, bearer: String? = nil) throws -> HTTPReply {
+        try HTTP.request(method, "http://127.0.0.1:\(s.port)\(path)", headers: ["Authorization": "Bearer \(bearer ?? key)"], json: json)
+    }
+
+    func video(_ s: ServerProcess, _ id: Int) throws -> [String: Any] {
+        try XCTUnwrap(try api(s, "GET", "/videos/\(id)").json() as? [String: Any])
+    }
+
+    /// Polls the video until its status is one of `ends`; returns it and every status seen.
+    func waitFor(_ s: ServerProcess, _ id: Int, _ ends: Set<String>, seconds: Double = 180) throws -> ([String: Any], [String]) {
+        var seen: [String] = []
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            let v = try video(s, id)
+            let status = v["status"] as? String ?? "?"
+            if seen.last != status { seen.append(status) }
+            if ends.contains(status) { return (v, seen) }
+            usleep(100_000)
+        }
+        throw ServerError("video \(id) never reached \(ends): \(seen)")
+    }
+
+    func source() throws -> String {
+        try fx.clip(
+            "serve-hosting-src.mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "20", "-c:v", "libx264", "-preset",
+                "ultrafast", "-c:a", "aac"
+            ])
+    }
+
+    func testGcoreUploadIsProcessedListedAndPlays() throws {
+        let data = fx.scratch("serve-hosting")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        let up = try Run.run(
+            [
+                binary, "upload", try source(), "--to", "gcore", "--endpoint", "http://127.0.0.1:\(s.port)", "--upload-url", "http://{hostname}/files",
+                "--queue", fx.scratch("serve-hosting-queue").path
+            ], env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
+        XCTAssertEqual(up.status, 0, up.stderr)
+        XCTAssertFalse((up.out + up.stderr).contains(key), "the key is not printed")
+        let (v, seen) = try waitFor(s, 1, ["ready", "error"])
+        XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
+        XCTAssertTrue(seen.contains("viewable"), "the smallest rendition is published first: \(seen)")
+        XCTAssertEqual((v["renditions"] as? [[String: Any]])?.compactMap { $0["name"] as? String }.sorted(), ["360p", "540p", "720p"])
+        XCTAssertEqual((v["duration"] as? Double) ?? 0, 20, accuracy: 0.1)
+        let hls = try XCTUnwrap(v["hls_url"] as? String)
+        let lint = try Run.run([binary, "hls", "lint", hls], check: false)
+        XCTAssertEqual(lint.status, 0, lint.out)
+        // Listed with its cover, which is a JPEG of the video's shape.
+        let list = try api(s, "GET", "/videos?page=1&per_page=10")
+        XCTAssertEqual(list.header("X-Total-Count"), "1")
+        let listed = try XCTUnwrap((try list.json() as? [[String: Any]])?.first)
+        let cover = try HTTP.request("GET", try XCTUnwrap(listed["screenshot"] as? String))
+        XCTAssertEqual(cover.status, 200)
+        XCTAssertEqual(cover.header("Content-Type"), "image/jpeg")
+        let jpg = fx.scratch("serve-cover").appendingPathComponent("cover.jpg")
+        try cover.body.write(to: jpg)
+        XCTAssertEqual(try Probe.stream(jpg.path, "v:0", "width,height"), "1280,720")
+        // The feed manifest names it, and a browser plays it from the server.
+        let feed = try XCTUnwrap(try HTTP.request("GET", "http://127.0.0.1:\(s.port)/feed.json").json() as? [String: Any])
+        XCTAssertEqual((feed["videos"] as? [[String: Any]])?.first?["master"] as? String, URL(string: hls)?.path)
+        let played = try XCTUnwrap(try Probe.browserPlayback([hls]).first)
+        XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
+        XCTAssertTrue(played["error"] is NSNull, "\(played)")
+        // Deleting it removes its media and upload.
+        XCTAssertEqual(try api(s, "DELETE", "/videos/1").status, 204)
+        XCTAssertEqual(try api(s, "GET", "/videos/1").status, 404)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("media").path), [])
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("uploads").path), [])
+    }
+
+    /// A TUS creation for a video, with this metadata (values base64'd).
+    func create(_ s: ServerProcess, _ meta: [String: String], length: Int) throws -> HTTPReply {
+        let header = meta.map { "\($0.key) \(Data($0.value.utf8).base64EncodedString())" }.joined(separator: ",")
+        return try HTTP.request(
+            "POST", "http://127.0.0.1:\(s.port)/files", headers: ["Tus-Resumable": "1.0.0", "Upload-Length": String(length), "Upload-Metadata": header])
+    }
+
+    func testTokensAndBadUploads() throws {
+        let data = fx.scratch("serve-tokens")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        XCTAssertEqual(try api(s, "GET", "/videos", bearer: "nope").status, 401)
+        XCTAssertEqual(try HTTP.request("GET", "http://127.0.0.1:\(s.port)/videos").status, 401)
+        // The Gcore flow's refresh: the key as refresh token gives an access token that works.
+        let refreshed = try HTTP.request("POST", "http://127.0.0.1:\(s.port)/auth/refresh", json: ["refresh": key])
+        let access = try XCTUnwrap((try refreshed.json() as? [String: Any])?["access"] as? String)
+        XCTAssertEqual(try api(s, "GET", "/videos", bearer: access).status, 200)
+        XCTAssertEqual(try HTTP.request("POST", "http://127.0.0.1:\(s.port)/auth/refresh", json: ["refresh": "guess"]).status, 401)
+
+        let a = try XCTUnwrap(try api(s, "POST", "/videos", json: ["name": "a"]).json() as? [String: Any])["id"] as? Int
+        let b = try XCTUnwrap(try api(s, "POST", "/videos", json: ["name": "b"]).json() as? [String: Any])["id"] as? Int
+        let tokenA = try XCTUnwrap(try api(s, "GET", "/videos/\(a!)/upload").json() as? [String: Any])["token"] as? String
+        let target = try XCTUnwrap(try api(s, "GET", "/videos/\(b!)/upload").json() as? [String: Any])
+        XCTAssertEqual(((target["servers"] as? [[String: Any]])?.first?["hostname"] as? String), "127.0.0.1:\(s.port)")
+        XCTAssertEqual(try create(s, ["filename": "x.mp4", "video_id": String(b!), "token": tokenA!], length: 10).status, 403, "another video's token")
+        XCTAssertEqual(try create(s, ["filename": "x.mp4", "video_id": String(b!), "token": "forged"], length: 10).status, 403)
+        XCTAssertEqual(try create(s, ["filename": "x.mp4"], length: 10).status, 401, "no token on a server with a key")
+        // An expired token, signed with the server's own secret (read from its data folder).
+        let expired = try Run.run([
+            "python3", "-c",
+            "import hmac, hashlib, base64, sys; k = open(sys.argv[1], 'rb').read(); body = 'upload.%s.1000' % sys.argv[2]; "
+                + "sig = base64.urlsafe_b64encode(hmac.new(k, body.encode(), hashlib.sha256).digest()).decode().rstrip('='); print(body + '.' + sig)",
+            data.appendingPathComponent("token-secret").path, String(b!)
+        ]).out.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(try create(s, ["filename": "x.mp4", "video_id": String(b!), "token": expired], length: 10).status, 401, "expired")
+
+        // Not a video: the upload is accepted, its processing ends in error with the reason;
+        // the other video is not affected.
+        let notVideo = try create(s, ["filename": "notes.mp4", "video_id": String(a!), "token": tokenA!], length: 12)
+        XCTAssertEqual(notVideo.status, 201, notVideo.text)
+        let at = try XCTUnwrap(notVideo.header("Location"))
+        let sent = try HTTP.request(
+            "PATCH", at, headers: ["Tus-Resumable": "1.0.0", "Upload-Offset": "0", "Content-Type": "application/offset+octet-stream"],
+            body: Data("not a video\n".utf8))
+        XCTAssertEqual(sent.status, 204)
+        let (failed, _) = try waitFor(s, a!, ["error", "ready"], seconds: 30)
+        XCTAssertEqual(failed["status"] as? String, "error")
+        XCTAssertTrue((failed["error"] as? String ?? "").contains("not a video"), "\(failed)")
+        XCTAssertFalse((failed["error"] as? String ?? "").contains(data.path), "no server paths in the reason: \(failed)")
+        XCTAssertEqual(try video(s, b!)["status"] as? String, "pending")
+        XCTAssertEqual(try create(s, ["filename": "again.mp4", "video_id": String(a!), "token": tokenA!], length: 10).status, 409, "uploaded already")
+        XCTAssertFalse(s.stderrText.contains(key))
+    }
+
+    /// `kill -9` while a video is being processed; after a restart the job runs again and the video
+    /// ends ready with one published ladder.
+    func testProcessingResumesAfterKillDashNine() throws {
+        let data = fx.scratch("serve-crash-processing")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        let up = try Run.run(
+            [
+                binary, "upload", try source(), "--to", "gcore", "--endpoint", "http://127.0.0.1:\(s.port)", "--upload-url", "http://{hostname}/files",
+                "--queue", fx.scratch("serve-crash-queue").path
+            ], env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
+        XCTAssertEqual(up.status, 0, up.stderr)
+        _ = try waitFor(s, 1, ["processing", "viewable"], seconds: 30)
+        usleep(500_000)
+        let pid = try XCTUnwrap(
+            Int32(try Run.run(["pgrep", "-f", "-P", String(s.pid!), "clipflow serve"], check: false).out.split(separator: "\n").first ?? ""))
+        kill(pid, SIGKILL)
+        try s.start()
+        let (v, _) = try waitFor(s, 1, ["ready", "error"])
+        XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
+        let folders = try FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("media/1").path)
+        XCTAssertEqual(folders.count, 1, "one published ladder, no leftovers: \(folders)")
+        let lint = try Run.run([binary, "hls", "lint", try XCTUnwrap(v["hls_url"] as? String)], check: false)
+        XCTAssertEqual(lint.status, 0, lint.out)
+    }
+}

@@ -93,7 +93,9 @@ extension ClipFlowServer {
         let types = [
             "m3u8": "application/vnd.apple.mpegurl", "m4s": "video/iso.segment", "mp4": "video/mp4", "jpg": "image/jpeg", "json": "application/json"
         ]
-        return FileMiddleware(media.path, urlBasePath: "/media", searchForIndexHtml: false, logger: logger)
+        // A published ladder never changes (a new one goes into a new folder): cached for good.
+        let forever = CacheControl([(MediaType(type: .any), [.public, .maxAge(31_536_000), .immutable])])
+        return FileMiddleware(media.path, urlBasePath: "/media", cacheControl: forever, searchForIndexHtml: false, logger: logger)
             .withAdditionalMediaTypes(forFileExtensions: types.compactMapValues { MediaType(from: $0) })
     }
 }

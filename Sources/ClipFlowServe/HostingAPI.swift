@@ -13,6 +13,7 @@ import Hummingbird
 ///     DELETE /videos/{id}                                    -> 204 (its upload and media removed)
 ///     GET    /videos/{id}/upload  -> {"servers": [{"id", "hostname"}], "token", "video": {"id", "client_id"}}
 ///     GET    /feed.json           every viewable or ready video's feed entry (public)
+///     GET    /                    the feed page; GET /videos asked for as HTML: the list page (`Pages`)
 ///
 /// A video: `id, name, description, client_id, status (pending, processing, viewable, ready,
 /// error), error, duration, screenshot, hls_url, renditions [{name, status}], progress,
@@ -30,14 +31,24 @@ struct HostingAPI: Sendable {
         router.post("auth/refresh") { request, _ in await respond { try await refresh(request) } }
         router.post("videos") { request, _ in
             await respond {
-                try authorize(request); return try await create(request)
+                try authorize(request)
+                return try await create(request)
             }
         }
         router.get("videos") { request, _ in
             await respond {
-                try authorize(request); return try await list(request)
+                // A browser asking for the page gets the list page (public, read-only).
+                if (request.headers[.accept] ?? "").contains("text/html"), request.headers[.authorization] == nil {
+                    let (rows, _) = try await database.videos(page: 1, perPage: 100)
+                    var described: [[String: Any]] = []
+                    for r in rows { described.append(try await describe(r, request)) }
+                    return Pages.list(described)
+                }
+                try authorize(request)
+                return try await list(request)
             }
         }
+        router.get("/") { _, _ in Pages.feed() }
         router.get("videos/:id") { request, context in
             await respond {
                 try authorize(request)
@@ -46,12 +57,14 @@ struct HostingAPI: Sendable {
         }
         router.delete("videos/:id") { request, context in
             await respond {
-                try authorize(request); return try await remove(try await video(context))
+                try authorize(request)
+                return try await remove(try await video(context))
             }
         }
         router.get("videos/:id/upload") { request, context in
             await respond {
-                try authorize(request); return try uploadTarget(try await video(context), request)
+                try authorize(request)
+                return try uploadTarget(try await video(context), request)
             }
         }
         router.get("feed.json") { request, _ in await respond { try await feed(request) } }

@@ -94,6 +94,46 @@ final class ServeHostingCLITests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("uploads").path), [])
     }
 
+    /// The pages in chromium: the feed plays the first video, prefetches the next one's first
+    /// segment before it is scrolled to, starts it within 1 s of the scroll; the list page shows
+    /// every cover. Screenshots are kept in .build/test-artifacts/serve-pages.
+    func testFeedAndListPagesInABrowser() throws {
+        let data = fx.scratch("serve-pages")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        var files: [String] = []
+        for i in 1...3 {
+            files.append(
+                try fx.clip(
+                    "serve-feed-\(i).mp4",
+                    [
+                        "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30", "-f", "lavfi", "-i", "sine=f=\(300 * i):r=48000", "-t", "6", "-vf",
+                        "hue=h=\(i * 90)", "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac"
+                    ]))
+        }
+        let up = try Run.run(
+            [binary, "upload"] + files + [
+                "--to", "gcore", "--endpoint", "http://127.0.0.1:\(s.port)", "--upload-url", "http://{hostname}/files", "--queue",
+                fx.scratch("serve-pages-queue").path
+            ], env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
+        XCTAssertEqual(up.status, 0, up.stderr)
+        for id in 1...3 { XCTAssertEqual(try waitFor(s, id, ["ready", "error"]).0["status"] as? String, "ready") }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let shots = root.appendingPathComponent(".build/test-artifacts/serve-pages")
+        let r = try Run.run(
+            ["python3", root.appendingPathComponent("scripts/feed-check").path, "http://127.0.0.1:\(s.port)", "--screenshots", shots.path], check: false)
+        let j = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(r.out.utf8)) as? [String: Any], r.stderr)
+        XCTAssertEqual(r.status, 0, "\(j) \(r.stderr)")
+        XCTAssertEqual(j["first_playing"] as? Bool, true)
+        XCTAssertEqual(j["next_prefetched_before_scroll"] as? Bool, true, "\(j)")
+        XCTAssertLessThanOrEqual(j["next_start_ms"] as? Int ?? 10_000, 1000, "\(j)")
+        XCTAssertEqual(j["first_paused"] as? Bool, true)
+        XCTAssertEqual(j["covers_loaded"] as? Int, 3)
+        for name in ["feed.png", "videos.png"] { XCTAssertTrue(FileManager.default.fileExists(atPath: shots.appendingPathComponent(name).path)) }
+        print("screenshots: \(shots.path)")
+    }
+
     /// A TUS creation for a video, with this metadata (values base64'd).
     func create(_ s: ServerProcess, _ meta: [String: String], length: Int) throws -> HTTPReply {
         let header = meta.map { "\($0.key) \(Data($0.value.utf8).base64EncodedString())" }.joined(separator: ",")
@@ -114,6 +154,13 @@ final class ServeHostingCLITests: XCTestCase {
         XCTAssertEqual(try api(s, "GET", "/videos", bearer: access).status, 200)
         XCTAssertEqual(try HTTP.request("POST", "http://127.0.0.1:\(s.port)/auth/refresh", json: ["refresh": "guess"]).status, 401)
 
+        // Names reach the list page as text, never as markup.
+        XCTAssertEqual(try api(s, "POST", "/videos", json: ["name": "<img src=x onerror=alert(1)>"]).status, 201)
+        let page = try HTTP.request("GET", "http://127.0.0.1:\(s.port)/videos", headers: ["Accept": "text/html"])
+        XCTAssertEqual(page.header("Content-Type"), "text/html; charset=utf-8")
+        XCTAssertTrue(page.text.contains("&lt;img src=x onerror=alert(1)&gt;"), page.text)
+        XCTAssertFalse(page.text.contains("<img src=x"), page.text)
+        XCTAssertEqual(try api(s, "POST", "/videos", json: ["title": "no name"]).status, 400)
         let a = try XCTUnwrap(try api(s, "POST", "/videos", json: ["name": "a"]).json() as? [String: Any])["id"] as? Int
         let b = try XCTUnwrap(try api(s, "POST", "/videos", json: ["name": "b"]).json() as? [String: Any])["id"] as? Int
         let tokenA = try XCTUnwrap(try api(s, "GET", "/videos/\(a!)/upload").json() as? [String: Any])["token"] as? String
@@ -145,6 +192,7 @@ final class ServeHostingCLITests: XCTestCase {
         XCTAssertTrue((failed["error"] as? String ?? "").contains("not a video"), "\(failed)")
         XCTAssertFalse((failed["error"] as? String ?? "").contains(data.path), "no server paths in the reason: \(failed)")
         XCTAssertEqual(try video(s, b!)["status"] as? String, "pending")
+        XCTAssertEqual(try api(s, "GET", "/videos/999").status, 404)
         XCTAssertEqual(try create(s, ["filename": "again.mp4", "video_id": String(a!), "token": tokenA!], length: 10).status, 409, "uploaded already")
         XCTAssertFalse(s.stderrText.contains(key))
     }

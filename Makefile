@@ -32,6 +32,7 @@ bench: deps
 	@bash benchmarks/backpressure
 	@bash benchmarks/record
 	@bash benchmarks/upload
+	@bash benchmarks/serve
 
 # Longer runs of the seeded fuzz sets that `make test` runs briefly (CLIPFLOW_FUZZ_CASES, _SEED).
 fuzz: deps

@@ -3,6 +3,7 @@ import Foundation
 import Hummingbird
 import Logging
 import NIOCore
+import NIOHTTPTypes
 
 /// How `clipflow serve` runs.
 public struct ServeOptions: Sendable {
@@ -69,7 +70,8 @@ public enum ClipFlowServer {
         tus.addRoutes(to: router)
         api.addRoutes(to: router)
         let app = Application(
-            router: router, configuration: .init(address: .hostname(options.host, port: options.port), serverName: "clipflow"),
+            router: router, server: .http1(additionalChannelHandlers: [ExpectContinue()]),
+            configuration: .init(address: .hostname(options.host, port: options.port), serverName: "clipflow"),
             onServerRunning: { channel in listening(channel.localAddress?.port ?? options.port) }, logger: Self.logger)
         let sweeper = Task {
             while !Task.isCancelled {
@@ -97,6 +99,21 @@ extension ClipFlowServer {
         let forever = CacheControl([(MediaType(type: .any), [.public, .maxAge(31_536_000), .immutable])])
         return FileMiddleware(media.path, urlBasePath: "/media", cacheControl: forever, searchForIndexHtml: false, logger: logger)
             .withAdditionalMediaTypes(forFileExtensions: types.compactMapValues { MediaType(from: $0) })
+    }
+}
+
+/// Answers `Expect: 100-continue` with `100 Continue` as soon as the head arrives, so a client
+/// that waits for it (curl does, for bodies above 1 MiB, up to a second) sends the body at once.
+final class ExpectContinue: ChannelInboundHandler, RemovableChannelHandler, Sendable {
+    typealias InboundIn = HTTPRequestPart
+    typealias InboundOut = HTTPRequestPart
+    typealias OutboundOut = HTTPResponsePart
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .head(let head) = unwrapInboundIn(data), head.headerFields[.expect]?.lowercased() == "100-continue" {
+            context.writeAndFlush(wrapOutboundOut(.head(HTTPResponse(status: .continue))), promise: nil)
+        }
+        context.fireChannelRead(data)
     }
 }
 

@@ -3,8 +3,10 @@
 # one continuous recording) are joined losslessly, turned 90 degrees (portrait), made fast-start,
 # and given a cover image; a webcam clip that differs is joined to them with `merge --conform` (only
 # it is re-encoded) and the result transcoded for the web and published as an HLS ladder (linted);
-# then the capture flow records the test pattern and uploads the result by TUS
-# to a local TUS server. Outputs go to out/demo/.
+# then the capture flow records the test pattern and uploads the result by TUS to a local TUS
+# server; and it ends by serving what it made: `clipflow serve` receives the merged videos by the
+# Gcore flow, processes them into feed ladders and serves the feed page (until Ctrl-C on a
+# terminal; stopped at once otherwise). Outputs go to out/demo/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=.build/debug/clipflow
@@ -70,3 +72,37 @@ for f in "$dir"/tus/*; do
   case "$f" in *.sqlite*|*.json) continue ;; esac
   if [ "$(stat -c %s "$f")" = "$(stat -c %s "$dir/capture/video.mp4")" ]; then sha256sum "$f" | cut -c1-64; fi
 done
+echo "--- clipflow serve: the hosting side (TUS + hosting API + processing + feed page) on 127.0.0.1"
+rm -rf "$dir/serve" "$dir/serve-queue"
+sport=8080
+python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',$sport))" 2>/dev/null \
+  || sport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+CLIPFLOW_API_KEY=demo-key "$bin" serve --data "$dir/serve" --listen "127.0.0.1:$sport" &
+serve=$!
+trap 'kill $server $serve 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$sport/feed.json" && break; sleep 0.1; done
+CLIPFLOW_UPLOAD_TOKEN=demo-key "$bin" upload "$dir/merged.mp4" "$dir/conformed.mp4" --to gcore --endpoint "http://127.0.0.1:$sport" \
+  --upload-url 'http://{hostname}/files' --queue "$dir/serve-queue"
+python3 - "http://127.0.0.1:$sport" <<'PY'
+import json, sys, time, urllib.request
+base = sys.argv[1]
+def get(path):
+    return json.load(urllib.request.urlopen(urllib.request.Request(base + path, headers={"Authorization": "Bearer demo-key"})))
+deadline = time.time() + 300
+while time.time() < deadline:
+    videos = get("/videos")
+    if all(v["status"] in ("ready", "error") for v in videos): break
+    time.sleep(0.5)
+for v in videos:
+    print(f"video {v['id']} {v['name']}: {v['status']}, {v['duration']} s, renditions {[r['name'] for r in v['renditions']]}")
+    print(f"  hls_url {v['hls_url']}\n  cover   {v['screenshot']}")
+sys.exit(0 if all(v["status"] == "ready" for v in videos) else 1)
+PY
+"$bin" hls lint "$(curl -s -H 'Authorization: Bearer demo-key' "http://127.0.0.1:$sport/videos/1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["hls_url"])')"; echo
+if [ -t 0 ] && [ -z "${CI:-}" ]; then
+  echo "--- serving: the feed at http://127.0.0.1:$sport/ , the list at http://127.0.0.1:$sport/videos (Ctrl-C to stop)"
+  wait $serve
+else
+  echo "--- served: the feed was at http://127.0.0.1:$sport/ (stopped: not a terminal)"
+  kill -TERM $serve; wait $serve || true
+fi

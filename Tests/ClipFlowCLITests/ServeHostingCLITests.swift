@@ -51,14 +51,28 @@ final class ServeHostingCLITests: XCTestCase {
             ])
     }
 
-    func testGcoreUploadIsProcessedListedAndPlays() throws {
+    /// The reference flow end to end: record fragments (the test pattern, real time), join them
+    /// turned 90 degrees (a phone's portrait video), upload by the Gcore flow, processed, listed
+    /// with a cover, its HLS played.
+    func testRecordMergeUploadProcessedListedAndPlays() throws {
         let data = fx.scratch("serve-hosting")
         let s = server(data)
         try s.start()
         defer { s.stop() }
+        let clips = fx.scratch("serve-hosting-clips")
+        let rec = try Run.run(
+            [binary, "record", "-o", clips.path, "--duration", "6", "--segment", "2", "--size", "1280x720", "--preset", "ultrafast", "--quiet"],
+            check: false)
+        XCTAssertEqual(rec.status, 0, rec.stderr)
+        let fragments = try FileManager.default.contentsOfDirectory(atPath: clips.path).filter { $0.hasSuffix(".mp4") }.sorted()
+            .map { clips.appendingPathComponent($0).path }
+        XCTAssertGreaterThanOrEqual(fragments.count, 3)
+        let merged = fx.scratch("serve-hosting-merged").appendingPathComponent("phone.mp4").path
+        let merge = try Run.run([binary, "merge", "--rotate", "90", "-o", merged, "--quiet"] + fragments, check: false)
+        XCTAssertEqual(merge.status, 0, merge.stderr)
         let up = try Run.run(
             [
-                binary, "upload", try source(), "--to", "gcore", "--endpoint", "http://127.0.0.1:\(s.port)", "--upload-url", "http://{hostname}/files",
+                binary, "upload", merged, "--to", "gcore", "--endpoint", "http://127.0.0.1:\(s.port)", "--upload-url", "http://{hostname}/files",
                 "--queue", fx.scratch("serve-hosting-queue").path
             ], env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
         XCTAssertEqual(up.status, 0, up.stderr)
@@ -67,7 +81,7 @@ final class ServeHostingCLITests: XCTestCase {
         XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
         XCTAssertTrue(seen.contains("viewable"), "the smallest rendition is published first: \(seen)")
         XCTAssertEqual((v["renditions"] as? [[String: Any]])?.compactMap { $0["name"] as? String }.sorted(), ["360p", "540p", "720p"])
-        XCTAssertEqual((v["duration"] as? Double) ?? 0, 20, accuracy: 0.1)
+        XCTAssertEqual((v["duration"] as? Double) ?? 0, 6, accuracy: 0.2)
         let hls = try XCTUnwrap(v["hls_url"] as? String)
         let lint = try Run.run([binary, "hls", "lint", hls], check: false)
         XCTAssertEqual(lint.status, 0, lint.out)
@@ -80,7 +94,7 @@ final class ServeHostingCLITests: XCTestCase {
         XCTAssertEqual(cover.header("Content-Type"), "image/jpeg")
         let jpg = fx.scratch("serve-cover").appendingPathComponent("cover.jpg")
         try cover.body.write(to: jpg)
-        XCTAssertEqual(try Probe.stream(jpg.path, "v:0", "width,height"), "1280,720")
+        XCTAssertEqual(try Probe.stream(jpg.path, "v:0", "width,height"), "720,1280", "an upright portrait cover")
         // The feed manifest names it, and a browser plays it from the server.
         let feed = try XCTUnwrap(try HTTP.request("GET", "http://127.0.0.1:\(s.port)/feed.json").json() as? [String: Any])
         XCTAssertEqual((feed["videos"] as? [[String: Any]])?.first?["master"] as? String, URL(string: hls)?.path)
@@ -132,6 +146,38 @@ final class ServeHostingCLITests: XCTestCase {
         XCTAssertEqual(j["covers_loaded"] as? Int, 3)
         for name in ["feed.png", "videos.png"] { XCTAssertTrue(FileManager.default.fileExists(atPath: shots.appendingPathComponent(name).path)) }
         print("screenshots: \(shots.path)")
+    }
+
+    /// `mode: copy`: a compliant upload is remuxed only (its packets into one rendition).
+    func testCopyModeRemuxesOnly() throws {
+        let data = fx.scratch("serve-copy")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        let file = try fx.clip(
+            "serve-copy-src.mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "6", "-c:v", "libx264", "-preset",
+                "ultrafast", "-g", "60", "-c:a", "aac"
+            ])
+        let made = try XCTUnwrap(try api(s, "POST", "/videos", json: ["name": "copied", "mode": "copy"]).json() as? [String: Any])
+        let id = try XCTUnwrap(made["id"] as? Int)
+        XCTAssertEqual(made["mode"] as? String, "copy")
+        let token = try XCTUnwrap(try api(s, "GET", "/videos/\(id)/upload").json() as? [String: Any])["token"] as? String
+        let script = """
+            import sys
+            from tusclient import client
+            u = client.TusClient(sys.argv[1]).uploader(sys.argv[2], chunk_size=1 << 20, metadata={"filename": "c.mp4", "video_id": sys.argv[3], "token": sys.argv[4]})
+            u.upload()
+            """
+        try Run.run(["python3", "-c", script, "http://127.0.0.1:\(s.port)/files", file, String(id), token!])
+        let (v, _) = try waitFor(s, id, ["ready", "error"], seconds: 60)
+        XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
+        XCTAssertEqual((v["renditions"] as? [[String: Any]])?.compactMap { $0["name"] as? String }, ["copy"])
+        let hls = try XCTUnwrap(v["hls_url"] as? String)
+        XCTAssertEqual(try Run.run([binary, "hls", "lint", hls], check: false).status, 0)
+        let master = try HTTP.request("GET", hls).text
+        XCTAssertTrue(master.contains("copy.m3u8") && master.contains("RESOLUTION=640x360"), master)
     }
 
     /// A TUS creation for a video, with this metadata (values base64'd).

@@ -6,7 +6,7 @@ import PackageDescription
 //                  -> ClipFlowCapture -> CClipFlowV4L2   (the only importers of the V4L2 headers: the
 //                  -> ClipFlowCaptureEmulation -> ClipFlowCapture    driver client and its kernel stand-in)
 //                  -> ClipFlowUpload  -> CClipFlowCurl   (the only importer of libcurl)
-//                  -> ClipFlowServe   -> Hummingbird (HTTP server), GRDB (SQLite), ClipFlowMedia, ClipFlowUpload
+//                  -> ClipFlowServe   -> Hummingbird (HTTP server), GRDB (SQLite), PostgresNIO, ClipFlowMedia, ClipFlowUpload
 //                  \-> ClipFlowCore (imports no C)
 /// Release builds compile and link against the static Swift runtime and Foundation: the dynamic
 /// loader then no longer resolves their symbols by searching ~160 libraries (most pulled in by
@@ -32,7 +32,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types", from: "1.0.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.0.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.0.0"),
-        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.20.0")
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.20.0"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.20.0")
     ],
     targets: [
         .target(
@@ -54,7 +55,8 @@ let package = Package(
                 "ClipFlowCore", "ClipFlowMedia", "ClipFlowUpload", .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"), .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
-                .product(name: "Logging", package: "swift-log"), .product(name: "GRDB", package: "GRDB.swift")
+                .product(name: "Logging", package: "swift-log"), .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio")
             ],
             swiftSettings: staticStdlib),
         // The emulated vivid camera (a kernel stand-in behind ClipFlowCapture's syscall seam): the

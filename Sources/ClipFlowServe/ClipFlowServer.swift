@@ -19,6 +19,11 @@ public struct ServeOptions: Sendable {
     public var sweepInterval: Double = 60
     /// Videos processed at once.
     public var workers: Int = 1
+    /// `sqlite` (a file in the data folder; one server) or `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`
+    /// (several servers sharing the database and the data folder).
+    public var database = "sqlite"
+    /// Seconds without a heartbeat after which another server takes over a job (PostgreSQL).
+    public var jobLease: Double = 60
 
     public init(data: URL) { self.data = data }
 
@@ -55,13 +60,25 @@ public enum ClipFlowServer {
         do { try fm.createDirectory(at: options.data, withIntermediateDirectories: true) } catch {
             throw ClipFlowError.output("--data '\(options.data.path)': cannot create it: \(error.localizedDescription)")
         }
-        let lock = try DataLock(folder: options.data)
-        defer { lock.release() }
-        let database = try ServeDatabase(path: options.data.appendingPathComponent("clipflow.sqlite").path)
+        let database: any ServeStore
+        var lock: DataLock?
+        var postgres: PostgresStore?
+        defer { lock?.release() }
+        if options.database == "sqlite" {
+            lock = try DataLock(folder: options.data)
+            database = try SQLiteStore(path: options.data.appendingPathComponent("clipflow.sqlite").path)
+        } else {
+            postgres = try PostgresStore(url: options.database)
+            database = postgres!
+        }
+        let connection = Task { [postgres] in await postgres?.run() }
+        defer { connection.cancel() }
+        try await postgres?.migrate()
         let files = try UploadFiles(folder: options.data.appendingPathComponent("uploads"))
         let tokens = try Tokens(data: options.data, apiKey: options.apiKey)
         let media = options.data.appendingPathComponent("media")
-        let processor = try Processor(database: database, uploads: files, media: media, workers: options.workers)
+        let processor = try Processor(
+            database: database, uploads: files, media: media, workers: options.workers, lease: options.jobLease, alone: postgres == nil)
         let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files)
         let tus = TUSServer(database: database, files: files, limits: options.tus, admit: api.admit, completed: api.completed)
         try await api.reconcile()

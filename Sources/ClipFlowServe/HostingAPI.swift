@@ -21,7 +21,7 @@ import Hummingbird
 /// token when the server has a key (401 otherwise); the upload's TUS creation carries the upload
 /// token in its metadata (`TUSAdmission`). Bodies above 64 KiB are refused (413).
 struct HostingAPI: Sendable {
-    let database: ServeDatabase
+    let database: any ServeStore
     let tokens: Tokens
     let processor: Processor
     let uploads: UploadFiles

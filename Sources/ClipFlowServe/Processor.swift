@@ -13,19 +13,29 @@ import Synchronization
 /// video's `published` folder in the database; older folders are removed after the switch.
 /// Thread-safe; `Sendable`.
 final class Processor: Sendable {
-    let database: ServeDatabase
+    let database: any ServeStore
     let uploads: UploadFiles
     let media: URL
     let workers: Int
+    /// This server, as jobs name their owner.
+    let owner: String
+    /// Seconds without a heartbeat after which a running job is taken to be cut short by a crash.
+    let lease: Double
+    /// Only this server uses the store (SQLite, behind the data folder's lock): a job found running
+    /// when it starts was cut short, whatever its heartbeat says.
+    let alone: Bool
     /// Media seconds decoded / total, per video being processed (for `GET /videos`).
     private let progress = Mutex<[Int64: Double]>([:])
     private let work = DispatchQueue(label: "clipflow.serve.processing", attributes: .concurrent)
 
-    init(database: ServeDatabase, uploads: UploadFiles, media: URL, workers: Int) throws {
+    init(database: any ServeStore, uploads: UploadFiles, media: URL, workers: Int, lease: Double = 60, alone: Bool) throws {
         self.database = database
         self.uploads = uploads
         self.media = media
         self.workers = max(1, workers)
+        self.lease = lease
+        self.alone = alone
+        owner = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         do { try FileManager.default.createDirectory(at: media, withIntermediateDirectories: true) } catch {
             throw ClipFlowError.output("cannot create '\(media.path)': \(error.localizedDescription)")
         }
@@ -33,15 +43,30 @@ final class Processor: Sendable {
 
     func progress(of video: Int64) -> Double? { progress.withLock { $0[video] } }
 
-    /// Runs the workers until cancelled. Jobs a crash left running are queued again first.
+    /// Runs the workers until cancelled. Jobs a crash left running are queued again: at once when
+    /// this server is alone, else once their heartbeat is older than `lease` (checked all along).
     func run() async {
-        _ = try? await database.requeueInterrupted()
+        let now: @Sendable () -> Double = { Date().timeIntervalSince1970 }
+        if alone { _ = try? await database.requeueStale(before: .infinity) }
         await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                while !Task.isCancelled {
+                    _ = try? await self.database.requeueStale(before: now() - self.lease)
+                    try? await Task.sleep(for: .seconds(self.lease / 4))
+                }
+            }
             for _ in 0..<workers {
                 group.addTask {
                     while !Task.isCancelled {
-                        if let job = try? await self.database.takeJob() {
+                        if let job = try? await self.database.takeJob(owner: self.owner, now: now()) {
+                            let beating = Task {
+                                while !Task.isCancelled {
+                                    try? await Task.sleep(for: .seconds(self.lease / 4))
+                                    try? await self.database.heartbeat(job: job.id!, now: now())
+                                }
+                            }
                             await self.process(job)
+                            beating.cancel()
                         } else {
                             try? await Task.sleep(for: .milliseconds(250))
                         }

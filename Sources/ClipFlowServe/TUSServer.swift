@@ -44,7 +44,8 @@ struct TUSRefusal: Error {
     }
 }
 
-/// Uploads in progress, so that one upload takes one PATCH at a time (another gets 423).
+/// Uploads in progress on this server, so that one upload takes one PATCH at a time (another gets
+/// 423); across servers sharing a database, the offset's compare-and-set does it (409).
 actor UploadLocks {
     private var busy: Set<String> = []
     func acquire(_ id: String) -> Bool { busy.insert(id).inserted }
@@ -62,13 +63,16 @@ actor UploadLocks {
 /// (410) and removed by `sweep`. `completed` is told of every upload whose last byte arrived.
 /// Thread-safe; `Sendable`.
 public final class TUSServer: Sendable {
-    let database: ServeDatabase
+    let database: any ServeStore
     let files: UploadFiles
     let limits: TUSLimits
     let locks = UploadLocks()
     /// Decides whether an upload with this metadata may be created (throws a `TUSRefusal`).
     let admit: @Sendable ([String: String]) async throws -> Void
     let completed: @Sendable (UploadRow) async -> Void
+    /// Another request (on another server sharing the database) moved the upload's offset while
+    /// this one wrote: this one's bytes are not recorded.
+    static let movedElsewhere = TUSRefusal(.conflict, "the upload's offset moved while this PATCH was written (another request); HEAD it and resume")
     /// Bytes gathered from the request body before one write.
     static let writeChunk = 1 << 20
     /// A long PATCH without a checksum records its progress every this many bytes, so a crash
@@ -76,7 +80,7 @@ public final class TUSServer: Sendable {
     static let commitEvery: Int64 = 64 << 20
 
     init(
-        database: ServeDatabase, files: UploadFiles, limits: TUSLimits, admit: @escaping @Sendable ([String: String]) async throws -> Void = { _ in },
+        database: any ServeStore, files: UploadFiles, limits: TUSLimits, admit: @escaping @Sendable ([String: String]) async throws -> Void = { _ in },
         completed: @escaping @Sendable (UploadRow) async -> Void = { _ in }
     ) {
         self.database = database
@@ -242,7 +246,7 @@ public final class TUSServer: Sendable {
                     pending.removeAll(keepingCapacity: true)
                     if digest == nil, at - committed >= Self.commitEvery, at < row.length {
                         try await files.sync(fd)
-                        try await database.setOffset(row.id, at, completedAt: nil)
+                        guard try await database.setOffset(row.id, from: committed, to: at, completedAt: nil) else { throw Self.movedElsewhere }
                         committed = at
                     }
                 }
@@ -266,7 +270,7 @@ public final class TUSServer: Sendable {
         if at != committed {
             updated.offset = at
             updated.completedAt = at == row.length ? Date().timeIntervalSince1970 : nil
-            try await database.setOffset(row.id, at, completedAt: updated.completedAt)
+            guard try await database.setOffset(row.id, from: committed, to: at, completedAt: updated.completedAt) else { throw Self.movedElsewhere }
         }
         if let failure { throw failure }
         return updated

@@ -6,7 +6,7 @@ import Foundation
 struct Serve: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Serve resumable uploads (TUS 1.0) into a data folder.",
+        abstract: "Serve uploads (TUS 1.0), the hosting API, processing into HLS, and the feed.",
         discussion: """
             TUS 1.0.0 under /files: creation, creation-with-upload, termination, checksum (sha1, \\
             sha256), expiration. Offsets are durable: an upload resumes after a crash with nothing \\
@@ -34,12 +34,22 @@ struct Serve: ParsableCommand {
     @Option(help: "Videos processed into HLS ladders at once.")
     var workers: Int = 1
 
+    @Option(help: "sqlite (a file in --data; one server) or postgres://USER[:PASSWORD]@HOST[:PORT]/DB (several servers sharing it and --data).")
+    var database: String = "sqlite"
+
+    @Option(name: .customLong("job-lease"), help: "Seconds without a heartbeat before another server takes over a job (PostgreSQL).")
+    var jobLease: Double = 60
+
     func validate() throws {
         guard Self.split(listen) != nil else { throw ValidationError("--listen: expected HOST:PORT, got '\(listen)'") }
         if maxSize <= 0 { throw ValidationError("--max-size must be positive") }
         if expiration <= 0 { throw ValidationError("--expiration must be positive") }
         if sweepEvery <= 0 { throw ValidationError("--sweep-every must be positive") }
         if !(1...16).contains(workers) { throw ValidationError("--workers must be 1 to 16") }
+        if database != "sqlite", !(database.hasPrefix("postgres://") || database.hasPrefix("postgresql://")) {
+            throw ValidationError("--database: expected sqlite or postgres://USER[:PASSWORD]@HOST[:PORT]/DB")
+        }
+        if jobLease < 1 { throw ValidationError("--job-lease must be at least 1 second") }
     }
 
     static func split(_ s: String) -> (String, Int)? {
@@ -57,6 +67,8 @@ struct Serve: ParsableCommand {
         options.tus.expiration = expiration * 3600
         options.sweepInterval = sweepEvery
         options.workers = workers
+        options.database = database
+        options.jobLease = jobLease
         let outcome = ServeOutcome()
         let done = DispatchSemaphore(value: 0)
         let host = options.host, folder = options.data.path

@@ -29,11 +29,14 @@ final class TUSHeaderTests: XCTestCase {
         defer { try? FileManager.default.removeItem(atPath: path) }
         let row = UploadRow(id: "abc", length: 10, offset: 0, metadata: "", createdAt: 1, expiresAt: 2, completedAt: nil)
         do {
-            let db = try ServeDatabase(path: path)
+            let db = try SQLiteStore(path: path)
             try await db.insert(row)
-            try await db.setOffset("abc", 4, completedAt: nil)
+            let moved = try await db.setOffset("abc", from: 0, to: 4, completedAt: nil)
+            XCTAssertTrue(moved)
+            let stale = try await db.setOffset("abc", from: 0, to: 8, completedAt: nil)
+            XCTAssertFalse(stale, "only from the offset it has")
         }
-        let again = try ServeDatabase(path: path)
+        let again = try SQLiteStore(path: path)
         let read = try await again.upload("abc")
         XCTAssertEqual(read?.offset, 4)
         let late = try await again.expired(before: 3), early = try await again.expired(before: 1.5)

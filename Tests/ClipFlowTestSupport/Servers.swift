@@ -650,3 +650,66 @@ public final class HostileServer: @unchecked Sendable {
     /// sha256 (hex) of each completed upload: "tus/<id>" or "s3/<key>".
     public func objects() throws -> [String: String] { (try log()["objects"] as? [String: String]) ?? [:] }
 }
+
+// MARK: - PostgreSQL (Debian's postgresql)
+
+/// A PostgreSQL server of a test's own: `initdb` into a temporary folder (trust authentication,
+/// user and database `clipflow`), `postgres` on a free loopback port under supervise.py (so it
+/// never outlives the tests). As root it runs as the `postgres` user, which PostgreSQL requires.
+public final class PostgresServer: @unchecked Sendable {
+    public let process: ServerProcess
+    public let folder: URL
+    public var port: Int { process.port }
+    /// For `clipflow serve --database`.
+    public var url: String { "postgres://clipflow@127.0.0.1:\(port)/clipflow" }
+
+    static var binaries: String {
+        let versions = ((try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []).sorted { Int($0) ?? 0 < Int($1) ?? 0 }
+        return "/usr/lib/postgresql/\(versions.last ?? "15")/bin"
+    }
+
+    /// `command` as the user PostgreSQL runs as.
+    static func asServerUser(_ command: [String]) -> [String] { getuid() == 0 ? ["runuser", "-u", "postgres", "--"] + command : command }
+
+    public static func start(maxSeconds: Int = 900) throws -> PostgresServer {
+        let folder = URL(fileURLWithPath: "/tmp").appendingPathComponent("clipflow-pg-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        let data = folder.appendingPathComponent("data")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        if getuid() == 0 { try Run.run(["chown", "postgres:postgres", folder.path]) }
+        try Run.run(asServerUser(["\(binaries)/initdb", "-D", data.path, "-U", "clipflow", "--auth=trust", "-E", "UTF8", "--no-sync"]))
+        let port = ServerProcess.freePort()
+        let proc = ServerProcess(
+            name: "postgres",
+            arguments: ServerProcess.supervised(
+                asServerUser([
+                    "\(binaries)/postgres", "-D", data.path, "-p", String(port), "-k", folder.path, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"
+                ]), maxSeconds: maxSeconds),
+            port: port)
+        try proc.start()
+        let server = PostgresServer(process: proc, folder: folder)
+        // The server accepts connections a moment before it takes queries.
+        var created = false
+        for _ in 0..<100 where !created {
+            created = (try? server.psql("CREATE DATABASE clipflow", database: "postgres")) != nil
+            if !created { usleep(100_000) }
+        }
+        guard created else { throw ServerError("postgres did not take queries: \(proc.stderrText.suffix(2000))") }
+        return server
+    }
+
+    private init(process: ServerProcess, folder: URL) {
+        self.process = process
+        self.folder = folder
+    }
+
+    /// One statement's rows, `|`-separated (psql -At).
+    @discardableResult
+    public func psql(_ sql: String, database: String = "clipflow") throws -> String {
+        try Run.run(["psql", "-h", "127.0.0.1", "-p", String(port), "-U", "clipflow", "-d", database, "-At", "-v", "ON_ERROR_STOP=1", "-c", sql]).out
+    }
+
+    public func stop() {
+        process.stop()
+        try? FileManager.default.removeItem(at: folder)
+    }
+}

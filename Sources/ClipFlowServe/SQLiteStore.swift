@@ -2,85 +2,22 @@ import ClipFlowCore
 import Foundation
 import GRDB
 
-/// One TUS upload as the database keeps it: the offset here is the truth (the file may hold more
-/// bytes, written but not yet made durable, which the next PATCH overwrites).
-struct UploadRow: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
-    static let databaseTableName = "uploads"
-    var id: String
-    /// Declared total size in bytes.
-    var length: Int64
-    /// Bytes received and made durable (fsync'd before this row says so).
-    var offset: Int64
-    /// The Upload-Metadata header as sent (validated when created).
-    var metadata: String
-    var createdAt: Double
-    /// Seconds since 1970 after which an unfinished upload is removed.
-    var expiresAt: Double
-    /// When the last byte arrived (nil: in progress).
-    var completedAt: Double?
-
-    var isComplete: Bool { offset == length }
-}
-
-/// A video of the hosting API: made by `POST /videos`, filled by its upload and its processing.
-struct VideoRow: Codable, Sendable, Equatable, FetchableRecord, MutablePersistableRecord {
+extension UploadRow: FetchableRecord, PersistableRecord { static let databaseTableName = "uploads" }
+extension VideoRow: FetchableRecord, MutablePersistableRecord {
     static let databaseTableName = "videos"
-    enum Status: String, Codable, Sendable, DatabaseValueConvertible {
-        /// Made; waiting for its upload.
-        case pending
-        /// Uploaded; waiting for or in processing.
-        case processing
-        /// The smallest rendition is published and plays; the rest is being made.
-        case viewable
-        /// Every rendition is published.
-        case ready
-        /// Processing failed (`error` says why).
-        case error
-    }
-    enum Mode: String, Codable, Sendable, DatabaseValueConvertible {
-        /// Transcoded to the feed ladder.
-        case ladder
-        /// Remuxed only (an upload that is already H.264/AAC with keyframes on the segments).
-        case copy
-    }
-    var id: Int64?
-    var name: String
-    var description: String?
-    var clientID: Int64
-    var status: Status
-    var mode: Mode
-    var error: String?
-    /// Seconds (after probing).
-    var duration: Double?
-    /// The TUS upload that carried it.
-    var uploadID: String?
-    /// The folder under DATA/media/ID whose master playlist is published ("" until viewable).
-    var published: String
-    /// Renditions published, as "720p,360p".
-    var renditions: String
-    var createdAt: Double
-
     mutating func didInsert(_ inserted: InsertionSuccess) { id = inserted.rowID }
 }
-
-/// A processing job: one per uploaded video. At most one worker holds it (`state` running, its
-/// `attempts` counted when it starts); a job found running when the server starts was cut short
-/// by a crash and runs again.
-struct JobRow: Codable, Sendable, Equatable, FetchableRecord, MutablePersistableRecord {
+extension VideoRow.Status: DatabaseValueConvertible {}
+extension VideoRow.Mode: DatabaseValueConvertible {}
+extension JobRow: FetchableRecord, MutablePersistableRecord {
     static let databaseTableName = "jobs"
-    enum State: String, Codable, Sendable, DatabaseValueConvertible { case queued, running, done, failed }
-    var id: Int64?
-    var videoID: Int64
-    var state: State
-    var attempts: Int
-    var queuedAt: Double
-
     mutating func didInsert(_ inserted: InsertionSuccess) { id = inserted.rowID }
 }
+extension JobRow.State: DatabaseValueConvertible {}
 
-/// The server's database: SQLite in the data folder (WAL), made and migrated when opened.
-/// Thread-safe (GRDB's queue serialises access); `Sendable`.
-final class ServeDatabase: Sendable {
+/// The store of one server: SQLite in the data folder (WAL, synchronous writes), made and migrated
+/// when opened. Thread-safe (GRDB's queue serialises access); `Sendable`.
+final class SQLiteStore: ServeStore {
     let queue: DatabaseQueue
 
     init(path: String) throws {
@@ -129,6 +66,12 @@ final class ServeDatabase: Sendable {
                 t.column("queuedAt", .double).notNull()
             }
         }
+        m.registerMigration("job leases") { db in
+            try db.alter(table: "jobs") { t in
+                t.add(column: "owner", .text)
+                t.add(column: "heartbeat", .double)
+            }
+        }
         return m
     }
 
@@ -146,7 +89,6 @@ final class ServeDatabase: Sendable {
         try await queue.read { db in try VideoRow.fetchOne(db, key: id) }
     }
 
-    /// A page of videos, newest first, and how many there are.
     func videos(page: Int, perPage: Int) async throws -> ([VideoRow], Int) {
         try await queue.read { db in
             let total = try VideoRow.fetchCount(db)
@@ -169,35 +111,37 @@ final class ServeDatabase: Sendable {
         _ = try await queue.write { db in try VideoRow.deleteOne(db, key: id) }
     }
 
-    /// Finished uploads.
     func completedUploads() async throws -> [UploadRow] {
         try await queue.read { db in try UploadRow.filter(sql: "completedAt IS NOT NULL").fetchAll(db) }
     }
 
-    /// Binds a finished upload to its video and queues its processing, in one transaction (a
-    /// crash leaves both or neither); a video bound already is left as it is.
     func uploaded(video id: Int64, upload: String) async throws {
         try await queue.write { db in
             guard var v = try VideoRow.fetchOne(db, key: id), v.status == .pending, v.uploadID == nil else { return }
             v.uploadID = upload
             v.status = .processing
             try v.update(db)
-            var job = JobRow(id: nil, videoID: id, state: .queued, attempts: 0, queuedAt: Date().timeIntervalSince1970)
+            var job = JobRow(id: nil, videoID: id, state: .queued, attempts: 0, queuedAt: Date().timeIntervalSince1970, owner: nil, heartbeat: nil)
             try job.insert(db)
         }
     }
 
     // MARK: jobs
 
-    /// Takes the oldest queued job (marks it running); nil when none.
-    func takeJob() async throws -> JobRow? {
+    func takeJob(owner: String, now: Double) async throws -> JobRow? {
         try await queue.write { db in
             guard var job = try JobRow.filter(sql: "state = 'queued'").order(Column("id")).fetchOne(db) else { return nil }
             job.state = .running
             job.attempts += 1
+            job.owner = owner
+            job.heartbeat = now
             try job.update(db)
             return job
         }
+    }
+
+    func heartbeat(job: Int64, now: Double) async throws {
+        try await queue.write { db in try db.execute(sql: "UPDATE jobs SET heartbeat = ? WHERE id = ?", arguments: [now, job]) }
     }
 
     func finishJob(_ id: Int64, failed: Bool) async throws {
@@ -206,13 +150,14 @@ final class ServeDatabase: Sendable {
         }
     }
 
-    /// Jobs a crash left running go back in the queue (called when the server starts).
-    func requeueInterrupted() async throws -> Int {
+    func requeueStale(before: Double) async throws -> Int {
         try await queue.write { db in
-            try db.execute(sql: "UPDATE jobs SET state = 'queued' WHERE state = 'running'")
+            try db.execute(sql: "UPDATE jobs SET state = 'queued' WHERE state = 'running' AND (heartbeat IS NULL OR heartbeat < ?)", arguments: [before])
             return db.changesCount
         }
     }
+
+    // MARK: uploads
 
     func upload(_ id: String) async throws -> UploadRow? {
         try await queue.read { db in try UploadRow.fetchOne(db, key: id) }
@@ -222,10 +167,11 @@ final class ServeDatabase: Sendable {
         try await queue.write { db in try row.insert(db) }
     }
 
-    /// Records that the upload's bytes up to `offset` are durable.
-    func setOffset(_ id: String, _ offset: Int64, completedAt: Double?) async throws {
+    func setOffset(_ id: String, from: Int64, to: Int64, completedAt: Double?) async throws -> Bool {
         try await queue.write { db in
-            try db.execute(sql: "UPDATE uploads SET offset = ?, completedAt = ? WHERE id = ?", arguments: [offset, completedAt, id])
+            try db.execute(
+                sql: "UPDATE uploads SET \"offset\" = ?, completedAt = ? WHERE id = ? AND \"offset\" = ?", arguments: [to, completedAt, id, from])
+            return db.changesCount == 1
         }
     }
 
@@ -233,7 +179,6 @@ final class ServeDatabase: Sendable {
         _ = try await queue.write { db in try UploadRow.deleteOne(db, key: id) }
     }
 
-    /// Unfinished uploads whose time ran out before `now`.
     func expired(before now: Double) async throws -> [UploadRow] {
         try await queue.read { db in
             try UploadRow.filter(sql: "completedAt IS NULL AND expiresAt < ?", arguments: [now]).fetchAll(db)

@@ -1,0 +1,242 @@
+import ClipFlowCore
+import Foundation
+import Logging
+import PostgresNIO
+
+/// The store of several servers sharing one PostgreSQL database (and one data folder): the same
+/// rows as `SQLiteStore`, with what sharing needs: a job is taken with `FOR UPDATE SKIP LOCKED`
+/// (never by two servers), kept by heartbeats, and queued again by any server once its heartbeat
+/// stops; an upload's offset moves only by compare-and-set. The schema is made when missing
+/// (under an advisory lock, so servers starting together do not race). `run()` must run while the
+/// store is used. Thread-safe; `Sendable`.
+final class PostgresStore: ServeStore {
+    let client: PostgresClient
+    /// `postgres://user@host:port/db`: the URL without its password, for messages.
+    let display: String
+    private let logger: Logger
+
+    init(url: String) throws {
+        guard let c = URLComponents(string: url), ["postgres", "postgresql"].contains(c.scheme ?? ""), let host = c.host, !host.isEmpty,
+            let user = c.user, !user.isEmpty
+        else {
+            throw ClipFlowError.badInput("--database: expected sqlite or postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE")
+        }
+        let database = String(c.path.dropFirst())
+        display = "postgres://\(user)@\(host):\(c.port ?? 5432)/\(database)"
+        let loopback = host == "localhost" || host.hasPrefix("127.") || host == "::1"
+        let sslmode = c.queryItems?.first { $0.name == "sslmode" }?.value
+        let tls: PostgresClient.Configuration.TLS = sslmode == "disable" || (sslmode == nil && loopback) ? .disable : .prefer(.makeClientConfiguration())
+        var config = PostgresClient.Configuration(
+            host: host, port: c.port ?? 5432, username: user, password: c.password, database: database.isEmpty ? nil : database, tls: tls)
+        config.options.maximumConnections = 8
+        var log = Logger(label: "clipflow.serve.postgres")
+        log.logLevel = .error
+        logger = log
+        client = PostgresClient(configuration: config, backgroundLogger: log)
+    }
+
+    func run() async { await client.run() }
+
+    /// Makes the tables when missing; a database that does not answer within `seconds` is an
+    /// error (the client would otherwise keep trying to connect).
+    func migrate(within seconds: Double = 15) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await self.makeTables() }
+            group.addTask {
+                try await Task.sleep(for: .seconds(seconds))
+                throw ClipFlowError.output("--database \(self.display): no answer within \(Int(seconds)) s (is the server running, and the address right?)")
+            }
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+
+    private func makeTables() async throws {
+        do {
+            try await client.withTransaction(logger: logger) { db in
+                try await db.query("SELECT pg_advisory_xact_lock(7741)", logger: logger)
+                try await db.query(
+                    """
+                    CREATE TABLE IF NOT EXISTS uploads (id TEXT PRIMARY KEY, length BIGINT NOT NULL, received BIGINT NOT NULL,
+                      metadata TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL,
+                      completed_at DOUBLE PRECISION)
+                    """, logger: logger)
+                try await db.query(
+                    """
+                    CREATE TABLE IF NOT EXISTS videos (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL, description TEXT,
+                      client_id BIGINT NOT NULL, status TEXT NOT NULL, mode TEXT NOT NULL, error TEXT, duration DOUBLE PRECISION,
+                      upload_id TEXT, published TEXT NOT NULL, renditions TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL)
+                    """, logger: logger)
+                try await db.query(
+                    """
+                    CREATE TABLE IF NOT EXISTS jobs (id BIGSERIAL PRIMARY KEY, video_id BIGINT NOT NULL REFERENCES videos(id) ON DELETE CASCADE,
+                      state TEXT NOT NULL, attempts INT NOT NULL, queued_at DOUBLE PRECISION NOT NULL, owner TEXT, heartbeat DOUBLE PRECISION)
+                    """, logger: logger)
+            }
+        } catch {
+            throw ClipFlowError.output("--database \(display): \(Self.reason(error))")
+        }
+    }
+
+    /// What went wrong, without the query (it may hold values) or the password.
+    static func reason(_ error: Error) -> String {
+        if let e = error as? PSQLError {
+            return e.serverInfo?[.message] ?? "\(e.code)"
+        }
+        return "\(error)"
+    }
+
+    // MARK: uploads
+
+    private static let uploadColumns = "id, length, received, metadata, created_at, expires_at, completed_at"
+
+    private func uploads(_ rows: PostgresRowSequence) async throws -> [UploadRow] {
+        var out: [UploadRow] = []
+        for try await (id, length, received, metadata, created, expires, completed) in rows.decode(
+            (String, Int64, Int64, String, Double, Double, Double?).self)
+        {
+            out.append(UploadRow(id: id, length: length, offset: received, metadata: metadata, createdAt: created, expiresAt: expires, completedAt: completed))
+        }
+        return out
+    }
+
+    func upload(_ id: String) async throws -> UploadRow? {
+        try await uploads(client.query("SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE id = \(id)", logger: logger)).first
+    }
+
+    func insert(_ r: UploadRow) async throws {
+        try await client.query(
+            """
+            INSERT INTO uploads (\(unescaped: Self.uploadColumns))
+            VALUES (\(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt))
+            """, logger: logger)
+    }
+
+    func setOffset(_ id: String, from: Int64, to: Int64, completedAt: Double?) async throws -> Bool {
+        let rows = try await client.query(
+            "UPDATE uploads SET received = \(to), completed_at = \(completedAt) WHERE id = \(id) AND received = \(from) RETURNING id", logger: logger)
+        return try await rows.collect().count == 1
+    }
+
+    func delete(_ id: String) async throws {
+        try await client.query("DELETE FROM uploads WHERE id = \(id)", logger: logger)
+    }
+
+    func expired(before now: Double) async throws -> [UploadRow] {
+        try await uploads(
+            client.query(
+                "SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE completed_at IS NULL AND expires_at < \(now)", logger: logger))
+    }
+
+    func completedUploads() async throws -> [UploadRow] {
+        try await uploads(client.query("SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE completed_at IS NOT NULL", logger: logger))
+    }
+
+    // MARK: videos
+
+    private static let videoColumns = "id, name, description, client_id, status, mode, error, duration, upload_id, published, renditions, created_at"
+
+    private func videos(_ rows: PostgresRowSequence) async throws -> [VideoRow] {
+        var out: [VideoRow] = []
+        for try await (id, name, description, client, status, mode, error, duration, upload, published, renditions, created) in rows.decode(
+            (Int64, String, String?, Int64, String, String, String?, Double?, String?, String, String, Double).self)
+        {
+            out.append(
+                VideoRow(
+                    id: id, name: name, description: description, clientID: client, status: VideoRow.Status(rawValue: status) ?? .error,
+                    mode: VideoRow.Mode(rawValue: mode) ?? .ladder, error: error, duration: duration, uploadID: upload, published: published,
+                    renditions: renditions, createdAt: created))
+        }
+        return out
+    }
+
+    func insert(_ v: VideoRow) async throws -> VideoRow {
+        try await videos(
+            client.query(
+                """
+                INSERT INTO videos (name, description, client_id, status, mode, error, duration, upload_id, published, renditions, created_at)
+                VALUES (\(v.name), \(v.description), \(v.clientID), \(v.status.rawValue), \(v.mode.rawValue), \(v.error), \(v.duration),
+                  \(v.uploadID), \(v.published), \(v.renditions), \(v.createdAt))
+                RETURNING \(unescaped: Self.videoColumns)
+                """, logger: logger)
+        ).first!
+    }
+
+    func video(_ id: Int64) async throws -> VideoRow? {
+        try await videos(client.query("SELECT \(unescaped: Self.videoColumns) FROM videos WHERE id = \(id)", logger: logger)).first
+    }
+
+    func videos(page: Int, perPage: Int) async throws -> ([VideoRow], Int) {
+        var total = 0
+        for try await n in try await client.query("SELECT count(*) FROM videos", logger: logger).decode(Int64.self) { total = Int(n) }
+        let offset = (page - 1) * perPage
+        let rows = try await videos(
+            client.query("SELECT \(unescaped: Self.videoColumns) FROM videos ORDER BY id DESC LIMIT \(perPage) OFFSET \(offset)", logger: logger))
+        return (rows, total)
+    }
+
+    func playable() async throws -> [VideoRow] {
+        try await videos(
+            client.query(
+                "SELECT \(unescaped: Self.videoColumns) FROM videos WHERE status IN ('viewable', 'ready') ORDER BY id DESC", logger: logger))
+    }
+
+    func update(_ v: VideoRow) async throws {
+        try await client.query(
+            """
+            UPDATE videos SET name = \(v.name), description = \(v.description), client_id = \(v.clientID), status = \(v.status.rawValue),
+              mode = \(v.mode.rawValue), error = \(v.error), duration = \(v.duration), upload_id = \(v.uploadID), published = \(v.published),
+              renditions = \(v.renditions)
+            WHERE id = \(v.id!)
+            """, logger: logger)
+    }
+
+    func deleteVideo(_ id: Int64) async throws {
+        try await client.query("DELETE FROM videos WHERE id = \(id)", logger: logger)
+    }
+
+    func uploaded(video id: Int64, upload: String) async throws {
+        let now = Date().timeIntervalSince1970
+        try await client.withTransaction(logger: logger) { db in
+            let bound = try await db.query(
+                """
+                UPDATE videos SET upload_id = \(upload), status = 'processing'
+                WHERE id = \(id) AND status = 'pending' AND upload_id IS NULL RETURNING id
+                """, logger: logger
+            ).collect()
+            if bound.count == 1 {
+                try await db.query("INSERT INTO jobs (video_id, state, attempts, queued_at) VALUES (\(id), 'queued', 0, \(now))", logger: logger)
+            }
+        }
+    }
+
+    // MARK: jobs
+
+    func takeJob(owner: String, now: Double) async throws -> JobRow? {
+        let rows = try await client.query(
+            """
+            UPDATE jobs SET state = 'running', attempts = attempts + 1, owner = \(owner), heartbeat = \(now)
+            WHERE id = (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
+            RETURNING id, video_id, attempts, queued_at
+            """, logger: logger)
+        for try await (id, video, attempts, queued) in rows.decode((Int64, Int64, Int32, Double).self) {
+            return JobRow(id: id, videoID: video, state: .running, attempts: Int(attempts), queuedAt: queued, owner: owner, heartbeat: now)
+        }
+        return nil
+    }
+
+    func heartbeat(job: Int64, now: Double) async throws {
+        try await client.query("UPDATE jobs SET heartbeat = \(now) WHERE id = \(job) AND state = 'running'", logger: logger)
+    }
+
+    func finishJob(_ id: Int64, failed: Bool) async throws {
+        try await client.query("UPDATE jobs SET state = \(failed ? "failed" : "done") WHERE id = \(id)", logger: logger)
+    }
+
+    func requeueStale(before: Double) async throws -> Int {
+        let cutoff = before.isFinite ? before : Double.greatestFiniteMagnitude
+        return try await client.query(
+            "UPDATE jobs SET state = 'queued' WHERE state = 'running' AND (heartbeat IS NULL OR heartbeat < \(cutoff)) RETURNING id", logger: logger
+        ).collect().count
+    }
+}

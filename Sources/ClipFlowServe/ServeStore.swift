@@ -1,0 +1,107 @@
+import Foundation
+
+/// One TUS upload as the database keeps it: the offset here is the truth (the file may hold more
+/// bytes, written but not yet made durable, which the next PATCH overwrites).
+struct UploadRow: Codable, Sendable, Equatable {
+    var id: String
+    /// Declared total size in bytes.
+    var length: Int64
+    /// Bytes received and made durable (fsync'd before this row says so).
+    var offset: Int64
+    /// The Upload-Metadata header as sent (validated when created).
+    var metadata: String
+    var createdAt: Double
+    /// Seconds since 1970 after which an unfinished upload is removed.
+    var expiresAt: Double
+    /// When the last byte arrived (nil: in progress).
+    var completedAt: Double?
+
+    var isComplete: Bool { offset == length }
+}
+
+/// A video of the hosting API: made by `POST /videos`, filled by its upload and its processing.
+struct VideoRow: Codable, Sendable, Equatable {
+    enum Status: String, Codable, Sendable {
+        /// Made; waiting for its upload.
+        case pending
+        /// Uploaded; waiting for or in processing.
+        case processing
+        /// The smallest rendition is published and plays; the rest is being made.
+        case viewable
+        /// Every rendition is published.
+        case ready
+        /// Processing failed (`error` says why).
+        case error
+    }
+    enum Mode: String, Codable, Sendable {
+        /// Transcoded to the feed ladder.
+        case ladder
+        /// Remuxed only (an upload that is already H.264/AAC with keyframes on the segments).
+        case copy
+    }
+    var id: Int64?
+    var name: String
+    var description: String?
+    var clientID: Int64
+    var status: Status
+    var mode: Mode
+    var error: String?
+    /// Seconds (after probing).
+    var duration: Double?
+    /// The TUS upload that carried it.
+    var uploadID: String?
+    /// The folder under DATA/media/ID whose master playlist is published ("" until viewable).
+    var published: String
+    /// Renditions published, as "720p,360p".
+    var renditions: String
+    var createdAt: Double
+}
+
+/// A processing job: one per uploaded video. One worker holds it at a time (`state` running,
+/// `owner` its server, `heartbeat` renewed while it works; `attempts` counted when it starts); a
+/// running job whose heartbeat stopped was cut short by a crash and goes back in the queue.
+struct JobRow: Codable, Sendable, Equatable {
+    enum State: String, Codable, Sendable { case queued, running, done, failed }
+    var id: Int64?
+    var videoID: Int64
+    var state: State
+    var attempts: Int
+    var queuedAt: Double
+    var owner: String?
+    var heartbeat: Double?
+}
+
+/// Where `clipflow serve` keeps its truth: uploads and their durable offsets, videos, processing
+/// jobs. `SQLiteStore` (one server, a file in the data folder) or `PostgresStore` (several servers
+/// sharing one database and one data folder). Implementations are thread-safe.
+protocol ServeStore: Sendable {
+    func upload(_ id: String) async throws -> UploadRow?
+    func insert(_ row: UploadRow) async throws
+    /// Moves an upload's durable offset from `from` to `to` (`completedAt` set when it is whole);
+    /// false when the offset was no longer `from` (another request moved it first).
+    func setOffset(_ id: String, from: Int64, to: Int64, completedAt: Double?) async throws -> Bool
+    func delete(_ id: String) async throws
+    /// Unfinished uploads whose time ran out before `now`.
+    func expired(before now: Double) async throws -> [UploadRow]
+    func completedUploads() async throws -> [UploadRow]
+
+    func insert(_ video: VideoRow) async throws -> VideoRow
+    func video(_ id: Int64) async throws -> VideoRow?
+    /// A page of videos, newest first, and how many there are.
+    func videos(page: Int, perPage: Int) async throws -> ([VideoRow], Int)
+    /// Viewable and ready videos, newest first.
+    func playable() async throws -> [VideoRow]
+    func update(_ video: VideoRow) async throws
+    func deleteVideo(_ id: Int64) async throws
+    /// Binds a finished upload to its video and queues its processing, in one transaction (a crash
+    /// leaves both or neither); a video bound already is left as it is.
+    func uploaded(video: Int64, upload: String) async throws
+
+    /// Takes the oldest queued job for `owner` (never one another server holds); nil when none.
+    func takeJob(owner: String, now: Double) async throws -> JobRow?
+    /// `owner` still works on the job.
+    func heartbeat(job: Int64, now: Double) async throws
+    func finishJob(_ id: Int64, failed: Bool) async throws
+    /// Running jobs whose heartbeat is older than `before` go back in the queue; returns how many.
+    func requeueStale(before: Double) async throws -> Int
+}

@@ -1,0 +1,138 @@
+import ClipFlowTestSupport
+import Foundation
+import XCTest
+
+/// Two `clipflow serve` instances sharing one real PostgreSQL (Debian's, started here) and one
+/// data folder: either takes any request, a job runs on one of them only, and a job whose server
+/// is killed is finished by the other.
+final class ServePostgresCLITests: XCTestCase {
+    let fx = Fixtures.shared
+    let key = "pg-test-key"
+
+    var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
+    }
+
+    func server(_ data: URL, _ database: String) -> ServerProcess {
+        let port = ServerProcess.freePort()
+        return ServerProcess(
+            name: "clipflow-serve",
+            arguments: ServerProcess.supervised(
+                [binary, "serve", "--data", data.path, "--listen", "127.0.0.1:\(port)", "--database", database, "--job-lease", "3"], maxSeconds: 900),
+            environment: ["CLIPFLOW_API_KEY": key], port: port)
+    }
+
+    func get(_ s: ServerProcess, _ path: String) throws -> Any {
+        try HTTP.request("GET", "http://127.0.0.1:\(s.port)\(path)", headers: ["Authorization": "Bearer \(key)"]).json()
+    }
+
+    func waitReady(_ s: ServerProcess, _ id: Int, seconds: Double = 180) throws -> [String: Any] {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            let v = try XCTUnwrap(try get(s, "/videos/\(id)") as? [String: Any])
+            if ["ready", "error"].contains(v["status"] as? String ?? "") { return v }
+            usleep(200_000)
+        }
+        throw ServerError("video \(id) not ready in \(seconds) s")
+    }
+
+    func servePID(_ s: ServerProcess) throws -> Int32 {
+        try XCTUnwrap(Int32(try Run.run(["pgrep", "-f", "-P", String(s.pid!), "clipflow serve"], check: false).out.split(separator: "\n").first ?? ""))
+    }
+
+    func clip(_ name: String, seconds: Int, size: String) throws -> String {
+        try fx.clip(
+            name,
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", String(seconds), "-c:v", "libx264",
+                "-preset", "ultrafast", "-c:a", "aac"
+            ])
+    }
+
+    func testTwoServersShareOneDatabase() throws {
+        let pg = try PostgresServer.start()
+        defer { pg.stop() }
+        let data = fx.scratch("serve-pg")
+        let a = server(data, pg.url), b = server(data, pg.url)
+        try a.start()
+        defer { a.stop() }
+        try b.start()
+        defer { b.stop() }
+
+        // A TUS upload begun on one server and finished on the other.
+        let bytes = Data((0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 13) })
+        let made = try HTTP.request("POST", "http://127.0.0.1:\(a.port)/files", headers: ["Tus-Resumable": "1.0.0", "Upload-Length": "3000000"])
+        XCTAssertEqual(made.status, 401, "a server with a key takes uploads for videos only")
+        let v0 = try XCTUnwrap(
+            try HTTP.request("POST", "http://127.0.0.1:\(a.port)/videos", headers: ["Authorization": "Bearer \(key)"], json: ["name": "split"]).json()
+                as? [String: Any])
+        let id0 = try XCTUnwrap(v0["id"] as? Int)
+        let token = try XCTUnwrap((try get(b, "/videos/\(id0)/upload") as? [String: Any])?["token"] as? String)
+        let meta =
+            "filename \(Data("x.bin".utf8).base64EncodedString()),video_id \(Data(String(id0).utf8).base64EncodedString()),token \(Data(token.utf8).base64EncodedString())"
+        let created = try HTTP.request(
+            "POST", "http://127.0.0.1:\(a.port)/files", headers: ["Tus-Resumable": "1.0.0", "Upload-Length": "3000000", "Upload-Metadata": meta])
+        XCTAssertEqual(created.status, 201, created.text)
+        let path = try XCTUnwrap(URL(string: try XCTUnwrap(created.header("Location")))?.path)
+        let patch = ["Tus-Resumable": "1.0.0", "Content-Type": "application/offset+octet-stream"]
+        XCTAssertEqual(
+            try HTTP.request("PATCH", "http://127.0.0.1:\(a.port)\(path)", headers: patch.merging(["Upload-Offset": "0"]) { $1 }, body: bytes.prefix(1_000_000))
+                .status, 204)
+        XCTAssertEqual(try HTTP.request("HEAD", "http://127.0.0.1:\(b.port)\(path)", headers: ["Tus-Resumable": "1.0.0"]).header("Upload-Offset"), "1000000")
+        XCTAssertEqual(
+            try HTTP.request(
+                "PATCH", "http://127.0.0.1:\(b.port)\(path)", headers: patch.merging(["Upload-Offset": "1000000"]) { $1 }, body: bytes.suffix(from: 1_000_000)
+            )
+            .status, 204)
+        let stored = data.appendingPathComponent("uploads").appendingPathComponent(URL(fileURLWithPath: path).lastPathComponent)
+        XCTAssertEqual(try Data(contentsOf: stored), bytes)
+        XCTAssertEqual(try waitReady(a, id0)["status"] as? String, "error", "not a video: its processing ends in error")
+
+        // Three videos by the Gcore flow through A: listed by B, each processed once.
+        let files = try (1...3).map { try clip("pg-\($0).mp4", seconds: 4, size: "640x360") }
+        let up = try Run.run(
+            [binary, "upload"] + files + [
+                "--to", "gcore", "--endpoint", "http://127.0.0.1:\(a.port)", "--upload-url", "http://{hostname}/files", "--queue", fx.scratch("pg-queue").path
+            ], env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
+        XCTAssertEqual(up.status, 0, up.stderr)
+        XCTAssertEqual((try get(b, "/videos") as? [[String: Any]])?.count, 4)
+        for id in (id0 + 1)...(id0 + 3) { XCTAssertEqual(try waitReady(b, id)["status"] as? String, "ready") }
+        XCTAssertEqual(try pg.psql("SELECT count(*), max(attempts) FROM jobs WHERE state = 'done'").trimmingCharacters(in: .whitespacesAndNewlines), "3|1")
+
+        // Kill the server working on a video: the other takes the job over after the lease.
+        let long = try clip("pg-long.mp4", seconds: 20, size: "1280x720")
+        let up2 = try Run.run(
+            [
+                binary, "upload", long, "--to", "gcore", "--endpoint", "http://127.0.0.1:\(b.port)", "--upload-url", "http://{hostname}/files", "--queue",
+                fx.scratch("pg-queue-2").path
+            ], env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
+        XCTAssertEqual(up2.status, 0, up2.stderr)
+        let id4 = id0 + 4
+        var owner = ""
+        for _ in 0..<100 where owner.isEmpty {
+            owner = try pg.psql("SELECT owner FROM jobs WHERE video_id = \(id4) AND state = 'running'").trimmingCharacters(in: .whitespacesAndNewlines)
+            if owner.isEmpty { usleep(100_000) }
+        }
+        let (pa, pb) = (try servePID(a), try servePID(b))
+        let victim = owner.contains("-\(pa)-") ? pa : pb
+        XCTAssertTrue(owner.contains("-\(victim)-"), "owner \(owner), servers \(pa) \(pb)")
+        usleep(500_000)
+        kill(victim, SIGKILL)
+        let survivor = victim == pa ? b : a
+        let v = try waitReady(survivor, id4)
+        XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
+        XCTAssertEqual(try pg.psql("SELECT attempts FROM jobs WHERE video_id = \(id4)").trimmingCharacters(in: .whitespacesAndNewlines), "2")
+        let lint = try Run.run([binary, "hls", "lint", try XCTUnwrap(v["hls_url"] as? String)], check: false)
+        XCTAssertEqual(lint.status, 0, lint.out)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("media/\(id4)").path).count, 1)
+    }
+
+    func testABadDatabaseURLIsRefusedWithoutItsPassword() throws {
+        let r = try Run.run(
+            [binary, "serve", "--data", fx.scratch("pg-bad").path, "--listen", "127.0.0.1:0", "--database", "postgres://u:hunter2@127.0.0.1:1/db"],
+            check: false)
+        XCTAssertNotEqual(r.status, 0)
+        XCTAssertTrue(r.stderr.contains("postgres://u@127.0.0.1:1/db"), r.stderr)
+        XCTAssertFalse(r.stderr.contains("hunter2"), r.stderr)
+    }
+}

@@ -53,6 +53,7 @@ let package = Package(
             name: "ClipFlowServe",
             dependencies: [
                 "ClipFlowCore", "ClipFlowMedia", "ClipFlowUpload", .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"), .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "Logging", package: "swift-log"), .product(name: "GRDB", package: "GRDB.swift"),

@@ -1,6 +1,7 @@
 import ClipFlowCore
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTPTypes
@@ -87,7 +88,7 @@ public enum ClipFlowServer {
         tus.addRoutes(to: router)
         api.addRoutes(to: router)
         let app = Application(
-            router: router, server: .http1(additionalChannelHandlers: [ExpectContinue()]),
+            router: router, server: .http1(configuration: Self.http1),
             configuration: .init(address: .hostname(options.host, port: options.port), serverName: "clipflow"),
             onServerRunning: { channel in listening(channel.localAddress?.port ?? options.port) }, logger: Self.logger)
         let sweeper = Task {
@@ -102,10 +103,22 @@ public enum ClipFlowServer {
             processing.cancel()
         }
         try await app.runService()
+        // Work cut short by the shutdown goes back in the queue at once (another server, or this
+        // one when it starts again, runs it).
+        processing.cancel()
+        try? await database.releaseJobs(owner: processor.owner)
     }
 }
 
 extension ClipFlowServer {
+    /// Headers are limited (32 KiB in all, 100 fields; a request beyond gets no answer but a closed
+    /// connection), idle connections closed after 2 minutes, and `Expect: 100-continue` answered.
+    static var http1: HTTP1Channel.Configuration {
+        HTTP1Channel.Configuration(
+            additionalChannelHandlers: [ExpectContinue()], idleTimeout: .seconds(120),
+            httpDecoderConfiguration: .init(maxHeaderFieldSize: 16 << 10, maxHeaderListSize: 32 << 10, maxHeaderFieldCount: 100))
+    }
+
     /// `DATA/media` under `/media` (ranges, ETags; a path with ".." is refused by the
     /// middleware), with the HLS media types players look for.
     static func mediaFiles<Context: RequestContext>(_ media: URL) -> FileMiddleware<Context, LocalFileSystem> {

@@ -239,4 +239,8 @@ final class PostgresStore: ServeStore {
             "UPDATE jobs SET state = 'queued' WHERE state = 'running' AND (heartbeat IS NULL OR heartbeat < \(cutoff)) RETURNING id", logger: logger
         ).collect().count
     }
+
+    func releaseJobs(owner: String) async throws {
+        try await client.query("UPDATE jobs SET state = 'queued' WHERE state = 'running' AND owner = \(owner)", logger: logger)
+    }
 }

@@ -157,6 +157,12 @@ final class SQLiteStore: ServeStore {
         }
     }
 
+    func releaseJobs(owner: String) async throws {
+        try await queue.write { db in
+            try db.execute(sql: "UPDATE jobs SET state = 'queued' WHERE state = 'running' AND owner = ?", arguments: [owner])
+        }
+    }
+
     // MARK: uploads
 
     func upload(_ id: String) async throws -> UploadRow? {

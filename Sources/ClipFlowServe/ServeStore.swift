@@ -104,4 +104,6 @@ protocol ServeStore: Sendable {
     func finishJob(_ id: Int64, failed: Bool) async throws
     /// Running jobs whose heartbeat is older than `before` go back in the queue; returns how many.
     func requeueStale(before: Double) async throws -> Int
+    /// `owner`'s running jobs go back in the queue (it is shutting down).
+    func releaseJobs(owner: String) async throws
 }

@@ -202,6 +202,10 @@ final class ServeCLITests: XCTestCase {
         XCTAssertEqual(badMeta.status, 400)
         XCTAssertTrue(badMeta.text.contains("Upload-Metadata"), badMeta.text)
         XCTAssertEqual(try HTTP.request("HEAD", base + "/0123456789abcdef0123456789abcdef", headers: tus).status, 404)
+        // Headers beyond the limit (32 KiB): refused, the server unharmed.
+        let huge = try? HTTP.request("POST", base, headers: tus.merging(["Upload-Length": "10", "X-Padding": String(repeating: "a", count: 40_000)]) { $1 })
+        XCTAssertTrue(huge == nil || huge!.status >= 400, "\(String(describing: huge?.status))")
+        XCTAssertEqual(try HTTP.request("OPTIONS", base).status, 204)
 
         // creation-with-upload, then a checksum mismatch (460: nothing kept), a wrong offset (409),
         // a wrong content type (415), a good checksum.

@@ -11,21 +11,7 @@ final class ServeCLITests: XCTestCase {
         URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
     }
 
-    /// `clipflow serve` on a free loopback port (kept across restarts), under supervise.py so it
-    /// never outlives the tests.
-    func server(_ data: URL, _ extra: [String] = []) -> ServerProcess {
-        let port = ServerProcess.freePort()
-        return ServerProcess(
-            name: "clipflow-serve",
-            arguments: ServerProcess.supervised([binary, "serve", "--data", data.path, "--listen", "127.0.0.1:\(port)"] + extra, maxSeconds: 600),
-            port: port)
-    }
-
-    /// The serve process itself (supervise.py's child), for SIGKILL.
-    func servePID(_ s: ServerProcess) throws -> Int32 {
-        let r = try Run.run(["pgrep", "-f", "-P", String(s.pid!), "clipflow serve"], check: false)
-        return try XCTUnwrap(Int32(r.out.split(separator: "\n").first ?? ""), "serve process under \(s.pid!): \(r.out)")
-    }
+    func server(_ data: URL, _ extra: [String] = []) -> ServerProcess { .clipflowServe(binary: binary, data: data, extra) }
 
     func sha256(_ path: String) throws -> String {
         String(try Run.run(["sha256sum", path]).out.prefix(64))
@@ -126,7 +112,7 @@ final class ServeCLITests: XCTestCase {
         XCTAssertEqual(urls.count, 50)
         XCTAssertEqual(Set(urls).count, 50)
         for (i, u) in urls.enumerated() { XCTAssertEqual(try sha256(stored(data, u)), try sha256(folder.appendingPathComponent("f\(i).bin").path), u) }
-        let status = try String(contentsOfFile: "/proc/\(try servePID(s))/status", encoding: .utf8)
+        let status = try String(contentsOfFile: "/proc/\(try s.supervisedPID())/status", encoding: .utf8)
         let peak = status.split(separator: "\n").first { $0.hasPrefix("VmHWM") } ?? "VmHWM: ?"
         print("clipflow serve after 50 concurrent 2 MB uploads: peak RSS \(peak.split(separator: ":")[1].trimmingCharacters(in: .whitespaces))")
     }
@@ -168,7 +154,7 @@ final class ServeCLITests: XCTestCase {
         try slow.run()
         defer { slow.terminate() }
         usleep(1_000_000)
-        kill(try servePID(s), SIGKILL)
+        kill(try s.supervisedPID(), SIGKILL)
         slow.terminate()
         try s.start()
         let head = try HTTP.request("HEAD", location, headers: ["Tus-Resumable": "1.0.0"])

@@ -12,13 +12,7 @@ final class ServeHostingCLITests: XCTestCase {
         URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
     }
 
-    func server(_ data: URL) -> ServerProcess {
-        let port = ServerProcess.freePort()
-        return ServerProcess(
-            name: "clipflow-serve",
-            arguments: ServerProcess.supervised([binary, "serve", "--data", data.path, "--listen", "127.0.0.1:\(port)"], maxSeconds: 900),
-            environment: ["CLIPFLOW_API_KEY": key], port: port)
-    }
+    func server(_ data: URL) -> ServerProcess { .clipflowServe(binary: binary, data: data, environment: ["CLIPFLOW_API_KEY": key]) }
 
     func api(_ s: ServerProcess, _ method: String, _ path: String, json: Any? = nil, bearer: String? = nil) throws -> HTTPReply {
         try HTTP.request(method, "http://127.0.0.1:\(s.port)\(path)", headers: ["Authorization": "Bearer \(bearer ?? key)"], json: json)
@@ -258,9 +252,7 @@ final class ServeHostingCLITests: XCTestCase {
         XCTAssertEqual(up.status, 0, up.stderr)
         _ = try waitFor(s, 1, ["processing", "viewable"], seconds: 30)
         usleep(500_000)
-        let pid = try XCTUnwrap(
-            Int32(try Run.run(["pgrep", "-f", "-P", String(s.pid!), "clipflow serve"], check: false).out.split(separator: "\n").first ?? ""))
-        kill(pid, SIGKILL)
+        kill(try s.supervisedPID(), SIGKILL)
         try s.start()
         let (v, _) = try waitFor(s, 1, ["ready", "error"])
         XCTAssertEqual(v["status"] as? String, "ready", "\(v)")

@@ -14,12 +14,7 @@ final class ServePostgresCLITests: XCTestCase {
     }
 
     func server(_ data: URL, _ database: String) -> ServerProcess {
-        let port = ServerProcess.freePort()
-        return ServerProcess(
-            name: "clipflow-serve",
-            arguments: ServerProcess.supervised(
-                [binary, "serve", "--data", data.path, "--listen", "127.0.0.1:\(port)", "--database", database, "--job-lease", "3"], maxSeconds: 900),
-            environment: ["CLIPFLOW_API_KEY": key], port: port)
+        .clipflowServe(binary: binary, data: data, ["--database", database, "--job-lease", "3"], environment: ["CLIPFLOW_API_KEY": key])
     }
 
     func get(_ s: ServerProcess, _ path: String) throws -> Any {
@@ -34,10 +29,6 @@ final class ServePostgresCLITests: XCTestCase {
             usleep(200_000)
         }
         throw ServerError("video \(id) not ready in \(seconds) s")
-    }
-
-    func servePID(_ s: ServerProcess) throws -> Int32 {
-        try XCTUnwrap(Int32(try Run.run(["pgrep", "-f", "-P", String(s.pid!), "clipflow serve"], check: false).out.split(separator: "\n").first ?? ""))
     }
 
     func clip(_ name: String, seconds: Int, size: String) throws -> String {
@@ -113,7 +104,7 @@ final class ServePostgresCLITests: XCTestCase {
             owner = try pg.psql("SELECT owner FROM jobs WHERE video_id = \(id4) AND state = 'running'").trimmingCharacters(in: .whitespacesAndNewlines)
             if owner.isEmpty { usleep(100_000) }
         }
-        let (pa, pb) = (try servePID(a), try servePID(b))
+        let (pa, pb) = (try a.supervisedPID(), try b.supervisedPID())
         let victim = owner.contains("-\(pa)-") ? pa : pb
         XCTAssertTrue(owner.contains("-\(victim)-"), "owner \(owner), servers \(pa) \(pb)")
         usleep(500_000)

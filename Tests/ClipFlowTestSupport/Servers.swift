@@ -713,3 +713,27 @@ public final class PostgresServer: @unchecked Sendable {
         try? FileManager.default.removeItem(at: folder)
     }
 }
+
+// MARK: - clipflow serve (the binary under test)
+
+extension ServerProcess {
+    /// `clipflow serve --data DATA --listen 127.0.0.1:PORT EXTRA...` (the `binary` under test) on a
+    /// free loopback port kept across restarts, under supervise.py so it never outlives the tests.
+    public static func clipflowServe(
+        binary: String, data: URL, _ extra: [String] = [], environment: [String: String] = [:], maxSeconds: Int = 900
+    ) -> ServerProcess {
+        let port = freePort()
+        return ServerProcess(
+            name: "clipflow-serve",
+            arguments: supervised([binary, "serve", "--data", data.path, "--listen", "127.0.0.1:\(port)"] + extra, maxSeconds: maxSeconds),
+            environment: environment, port: port)
+    }
+
+    /// The supervised process itself (supervise.py's child running `command`), for SIGKILL.
+    public func supervisedPID(_ command: String = "clipflow serve") throws -> Int32 {
+        guard let parent = pid else { throw ServerError("\(name) is not running") }
+        let r = try Run.run(["pgrep", "-f", "-P", String(parent), command], check: false)
+        guard let child = Int32(r.out.split(separator: "\n").first ?? "") else { throw ServerError("no '\(command)' under \(parent): \(r.out)") }
+        return child
+    }
+}

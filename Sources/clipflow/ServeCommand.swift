@@ -2,6 +2,7 @@ import ArgumentParser
 import ClipFlowCore
 import ClipFlowServe
 import Foundation
+import Synchronization
 
 struct Serve: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -87,10 +88,9 @@ struct Serve: ParsableCommand {
     }
 }
 
-/// The server task's error, handed to the command's thread. Thread-safe.
-private final class ServeOutcome: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stored: Error?
-    func set(_ e: Error) { lock.withLock { stored = e } }
-    var error: Error? { lock.withLock { stored } }
+/// The server task's error, handed to the command's thread. Thread-safe (a mutex).
+private final class ServeOutcome: Sendable {
+    private let stored = Mutex<(any Error)?>(nil)
+    func set(_ e: any Error) { stored.withLock { $0 = e } }
+    var error: (any Error)? { stored.withLock { $0 } }
 }

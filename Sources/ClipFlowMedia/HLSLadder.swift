@@ -127,14 +127,22 @@ public struct HLSLadder: Sendable {
         return StageGraph(nodes: nodes, edges: edges, entries: entries)
     }
 
+    /// The whole run as `clipflow hls` makes it: a `files` node with `inputs`, then the ladder's
+    /// graph (ids as `graph(id: "hls")`).
+    public func graph(of inputs: [String]) -> (nodes: [StageNode], edges: [Edge]) {
+        let g = graph(id: "hls")
+        return (
+            [StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) }] + g.nodes,
+            g.entries.map { Edge(from: "files", to: $0, limits: HLSStage.kind.queue) } + g.edges
+        )
+    }
+
     /// Writes the ladder of `inputs` (files in, then the graph), events to `events`.
     @discardableResult
     public func run(inputs: [String], events: EventSink = EventRecorder()) throws -> HLSLadderResult {
-        let g = graph(id: "hls")
+        let g = graph(of: inputs)
         let recorder = EventRecorder(forward: events)
-        let runner = try GraphRunner(
-            nodes: [StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) }] + g.nodes,
-            edges: g.entries.map { Edge(from: "files", to: $0, limits: DecodeStage.kind.queue) } + g.edges, sink: recorder)
+        let runner = try GraphRunner(nodes: g.nodes, edges: g.edges, sink: recorder)
         switch runner.run() {
         case .completed: break
         case .interrupted: throw ClipFlowError.interrupted

@@ -67,10 +67,8 @@ struct HLSWrite: ParsableCommand {
             let schedule = SegmentSchedule(profile: profile, segment: segment)
             let graph = HLSLadder(
                 output: output, ladder: LadderChoice.parse(ladder)!, schedule: schedule, encoderPreset: encoderPreset, singleFile: singleFile
-            ).graph(id: "hls")
-            let files = StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) }
-            let edges = graph.entries.map { Edge(from: "files", to: $0, limits: HLSStage.kind.queue) } + graph.edges
-            let (outcome, _) = try door.run(nodes: [files] + graph.nodes, edges: edges, grace: 5)
+            ).graph(of: inputs)
+            let (outcome, _) = try door.run(nodes: graph.nodes, edges: graph.edges, grace: 5)
             if let e = ErrorReport.error(outcome) { throw e }
             if let r = door.log.result("hls") {
                 door.say("wrote \(r["renditions"]?.integer ?? 0) renditions of \(r["segments"]?.integer ?? 0) segments: \(r["master"]?.string ?? output)")

@@ -208,57 +208,57 @@ struct AudioRegionRenderer {
             jump = bestJump(timeline, at: mid + base0 - tLo, ideal: ideal)
         }
         let residual = Double(ideal - jump)
-        let half = Double(Self.crossfade) / 2
 
         let n = Int(r1 - r0)
         let chans = Int(channels)
-        // Flat buffers read and written through pointers: no per-sample nested-array access (a
-        // retain and a uniqueness check for every sample of every channel).
-        // Only the part of the timeline the map reads (with the interpolation's neighbours).
+        // Only the part of the timeline the map reads, with the interpolation's neighbours: each
+        // channel copied with two samples of its edge repeated on both sides, so reading a
+        // neighbour never needs a bounds clamp.
         let reach0 = Int(r0 + base0 - tLo) - Int(abs(residual)) - 2
         let reach1 = Int(r1 + base0 - tLo) + Int(abs(residual)) + Int(abs(jump)) + 3
         let w0 = max(0, reach0), w1 = min(timeline[0].count, reach1)
         let tn = w1 - w0
+        let stride = tn + 4
         var source = [Float]()
-        source.reserveCapacity(tn * chans)
-        for ch in 0..<chans { source.append(contentsOf: timeline[ch][w0..<w1]) }
+        source.reserveCapacity(stride * chans)
+        for ch in 0..<chans {
+            let x = timeline[ch]
+            source.append(contentsOf: [x[w0], x[w0]])
+            source.append(contentsOf: x[w0..<w1])
+            source.append(contentsOf: [x[w1 - 1], x[w1 - 1]])
+        }
+        // Where each output sample reads (before the jump; after it, `jump` further), worked
+        // out once for all channels. The crossfade between the two readings spans the samples
+        // [fadeFrom, fadeTo) (none when there is no jump).
+        var before = [Position](repeating: Position(index: 0, fraction: 0), count: n)
+        let fadeFrom = jump == 0 ? n : min(n, max(0, Int(mid - Int64(Self.crossfade / 2) - r0)))
+        let fadeTo = jump == 0 ? n : min(n, max(fadeFrom, Int(mid + Int64(Self.crossfade / 2) - r0)))
+        var after = [Position](repeating: Position(index: 0, fraction: 0), count: n - fadeFrom)
+        for k in 0..<n {
+            let r = r0 + Int64(k)
+            var slide = 0.0
+            if r >= zone.upperBound { slide = residual } else if r > zone.lowerBound { slide = residual * (Double(r) - Double(zone.lowerBound)) / zlen }
+            let t = Double(r + base0 - tLo - Int64(w0)) + slide
+            before[k] = Position(t, within: tn)
+            if k >= fadeFrom { after[k - fadeFrom] = Position(t + Double(jump), within: tn) }
+        }
         var flat = [Float](repeating: 0, count: n * chans)
         source.withUnsafeBufferPointer { src in
             flat.withUnsafeMutableBufferPointer { dst in
-                for k in 0..<n {
-                    let r = r0 + Int64(k)
-                    let rd = Double(r)
-                    var slide = 0.0
-                    if r >= zone.upperBound { slide = residual } else if r > zone.lowerBound { slide = residual * (rd - Double(zone.lowerBound)) / zlen }
-                    let t = Double(r + base0 - tLo - Int64(w0)) + slide
-                    // Crossfade from "before the jump" to "after the jump" around mid.
-                    let w: Double
-                    if jump == 0 || rd < Double(mid) - half {
-                        w = 0
-                    } else if rd >= Double(mid) + half {
-                        w = 1
-                    } else {
-                        w = Self.spliceWeights[Int(r - mid) + Self.crossfade / 2]
+                for ch in 0..<chans {
+                    // x[i] is timeline sample w0 + i, for i in -2 ..< tn + 2.
+                    let x = src.baseAddress! + ch * stride + 2
+                    let out = dst.baseAddress! + ch * n
+                    for k in 0..<fadeFrom { out[k] = before[k].value(x) }
+                    for k in fadeFrom..<fadeTo {
+                        let w = Self.spliceWeights[k + Int(r0 - mid) + Self.crossfade / 2]
+                        out[k] = Float(1 - w) * before[k].value(x) + Float(w) * after[k - fadeFrom].value(x)
                     }
+                    for k in fadeTo..<n { out[k] = after[k - fadeFrom].value(x) }
                     // Fades on the first and last frame (outside every kept packet's window).
-                    var g: Float = 1
-                    if k < Int(F) {
-                        g = Self.fadeIn[k]
-                    } else if k >= n - Int(F) {
-                        g = Self.fadeOut[k - (n - Int(F))]
-                    }
-                    for ch in 0..<chans {
-                        let x = UnsafeBufferPointer(rebasing: src[(ch * tn)..<((ch + 1) * tn)])
-                        var v: Float
-                        if w == 0 {
-                            v = Self.interpolate(x, at: t)
-                        } else if w == 1 {
-                            v = Self.interpolate(x, at: t + Double(jump))
-                        } else {
-                            v = Float(1 - w) * Self.interpolate(x, at: t) + Float(w) * Self.interpolate(x, at: t + Double(jump))
-                        }
-                        dst[ch * n + k] = v * g
-                    }
+                    let f = Int(F)
+                    for k in 0..<f { out[k] *= Self.fadeIn[k] }
+                    for k in 0..<f { out[n - f + k] *= Self.fadeOut[k] }
                 }
             }
         }
@@ -285,28 +285,33 @@ struct AudioRegionRenderer {
         let w = Self.spliceWindow
         let c = Int(center)
         let count = x[0].count
-        // Mono mix once; then plain dot products.
-        var mix = [Float](repeating: 0, count: count)
-        for ch in x.indices { for i in 0..<count { mix[i] += x[ch][i] } }
-        return mix.withUnsafeBufferPointer { m -> Int64 in
-            guard c - w >= 0, c + w <= count else { return ideal }
+        guard c - w >= 0, c + w <= count else { return ideal }
+        // Candidate jumps whose window lies inside the buffer: o = c + j - w in [0, count - 2w].
+        let jLo = max(ideal - Self.spliceSearch, Int64(w - c))
+        let jHi = min(ideal + Self.spliceSearch, Int64(count - c - w))
+        guard jLo <= jHi else { return ideal }
+        // The channels' mix over the windows compared (mix[i - lo] for sample i); then plain dot
+        // products.
+        let lo = min(c - w, c + Int(jLo) - w), hi = max(c + w, c + Int(jHi) + w)
+        var mix = [Float](repeating: 0, count: hi - lo)
+        mix.withUnsafeMutableBufferPointer { m in
+            for channel in x { channel.withUnsafeBufferPointer { ch in for i in m.indices { m[i] += ch[lo + i] } } }
+        }
+        return mix.withUnsafeBufferPointer { mixed -> Int64 in
+            let m = mixed.baseAddress!  // m[i - lo]: sample i
+            let a = m + (c - w - lo)  // the window around the splice
+            let n2 = 2 * w
             var ea: Float = 0
-            for k in (c - w)..<(c + w) { ea += m[k] * m[k] }
+            for k in 0..<n2 { ea += a[k] * a[k] }
             if ea < 1e-9 { return ideal }
-            // Candidate jumps whose window lies inside the buffer: o = c + j - w in [0, count - 2w].
-            let jLo = max(ideal - Self.spliceSearch, Int64(w - c))
-            let jHi = min(ideal + Self.spliceSearch, Int64(count - c - w))
-            guard jLo <= jHi else { return ideal }
             let nj = Int(jHi - jLo) + 1
             // Dot products and energies, eight candidates at a time in SIMD lanes: each lane still
             // adds its terms in the same order as a plain loop would (so the result is the same bit
             // for bit), eight independent chains per instruction instead of one.
             var dots = [Float](repeating: 0, count: nj), ebs = [Float](repeating: 0, count: nj)
-            let a = m.baseAddress! + (c - w)
-            let n2 = 2 * w
             var q = 0
             while q + 8 <= nj {
-                let b = UnsafeRawPointer(m.baseAddress! + (c + Int(jLo) + q - w))
+                let b = UnsafeRawPointer(m + (c + Int(jLo) + q - w - lo))
                 var d = SIMD8<Float>(repeating: 0), e = SIMD8<Float>(repeating: 0)
                 for k in 0..<n2 {
                     let y = b.loadUnaligned(fromByteOffset: k * 4, as: SIMD8<Float>.self)
@@ -317,7 +322,7 @@ struct AudioRegionRenderer {
                 q += 8
             }
             while q < nj {
-                let b = m.baseAddress! + (c + Int(jLo) + q - w)
+                let b = m + (c + Int(jLo) + q - w - lo)
                 var d: Float = 0, e: Float = 0
                 for k in 0..<n2 {
                     let y = b[k]
@@ -339,16 +344,34 @@ struct AudioRegionRenderer {
         }
     }
 
-    /// Catmull-Rom interpolation; exact at integer positions.
-    private static func interpolate(_ x: UnsafeBufferPointer<Float>, at t: Double) -> Float {
-        let i = Int(t.rounded(.down))
-        let f = Float(t - Double(i))
-        if f == 0, i >= 0, i < x.count { return x[i] }
-        func at(_ k: Int) -> Float { x[min(max(k, 0), x.count - 1)] }
-        let p0 = at(i - 1), p1 = at(i), p2 = at(i + 1), p3 = at(i + 2)
-        let a = -0.5 * p0 + 1.5 * p1 - 1.5 * p2 + 0.5 * p3
-        let b = p0 - 2.5 * p1 + 2 * p2 - 0.5 * p3
-        let c = -0.5 * p0 + 0.5 * p2
-        return ((a * f + b) * f + c) * f + p1
+    /// A reading position in the timeline: the sample at or before it and how far past it.
+    struct Position {
+        var index: Int
+        var fraction: Float
+
+        init(index: Int, fraction: Float) {
+            self.index = index
+            self.fraction = fraction
+        }
+
+        /// Position `t` of a timeline of `count` samples; beyond its first or last sample, the
+        /// edge sample's (the caller's copy repeats each edge twice).
+        init(_ t: Double, within count: Int) {
+            let i = Int(t.rounded(.down))
+            index = min(max(i, -1), count - 1)
+            fraction = index == i ? Float(t - Double(i)) : 0
+        }
+
+        /// Catmull-Rom interpolation of x[index - 1 ... index + 2]; exact at integer positions.
+        @inline(__always) func value(_ x: UnsafePointer<Float>) -> Float {
+            let p1 = x[index]
+            if fraction == 0 { return p1 }
+            let p0 = x[index - 1], p2 = x[index + 1], p3 = x[index + 2]
+            let f = fraction
+            let a = -0.5 * p0 + 1.5 * p1 - 1.5 * p2 + 0.5 * p3
+            let b = p0 - 2.5 * p1 + 2 * p2 - 0.5 * p3
+            let c = -0.5 * p0 + 0.5 * p2
+            return ((a * f + b) * f + c) * f + p1
+        }
     }
 }

@@ -2,26 +2,36 @@ internal import CClipFlowFFmpeg
 import ClipFlowCore
 import Foundation
 
-/// Decoders for the clips' audio, kept open while consecutive regions need the same clip.
+/// The clips' audio files and decoders, kept open while consecutive regions need the same clip.
 /// Owned by the renderer's preparing thread (see `AudioRegionRenderer`).
 ///
 /// Packets are read with pread at the places the probe noted for each clip's first and last
 /// packets (`AudioEdges`), so no demuxer is opened again. A range outside those edges (a region
 /// deep inside a long clip: not made by today's planner) is read through the clip's demuxer
-/// instead.
+/// instead. Clips whose audio is configured alike (a join's clips almost always are) share one
+/// decoder: every range is decoded from a flushed decoder, so what it decoded before does not
+/// matter, and opening a decoder costs more than decoding a few frames.
 struct DecoderCache {
     let clips: [ClipInfo]
     let channels: Int
     private final class Source {
         let fd: Int32
-        let decoder: CodecContext
         var demuxer: Demuxer? = nil
-        init(fd: Int32, decoder: CodecContext) { self.fd = fd; self.decoder = decoder }
+        init(fd: Int32) { self.fd = fd }
         deinit { Glibc.close(fd) }
     }
+    /// What a decoder is opened with.
+    private struct Configuration: Hashable {
+        var sampleRate: Int32
+        var channels: Int32
+        var extradata: [UInt8]
+    }
     private var open: [Int: Source] = [:]
+    private var decoders: [Configuration: CodecContext] = [:]
     /// Demuxers opened for ranges outside the edge tables (tests look at it).
     private(set) var demuxerOpens = 0
+    /// Decoders opened (tests look at it).
+    var decoderOpens: Int { decoders.count }
 
     init(clips: [ClipInfo], channels: Int) {
         self.clips = clips
@@ -68,17 +78,28 @@ struct DecoderCache {
         } else {
             let fd = Glibc.open(clip.path, O_RDONLY | O_CLOEXEC)
             if fd < 0 { throw ClipFlowError.badInput("input '\(clip.path)': \(String(cString: strerror(errno)))") }
-            let dec: CodecContext
-            do { dec = try CodecContext.aacDecoder(for: a, what: "decoding audio of '\(clip.path)'") } catch { Glibc.close(fd); throw error }
-            src = Source(fd: fd, decoder: dec)
+            src = Source(fd: fd)
             open[i] = src
         }
-        let dec = src.decoder
+        let configuration = Configuration(sampleRate: a.sampleRate, channels: a.channels, extradata: a.extradata)
+        let what = "decoding audio of '\(clip.path)'"
+        let dec: CodecContext
+        if let d = decoders[configuration] {
+            dec = d
+            dec.what = what
+        } else {
+            dec = try CodecContext.aacDecoder(for: a, what: what)
+            decoders[configuration] = dec
+        }
         let F = AudioJoinPlan.frameSize
         let tb = a.timeBase.av
         let samplesTB = AVRational(num: 1, den: a.sampleRate)
-        // Start three frames early: the first decoded frame after a seek lacks its overlap.
-        let seekSample = max(-a.priming, s0 - 3 * F)
+        // Start early enough that the frame holding s0 is not the first one decoded after the
+        // seek (that one lacks its overlap): for AAC LC a frame and a half early (one frame
+        // before, whichever frame a timestamp up to half a frame off lands on); three frames for
+        // other object types, which carry more state from frame to frame.
+        let lead = a.objectType == 2 ? F + F / 2 : 3 * F
+        let seekSample = max(-a.priming, s0 - lead)
         let seekTo = a.start + rescale(seekSample, samplesTB, tb)
         // AAC frames are 1024 samples each, back to back, whatever the container's timestamps say
         // (some muxers store jittered durations): frames are placed by packet index, the packet's

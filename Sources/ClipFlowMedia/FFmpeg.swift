@@ -246,7 +246,8 @@ final class Demuxer: @unchecked Sendable {
 /// one stage/thread at a time; freed in deinit.
 final class CodecContext: @unchecked Sendable {
     let ctx: UnsafeMutablePointer<AVCodecContext>
-    let what: String
+    /// What the codec is doing, for its errors (a shared decoder says which file it is on).
+    var what: String
 
     private init(codec: UnsafePointer<AVCodec>, what: String) throws {
         guard let c = avcodec_alloc_context3(codec) else { throw ClipFlowError.failure("out of memory (\(what))") }

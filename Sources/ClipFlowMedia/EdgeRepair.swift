@@ -72,14 +72,16 @@ public enum EdgeRepair {
         let skip = Int(Double(sampleRate) * Sound.steady.maxSeconds)
         guard leftEnd - reach >= 0, rightStart + reach <= count else { return .changing }
         let block = sampleRate / 50
+        let blocks = (reach - skip) / block
         func spread(_ from: Int) -> Double {
-            let levels = (0..<(reach - skip) / block).map { b -> Double in
+            // The channels' mix over the blocks, then each block's loudness.
+            var mix = [Double](repeating: 0, count: blocks * block)
+            mix.withUnsafeMutableBufferPointer { m in
+                for channel in channels { channel.withUnsafeBufferPointer { x in for i in m.indices { m[i] += Double(x[from + i]) } } }
+            }
+            let levels = (0..<blocks).map { b -> Double in
                 var sum = 0.0
-                for i in (from + b * block)..<(from + (b + 1) * block) {
-                    var m = 0.0
-                    for ch in channels { m += Double(ch[i]) }
-                    sum += m * m
-                }
+                for i in (b * block)..<((b + 1) * block) { sum += mix[i] * mix[i] }
                 return 10 * log10(sum / Double(block) + 1e-12)
             }
             let mean = levels.reduce(0, +) / Double(max(1, levels.count))
@@ -114,7 +116,7 @@ public enum EdgeRepair {
         }
 
         let leftSide = Array(mix[(leftEnd - span - fit - origin)..<(leftEnd - origin)])
-        let rightSide = Array(mix[(rightStart - origin)..<(rightStart + span + fit - origin)].reversed())
+        let rightSide = reversed(mix, (rightStart - origin)..<(rightStart + span + fit - origin))
         // Sound meeting silence is not one waveform to continue: left as it is.
         guard !isSilent(leftSide.prefix(fit)), !isSilent(rightSide.prefix(fit)) else { return .none }
         // Sides that do not continue each other (`bridging`) are crossfaded over at least
@@ -126,7 +128,7 @@ public enum EdgeRepair {
         var leftFilters: [[Double]] = [], rightFilters: [[Double]] = []  // each channel's predictor
         for x in channels {
             let l = damage(forward: Array(x[(leftEnd - span - fit)..<leftEnd]), span: span, threshold: sound.threshold, smoothing: smoothing)
-            let r = damage(forward: Array(x[rightStart..<(rightStart + span + fit)].reversed()), span: span, threshold: sound.threshold, smoothing: smoothing)
+            let r = damage(forward: reversed(x, rightStart..<(rightStart + span + fit)), span: span, threshold: sound.threshold, smoothing: smoothing)
             before = max(before, l.samples)
             after = max(after, r.samples)
             leftFilters.append(l.filter)
@@ -142,20 +144,20 @@ public enum EdgeRepair {
             sound == .steady
             ? (
                 period(Array(mix[(start - h - origin)..<(start - origin)]), sampleRate: sampleRate),
-                period(Array(mix[(end - origin)..<(end + h - origin)].reversed()), sampleRate: sampleRate)
+                period(reversed(mix, (end - origin)..<(end + h - origin)), sampleRate: sampleRate)
             ) : nil
         let crossfade = weights(n)
         for c in channels.indices {
             let x = channels[c]
             let left = Array(x[(start - h)..<start])
-            let right = Array(x[end..<(end + h)].reversed())
+            let right = reversed(x, end..<(end + h))
             var forward: [Float], backward: [Float]
             if let (pl, pr) = periods {
                 forward = repeated(left, period: pl, count: n, sampleRate: sampleRate, lead: leftFilters[c])
-                backward = Array(repeated(right, period: pr, count: n, sampleRate: sampleRate, lead: rightFilters[c]).reversed())
+                backward = reversed(repeated(right, period: pr, count: n, sampleRate: sampleRate, lead: rightFilters[c]))
             } else {
                 forward = predicted(left, count: n, sampleRate: sampleRate)
-                backward = Array(predicted(right, count: n, sampleRate: sampleRate).reversed())
+                backward = reversed(predicted(right, count: n, sampleRate: sampleRate))
             }
             var joined = [Float](repeating: 0, count: n)
             for k in 0..<n { joined[k] = (1 - crossfade[k]) * forward[k] + crossfade[k] * backward[k] }
@@ -166,6 +168,18 @@ public enum EdgeRepair {
             for k in 0..<n { channels[c][start + k] = joined[k] }
         }
         return Repair(before: before, after: after)
+    }
+
+    /// `x[range]` (all of `x` by default) in reverse order: the right side of a join is read
+    /// backwards from its edge.
+    static func reversed(_ x: [Float], _ range: Range<Int>? = nil) -> [Float] {
+        let r = range ?? x.indices
+        return [Float](unsafeUninitializedCapacity: r.count) { out, count in
+            x.withUnsafeBufferPointer { src in
+                for k in 0..<r.count { out[k] = src[r.upperBound - 1 - k] }
+            }
+            count = r.count
+        }
     }
 
     /// Longest silence between two fragments that is filled (a video frame at 24 fps).
@@ -192,13 +206,26 @@ public enum EdgeRepair {
         return max(searching, repeating, detectSamples(sampleRate) + detectOrder, levelWindow(sampleRate))
     }
 
-    /// The crossfade from the left side (0) to the right one (1), raised cosine.
-    static func weight(_ k: Int, _ n: Int) -> Float {
-        Float(0.5 - 0.5 * cos(Double.pi * (Double(k) + 0.5) / Double(n)))
+    /// A crossfade over n samples from one side (0) to the other (1), raised cosine: element k is
+    /// 0.5 - 0.5 cos(pi (k + 0.5) / n). The cosines come from turning a unit vector by a fixed
+    /// angle sample after sample, restarted from an exact cosine every 32 samples (the rounding
+    /// stays far below a Float's).
+    static func weights(_ n: Int) -> [Float] {
+        let step = Double.pi / Double(n)
+        let (turnSin, turnCos) = (sin(step), cos(step))
+        var out = [Float](repeating: 0, count: n)
+        var k = 0
+        while k < n {
+            let angle = step * (Double(k) + 0.5)
+            var x = cos(angle), y = sin(angle)
+            for j in k..<min(n, k + 32) {
+                out[j] = Float(0.5 - 0.5 * x)
+                (x, y) = (x * turnCos - y * turnSin, x * turnSin + y * turnCos)
+            }
+            k += 32
+        }
+        return out
     }
-
-    /// `weight(k, n)` for every k in 0..<n.
-    static func weights(_ n: Int) -> [Float] { (0..<n).map { weight($0, n) } }
 
     // MARK: Detection
 
@@ -217,18 +244,28 @@ public enum EdgeRepair {
         let clean = x.count - span
         let (a, level) = x.withUnsafeBufferPointer { burg(UnsafeBufferPointer(rebasing: $0[0..<clean]), order: order) }
         if level <= 0 { return (0, a) }
-        // Prediction errors over the span and the `smoothing` samples before it.
-        let errors = residuals(x, a.map(Float.init), from: clean - smoothing, to: x.count)
+        // Prediction errors over the span and the `smoothing` samples before it, worked out a
+        // chunk at a time up to the first damage.
+        let filter = a.map(Float.init)
+        let first = clean - smoothing
+        let chunk = 512
+        var errors = residuals(x, filter, from: first, to: min(x.count, clean + chunk))
         let limit = Double(threshold * threshold) * level * Double(smoothing)
         var power = errors[0..<smoothing].reduce(0.0) { $0 + Double($1) }
-        for k in smoothing..<errors.count {
-            power += Double(errors[k]) - Double(errors[k - smoothing])
-            if power > limit {
-                // The window ending at k is the first too strong: damage starts in it.
-                return (min(span, errors.count - k + smoothing / 2 + guardSamples), a)
+        var k = smoothing
+        while true {
+            while k < errors.count {
+                power += Double(errors[k]) - Double(errors[k - smoothing])
+                if power > limit {
+                    // The window ending at k is the first too strong: damage starts in it.
+                    return (min(span, x.count - first - k + smoothing / 2 + guardSamples), a)
+                }
+                k += 1
             }
+            let done = first + errors.count
+            if done == x.count { return (0, a) }
+            errors += residuals(x, filter, from: done, to: min(x.count, done + chunk))
         }
-        return (0, a)
     }
 
     /// The squared prediction errors of the filter `a` (a[0] = 1) over x[from..<to] (from >=
@@ -438,8 +475,9 @@ public enum EdgeRepair {
         }
         let ramp = min(count, rampSamples(sampleRate))
         let lead = extrapolated(history, count: ramp, filter: filter)
+        let rampWeights = weights(ramp)
         for k in 0..<ramp {
-            let u = weight(k, ramp)
+            let u = rampWeights[k]
             out[k] = lead[k] * (1 - u) + out[k] * u
         }
         return out

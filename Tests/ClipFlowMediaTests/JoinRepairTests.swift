@@ -177,6 +177,20 @@ final class EdgeRepairTests: XCTestCase {
         range.dropFirst().dropLast().map { abs(x[$0 - 1] - 2 * x[$0] + x[$0 + 1]) }.max() ?? 0
     }
 
+    /// The crossfade weights, worked out by turning a vector step by step, stay within a Float's
+    /// rounding of the raised cosine.
+    func testCrossfadeWeightsAreTheRaisedCosine() {
+        for n in [1, 7, 31, 32, 33, 120, 1_000, 7_680] {
+            let w = EdgeRepair.weights(n)
+            XCTAssertEqual(w.count, n)
+            for k in 0..<n {
+                let angle = Double.pi * (Double(k) + 0.5) / Double(n)
+                let exact = 0.5 - 0.5 * cos(angle)
+                XCTAssertEqual(Double(w[k]), exact, accuracy: 1e-7, "n \(n), k \(k)")
+            }
+        }
+    }
+
     func testACleanJoinIsLeftUntouchedBitForBit() {
         let x = sine(20000)
         var channels = [x, x.map { $0 * 0.5 }]

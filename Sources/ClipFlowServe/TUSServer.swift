@@ -50,6 +50,20 @@ actor UploadLocks {
     private var busy: Set<String> = []
     func acquire(_ id: String) -> Bool { busy.insert(id).inserted }
     func release(_ id: String) { busy.remove(id) }
+
+    /// Runs `body` holding upload `id`, released however `body` ends; nil, without running it,
+    /// when another request holds the upload.
+    nonisolated func holding<T: Sendable>(_ id: String, _ body: () async throws -> T) async throws -> T? {
+        guard await acquire(id) else { return nil }
+        do {
+            let result = try await body()
+            await release(id)
+            return result
+        } catch {
+            await release(id)
+            throw error
+        }
+    }
 }
 
 /// A TUS 1.0.0 server (https://tus.io/protocols/resumable-upload): core protocol plus creation,
@@ -194,30 +208,26 @@ public final class TUSServer: Sendable {
             throw TUSRefusal(.unsupportedMediaType, "Content-Type: expected application/offset+octet-stream")
         }
         guard let text = request.headers[.uploadOffset], let offset = Int64(text) else { throw TUSRefusal(.badRequest, "Upload-Offset: expected a number") }
-        guard await locks.acquire(id) else { throw TUSRefusal(.locked, "upload \(id) is receiving another PATCH") }
-        let row: UploadRow
-        do {
+        let received = try await locks.holding(id) {
             let current = try await existing(id)
             guard offset == current.offset else {
                 throw TUSRefusal(.conflict, "Upload-Offset \(offset) does not match the upload's offset \(current.offset)")
             }
-            row = try await receive(request, into: current)
-        } catch {
-            await locks.release(id)
-            throw error
+            return try await receive(request, into: current)
         }
-        await locks.release(id)
+        guard let row = received else { throw TUSRefusal(.locked, "upload \(id) is receiving another PATCH") }
         if row.isComplete { await completed(row) }
         return Response(status: .noContent, headers: headers([(.uploadOffset, String(row.offset))] + expiresHeader(row)))
     }
 
     private func terminate(_ request: Request, id: String) async throws -> Response {
         try requireTUS(request)
-        guard await locks.acquire(id) else { throw TUSRefusal(.locked, "upload \(id) is receiving a PATCH") }
-        defer { Task { await locks.release(id) } }
-        _ = try await existing(id)
-        try await database.delete(id)
-        try await files.remove(id)
+        let removed: Void? = try await locks.holding(id) {
+            _ = try await existing(id)
+            try await database.delete(id)
+            try await files.remove(id)
+        }
+        guard removed != nil else { throw TUSRefusal(.locked, "upload \(id) is receiving a PATCH") }
         return Response(status: .noContent, headers: headers())
     }
 
@@ -280,10 +290,12 @@ public final class TUSServer: Sendable {
     @discardableResult
     func sweep(now: Double = Date().timeIntervalSince1970) async throws -> Int {
         let gone = try await database.expired(before: now)
-        for row in gone where await locks.acquire(row.id) {
-            try await database.delete(row.id)
-            try await files.remove(row.id)
-            await locks.release(row.id)
+        for row in gone {
+            // One receiving a PATCH right now is left for the next sweep.
+            _ = try await locks.holding(row.id) {
+                try await database.delete(row.id)
+                try await files.remove(row.id)
+            }
         }
         return gone.count
     }

@@ -23,9 +23,9 @@ final class PostgresStore: ServeStore {
         }
         let database = String(c.path.dropFirst())
         display = "postgres://\(user)@\(host):\(c.port ?? 5432)/\(database)"
-        let loopback = host == "localhost" || host.hasPrefix("127.") || host == "::1"
         let sslmode = c.queryItems?.first { $0.name == "sslmode" }?.value
-        let tls: PostgresClient.Configuration.TLS = sslmode == "disable" || (sslmode == nil && loopback) ? .disable : .prefer(.makeClientConfiguration())
+        let plain = sslmode == "disable" || (sslmode == nil && ServeOptions.isLoopback(host))
+        let tls: PostgresClient.Configuration.TLS = plain ? .disable : .prefer(.makeClientConfiguration())
         var config = PostgresClient.Configuration(
             host: host, port: c.port ?? 5432, username: user, password: c.password, database: database.isEmpty ? nil : database, tls: tls)
         config.options.maximumConnections = 8

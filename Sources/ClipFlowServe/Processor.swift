@@ -84,7 +84,7 @@ final class Processor: Sendable {
             let folder = media.appendingPathComponent(String(job.videoID))
             try? FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             removeUnpublished(in: folder, keeping: video.published)
-            let info = try await blocking { try Transcoder.probe(input) }
+            let info = try await work.perform { try Transcoder.probe(input) }
             video.duration = info.duration
             try await database.update(video)
             let attempt = "a\(job.attempts)"
@@ -126,13 +126,9 @@ final class Processor: Sendable {
     /// One ladder of `input` (feed profile) into `output`, off Swift's cooperative threads.
     private func ladder(_ id: Int64, _ input: String, _ choice: LadderChoice, into output: URL) async throws {
         let sink = ProgressSink { [self] fraction in self.progress.withLock { $0[id] = fraction } }
-        _ = try await blocking {
+        _ = try await work.perform {
             try HLSLadder(output: output.path, ladder: choice, schedule: .feed).run(inputs: [input], events: sink)
         }
-    }
-
-    private func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { c in work.async { c.resume(with: Result { try body() }) } }
     }
 
     /// Everything in a video's media folder but the published ladder (earlier or unfinished ones).

@@ -53,6 +53,12 @@ final class Tokens: Sendable {
         return check(b, kind: "access", subject: "api", now: now)
     }
 
+    /// Whether `text` is the API key (compared in constant time).
+    func isAPIKey(_ text: String) -> Bool {
+        guard let key = apiKey else { return false }
+        return constantTimeEqual(text, key)
+    }
+
     func checkUpload(_ token: String?, video: Int64, now: Double = Date().timeIntervalSince1970) -> Check {
         guard let t = token else { return .wrong }
         return check(t, kind: "upload", subject: String(video), now: now)

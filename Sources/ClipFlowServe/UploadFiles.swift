@@ -18,15 +18,10 @@ final class UploadFiles: Sendable {
 
     func path(_ id: String) -> String { folder.appendingPathComponent(id).path }
 
-    /// Runs `body` on the file queue.
-    func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { c in io.async { c.resume(with: Result { try body() }) } }
-    }
-
     /// An empty file for a new upload.
     func create(_ id: String) async throws {
         let p = path(id)
-        try await run {
+        try await io.perform {
             let fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             guard fd >= 0 else { throw ClipFlowError.output("cannot create an upload file: \(String(cString: strerror(errno)))") }
             Glibc.close(fd)
@@ -36,7 +31,7 @@ final class UploadFiles: Sendable {
     /// The upload's file open for writing (close it with `close`).
     func openForWriting(_ id: String) async throws -> Int32 {
         let p = path(id)
-        return try await run {
+        return try await io.perform {
             let fd = open(p, O_WRONLY | O_CLOEXEC)
             guard fd >= 0 else { throw ClipFlowError.output("cannot open an upload file: \(String(cString: strerror(errno)))") }
             return fd
@@ -46,7 +41,7 @@ final class UploadFiles: Sendable {
     /// Writes `bytes` at `offset` (all of them), and starts writing them back to the disk without
     /// waiting (sync_file_range), so that the fsync that records them finds little left to do.
     func write(_ fd: Int32, _ bytes: [UInt8], at offset: Int64) async throws {
-        try await run {
+        try await io.perform {
             defer { startWriteBack(fd, offset, Int64(bytes.count)) }
             try bytes.withUnsafeBytes { raw in
                 var done = 0
@@ -62,30 +57,34 @@ final class UploadFiles: Sendable {
 
     /// Makes what was written so far durable.
     func sync(_ fd: Int32) async throws {
-        try await run {
-            guard fsync(fd) == 0 else { throw ClipFlowError.output("cannot make an upload durable: \(String(cString: strerror(errno)))") }
-        }
+        try await io.perform { try Self.makeDurable(fd) }
     }
 
     /// Makes what was written durable, then closes.
     func syncAndClose(_ fd: Int32) async throws {
-        try await run {
+        try await io.perform {
             defer { Glibc.close(fd) }
-            guard fsync(fd) == 0 else { throw ClipFlowError.output("cannot make an upload durable: \(String(cString: strerror(errno)))") }
+            try Self.makeDurable(fd)
         }
     }
 
     func close(_ fd: Int32) { Glibc.close(fd) }
 
-    /// Cuts the file to `length` bytes (what the database says was received).
-    func truncate(_ id: String, to length: Int64) async throws {
-        let p = path(id)
-        try await run { _ = Glibc.truncate(p, off_t(length)) }
-    }
-
     func remove(_ id: String) async throws {
         let p = path(id)
-        try await run { _ = unlink(p) }
+        try await io.perform { _ = unlink(p) }
+    }
+
+    private static func makeDurable(_ fd: Int32) throws {
+        guard fsync(fd) == 0 else { throw ClipFlowError.output("cannot make an upload durable: \(String(cString: strerror(errno)))") }
+    }
+}
+
+extension DispatchQueue {
+    /// Runs blocking `body` on this queue and waits for it without holding a thread of Swift's
+    /// cooperative pool or an event loop.
+    func perform<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { c in async { c.resume(with: Result { try body() }) } }
     }
 }
 

@@ -28,6 +28,11 @@ public struct ClipInfo: Sendable {
         /// Clockwise turn a player applies when showing the picture (0, 90, 180, 270).
         public var rotation: Int
         public var sampleAspect: Rational
+        /// Average pictures per second (0 for a track without duration).
+        public var frameRate: Double {
+            let seconds = Double(duration) * Double(timeBase.num) / Double(timeBase.den)
+            return seconds > 0 ? Double(packets) / seconds : 0
+        }
     }
     public struct Audio: Sendable {
         public var streamIndex: Int
@@ -213,6 +218,13 @@ public enum ClipProbe {
             try checkIndex(dmx.indexStats(ai), against: atrack, kind: "audio", timeBase: dmx.stream(ai).pointee.time_base, path: path)
         }
         guard vstats.count > 0 else { throw ClipFlowError.badInput("input '\(path)': the video track has no frames") }
+        // Pictures an edit list hides must be decoded but not shown; a track of joined clips has
+        // one edit list, so they would be shown. Said plainly; `--conform` re-encodes such a clip.
+        if vstats.hidden > 0 {
+            throw ClipFlowError.badInput(
+                "input '\(path)': its edit list hides its first \(vstats.hidden) picture\(vstats.hidden == 1 ? "" : "s") (decoded from the keyframe before a cut, as `ffmpeg -ss T -c copy` writes when T is not a keyframe), which a join by copy would show; --conform re-encodes this clip, or cut it on a keyframe"
+            )
+        }
         // Truncation: the sample tables point past the end of the file.
         var dataEnd = vstats.endOfData
         if let ai = audioIdx { dataEnd = max(dataEnd, dmx.indexStats(ai).endOfData) }
@@ -262,14 +274,22 @@ public enum ClipProbe {
             let atb = ast.time_base
             var astart = ast.start_time
             if astart == FF.noPTS { astart = 0 }
-            let adur = ast.duration
+            var adur = ast.duration
             let extra = bytes(apar.extradata, Int(apar.extradata_size))
             let objectType = extra.isEmpty ? 0 : Int(extra[0] >> 3)
             let sr = apar.sample_rate
             let primingTB = astats.count > 0 ? astart - astats.firstTimestamp : 0
             let priming = rescale(primingTB, atb, AVRational(num: 1, den: sr))
             if objectType == 2 { try track(of: ai, kind: "audio").checkAACFrames(sampleRate: sr, path: path) }
-            let audible = rescale(adur, atb, AVRational(num: 1, den: sr))
+            var audible = rescale(adur, atb, AVRational(num: 1, den: sr))
+            // An edit list's duration is in the movie's timescale (the ffmpeg CLI: milliseconds),
+            // so a `-c copy` cut's edit may claim up to a tick more than its frames hold: less
+            // than a frame over is that rounding, and the audio ends with its last frame.
+            let held = Int64(astats.count) * AudioJoinPlan.frameSize - max(0, priming)
+            if astats.count > 0, adur > 0, audible > held, audible - held < AudioJoinPlan.frameSize {
+                audible = held
+                adur = rescale(held, AVRational(num: 1, den: sr), atb)
+            }
             if astats.count > 0 && adur > 0 && max(0, priming) + audible > Int64(astats.count) * AudioJoinPlan.frameSize {
                 throw ClipFlowError.badInput(
                     "input '\(path)': its audio edit list (elst) makes \(audible) samples audible after \(priming) of priming, but its \(astats.count) AAC frames hold \(Int64(astats.count) * AudioJoinPlan.frameSize)"

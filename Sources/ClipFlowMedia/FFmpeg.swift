@@ -204,6 +204,9 @@ final class Demuxer: @unchecked Sendable {
         var endOfData: Int64 = 0  // max(pos + size)
         var firstTimestamp: Int64 = 0
         var durationRuns = 0  // number of runs of equal dts deltas
+        /// Samples the track's edit list hides (decoded but not shown: a `-c copy` cut between
+        /// keyframes starts at the keyframe before the cut).
+        var hidden = 0
     }
 
     /// Calls `body(position, size)` for every entry of a stream's index (its sample table).
@@ -230,6 +233,7 @@ final class Demuxer: @unchecked Sendable {
             s.bytes += size
             s.endOfData = max(s.endOfData, e.pointee.pos + size)
             if (e.pointee.flags & AVINDEX_KEYFRAME) != 0 { s.keyframes += 1 }
+            if (e.pointee.flags & AVINDEX_DISCARD_FRAME) != 0 { s.hidden += 1 }
             if k == 0 {
                 s.firstTimestamp = e.pointee.timestamp
             } else {

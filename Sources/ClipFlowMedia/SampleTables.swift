@@ -199,24 +199,49 @@ struct SampleTables {
         }
     }
 
-    /// For AAC LC audio: every frame but the last lasts 1024 samples at `sampleRate`, as the join
-    /// arithmetic assumes (`AudioJoinPlan`).
+    /// For AAC LC audio, whose frames are 1024 samples each by the codec's rules: the table's
+    /// times must be those frames' times, to within timestamp jitter.
+    ///
+    /// Jitter is not damage. Muxers that take sample durations from packet timestamps (the ffmpeg
+    /// CLI re-encoding a source whose timestamps are coarser than a sample: MKV with PCM, WebM
+    /// with Opus, `-ss`/`-t` cuts) write durations such as 1014-1039 around 1024, while the
+    /// frames stay back to back; players and the merge (which places frames by index) ignore it.
+    /// Damage is a table whose times drift away from the frames': frame k's decode time more
+    /// than half a frame from k x 1024 samples (a timescale or durations that are simply wrong),
+    /// where a frame's time lands nearer another frame's slot. The last frame's duration is free
+    /// (it may be cut short).
     func checkAACFrames(sampleRate: Int32, path: String) throws {
-        guard sampleRate > 0 else { return }
+        guard sampleRate > 0, timescale > 0 else { return }
+        let rate = Int128(sampleRate), scale = Int128(timescale)
+        let frames = UInt64(sampleSizes.count)
+        // Drift is kept in samples x timescale (table units x rate): exact, and with 128 bits no
+        // table can overflow it.
+        let frame = 1024 * scale
+        let jitter = 64 * scale  // within this (1/16 frame) the table is back on the frames' grid
         var k: UInt64 = 0
-        let samples = UInt64(sampleSizes.count)
-        for run in timeToSample {
-            // delta * sampleRate / timescale must be 1024 to within one tick (a timescale that is
-            // not a multiple of the rate, e.g. 90 kHz for 44.1 kHz, alternates neighbouring deltas).
-            let error = Int64(run.delta) * Int64(sampleRate) - 1024 * Int64(timescale)
-            if run.count > 0, k + UInt64(run.count) < samples || run.count > 1, error.magnitude >= UInt64(sampleRate) {
-                throw ClipFlowError.badInput(
-                    String(
-                        format:
-                            "input '%@': audio time-to-sample table (stts) gives AAC frame %llu a duration of %u units at timescale %u (%.1f samples); an AAC frame lasts 1024",
-                        path, k + 1, run.delta, timescale, Double(run.delta) * Double(sampleRate) / Double(timescale)))
+        var time: Int128 = 0  // decode time of frame k + 1, in table units
+        // The first frame whose duration is off since the table was last on the grid: where a
+        // run of wrong durations starts, named in the message.
+        var firstOff: (frame: UInt64, delta: UInt32)? = nil
+        for run in timeToSample where run.count > 0 {
+            let off = (Int128(run.delta) * rate - frame).magnitude >= rate.magnitude
+            for _ in 0..<run.count {
+                if k + 1 >= frames { return }  // the last frame's duration is free
+                if off && firstOff == nil { firstOff = (k + 1, run.delta) }
+                time += Int128(run.delta)
+                k += 1
+                let drift = time * rate - Int128(k) * frame
+                if drift.magnitude <= jitter.magnitude { firstOff = nil }
+                if drift.magnitude * 2 > frame.magnitude {
+                    let culprit = firstOff ?? (k, run.delta)
+                    throw ClipFlowError.badInput(
+                        String(
+                            format:
+                                "input '%@': audio time-to-sample table (stts) gives AAC frame %llu a duration of %u units at timescale %u (%.1f samples); by frame %llu its times are %.0f samples away from the frames' (an AAC frame lasts 1024 samples; timestamp jitter stays within half a frame)",
+                            path, culprit.frame, culprit.delta, timescale, Double(culprit.delta) * Double(rate) / Double(scale), k + 1,
+                            Double(drift) / Double(scale)))
+                }
             }
-            k += UInt64(run.count)
         }
     }
 

@@ -58,6 +58,39 @@ final class DamagedClipTests: XCTestCase {
             says: { _ in "audio sample-to-chunk table (stsc) places" })
     ]
 
+    /// AAC durations that are timestamps (jitter around 1024, as the ffmpeg CLI writes them) are
+    /// accepted; a table whose times drift more than half a frame from the frames' is refused,
+    /// naming the frame where the drift left the jitter's range (1/16 frame) for good.
+    func testAACDurationJitterIsAcceptedAndDriftRefused() throws {
+        func tables(_ durations: [UInt32], timescale: UInt32) -> SampleTables {
+            var t = SampleTables()
+            t.timescale = timescale
+            t.timeToSample = durations.map { SampleTables.TimeRun(count: 1, delta: $0) }
+            t.sampleSizes = Array(repeating: 300, count: durations.count)
+            return t
+        }
+        let jittered48 = (0..<120).map { [1016, 1024, 1032][$0 % 3] as UInt32 }
+        // Milliseconds: frame k at round(k x 1024 / 44.1) ms.
+        func millisecond(_ k: Int) -> Double { (Double(k) * 1024 / 44.1).rounded() }
+        let jittered44 = (0..<120).map { UInt32(millisecond($0 + 1) - millisecond($0)) }
+        XCTAssertNoThrow(try tables(jittered48, timescale: 48000).checkAACFrames(sampleRate: 48000, path: "a.mp4"))
+        XCTAssertNoThrow(try tables(jittered44, timescale: 1000).checkAACFrames(sampleRate: 44100, path: "a.mp4"), "millisecond timestamps")
+        XCTAssertNoThrow(try tables([1024, 1024, 1024, 300], timescale: 48000).checkAACFrames(sampleRate: 48000, path: "a.mp4"), "a short last frame")
+        let refused: [(String, [UInt32], String)] = [
+            (
+                "every frame 1040", Array(repeating: 1040, count: 100),
+                "gives AAC frame 5 a duration of 1040 units at timescale 48000 (1040.0 samples); by frame 34 its times are 528 samples away"
+            ),
+            ("one frame twice as long", [1024, 1024, 2048, 1024, 1024], "gives AAC frame 3 a duration of 2048 units"),
+            ("jitter, then half frames", jittered48 + Array(repeating: 512, count: 4), "gives AAC frame 121 a duration of 512 units")
+        ]
+        for (what, durations, says) in refused {
+            XCTAssertThrowsError(try tables(durations, timescale: 48000).checkAACFrames(sampleRate: 48000, path: "a.mp4"), what) { e in
+                XCTAssertTrue("\(e)".contains("input 'a.mp4': audio time-to-sample table (stts) \(says)"), "\(what): \(e)")
+            }
+        }
+    }
+
     func testDamagedSampleTablesAreRefusedNamingTheFileAndTheTableInEitherOrder() throws {
         let good = try fx.toneClip(1, seconds: 1)
         let source = try fx.toneClip(0, seconds: 1)

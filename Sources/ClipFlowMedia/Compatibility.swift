@@ -8,39 +8,50 @@ public enum Compatibility {
     /// `parameterSetsInBand`: H.264/H.265 clips of one size and pixel format may differ in their
     /// parameter sets (the merge then sends them in-band, `MergeOptions.parameterSetsInBand`).
     public static func difference(_ a: ClipInfo, _ b: ClipInfo, parameterSetsInBand: Bool = false) -> String? {
+        differences(a, b, parameterSetsInBand: parameterSetsInBand).first
+    }
+
+    /// Every reason `b` cannot follow `a` in a copy-join, most fundamental first (empty: it can).
+    public static func differences(_ a: ClipInfo, _ b: ClipInfo, parameterSetsInBand: Bool = false) -> [String] {
+        var found: [String] = []
         let va = a.video, vb = b.video
-        if va.codec != vb.codec { return "video codec differs (\(va.codec) vs \(vb.codec))" }
+        if va.codec != vb.codec { found.append("video codec differs (\(va.codec) vs \(vb.codec))") }
         if va.width != vb.width || va.height != vb.height {
-            return "video size differs (\(va.width)x\(va.height) vs \(vb.width)x\(vb.height))"
+            found.append("video size differs (\(va.width)x\(va.height) vs \(vb.width)x\(vb.height))")
         }
-        if let pa = va.pixelFormat, let pb = vb.pixelFormat, pa != pb { return "pixel format differs (\(pa) vs \(pb))" }
-        if va.extradata != vb.extradata {
+        if let pa = va.pixelFormat, let pb = vb.pixelFormat, pa != pb { found.append("pixel format differs (\(pa) vs \(pb))") }
+        if va.codec == vb.codec, va.extradata != vb.extradata {
             let ca = DecoderConfiguration(codec: va.codec, extradata: va.extradata)
             let cb = DecoderConfiguration(codec: vb.codec, extradata: vb.extradata)
             let inBand = parameterSetsInBand && ca != nil && ca?.lengthSize == cb?.lengthSize
-            if !inBand { return videoConfigDifference(codec: va.codec, va.extradata, vb.extradata) }
+            // A size or pixel format of its own implies parameter sets of their own: only a
+            // profile or level is worth naming beside it.
+            let why = videoConfigDifference(codec: va.codec, va.extradata, vb.extradata)
+            if !inBand, found.isEmpty || !why.hasSuffix(") differs") { found.append(why) }
         }
         if va.sampleAspect.num * vb.sampleAspect.den != vb.sampleAspect.num * va.sampleAspect.den,
             va.sampleAspect.num != 0, vb.sampleAspect.num != 0
         {
-            return "pixel aspect ratio differs (\(va.sampleAspect) vs \(vb.sampleAspect))"
+            found.append("pixel aspect ratio differs (\(va.sampleAspect) vs \(vb.sampleAspect))")
         }
         if va.rotation != vb.rotation {
-            return "orientation differs (the first turns the picture \(va.rotation) degrees, the second \(vb.rotation)); join clips recorded the same way up"
+            found.append(
+                "orientation differs (the first turns the picture \(va.rotation) degrees, the second \(vb.rotation)); join clips recorded the same way up")
         }
         switch (a.audio, b.audio) {
-        case (nil, nil): return nil
-        case (.some, nil): return "the second has no audio track while the first has"
-        case (nil, .some): return "the second has an audio track while the first has none"
+        case (nil, nil): break
+        case (.some, nil): found.append("the second has no audio track while the first has")
+        case (nil, .some): found.append("the second has an audio track while the first has none")
         case let (.some(x), .some(y)):
-            if x.sampleRate != y.sampleRate { return "audio sample rate differs (\(x.sampleRate) Hz vs \(y.sampleRate) Hz)" }
-            if x.channels != y.channels { return "audio channel count differs (\(x.channels) vs \(y.channels))" }
+            if x.sampleRate != y.sampleRate { found.append("audio sample rate differs (\(x.sampleRate) Hz vs \(y.sampleRate) Hz)") }
+            if x.channels != y.channels { found.append("audio channel count differs (\(x.channels) vs \(y.channels))") }
             if x.objectType != y.objectType {
-                return "AAC profile differs (\(aacProfileName(x.objectType)) vs \(aacProfileName(y.objectType)))"
+                found.append("AAC profile differs (\(aacProfileName(x.objectType)) vs \(aacProfileName(y.objectType)))")
+            } else if x.extradata != y.extradata, x.sampleRate == y.sampleRate, x.channels == y.channels {
+                found.append("AAC configuration differs (AudioSpecificConfig \(hex(x.extradata)) vs \(hex(y.extradata)))")
             }
-            if x.extradata != y.extradata { return "AAC configuration differs (AudioSpecificConfig \(hex(x.extradata)) vs \(hex(y.extradata)))" }
-            return nil
         }
+        return found
     }
 
     /// Checks a whole list in order; throws naming both files and the parameter.

@@ -14,8 +14,11 @@ public struct ConformPlan: Sendable {
     public struct Clip: Sendable {
         public var path: String
         public var action: Action
-        /// Which parameter differs from the target (nil for a plain copy).
+        /// Which parameter differs from the target that decides the action (nil for a plain copy).
         public var reason: String?
+        /// Every way the clip differs from the target (size, orientation, frame rate, audio,
+        /// codec, parameter sets), the deciding one first; empty when it is the target's format.
+        public var differences: [String] = []
         public var seconds: Double
         /// Rough seconds of work (copies: reading; re-encodes: decoding and encoding).
         public var estimate: Double
@@ -96,19 +99,23 @@ public struct ConformPlan: Sendable {
                 let why =
                     s.container.contains("mp4") || s.container.contains("mov")
                     ? (e as? ClipFlowError)?.message ?? "\(e)" : "a \(s.container) file (only MP4/MOV clips are copied)"
-                clips.append(Clip(path: s.path, action: .reencode, reason: why, seconds: s.duration, estimate: reencodeSeconds(s)))
+                clips.append(Clip(path: s.path, action: .reencode, reason: why, differences: [why], seconds: s.duration, estimate: reencodeSeconds(s)))
             case .success(let c):
                 let copied = Double(c.mediaBytes) / 1e9
+                let differences = Compatibility.differences(best, c) + frameRateDifference(best, c)
                 switch joins(best, c) {
                 case .copy?:
-                    clips.append(Clip(path: c.path, action: .copy, reason: nil, seconds: c.videoSeconds, estimate: copied))
+                    clips.append(Clip(path: c.path, action: .copy, reason: nil, differences: differences, seconds: c.videoSeconds, estimate: copied))
                 case .harmonise?:
-                    let why = Compatibility.difference(best, c) ?? "parameter sets differ"
-                    clips.append(Clip(path: c.path, action: .harmonise, reason: why, seconds: c.videoSeconds, estimate: copied))
+                    let why = differences.first ?? "parameter sets differ"
+                    clips.append(
+                        Clip(path: c.path, action: .harmonise, reason: why, differences: differences, seconds: c.videoSeconds, estimate: copied))
                 default:
                     let s = try source(i)
                     clips.append(
-                        Clip(path: c.path, action: .reencode, reason: Compatibility.difference(best, c), seconds: s.duration, estimate: reencodeSeconds(s)))
+                        Clip(
+                            path: c.path, action: .reencode, reason: differences.first, differences: differences, seconds: s.duration,
+                            estimate: reencodeSeconds(s)))
                 }
             }
         }
@@ -125,6 +132,16 @@ public struct ConformPlan: Sendable {
         return ka == kb
     }
 
+    /// The frame rates, where they differ by more than 1 %: copies keep their own timing, a
+    /// re-encode takes the target's rate.
+    static func frameRateDifference(_ target: ClipInfo, _ c: ClipInfo) -> [String] {
+        let a = target.video.frameRate, b = c.video.frameRate
+        guard a > 0, b > 0, abs(a - b) > 0.01 * a else { return [] }
+        return ["frame rate differs (\(fps(a)) vs \(fps(b)) fps)"]
+    }
+
+    static func fps(_ r: Double) -> String { abs(r - r.rounded()) < 0.005 ? String(Int(r.rounded())) : String(format: "%.2f", r) }
+
     /// A rough time to decode and re-encode (x264 veryfast, 2 cores: about 6x real time at 720p30).
     static func reencodeSeconds(_ s: SourceInfo) -> Double {
         let pixels = Double(s.video.width * s.video.height) * (s.video.frameRate ?? 30)
@@ -138,7 +155,30 @@ public struct ConformPlan: Sendable {
         }.joined(separator: "\n")
     }
 
-    /// The plan as JSON (`merge --conform --plan`).
+    /// The plan as a person reads it on a terminal (`merge --conform --plan`): the target, then
+    /// each clip's action and every way it differs from the target.
+    public var table: String {
+        let v = target.video
+        var t = "target: \(target.path)\n  \(v.codec)"
+        if let p = AVCConfiguration(v.extradata).map({ Compatibility.h264Profile($0.profile) }) ?? v.profile { t += " \(p)" }
+        t += " \(v.width)x\(v.height) \(targetSource.video.pixelFormat), \(Self.fps(targetFrameRate)) fps"
+        if v.rotation != 0 { t += ", turned \(v.rotation) degrees" }
+        if let a = target.audio { t += "; audio \(a.sampleRate) Hz, \(a.channels) channel\(a.channels == 1 ? "" : "s")" }
+        if let p = preset { t += "; preset \(p.name)" }
+        t += "\n\n"
+        let width = max(6, clips.map(\.action.rawValue.count).max() ?? 0)
+        for (i, c) in clips.enumerated() {
+            let action = c.action.rawValue.padding(toLength: width, withPad: " ", startingAt: 0)
+            t += String(format: "%3d  %@  %7.2f s  %@\n", i + 1, action, c.seconds, c.path)
+            for d in c.differences { t += "     \(String(repeating: " ", count: width))  \(String(repeating: " ", count: 9))  - \(d)\n" }
+        }
+        t += String(
+            format: "\nestimated work: %.1f s (%d copied, %d copied with their own parameter sets, %d re-encoded)",
+            clips.reduce(0.0) { $0 + $1.estimate }, clips.filter { $0.action == .copy }.count, harmonised.count, reencoded.count)
+        return t
+    }
+
+    /// The plan as JSON (`merge --conform --plan --events json`).
     public var json: String {
         let v = target.video
         var targetFields: [(key: String, value: JSONNode)] = [
@@ -158,6 +198,7 @@ public struct ConformPlan: Sendable {
                 (key: "path", value: JSONNode(.string(c.path))), (key: "action", value: JSONNode(.string(c.action.rawValue)))
             ]
             if let r = c.reason { f.append((key: "reason", value: JSONNode(.string(r)))) }
+            f.append((key: "differences", value: JSONNode(.array(c.differences.map { JSONNode(.string($0)) }))))
             f.append((key: "seconds", value: JSONNode(.number((c.seconds * 1000).rounded() / 1000))))
             f.append((key: "estimated_work_seconds", value: JSONNode(.number((c.estimate * 100).rounded() / 100))))
             return JSONNode(.object(f))

@@ -131,6 +131,7 @@ public final class MergeStage: Stage {
         guard !clips.isEmpty else { throw ClipFlowError.badInput("no clips reached the merge") }
         var options = MergeOptions(output: URL(fileURLWithPath: output), rotate: rotate)
         options.moovReserveOverride = moovReserveOverride
+        var merged: [FileOrigin] = []
         do {
             let r: MergeResult
             if conform {
@@ -149,14 +150,18 @@ public final class MergeStage: Stage {
             context.emit(
                 .result([
                     .init("clips", .integer(Int64(r.clips))), .init("video_frames", .integer(Int64(r.videoFrames))), .init("bytes", .integer(r.bytes)),
-                    .init("rotation", .integer(Int64(r.rotation)))
+                    .init("rotation", .integer(Int64(r.rotation))), .init("own_parameter_sets", .integer(Int64(r.ownParameterSets)))
                 ]))
             context.emit(.notice("merged \(r.clips) clips, \(r.videoFrames) video frames, \(r.bytes) bytes"))
+            merged = r.sources
         } catch let e as ClipFlowError where e.kind == .interrupted && context.stopRequested && !context.cancellation.isCancelled {
             context.emit(.notice("stopped during the merge; no output written"))
             return
         }
-        context.push(.file(output, type: .video))
+        // The clips travel with the video, so that a later stage blames the clip a problem is in.
+        var item = Item.file(output, type: .video)
+        item.origins = merged
+        context.push(item)
     }
 }
 
@@ -208,7 +213,7 @@ public final class ThumbnailStage: Stage {
         guard let video = item.path else { return .ok }
         let dir = (output as NSString).deletingLastPathComponent
         if !dir.isEmpty { try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
-        let r = try Thumbnailer(path: video, cancel: cancelFlag).write(to: URL(fileURLWithPath: output), limit: size)
+        let r = try Thumbnailer(path: video, sources: item.origins, cancel: cancelFlag).write(to: URL(fileURLWithPath: output), limit: size)
         context.emit(.output(path: output))
         context.emit(.result([.init("width", .integer(Int64(r.width))), .init("height", .integer(Int64(r.height))), .init("time", .number(r.time))]))
         context.emit(.notice("cover \(r.width)x\(r.height) from \(String(format: "%.2f", r.time)) s"))

@@ -13,8 +13,10 @@ public struct MergeOptions: Sendable {
     public var moovReserveOverride: Int? = nil
     /// H.264/H.265 clips whose parameter sets differ are joined too: each clip whose sets differ
     /// from the clip before it carries them in front of its first keyframe, and an H.264 track
-    /// declares the highest level of all (`merge --conform`: clips that differ only in level or
-    /// VUI timing, and clips re-encoded to join the others).
+    /// declares the highest level of all (`merge --conform`: clips re-encoded to join the
+    /// others). Without it, sets are still sent in band where clips differ only where decoding
+    /// does not look (H.264 level and VUI: `ConformPlan.harmonisable`); other differences are
+    /// refused.
     public var parameterSetsInBand = false
     public init(output: URL, rotate: Int = 0) {
         self.output = output
@@ -37,7 +39,10 @@ public struct MergeResult: Sendable {
     public var moovUsed: Int?
     public var usedSecondPass: Bool
     /// Where each clip's pictures are in the output (for messages about the output's content).
-    public var sources: [Thumbnailer.Source] = []
+    public var sources: [FileOrigin] = []
+    /// Clips that carried their own parameter sets in band (their sets differ from the clip
+    /// before them).
+    public var ownParameterSets = 0
 }
 
 /// Joins MP4/MOV clips into one fast-start MP4 by packet copy (see `AudioJoinPlan` for audio).
@@ -82,27 +87,25 @@ public final class Merger {
             probed.set(i, cancel.isCancelled ? .failure(ClipFlowError.interrupted) : Result { try ClipProbe.probe(inputs[i]) })
         }
         let clips = try probed.all()
-        do { try Compatibility.check(clips, parameterSetsInBand: options.parameterSetsInBand) } catch let e as ClipFlowError where !options.parameterSetsInBand
-        {
-            // Say what `--conform` would do instead.
-            guard let plan = try? ConformPlan.make(inputs) else { throw e }
-            var would: [String] = []
-            let re = plan.reencoded.map { "\($0 + 1) (\(plan.clips[$0].path))" }
-            let ha = plan.harmonised.map { "\($0 + 1) (\(plan.clips[$0].path))" }
-            if !re.isEmpty { would.append("re-encode clip\(re.count == 1 ? "" : "s") \(re.joined(separator: ", "))") }
-            if !ha.isEmpty { would.append("copy clip\(ha.count == 1 ? "" : "s") \(ha.joined(separator: ", ")) after harmonising parameter sets") }
-            if would.isEmpty { throw e }
-            throw ClipFlowError(e.kind, e.message + "; --conform would " + would.joined(separator: " and ") + " (--conform --plan shows why)")
+        var inBand = options.parameterSetsInBand
+        do { try Compatibility.check(clips, parameterSetsInBand: inBand) } catch let e as ClipFlowError where !inBand {
+            // Sets that differ only where decoding does not look (level, VUI) are copied as they
+            // are, each clip's in front of its first picture: lossless, no `--conform` needed.
+            if clips.dropFirst().allSatisfy({ Compatibility.difference(clips[0], $0) == nil || ConformPlan.harmonisable(clips[0], $0) }) {
+                inBand = true
+            } else {
+                try Self.refuse(e, inputs)
+            }
         }
         let layout = try Layout(clips: clips, rotate: options.rotate)
 
         let out = try AtomicOutput(target: options.output, label: "output")
         var result: MergeResult
         do {
-            result = try mux(layout: layout, to: out.temporary.path, onePass: true)
+            result = try mux(layout: layout, to: out.temporary.path, onePass: true, parameterSetsInBand: inBand)
         } catch let e as MoovTooSmall {
             progress.notice("reserved \(e.reserved) bytes for the index but it needed more; writing fast start in a second pass")
-            result = try mux(layout: layout, to: out.temporary.path, onePass: false)
+            result = try mux(layout: layout, to: out.temporary.path, onePass: false, parameterSetsInBand: inBand)
         }
         let boxes = try MP4Boxes.topLevel(path: out.temporary.path)
         guard MP4Boxes.isFastStart(boxes) else {
@@ -114,6 +117,18 @@ public final class Merger {
         try out.commit()
         result.output = options.output
         return result
+    }
+
+    /// Rethrows `e` (clips that cannot be joined by copy) saying what `--conform` would do instead.
+    private static func refuse(_ e: ClipFlowError, _ inputs: [String]) throws -> Never {
+        guard let plan = try? ConformPlan.make(inputs) else { throw e }
+        var would: [String] = []
+        let re = plan.reencoded.map { "\($0 + 1) (\(plan.clips[$0].path))" }
+        let ha = plan.harmonised.map { "\($0 + 1) (\(plan.clips[$0].path))" }
+        if !re.isEmpty { would.append("re-encode clip\(re.count == 1 ? "" : "s") \(re.joined(separator: ", "))") }
+        if !ha.isEmpty { would.append("copy clip\(ha.count == 1 ? "" : "s") \(ha.joined(separator: ", ")) after harmonising parameter sets") }
+        if would.isEmpty { throw e }
+        throw ClipFlowError(e.kind, e.message + "; --conform would " + would.joined(separator: " and ") + " (--conform --plan shows why)")
     }
 
     struct MoovTooSmall: Error { let reserved: Int }
@@ -153,7 +168,7 @@ public final class Merger {
         }
     }
 
-    private func mux(layout: Layout, to path: String, onePass: Bool) throws -> MergeResult {
+    private func mux(layout: Layout, to path: String, onePass: Bool, parameterSetsInBand: Bool) throws -> MergeResult {
         let clips = layout.clips
         let first = clips[0]
         let total = clips.reduce(Int64(0)) { $0 + $1.mediaBytes }
@@ -195,7 +210,7 @@ public final class Merger {
         // In-band parameter sets: the sample entry declares the first clip's sets (H.264: at the
         // highest level of all); a clip whose sets differ from its predecessor's sends its own.
         var inBand: [Int: [UInt8]] = [:]
-        if options.parameterSetsInBand {
+        if parameterSetsInBand {
             if let c0 = AVCConfiguration(first.video.extradata), first.video.codec == "h264" {
                 let level = clips.compactMap { AVCConfiguration($0.video.extradata)?.level }.max() ?? c0.level
                 try vst.pointee.codecpar.setExtradata(c0.withLevel(level).bytes)
@@ -204,6 +219,7 @@ public final class Merger {
                 if let c = DecoderConfiguration(codec: clips[i].video.codec, extradata: clips[i].video.extradata) { inBand[i] = c.inBandPrefix }
             }
         }
+        let ownParameterSets = inBand.count
         var ast: UnsafeMutablePointer<AVStream>? = nil
         if layout.audio != nil { ast = try mux.addStream(copying: first, video: false) }
 
@@ -371,9 +387,9 @@ public final class Merger {
             rotation: layout.rotation, bytes: bytes, moovReserved: reserve, moovUsed: nil,
             usedSecondPass: !onePass,
             sources: clips.indices.map { i in
-                Thumbnailer.Source(
+                FileOrigin(
                     path: clips[i].path, start: Double(layout.starts[i]) * layout.videoTB.double,
                     end: Double(i + 1 < clips.count ? layout.starts[i + 1] : layout.videoEnd) * layout.videoTB.double)
-            })
+            }, ownParameterSets: ownParameterSets)
     }
 }

@@ -34,22 +34,12 @@ func evenSize(_ v: Double) -> Int { max(2, Int((v / 2).rounded()) * 2) }
 public final class Thumbnailer {
     public struct Result: Sendable { public var width: Int; public var height: Int; public var time: Double }
 
-    /// A stretch of the video that came from one clip (a merge's input), so that a picture that
-    /// cannot be decoded is blamed on the clip it came from rather than on the merged file.
-    public struct Source: Sendable, Equatable {
-        public var path: String
-        /// Where the clip starts and ends in the video (seconds from the video's start).
-        public var start: Double
-        public var end: Double
-        public init(path: String, start: Double, end: Double) { self.path = path; self.start = start; self.end = end }
-    }
-
     let path: String
-    let sources: [Source]
+    let sources: [FileOrigin]
     let cancel: CancellationFlag
 
     /// `sources`: the clips `path` was joined from (`MergeResult.sources`), or none.
-    public init(path: String, sources: [Source] = [], cancel: CancellationFlag = CancellationFlag()) throws {
+    public init(path: String, sources: [FileOrigin] = [], cancel: CancellationFlag = CancellationFlag()) throws {
         try ClipProbe.checkReadableFile(path)
         self.path = path
         self.sources = sources

@@ -62,7 +62,10 @@ struct Merge: ParsableCommand {
     @Option(help: "With --conform: the target format and the re-encodes' settings (see `clipflow presets`).")
     var preset: String?
 
-    @Flag(help: "With --conform: print the plan (each clip: copy, copy-harmonised or re-encode, and why) as JSON; write nothing.")
+    @Flag(
+        help:
+            "With --conform: print the plan (each clip: copy, copy-harmonised or re-encode, and every way it differs) and write nothing; a table, or JSON with --events json."
+    )
     var plan = false
 
     @OptionGroup var flags: OutputFlags
@@ -91,7 +94,10 @@ struct Merge: ParsableCommand {
         // No MediaProcess.tuneAllocator() here: merge allocates nothing per packet (packets point
         // into the mapped clips), so a kept heap would only raise peak RSS.
         if plan {
-            try ErrorReport.run { print(try ConformPlan.make(inputs, preset: preset.flatMap { TranscodePreset.named($0) }).json) }
+            try ErrorReport.run {
+                let made = try ConformPlan.make(inputs, preset: preset.flatMap { TranscodePreset.named($0) })
+                print(flags.events == .json ? made.json : made.table)
+            }
             return
         }
         let door = FrontDoor(flags)
@@ -107,7 +113,7 @@ struct Merge: ParsableCommand {
                     Date().timeIntervalSince(started))
                 if let turn = r["rotation"]?.integer, turn != 0 { line += ", turned \(turn) degrees" }
                 if let n = r["reencoded_clips"]?.integer, n > 0 { line += ", \(n) re-encoded to match" }
-                if let n = r["harmonised_clips"]?.integer, n > 0 { line += ", \(n) with their own parameter sets" }
+                if let n = r["own_parameter_sets"]?.integer, n > 0 { line += ", \(n) with their own parameter sets" }
                 door.say(line)
             }
             if let thumb = thumbnail, let t = door.log.result("thumbnail") {

@@ -100,19 +100,35 @@ final class MergeConformCLITests: XCTestCase {
 
     func clipflow(_ args: [String]) throws -> Run { try Run.run([binary] + args, check: false) }
 
-    func testRefusalSaysWhatConformWouldDoAndThePlanIsJSON() throws {
+    func testRefusalSaysWhatConformWouldDoAndThePlanListsEveryDifference() throws {
         let a = try fx.toneClip(0, seconds: 2, size: "640x360")
-        let b = try fx.toneClip(1, seconds: 2, size: "320x240")
+        let b = try fx.toneClip(1, seconds: 2, fps: 25, size: "320x240", rate: 44100, channels: 2)
         let out = fx.scratch("cli-conform").appendingPathComponent("joined.mp4").path
         let refused = try clipflow(["merge", "-o", out, "--quiet", a, b])
         XCTAssertEqual(refused.status, 65)
         XCTAssertTrue(refused.stderr.contains("video size differs (640x360 vs 320x240); --conform would re-encode clip 2"), refused.stderr)
-        let plan = try clipflow(["merge", "--conform", "--plan", a, b])
+        // On a terminal: a table with every difference of each clip.
+        let table = try clipflow(["merge", "--conform", "--plan", a, b])
+        XCTAssertEqual(table.status, 0, table.stderr)
+        for line in [
+            "target: \(a)", "  1  copy", "  2  re-encode", "  \(b)\n", "- video size differs (640x360 vs 320x240)",
+            "- audio sample rate differs (48000 Hz vs 44100 Hz)", "- audio channel count differs (1 vs 2)", "- frame rate differs (30 vs 25 fps)"
+        ] {
+            XCTAssertTrue(table.out.contains(line), "no '\(line)' in:\n\(table.out)")
+        }
+        // For programs: JSON with --events json.
+        let plan = try clipflow(["merge", "--conform", "--plan", "--events", "json", a, b])
         XCTAssertEqual(plan.status, 0, plan.stderr)
         let json = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(plan.out.utf8)) as? [String: Any])
         let clips = try XCTUnwrap(json["clips"] as? [[String: Any]])
         XCTAssertEqual(clips.map { $0["action"] as? String }, ["copy", "re-encode"])
         XCTAssertEqual(clips[1]["reason"] as? String, "video size differs (640x360 vs 320x240)")
+        let differences = try XCTUnwrap(clips[1]["differences"] as? [String])
+        XCTAssertEqual(differences.first, "video size differs (640x360 vs 320x240)")
+        for d in ["audio sample rate differs (48000 Hz vs 44100 Hz)", "audio channel count differs (1 vs 2)", "frame rate differs (30 vs 25 fps)"] {
+            XCTAssertTrue(differences.contains(d), "\(d) not in \(differences)")
+        }
+        XCTAssertEqual(clips[0]["differences"] as? [String], [])
         XCTAssertFalse(FileManager.default.fileExists(atPath: out), "--plan writes nothing")
         let joined = try clipflow(["merge", "--conform", "-o", out, a, b])
         XCTAssertEqual(joined.status, 0, joined.stderr)
@@ -120,6 +136,58 @@ final class MergeConformCLITests: XCTestCase {
         XCTAssertEqual(try Probe.stream(out, "v:0", "width,height"), "640,360")
         XCTAssertEqual(try Probe.decodeErrors(out, keepTimestamps: true), "")
         XCTAssertEqual(try clipflow(["merge", "--plan", a, b]).status, 64, "--plan needs --conform")
+    }
+}
+
+/// Clips that differ only where decoding does not look, and covers of merged clips, as a user
+/// meets them.
+final class MergeCLITests: XCTestCase {
+    let fx = Fixtures.shared
+
+    var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
+    }
+
+    func clipflow(_ args: [String]) throws -> Run { try Run.run([binary] + args, check: false) }
+
+    /// One phone at 60 and 30 fps: the SPS differ in level and VUI only. Plain merge copies both
+    /// with their own parameter sets (no `--conform`), every decoded picture the source's, and
+    /// its summary says how many clips carried their own sets.
+    func testLevelOnlyDifferencesJoinWithoutConform() throws {
+        func phone(_ fps: Int) throws -> String {
+            try fx.clip(
+                "cli-phone-\(fps).mp4",
+                ["-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=\(fps)", "-f", "lavfi", "-i", "sine=r=48000", "-t", "1", "-c:v", "libx264", "-c:a", "aac"])
+        }
+        let a = try phone(60), b = try phone(30)
+        let out = fx.scratch("cli-harmonise").appendingPathComponent("joined.mp4").path
+        let r = try clipflow(["merge", "-o", out, a, b, a])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertTrue(r.stderr.contains("merged 3 clips into \(out) (150 video frames"), r.stderr)
+        XCTAssertTrue(r.stderr.contains(", 2 with their own parameter sets"), r.stderr)
+        XCTAssertEqual(try Probe.decodeErrors(out, keepTimestamps: true), "")
+        func pictures(_ p: String) throws -> [String] {
+            try Run.run(["ffmpeg", "-v", "error", "-i", p, "-map", "0:v", "-fps_mode", "passthrough", "-f", "framemd5", "-"]).out
+                .split(separator: "\n").filter { !$0.hasPrefix("#") }.map { String($0.split(separator: ",").last!) }
+        }
+        XCTAssertEqual(try pictures(out), try pictures(a) + pictures(b) + pictures(a), "every decoded picture is the source's")
+    }
+
+    /// `--thumbnail` after a merge blames the clip a picture came from (the merge's clips travel
+    /// with the video to the cover stage), not the merged file alone.
+    func testCoverErrorNamesTheClipThePictureCameFrom() throws {
+        let good = try fx.toneClip(0, seconds: 1)
+        let dir = fx.scratch("cli-cover-garbage")
+        var data = [UInt8](try Data(contentsOf: URL(fileURLWithPath: good)))
+        let mdat = try XCTUnwrap(MP4Patch.payload("mdat", in: data))
+        for i in mdat { data[i] = 0xFF }
+        let bad = dir.appendingPathComponent("garbage.mp4").path
+        try Data(data).write(to: URL(fileURLWithPath: bad))
+        let out = dir.appendingPathComponent("merged.mp4").path, cover = dir.appendingPathComponent("cover.jpg").path
+        let r = try clipflow(["merge", "-o", out, "--thumbnail", cover, bad])
+        XCTAssertNotEqual(r.status, 0)
+        XCTAssertTrue(r.stderr.contains("no picture for a cover could be decoded from '\(bad)' (the clip at 0.00-1.00 s of '\(out)')"), r.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: cover))
     }
 }
 

@@ -42,6 +42,17 @@ public struct EncodedPacket: Sendable {
     public var time: Double? { pts.map { timeBase.seconds($0) } }
 }
 
+/// A stretch of a file that came from another file (a merged video's clips): where its content
+/// came from, so that a problem found later (a picture that cannot be decoded) is blamed on the
+/// input it came from rather than on the file made from it.
+public struct FileOrigin: Sendable, Equatable {
+    public var path: String
+    /// Where the stretch starts and ends, in seconds from the start of the file made from it.
+    public var start: Double
+    public var end: Double
+    public init(path: String, start: Double, end: Double) { self.path = path; self.start = start; self.end = end }
+}
+
 /// One unit travelling over a link: a typed payload and the port type it travels as.
 ///
 /// A link accounts for `bytes` and `time`, both derived from the payload: a raw picture counts
@@ -71,6 +82,9 @@ public struct Item: Sendable {
     public var type: PortType
     /// Items were dropped just before this one (set by the link).
     public var discontinuity = false
+    /// For a file made from other files: where each stretch of it came from (empty: unknown, or
+    /// made from nothing else).
+    public var origins: [FileOrigin] = []
 
     public init(_ payload: Payload, type: PortType) {
         self.payload = payload

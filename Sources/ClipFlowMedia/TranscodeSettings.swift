@@ -46,7 +46,7 @@ public enum VideoCodecChoice: String, CaseIterable, Sendable {
 }
 
 /// A picture size.
-public struct PictureSize: Sendable, Equatable, CustomStringConvertible {
+public struct PictureSize: Sendable, Hashable, CustomStringConvertible {
     public var width: Int
     public var height: Int
     public init(width: Int, height: Int) {

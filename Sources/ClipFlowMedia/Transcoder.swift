@@ -130,12 +130,24 @@ public final class Transcoder {
         var totalSeconds: Double
     }
 
+    /// The input whose shape and rate the output takes: the display size covering the most
+    /// seconds over all inputs (as `merge --conform` picks its target), and within it the
+    /// longest input (the first of equals). Most of the output then looks like its inputs: many
+    /// short portrait fragments beside one longer landscape clip stay portrait.
+    static func reference(_ infos: [SourceInfo]) -> SourceInfo {
+        var seconds: [PictureSize: Double] = [:]
+        for i in infos { seconds[i.video.displaySize, default: 0] += i.duration }
+        var best = infos[0]
+        for i in infos.dropFirst() {
+            let (s, b) = (seconds[i.video.displaySize]!, seconds[best.video.displaySize]!)
+            if s > b || (s == b && i.video.displaySize == best.video.displaySize && i.duration > best.duration) { best = i }
+        }
+        return best
+    }
+
     private func makePlan(_ infos: [SourceInfo]) -> Plan {
         var s = settings
-        // The longest input sets the shape and the rate (most of the output looks like it).
-        let reference = infos.enumerated().max { a, b in
-            a.element.duration < b.element.duration || (a.element.duration == b.element.duration && a.offset > b.offset)
-        }!.element
+        let reference = Self.reference(infos)
         let rotations = Set(infos.map(\.video.rotation))
         if !s.upright, rotations.count > 1 {
             s.upright = true

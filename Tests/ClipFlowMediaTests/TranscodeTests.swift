@@ -121,6 +121,24 @@ final class TranscodeTests: XCTestCase {
         for (i, t) in pts.enumerated() { XCTAssertEqual(t, Double(i) / 30, accuracy: 0.0005, "frame \(i)") }
     }
 
+    /// The output takes the shape that covers the most seconds over all inputs, as `merge
+    /// --conform` picks its target: three short portrait fragments (4.5 s together) beside one
+    /// longer landscape clip (2 s) stay portrait.
+    func testManyShortFragmentsOutweighOneLongerClipOfAnotherShape() throws {
+        let portrait = try (0..<3).map { try cameraClip("shape-portrait-\($0)", size: "180x320", seconds: 1.5, extra: ["-metadata", "comment=\($0)"]) }
+        let landscape = try cameraClip("shape-landscape", size: "320x180", seconds: 2)
+        let (out, _) = try transcode(portrait + [landscape])
+        XCTAssertEqual(try Probe.stream(out, "v:0", "width,height"), "180,320")
+        XCTAssertEqual(try Probe.decodeErrors(out, keepTimestamps: true), "")
+        let reference = Transcoder.reference(
+            [3.0, 1.5, 1.5].enumerated().map { i, d in
+                SourceInfo(
+                    path: "\(i)", container: "mp4", duration: d,
+                    video: .init(codec: "h264", width: i == 0 ? 320 : 180, height: i == 0 ? 180 : 320, pixelFormat: "yuv420p", rotation: 0, frameRate: 30))
+            })
+        XCTAssertEqual(reference.path, "0", "landscape covers 3 s, portrait 3 s: the first of equals")
+    }
+
     func testJoinsMixedSourcesIntoOneVideoWithAudioOnEveryClip() throws {
         // A phone clip, a webcam clip in MKV (HEVC, 44.1 kHz mono), a WebM (VP9/Opus), an MPEG-TS
         // (H.264/MP3 at 60 fps) and an AVI (MJPEG, no audio).

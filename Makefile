@@ -38,6 +38,7 @@ bench: deps
 fuzz: deps
 	@bash scripts/fuzz-pipeline
 	@bash scripts/fuzz-http
+	@bash scripts/fuzz-serve
 	@bash scripts/fuzz-mp4
 
 clean:

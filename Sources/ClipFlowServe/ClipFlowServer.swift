@@ -8,7 +8,8 @@ import NIOHTTPTypes
 
 /// How `clipflow serve` runs.
 public struct ServeOptions: Sendable {
-    /// Where the database and the uploads live (made when missing).
+    /// Where the database, the uploads and the token secret live (made when missing; only this
+    /// user may enter it: 0700).
     public var data: URL
     public var host: String = "127.0.0.1"
     /// 0: any free port (the one taken is reported by `listening`).
@@ -25,21 +26,43 @@ public struct ServeOptions: Sendable {
     public var database = "sqlite"
     /// Seconds without a heartbeat after which another server takes over a job (PostgreSQL).
     public var jobLease: Double = 60
+    /// Connections served at once; more wait in the listen queue (and are refused by the system
+    /// once it is full) until one closes.
+    public var maxConnections: Int = 2048
 
     public init(data: URL) { self.data = data }
 
-    /// Why these options cannot run (nil: they can).
+    var hasAPIKey: Bool { !(apiKey ?? "").isEmpty }
+
+    /// Why these options cannot run, before any name is resolved (nil: they can).
     public var problem: String? {
-        if !Self.isLoopback(host), (apiKey ?? "").isEmpty {
-            return "--listen \(host): listening beyond loopback needs an API key (set CLIPFLOW_API_KEY)"
-        }
         if !(0...65535).contains(port) { return "--listen: port \(port) is out of range" }
+        if maxConnections < 1 { return "--max-connections must be at least 1" }
         return nil
     }
 
-    static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+    /// The address to bind: `host` resolved once (the first address, as the server binds it);
+    /// without an API key it must be a loopback address (127.0.0.0/8, ::1), whatever the name.
+    func listenAddress() throws -> SocketAddress {
+        let address: SocketAddress
+        do { address = try SocketAddress.makeAddressResolvingHost(host, port: port) } catch {
+            throw ClipFlowError.badInput("--listen \(host): cannot resolve it (\(error))")
+        }
+        guard let ip = address.ipAddress else { throw ClipFlowError.badInput("--listen \(host): not an IP address") }
+        if !hasAPIKey, !Self.isLoopbackAddress(ip) {
+            throw ClipFlowError.badInput("--listen \(host): it resolves to \(ip); listening beyond loopback needs an API key (set CLIPFLOW_API_KEY)")
+        }
+        return address
     }
+
+    /// Whether a numeric address (as `SocketAddress.ipAddress` writes it) is in 127.0.0.0/8, is
+    /// ::1, or is an IPv4-mapped 127.0.0.0/8.
+    static func isLoopbackAddress(_ ip: String) -> Bool {
+        ip == "::1" || ip.hasPrefix("127.") || ip.hasPrefix("::ffff:127.")
+    }
+
+    /// Whether a host name is loopback without resolving it (`Loopback.isName`).
+    static func isLoopback(_ host: String) -> Bool { Loopback.isName(host) }
 }
 
 /// The clipflow server: TUS uploads under `/files` on Hummingbird, state in SQLite (GRDB) in the
@@ -57,10 +80,8 @@ public enum ClipFlowServer {
     /// Serves until a signal; `listening` gets the port once the server accepts connections.
     public static func run(_ options: ServeOptions, listening: @escaping @Sendable (Int) -> Void = { _ in }) async throws {
         if let p = options.problem { throw ClipFlowError.badInput(p) }
-        let fm = FileManager.default
-        do { try fm.createDirectory(at: options.data, withIntermediateDirectories: true) } catch {
-            throw ClipFlowError.output("--data '\(options.data.path)': cannot create it: \(error.localizedDescription)")
-        }
+        let address = try options.listenAddress()
+        try Self.makePrivateFolder(options.data)
         let database: any ServeStore
         var lock: DataLock?
         var postgres: PostgresStore?
@@ -75,21 +96,25 @@ public enum ClipFlowServer {
         let connection = Task { [postgres] in await postgres?.run() }
         defer { connection.cancel() }
         try await postgres?.migrate()
+        Self.raiseOpenFileLimit(toServe: options.maxConnections)
         let files = try UploadFiles(folder: options.data.appendingPathComponent("uploads"))
         let tokens = try Tokens(data: options.data, apiKey: options.apiKey)
         let media = options.data.appendingPathComponent("media")
         let processor = try Processor(
             database: database, uploads: files, media: media, workers: options.workers, lease: options.jobLease, alone: postgres == nil)
-        let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files)
+        let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files, data: options.data)
         let tus = TUSServer(database: database, files: files, limits: options.tus, admit: api.admit, completed: api.completed)
         try await api.reconcile()
         let router = Router()
-        router.middlewares.add(Self.mediaFiles(media))
+        router.middlewares.add(RequestGuard(checksHost: !options.hasAPIKey, listenName: options.host))
+        router.middlewares.add(MediaFiles(folder: media))
         tus.addRoutes(to: router)
         api.addRoutes(to: router)
         let app = Application(
             router: router, server: .http1(configuration: Self.http1),
-            configuration: .init(address: .hostname(options.host, port: options.port), serverName: "clipflow"),
+            configuration: .init(
+                address: .hostname(address.ipAddress ?? options.host, port: options.port), serverName: "clipflow",
+                availableConnectionsDelegate: .maximum(options.maxConnections, logger: Self.logger)),
             onServerRunning: { channel in listening(channel.localAddress?.port ?? options.port) }, logger: Self.logger)
         let sweeper = Task {
             while !Task.isCancelled {
@@ -119,16 +144,28 @@ extension ClipFlowServer {
             httpDecoderConfiguration: .init(maxHeaderFieldSize: 16 << 10, maxHeaderListSize: 32 << 10, maxHeaderFieldCount: 100))
     }
 
-    /// `DATA/media` under `/media` (ranges, ETags; a path with ".." is refused by the
-    /// middleware), with the HLS media types players look for.
-    static func mediaFiles<Context: RequestContext>(_ media: URL) -> FileMiddleware<Context, LocalFileSystem> {
-        let types = [
-            "m3u8": "application/vnd.apple.mpegurl", "m4s": "video/iso.segment", "mp4": "video/mp4", "jpg": "image/jpeg", "json": "application/json"
-        ]
-        // A published ladder never changes (a new one goes into a new folder): cached for good.
-        let forever = CacheControl([(MediaType(type: .any), [.public, .maxAge(31_536_000), .immutable])])
-        return FileMiddleware(media.path, urlBasePath: "/media", cacheControl: forever, searchForIndexHtml: false, logger: logger)
-            .withAdditionalMediaTypes(forFileExtensions: types.compactMapValues { MediaType(from: $0) })
+    /// Makes `folder` (and its parents) if missing, and lets only this user enter it (0700,
+    /// tightened when it was looser): it holds the token secret, the database and the uploads.
+    static func makePrivateFolder(_ folder: URL) throws {
+        do { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700]) } catch {
+            throw ClipFlowError.output("--data '\(folder.path)': cannot create it: \(error.localizedDescription)")
+        }
+        var st = stat()
+        guard stat(folder.path, &st) == 0 else { throw ClipFlowError.output("--data '\(folder.path)': \(String(cString: strerror(errno)))") }
+        if st.st_mode & 0o077 != 0, chmod(folder.path, 0o700) != 0 {
+            throw ClipFlowError.output("--data '\(folder.path)': cannot make it private (chmod 0700): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// Raises the soft limit of open files (up to the hard limit) to what `connections` may need:
+    /// a socket each, and a file each for what they upload or download.
+    static func raiseOpenFileLimit(toServe connections: Int) {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
+        let wanted = rlim_t(2 * connections + 256)
+        guard limit.rlim_cur < wanted else { return }
+        limit.rlim_cur = min(wanted, limit.rlim_max)
+        _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
     }
 }
 

@@ -19,13 +19,30 @@ import Hummingbird
 /// error), error, duration, screenshot, hls_url, renditions [{name, status}], progress,
 /// created_at`. The management routes need `Authorization: Bearer` with the API key or an access
 /// token when the server has a key (401 otherwise); the upload's TUS creation carries the upload
-/// token in its metadata (`TUSAdmission`). Bodies above 64 KiB are refused (413).
+/// token in its metadata (`TUSAdmission`). Bodies above 64 KiB are refused (413); POST bodies
+/// must be `application/json` (415), and each field of the right type and range (400 naming the
+/// field; fields the API does not know are ignored). Query numbers out of range or not whole
+/// numbers are refused (400 naming the parameter). Answers are not to be cached (`no-store`; the
+/// public feed: `no-cache`), and no answer shows an absolute path of the data folder.
 struct HostingAPI: Sendable {
     let database: any ServeStore
     let tokens: Tokens
     let processor: Processor
     let uploads: UploadFiles
+    /// The data folder, as given and as absolute paths, longest first (`relativeToData`).
+    let dataPaths: [String]
     static let maxBody = 64 << 10
+    static let maxPage = 1_000_000_000
+
+    init(database: any ServeStore, tokens: Tokens, processor: Processor, uploads: UploadFiles, data: URL) {
+        self.database = database
+        self.tokens = tokens
+        self.processor = processor
+        self.uploads = uploads
+        let absolute = URL(fileURLWithPath: data.path).standardizedFileURL
+        dataPaths = Set([data.path, absolute.path, absolute.resolvingSymlinksInPath().path]).filter { $0.hasPrefix("/") && $0 != "/" }
+            .sorted { $0.count > $1.count }
+    }
 
     func addRoutes<Context: RequestContext>(to router: Router<Context>) {
         router.post("auth/refresh") { request, _ in await respond { try await refresh(request) } }
@@ -73,38 +90,27 @@ struct HostingAPI: Sendable {
     // MARK: routes
 
     private func refresh(_ request: Request) async throws -> Response {
-        let body = try await jsonBody(request)
+        let body = try await jsonBody(request, as: RefreshBody.self)
         guard tokens.apiKey != nil else { return try json(["access": tokens.access()]) }
-        guard let refresh = body["refresh"] as? String, tokens.isAPIKey(refresh) else {
+        guard let refresh = body.refresh, tokens.isAPIKey(refresh) else {
             throw TUSRefusal(.unauthorized, "refresh: unknown refresh token")
         }
         return try json(["access": tokens.access()])
     }
 
     private func create(_ request: Request) async throws -> Response {
-        let body = try await jsonBody(request)
-        guard let name = body["name"] as? String, !name.isEmpty, name.count <= 500 else {
-            throw TUSRefusal(.badRequest, "name: expected a non-empty string of at most 500 characters")
-        }
-        let mode: VideoRow.Mode
-        switch body["mode"] as? String {
-        case nil, "ladder": mode = .ladder
-        case "copy": mode = .copy
-        default: throw TUSRefusal(.badRequest, "mode: expected \"ladder\" or \"copy\"")
-        }
-        let description = body["description"] as? String
-        let client = (body["client_id"] as? NSNumber)?.int64Value ?? 1
+        let body = try await jsonBody(request, as: NewVideoBody.self)
         let row = try await database.insert(
             VideoRow(
-                id: nil, name: name, description: description, clientID: client, status: .pending, mode: mode, error: nil, duration: nil,
+                id: nil, name: body.name, description: body.description, clientID: body.clientID, status: .pending, mode: body.mode, error: nil,
+                duration: nil,
                 uploadID: nil, published: "", renditions: "", createdAt: Date().timeIntervalSince1970))
         return try json(try await describe(row, request), status: .created)
     }
 
     private func list(_ request: Request) async throws -> Response {
-        let q = request.uri.queryParameters
-        let page = q.get("page", as: Int.self) ?? 1, perPage = q.get("per_page", as: Int.self) ?? 25
-        guard page >= 1, (1...100).contains(perPage) else { throw TUSRefusal(.badRequest, "page >= 1 and per_page 1 to 100") }
+        let page = try Self.queryNumber(request, "page", in: 1...Self.maxPage) ?? 1
+        let perPage = try Self.queryNumber(request, "per_page", in: 1...100) ?? 25
         let (rows, total) = try await database.videos(page: page, perPage: perPage)
         var out: [Any] = []
         for r in rows { out.append(try await describe(r, request)) }
@@ -145,10 +151,30 @@ struct HostingAPI: Sendable {
             e["prefetch"] = (e["prefetch"] as? [[String: String]] ?? []).map { $0.mapValues { base + $0 } }
             entries.append(e)
         }
-        return try json(["videos": entries])
+        return try json(["videos": entries], cache: "no-cache")
     }
 
     // MARK: helpers
+
+    /// The query parameter `name` as a whole number in `range` (nil when absent); anything else
+    /// is refused naming the parameter.
+    static func queryNumber(_ request: Request, _ name: String, in range: ClosedRange<Int>) throws -> Int? {
+        let values = request.uri.queryParameters.getAll(name)
+        guard let text = values.first else { return nil }
+        guard values.count == 1, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let n = Int(text), range.contains(n) else {
+            throw TUSRefusal(.badRequest, "\(name): expected a whole number from \(range.lowerBound) to \(range.upperBound), got '\(text.prefix(40))'")
+        }
+        return n
+    }
+
+    /// `text` with every absolute path of the data folder made relative to it.
+    func relativeToData(_ text: String) -> String {
+        var out = text
+        for path in dataPaths {
+            out = out.replacingOccurrences(of: path + "/", with: "").replacingOccurrences(of: path, with: ".")
+        }
+        return out
+    }
 
     private func authorize(_ request: Request) throws {
         let header = request.headers[.authorization] ?? ""
@@ -177,27 +203,33 @@ struct HostingAPI: Sendable {
         }
         return [
             "id": v.id!, "name": v.name, "description": v.description ?? NSNull(), "client_id": v.clientID, "status": v.status.rawValue,
-            "mode": v.mode.rawValue, "error": v.error ?? NSNull(), "duration": v.duration ?? NSNull(),
+            "mode": v.mode.rawValue, "error": v.error.map(relativeToData) ?? NSNull(), "duration": v.duration ?? NSNull(),
             "screenshot": base.map { $0 + "poster.jpg" } ?? "", "hls_url": base.map { $0 + "master.m3u8" } ?? "", "renditions": renditions,
             "progress": v.status == .ready ? 1 : processor.progress(of: v.id!) ?? 0, "created_at": v.createdAt
         ]
     }
 
-    private func jsonBody(_ request: Request) async throws -> [String: Any] {
+    /// The body as `Body`: `application/json`, at most `maxBody` bytes, a JSON object (an empty
+    /// body is `{}`) whose fields `Body` checks.
+    private func jsonBody<Body: Decodable>(_ request: Request, as: Body.Type) async throws -> Body {
+        let type = request.headers[.contentType]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
+        guard type == "application/json" else {
+            throw TUSRefusal(.unsupportedMediaType, "Content-Type: expected application/json, got '\((request.headers[.contentType] ?? "").prefix(60))'")
+        }
         var r = request
         let buffer: ByteBuffer
         do { buffer = try await r.collectBody(upTo: Self.maxBody) } catch { throw TUSRefusal(.contentTooLarge, "the body is above 64 KiB") }
-        guard buffer.readableBytes > 0 else { return [:] }
-        guard let obj = try? JSONSerialization.jsonObject(with: Data(buffer.readableBytesView)) as? [String: Any] else {
+        let data = buffer.readableBytes > 0 ? Data(buffer.readableBytesView) : Data("{}".utf8)
+        do { return try JSONDecoder().decode(Body.self, from: data) } catch let refusal as TUSRefusal { throw refusal } catch {
             throw TUSRefusal(.badRequest, "the body is not a JSON object")
         }
-        return obj
     }
 
-    private func json(_ value: Any, status: HTTPResponse.Status = .ok) throws -> Response {
+    private func json(_ value: Any, status: HTTPResponse.Status = .ok, cache: String = "no-store") throws -> Response {
         let data = try JSONSerialization.data(withJSONObject: value, options: [.sortedKeys])
         var headers = HTTPFields()
         headers[.contentType] = "application/json"
+        headers[.cacheControl] = cache
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
 
@@ -205,6 +237,7 @@ struct HostingAPI: Sendable {
         do { return try await body() } catch let r as TUSRefusal {
             var headers = HTTPFields()
             headers[.contentType] = "application/json"
+            headers[.cacheControl] = "no-store"
             let data = (try? JSONSerialization.data(withJSONObject: ["detail": r.reason])) ?? Data()
             return Response(status: r.status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
         } catch {
@@ -241,4 +274,52 @@ extension HostingAPI {
     func reconcile() async throws {
         for upload in try await database.completedUploads() { await completed(upload) }
     }
+}
+
+/// The body of `POST /videos`, each field checked (400 naming it).
+struct NewVideoBody: Decodable {
+    var name: String
+    var description: String?
+    var clientID: Int64
+    var mode: VideoRow.Mode
+
+    enum Key: String, CodingKey {
+        case name, description, mode
+        case clientID = "client_id"
+    }
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: Key.self)
+        let name = try field(Key.name, "a non-empty string of at most 500 characters") { try c.decodeIfPresent(String.self, forKey: .name) }
+        guard let name, !name.isEmpty, name.count <= 500 else { throw TUSRefusal(.badRequest, "name: expected a non-empty string of at most 500 characters") }
+        self.name = name
+        description = try field(Key.description, "a string or null") { try c.decodeIfPresent(String.self, forKey: .description) }
+        let range = "a whole number from 0 to \(Int64.max)"
+        let client = try field(Key.clientID, range) { try c.decodeIfPresent(Int64.self, forKey: .clientID) }
+        guard (client ?? 0) >= 0 else { throw TUSRefusal(.badRequest, "client_id: expected \(range)") }
+        clientID = client ?? 1
+        let modes = "\"ladder\" or \"copy\""
+        let text = try field(Key.mode, modes) { try c.decodeIfPresent(String.self, forKey: .mode) }
+        guard let m = VideoRow.Mode(rawValue: text ?? "ladder") else { throw TUSRefusal(.badRequest, "mode: expected \(modes)") }
+        mode = m
+    }
+}
+
+/// The body of `POST /auth/refresh`.
+struct RefreshBody: Decodable {
+    var refresh: String?
+
+    enum Key: String, CodingKey { case refresh }
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: Key.self)
+        refresh = try field(Key.refresh, "a string") { try c.decodeIfPresent(String.self, forKey: .refresh) }
+    }
+}
+
+/// A body field decoded by `read`; a value of the wrong type or out of range is refused with 400
+/// naming the field and what it expects (whatever the decoder threw: a number too large for the
+/// type is reported by an error type of its own).
+private func field<T, K: CodingKey>(_ key: K, _ expected: String, _ read: () throws -> T) throws -> T {
+    do { return try read() } catch { throw TUSRefusal(.badRequest, "\(key.stringValue): expected \(expected)") }
 }

@@ -108,6 +108,7 @@ enum Pages {
     private static func html(_ text: String) -> Response {
         var headers = HTTPFields()
         headers[.contentType] = "text/html; charset=utf-8"
+        headers[.cacheControl] = "no-cache"
         headers[.contentSecurityPolicy] =
             "default-src 'self'; style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'; img-src 'self'; media-src 'self' blob:"
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))

@@ -19,17 +19,67 @@ final class Tokens: Sendable {
         self.apiKey = (apiKey ?? "").isEmpty ? nil : apiKey
         self.accessLifetime = accessLifetime
         self.uploadLifetime = uploadLifetime
-        let path = data.appendingPathComponent("token-secret").path
-        if let d = FileManager.default.contents(atPath: path), d.count == 32 {
-            secret = [UInt8](d)
-        } else {
-            let fresh = (0..<32).map { _ in UInt8.random(in: 0...255) }
-            guard FileManager.default.createFile(atPath: path, contents: Data(fresh), attributes: [.posixPermissions: 0o600]) else {
-                throw ClipFlowError.output("cannot write the token secret in '\(data.path)'")
-            }
-            secret = fresh
-        }
+        secret = try Self.secret(in: data)
         if let k = self.apiKey { Secrets.shared.register(k) }
+    }
+
+    /// The 32-byte secret in `DATA/token-secret`, made when missing or not 32 bytes. A new secret
+    /// is private from its first byte: written to a new temporary file opened 0600 with O_EXCL,
+    /// made durable, then linked to its name (another server sharing the folder that made one
+    /// first wins, and both use it) or renamed over a damaged one. An existing secret readable by
+    /// others is made 0600.
+    private static func secret(in data: URL) throws -> [UInt8] {
+        let path = data.appendingPathComponent("token-secret").path
+        for _ in 0..<3 {
+            if let existing = try readSecret(path) { return existing }
+            let fresh = (0..<32).map { _ in UInt8.random(in: 0...255) }
+            let temporary = "\(path).clipflow-tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+            defer { unlink(temporary) }
+            try writePrivate(temporary, fresh)
+            if link(temporary, path) != 0 {
+                guard errno == EEXIST else { throw failure("cannot write", path) }
+                // Present but damaged (readSecret found no 32 bytes): replace it, unless another
+                // server has just made a good one (read again first).
+                if try readSecret(path) == nil, rename(temporary, path) != 0 { throw failure("cannot write", path) }
+            }
+            let folder = open(data.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            if folder >= 0 {
+                _ = fsync(folder)
+                close(folder)
+            }
+        }
+        guard let made = try readSecret(path) else { throw ClipFlowError.output("'\(path)': the token secret keeps changing; is another program writing it?") }
+        return made
+    }
+
+    /// The secret at `path` (nil: missing, or not 32 bytes), made 0600 when it was looser.
+    private static func readSecret(_ path: String) throws -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return nil }
+            throw failure("cannot read", path)
+        }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw failure("cannot read", path) }
+        guard (st.st_mode & S_IFMT) == S_IFREG, st.st_size == 32 else { return nil }
+        if st.st_mode & 0o077 != 0, fchmod(fd, 0o600) != 0 { throw failure("cannot make private (chmod 0600)", path) }
+        var bytes = [UInt8](repeating: 0, count: 32)
+        let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 32, 0) }
+        return n == 32 ? bytes : nil
+    }
+
+    /// A new file at `path` holding `bytes`, mode 0600 from its creation, durable when this returns.
+    private static func writePrivate(_ path: String, _ bytes: [UInt8]) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw failure("cannot create", path) }
+        defer { close(fd) }
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard written == bytes.count, fsync(fd) == 0 else { throw failure("cannot write", path) }
+    }
+
+    private static func failure(_ what: String, _ path: String) -> ClipFlowError {
+        ClipFlowError.output("\(what) the token secret '\(path)': \(String(cString: strerror(errno)))")
     }
 
     enum Check: Equatable {

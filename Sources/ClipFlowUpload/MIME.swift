@@ -1,6 +1,7 @@
 import Foundation
 
-// The one table of MIME types in the product: TUS `filetype` metadata and the S3 Content-Type.
+// The one table of MIME types in the product: TUS `filetype` metadata, the S3 Content-Type and the
+// types `clipflow serve` sends with media files.
 
 /// A MIME type for a file extension (video first); `application/octet-stream` when unknown.
 public func mimeType(forExtension ext: String) -> String {
@@ -15,6 +16,10 @@ public func mimeType(forExtension ext: String) -> String {
     case "ts", "m2ts": return "video/mp2t"
     case "mpg", "mpeg": return "video/mpeg"
     case "3gp": return "video/3gpp"
+    case "m3u8": return "application/vnd.apple.mpegurl"
+    // An fMP4 segment of HLS or DASH (RFC 8216 and ISO/IEC 23009-1 name this type).
+    case "m4s": return "video/iso.segment"
+    case "vtt": return "text/vtt"
     case "m4a": return "audio/mp4"
     case "aac": return "audio/aac"
     case "mp3": return "audio/mpeg"

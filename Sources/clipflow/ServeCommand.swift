@@ -41,6 +41,11 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("job-lease"), help: "Seconds without a heartbeat before another server takes over a job (PostgreSQL).")
     var jobLease: Double = 60
 
+    @Option(
+        name: .customLong("max-connections"),
+        help: "Connections served at once; more wait until one closes (the system refuses them once its listen queue of 256 is full).")
+    var maxConnections: Int = 2048
+
     func validate() throws {
         guard Self.split(listen) != nil else { throw ValidationError("--listen: expected HOST:PORT, got '\(listen)'") }
         if maxSize <= 0 { throw ValidationError("--max-size must be positive") }
@@ -51,6 +56,7 @@ struct Serve: ParsableCommand {
             throw ValidationError("--database: expected sqlite or postgres://USER[:PASSWORD]@HOST[:PORT]/DB")
         }
         if jobLease < 1 { throw ValidationError("--job-lease must be at least 1 second") }
+        if maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
     }
 
     static func split(_ s: String) -> (String, Int)? {
@@ -70,6 +76,7 @@ struct Serve: ParsableCommand {
         options.workers = workers
         options.database = database
         options.jobLease = jobLease
+        options.maxConnections = maxConnections
         let outcome = ServeOutcome()
         let done = DispatchSemaphore(value: 0)
         let host = options.host, folder = options.data.path

@@ -44,12 +44,13 @@ final class TUSHeaderTests: XCTestCase {
         XCTAssertEqual(early.map(\.id), [])
     }
 
-    func testListeningBeyondLoopbackNeedsAKey() {
+    func testOptionsProblems() {
         var o = ServeOptions(data: URL(fileURLWithPath: "/tmp/x"))
         XCTAssertNil(o.problem)
-        o.host = "0.0.0.0"
+        o.port = 70000
         XCTAssertNotNil(o.problem)
-        o.apiKey = "k"
-        XCTAssertNil(o.problem)
+        o.port = 0
+        o.maxConnections = 0
+        XCTAssertNotNil(o.problem)
     }
 }

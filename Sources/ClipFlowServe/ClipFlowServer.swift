@@ -25,6 +25,8 @@ public struct ServeOptions: Sendable {
     public var database = "sqlite"
     /// Seconds without a heartbeat after which another server takes over a job (PostgreSQL).
     public var jobLease: Double = 60
+    /// What a processing job may decode and use.
+    public var processing = ProcessingLimits()
 
     public init(data: URL) { self.data = data }
 
@@ -79,7 +81,8 @@ public enum ClipFlowServer {
         let tokens = try Tokens(data: options.data, apiKey: options.apiKey)
         let media = options.data.appendingPathComponent("media")
         let processor = try Processor(
-            database: database, uploads: files, media: media, workers: options.workers, lease: options.jobLease, alone: postgres == nil)
+            database: database, uploads: files, media: media, workers: options.workers, limits: options.processing, lease: options.jobLease,
+            alone: postgres == nil)
         let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files)
         let tus = TUSServer(database: database, files: files, limits: options.tus, admit: api.admit, completed: api.completed)
         try await api.reconcile()

@@ -41,6 +41,8 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("job-lease"), help: "Seconds without a heartbeat before another server takes over a job (PostgreSQL).")
     var jobLease: Double = 60
 
+    @OptionGroup var processing: ServeProcessingOptions
+
     func validate() throws {
         guard Self.split(listen) != nil else { throw ValidationError("--listen: expected HOST:PORT, got '\(listen)'") }
         if maxSize <= 0 { throw ValidationError("--max-size must be positive") }
@@ -70,6 +72,7 @@ struct Serve: ParsableCommand {
         options.workers = workers
         options.database = database
         options.jobLease = jobLease
+        options.processing = processing.limits
         let outcome = ServeOutcome()
         let done = DispatchSemaphore(value: 0)
         let host = options.host, folder = options.data.path

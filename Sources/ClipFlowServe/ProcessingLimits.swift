@@ -3,7 +3,7 @@ import ClipFlowMedia
 import Foundation
 
 /// What one processing job may decode and use (`clipflow serve --max-picture, --max-duration,
-/// --max-frame-rate, --worker-memory, --job-attempts`). The picture, duration and frame rate are
+/// --max-frame-rate, --worker-memory, --worker-stall, --job-attempts`). The picture, duration and frame rate are
 /// checked from the probe, before anything is decoded; a video beyond them ends in `error` with
 /// the reason. The memory bounds each worker process.
 public struct ProcessingLimits: Sendable, Equatable {
@@ -15,6 +15,9 @@ public struct ProcessingLimits: Sendable, Equatable {
     public var maxFrameRate: Double = 120
     /// Bytes of data (heap and private mappings) a worker process may hold; 0: no bound.
     public var workerMemory: Int64 = 3 << 30
+    /// Seconds a worker may go without reporting progress before it is taken to hang and killed
+    /// (which costs its job an attempt).
+    public var workerStall: Double = 300
     /// Times a job is started before a worker dying (or the server stopping) under it ends it in
     /// `error`.
     public var attempts = 3

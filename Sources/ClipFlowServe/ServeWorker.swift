@@ -1,6 +1,7 @@
 import ClipFlowCore
 import ClipFlowMedia
 import Foundation
+import Synchronization
 
 /// The worker side of processing: one step of a job in a process of its own (`clipflow
 /// serve-worker`, which `clipflow serve` starts and supervises through `WorkerProcess`), so that
@@ -109,16 +110,22 @@ enum WorkerLadder {
     }
 }
 
-/// Decode progress of a ladder as `{"progress": F}` lines on stdout, at most one per percent.
-private final class ProgressLines: EventSink, @unchecked Sendable {
-    // Written by the decode stage's queue only (the one stage whose progress is reported).
-    private var last = -1
+/// Progress of a ladder (its decode, or its copy for a remux) as `{"progress": F}` lines on
+/// stdout: at each new percent, and at least every second while work goes on (the server takes a
+/// silent worker to hang). Thread-safe.
+private final class ProgressLines: EventSink {
+    private let last = Mutex((percent: -1, time: Date.distantPast))
 
     func emit(_ event: PipelineEvent) {
-        guard case .progress(let done, let total, _, _) = event.kind, total > 0, event.stage.hasSuffix(".decode") else { return }
+        guard case .progress(let done, let total, _, _) = event.kind, total > 0,
+            event.stage.hasSuffix(".decode") || event.stage.hasSuffix(".copy")
+        else { return }
         let percent = Int(min(1, Double(done) / Double(total)) * 100)
-        guard percent != last else { return }
-        last = percent
-        FileHandle.standardOutput.write(Data("{\"progress\":\(Double(percent) / 100)}\n".utf8))
+        let due = last.withLock { l -> Bool in
+            guard percent != l.percent || Date().timeIntervalSince(l.time) >= 1 else { return false }
+            l = (percent, Date())
+            return true
+        }
+        if due { FileHandle.standardOutput.write(Data("{\"progress\":\(Double(percent) / 100)}\n".utf8)) }
     }
 }

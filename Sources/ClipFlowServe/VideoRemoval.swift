@@ -12,7 +12,7 @@ extension Processor {
             var names = try await database.uploads(ofVideo: id).map(\.id)
             if let bound = try await database.video(id)?.uploadID, !names.contains(bound) { names.append(bound) }
             for upload in names {
-                guard try await uploads.discard(upload, from: database) else { throw TUSRefusal(.locked, "upload \(upload) of video \(id) is busy; try again") }
+                guard try await uploads.discard(upload, from: database) else { throw TUSRefusal(.locked, "an upload of video \(id) is busy; try again") }
             }
             let folder = media.appendingPathComponent(String(id))
             do { try FileManager.default.removeItem(at: folder) } catch CocoaError.fileNoSuchFile {} catch {

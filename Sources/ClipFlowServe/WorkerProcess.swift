@@ -4,7 +4,8 @@ import Synchronization
 
 /// Starts one `clipflow serve-worker` process (this server's own binary) and waits for it:
 /// its stdout's lines go to `line` as they come, its stderr (the last 4 KiB) is the reason of a
-/// failure. The worker's stdin is a pipe this side never writes: when the server dies, the kernel
+/// failure. A worker that writes no line for `stall` seconds is taken to hang and killed. The
+/// worker's stdin is a pipe this side never writes: when the server dies, the kernel
 /// closes it and the worker ends itself. Cancelling the waiting task kills the worker (SIGKILL).
 /// Blocking waits run on their own threads, never on Swift's cooperative pool.
 enum WorkerProcess {
@@ -27,9 +28,9 @@ enum WorkerProcess {
 
     /// Runs `clipflow serve-worker ARGUMENTS`; `started` gets the worker's pid once it runs (to
     /// kill it from elsewhere).
-    static func run(_ arguments: [String], line: @escaping @Sendable (String) -> Void, started: @escaping @Sendable (Int32) -> Void = { _ in }) async throws
-        -> Outcome
-    {
+    static func run(
+        _ arguments: [String], stall: Double, line: @escaping @Sendable (String) -> Void, started: @escaping @Sendable (Int32) -> Void = { _ in }
+    ) async throws -> Outcome {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = ["serve-worker"] + arguments
@@ -43,7 +44,20 @@ enum WorkerProcess {
         let pid = process.processIdentifier
         started(pid)
         let box = ProcessBox(process)
-        return try await withTaskCancellationHandler {
+        let heard = LastHeard()
+        let watchdog = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(min(1, stall / 4)))
+                let hung = heard.time.withLock { last -> Bool in
+                    guard let at = last, at >= 0, Date().timeIntervalSince1970 - at > stall else { return false }
+                    last = -1
+                    return true
+                }
+                if hung { kill(pid, SIGKILL) }
+            }
+        }
+        defer { watchdog.cancel() }
+        let ended = try await withTaskCancellationHandler {
             try await waits.perform {
                 let stderrText = Mutex(Data())
                 let stderrDone = DispatchSemaphore(value: 0)
@@ -65,6 +79,7 @@ enum WorkerProcess {
                     let chunk = handle.availableData
                     if chunk.isEmpty { break }
                     pending.append(chunk)
+                    heard.time.withLock { if let at = $0, at >= 0 { $0 = Date().timeIntervalSince1970 } }
                     while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
                         line(String(decoding: pending[pending.startIndex..<newline], as: UTF8.self))
                         pending = Data(pending[(newline + 1)...])
@@ -79,6 +94,11 @@ enum WorkerProcess {
         } onCancel: {
             kill(pid, SIGKILL)
         }
+        let killedAsHung = heard.time.withLock { last -> Bool in
+            defer { last = nil }
+            return last == -1
+        }
+        return killedAsHung ? .died("the processing worker made no progress for \(Int(stall)) s") : ended
     }
 
     static func outcome(_ reason: Process.TerminationReason, _ status: Int32, _ message: String) -> Outcome {
@@ -98,6 +118,12 @@ enum WorkerProcess {
         ]
         return names[signal] ?? "signal \(signal)"
     }
+}
+
+/// When a worker last wrote a line: seconds since 1970; nil once it ended, -1 once it was killed
+/// as hung. Thread-safe.
+private final class LastHeard: Sendable {
+    let time = Mutex<Double?>(Date().timeIntervalSince1970)
 }
 
 /// A started `Process`, handed to the thread that waits for it (Foundation's `Process` is not

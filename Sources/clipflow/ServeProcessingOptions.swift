@@ -17,6 +17,9 @@ struct ServeProcessingOptions: ParsableArguments {
     @Option(name: .customLong("worker-memory"), help: "MiB of memory each processing worker process may hold (0: no bound).")
     var workerMemory: Int64 = 3072
 
+    @Option(name: .customLong("worker-stall"), help: "Seconds a processing worker may go without progress before it is killed as hung.")
+    var workerStall: Double = 300
+
     @Option(name: .customLong("job-attempts"), help: "Times a job is started before a worker dying under it ends the video in error.")
     var jobAttempts: Int = 3
 
@@ -29,6 +32,7 @@ struct ServeProcessingOptions: ParsableArguments {
         if !(0...(1 << 20)).contains(workerMemory) || (1..<64).contains(workerMemory) {
             throw ValidationError("--worker-memory: expected 0 (no bound) or 64 to 1048576 MiB")
         }
+        if !(workerStall >= 1) { throw ValidationError("--worker-stall must be at least 1 second") }
         if !(1...100).contains(jobAttempts) { throw ValidationError("--job-attempts must be 1 to 100") }
     }
 
@@ -38,6 +42,7 @@ struct ServeProcessingOptions: ParsableArguments {
         l.maxDuration = maxDuration
         l.maxFrameRate = maxFrameRate
         l.workerMemory = workerMemory << 20
+        l.workerStall = workerStall
         l.attempts = jobAttempts
         return l
     }

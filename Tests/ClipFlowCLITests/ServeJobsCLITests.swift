@@ -170,6 +170,20 @@ final class ServeJobsCLITests: XCTestCase {
         XCTAssertEqual(try s.supervisedPID(), pid)
     }
 
+    /// A worker that hangs (stopped here with SIGSTOP) is killed once it has been silent for
+    /// --worker-stall seconds; the attempt counts.
+    func testAHungWorkerIsKilled() throws {
+        let data = fx.scratch("serve-jobs-stall")
+        let s = server(data, ["--worker-stall", "3", "--job-attempts", "1"])
+        try s.start()
+        defer { s.stop() }
+        let id = try upload(s, try clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "hangs")
+        let worker = try waitForWorker(data, excluding: [])
+        kill(worker, SIGSTOP)
+        let v = try waitFor(s, id, ["error", "ready"], seconds: 30)
+        XCTAssertEqual(v["error"] as? String, "the processing worker made no progress for 3 s (attempt 1 of 1)", "\(v)")
+    }
+
     /// DELETE /videos/ID while its ladder is being made: the worker is killed, the video's media
     /// folder is gone and stays gone (nothing recreates it), the server goes on with the next video.
     func testDeletingAVideoStopsItsJob() throws {

@@ -183,6 +183,11 @@ final class Processor: Sendable {
             return true
         } catch {
             guard !isStopped(id) else { return false }
+            if database.isFull(error) {
+                // The server's own store, not the video, failed: try again once there is space.
+                try? await database.retryJob(jobID, counted: false)
+                return true
+            }
             await fail(&video, jobID, reason((error as? ClipFlowError)?.message ?? "\(error)", upload: video.uploadID))
         }
         return false

@@ -46,9 +46,15 @@ public enum ServeWorker {
             return WorkerExit.finished.rawValue
         } catch {
             let message = (error as? ClipFlowError)?.message ?? "\(error)"
-            return fail(message.contains(String(cString: strerror(ENOSPC))) ? .diskFull : .failed, message)
+            return fail(diskFull.contains { message.contains($0) } ? .diskFull : .failed, message)
         }
     }
+
+    /// How a full disk reads in an error's message: the C library's words (FFmpeg and POSIX
+    /// calls) and Foundation's (files written through FileManager and Data).
+    private static let diskFull = [
+        String(cString: strerror(ENOSPC)), String(cString: strerror(EDQUOT)), CocoaError(.fileWriteOutOfSpace).localizedDescription
+    ]
 
     private static func fail(_ status: WorkerExit, _ message: String) -> Int32 {
         FileHandle.standardError.write(Data((message + "\n").utf8))

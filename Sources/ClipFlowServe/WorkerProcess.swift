@@ -39,7 +39,7 @@ enum WorkerProcess {
         process.standardOutput = output
         process.standardError = errors
         do { try process.run() } catch {
-            throw ClipFlowError.failure("cannot start a processing worker: \(error.localizedDescription)")
+            return .died("cannot start a processing worker: \(error.localizedDescription)")
         }
         let pid = process.processIdentifier
         started(pid)

@@ -170,6 +170,31 @@ final class ServeJobsCLITests: XCTestCase {
         XCTAssertEqual(try s.supervisedPID(), pid)
     }
 
+    /// A disk that fills while a ladder is written (an 8 MB tmpfs as the data folder, nearly
+    /// filled by a file of the test's): the job waits without spending its only attempt, and the
+    /// video is processed by itself once the file is removed.
+    func testProcessingWaitsForAFullDiskToFree() throws {
+        let data = fx.scratch("serve-jobs-full")
+        guard (try? Run.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", data.path]))?.status == 0 else {
+            throw XCTSkip("mounting a tmpfs needs root")
+        }
+        defer { _ = try? Run.run(["umount", "-l", data.path], check: false) }
+        let s = server(data, ["--job-attempts", "1"])
+        try s.start()
+        defer { s.stop() }
+        let file = try clip("serve-jobs-short.mp4", seconds: 4, size: "640x360")
+        let size = try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int ?? 0
+        let free = Int(try Run.run(["df", "--output=avail", "-B1", data.path]).out.split(separator: "\n").last ?? "") ?? 0
+        let filler = data.appendingPathComponent("filler").path
+        try Run.run(["fallocate", "-l", String(free - size - 256 * 1024), filler])
+        let id = try upload(s, file, name: "waits")
+        sleep(8)
+        let waiting = try video(s, id)
+        XCTAssertEqual(waiting["status"] as? String, "processing", "\(waiting)")
+        try FileManager.default.removeItem(atPath: filler)
+        XCTAssertEqual(try waitFor(s, id, ["ready", "error"], seconds: 60)["status"] as? String, "ready")
+    }
+
     /// A worker that hangs (stopped here with SIGSTOP) is killed once it has been silent for
     /// --worker-stall seconds; the attempt counts.
     func testAHungWorkerIsKilled() throws {

@@ -29,6 +29,8 @@ public struct ServeOptions: Sendable {
     /// Connections served at once; more wait in the listen queue (and are refused by the system
     /// once it is full) until one closes.
     public var maxConnections: Int = 2048
+    /// What a processing job may decode and use.
+    public var processing = ProcessingLimits()
 
     public init(data: URL) { self.data = data }
 
@@ -101,7 +103,8 @@ public enum ClipFlowServer {
         let tokens = try Tokens(data: options.data, apiKey: options.apiKey)
         let media = options.data.appendingPathComponent("media")
         let processor = try Processor(
-            database: database, uploads: files, media: media, workers: options.workers, lease: options.jobLease, alone: postgres == nil)
+            database: database, uploads: files, media: media, workers: options.workers, limits: options.processing, lease: options.jobLease,
+            alone: postgres == nil)
         let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files, data: options.data)
         let tus = TUSServer(database: database, files: files, limits: options.tus, admit: api.admit, completed: api.completed)
         try await api.reconcile()

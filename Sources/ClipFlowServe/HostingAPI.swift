@@ -120,12 +120,7 @@ struct HostingAPI: Sendable {
     }
 
     private func remove(_ v: VideoRow) async throws -> Response {
-        try await database.deleteVideo(v.id!)
-        if let u = v.uploadID {
-            try? await database.delete(u)
-            try? await uploads.remove(u)
-        }
-        try? FileManager.default.removeItem(at: processor.media.appendingPathComponent(String(v.id!)))
+        try await processor.removeVideo(v.id!)
         return Response(status: .noContent)
     }
 

@@ -72,6 +72,8 @@ final class PostgresStore: ServeStore {
                     CREATE TABLE IF NOT EXISTS jobs (id BIGSERIAL PRIMARY KEY, video_id BIGINT NOT NULL REFERENCES videos(id) ON DELETE CASCADE,
                       state TEXT NOT NULL, attempts INT NOT NULL, queued_at DOUBLE PRECISION NOT NULL, owner TEXT, heartbeat DOUBLE PRECISION)
                     """, logger: logger)
+                try await db.query("ALTER TABLE uploads ADD COLUMN IF NOT EXISTS video_id BIGINT", logger: logger)
+                try await db.query("CREATE INDEX IF NOT EXISTS uploads_video_id ON uploads (video_id)", logger: logger)
             }
         } catch {
             throw ClipFlowError.output("--database \(display): \(Self.reason(error))")
@@ -88,14 +90,17 @@ final class PostgresStore: ServeStore {
 
     // MARK: uploads
 
-    private static let uploadColumns = "id, length, received, metadata, created_at, expires_at, completed_at"
+    private static let uploadColumns = "id, length, received, metadata, created_at, expires_at, completed_at, video_id"
 
     private func uploads(_ rows: PostgresRowSequence) async throws -> [UploadRow] {
         var out: [UploadRow] = []
-        for try await (id, length, received, metadata, created, expires, completed) in rows.decode(
-            (String, Int64, Int64, String, Double, Double, Double?).self)
+        for try await (id, length, received, metadata, created, expires, completed, video) in rows.decode(
+            (String, Int64, Int64, String, Double, Double, Double?, Int64?).self)
         {
-            out.append(UploadRow(id: id, length: length, offset: received, metadata: metadata, createdAt: created, expiresAt: expires, completedAt: completed))
+            out.append(
+                UploadRow(
+                    id: id, length: length, offset: received, metadata: metadata, createdAt: created, expiresAt: expires, completedAt: completed,
+                    videoID: video))
         }
         return out
     }
@@ -108,7 +113,7 @@ final class PostgresStore: ServeStore {
         try await client.query(
             """
             INSERT INTO uploads (\(unescaped: Self.uploadColumns))
-            VALUES (\(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt))
+            VALUES (\(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), \(r.videoID))
             """, logger: logger)
     }
 
@@ -130,6 +135,25 @@ final class PostgresStore: ServeStore {
 
     func completedUploads() async throws -> [UploadRow] {
         try await uploads(client.query("SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE completed_at IS NOT NULL", logger: logger))
+    }
+
+    func uploads(ofVideo video: Int64) async throws -> [UploadRow] {
+        try await uploads(client.query("SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE video_id = \(video)", logger: logger))
+    }
+
+    func unclaimedUploads() async throws -> [UploadRow] {
+        try await uploads(
+            client.query(
+                """
+                SELECT \(unescaped: Self.uploadColumns) FROM uploads u WHERE completed_at IS NOT NULL AND video_id IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM videos v WHERE v.id = u.video_id AND (v.upload_id = u.id OR (v.status = 'pending' AND v.upload_id IS NULL)))
+                """, logger: logger))
+    }
+
+    /// disk_full (53100), or any of class 53 (insufficient resources) but too many connections.
+    func isFull(_ error: Error) -> Bool {
+        guard let code = (error as? PSQLError)?.serverInfo?[.sqlState] else { return false }
+        return code.hasPrefix("53") && code != "53300"
     }
 
     // MARK: videos
@@ -233,6 +257,10 @@ final class PostgresStore: ServeStore {
         try await client.query("UPDATE jobs SET state = \(failed ? "failed" : "done") WHERE id = \(id)", logger: logger)
     }
 
+    func retryJob(_ id: Int64, counted: Bool) async throws {
+        try await client.query("UPDATE jobs SET state = 'queued', attempts = attempts - \(counted ? 0 : 1) WHERE id = \(id)", logger: logger)
+    }
+
     func requeueStale(before: Double) async throws -> Int {
         let cutoff = before.isFinite ? before : Double.greatestFiniteMagnitude
         return try await client.query(
@@ -241,6 +269,6 @@ final class PostgresStore: ServeStore {
     }
 
     func releaseJobs(owner: String) async throws {
-        try await client.query("UPDATE jobs SET state = 'queued' WHERE state = 'running' AND owner = \(owner)", logger: logger)
+        try await client.query("UPDATE jobs SET state = 'queued', attempts = attempts - 1 WHERE state = 'running' AND owner = \(owner)", logger: logger)
     }
 }

@@ -6,17 +6,25 @@ import Synchronization
 /// Turns uploaded videos into published HLS ladders, at most `workers` at once, from the job
 /// queue in the database (so a job survives a restart; one interrupted by a crash runs again).
 ///
-/// A `ladder` video is probed (a file FFmpeg cannot read as a video ends in `error` with the
-/// reason), then published twice: first its smallest rendition alone (`viewable`: it plays while
-/// the rest is made), then the whole feed ladder (`ready`); a `copy` video is remuxed only. Each
-/// ladder is written into its own new folder under `DATA/media/ID` and published by switching the
-/// video's `published` folder in the database; older folders are removed after the switch.
-/// Thread-safe; `Sendable`.
+/// Every step that reads the upload runs in a worker process (`WorkerProcess`), never in the
+/// server: a `ladder` video is probed (a file FFmpeg cannot read as a video, or one beyond
+/// `limits`, ends in `error` with the reason), then published twice: first its smallest rendition
+/// alone (`viewable`: it plays while the rest is made), then the whole feed ladder (`ready`); a
+/// `copy` video is remuxed only. Each ladder is written into its own new folder under
+/// `DATA/media/ID` and published by switching the video's `published` folder in the database;
+/// older folders are removed after the switch.
+///
+/// A worker that dies (a signal, an unexpected exit) sends its job back to the queue; a job
+/// started `limits.attempts` times (counted in the database, so restarts of the server count
+/// too) ends in `error` with the reason. A full disk sends the job back without counting, and
+/// the worker waits before it takes another. `stop(video:)` ends a video's job for good (its
+/// worker is killed and no other step starts). Thread-safe; `Sendable`.
 final class Processor: Sendable {
     let database: any ServeStore
     let uploads: UploadFiles
     let media: URL
     let workers: Int
+    let limits: ProcessingLimits
     /// This server, as jobs name their owner.
     let owner: String
     /// Seconds without a heartbeat after which a running job is taken to be cut short by a crash.
@@ -24,15 +32,38 @@ final class Processor: Sendable {
     /// Only this server uses the store (SQLite, behind the data folder's lock): a job found running
     /// when it starts was cut short, whatever its heartbeat says.
     let alone: Bool
+    /// Seconds a worker waits after a job found the disk full.
+    static let diskFullPause: Double = 5
     /// Media seconds decoded / total, per video being processed (for `GET /videos`).
     private let progress = Mutex<[Int64: Double]>([:])
-    private let work = DispatchQueue(label: "clipflow.serve.processing", attributes: .concurrent)
+    private let jobs = Mutex(RunningJobs())
 
-    init(database: any ServeStore, uploads: UploadFiles, media: URL, workers: Int, lease: Double = 60, alone: Bool) throws {
+    /// The jobs this server runs now: by video, the worker process of the step in progress.
+    private struct RunningJobs {
+        var active: Set<Int64> = []
+        var workers: [Int64: Int32] = [:]
+        /// Videos whose jobs must stop (being removed).
+        var stopped: Set<Int64> = []
+    }
+
+    /// Why a step did not end with a result.
+    private enum StepFault: Error {
+        /// The worker died (the reason names the signal or status).
+        case died(String)
+        case diskFull(String)
+        /// The server is stopping, or the video is being removed.
+        case stopped
+    }
+
+    init(
+        database: any ServeStore, uploads: UploadFiles, media: URL, workers: Int, limits: ProcessingLimits = ProcessingLimits(), lease: Double = 60,
+        alone: Bool
+    ) throws {
         self.database = database
         self.uploads = uploads
         self.media = media
         self.workers = max(1, workers)
+        self.limits = limits
         self.lease = lease
         self.alone = alone
         owner = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
@@ -58,62 +89,117 @@ final class Processor: Sendable {
             for _ in 0..<workers {
                 group.addTask {
                     while !Task.isCancelled {
-                        if let job = try? await self.database.takeJob(owner: self.owner, now: now()) {
-                            let beating = Task {
-                                while !Task.isCancelled {
-                                    try? await Task.sleep(for: .seconds(self.lease / 4))
-                                    try? await self.database.heartbeat(job: job.id!, now: now())
-                                }
-                            }
-                            await self.process(job)
-                            beating.cancel()
-                        } else {
+                        guard let job = try? await self.database.takeJob(owner: self.owner, now: now()), let jobID = job.id else {
                             try? await Task.sleep(for: .milliseconds(250))
+                            continue
                         }
+                        let beating = Task {
+                            while !Task.isCancelled {
+                                try? await Task.sleep(for: .seconds(self.lease / 4))
+                                try? await self.database.heartbeat(job: jobID, now: now())
+                            }
+                        }
+                        let pause = await self.process(job, jobID)
+                        beating.cancel()
+                        if pause { try? await Task.sleep(for: .seconds(Self.diskFullPause)) }
                     }
                 }
             }
         }
     }
 
-    private func process(_ job: JobRow) async {
-        guard var video = try? await database.video(job.videoID) else { return }
+    /// Ends `video`'s job on this server for good: its worker is killed, no other step starts,
+    /// and this returns once the job has let go of the video (within `seconds`). The video stays
+    /// stopped (its removal deletes its job).
+    func stop(video: Int64, within seconds: Double = 15) async {
+        let pid = jobs.withLock { j -> Int32? in
+            j.stopped.insert(video)
+            return j.workers[video]
+        }
+        if let pid { kill(pid, SIGKILL) }
+        let deadline = Date().addingTimeInterval(seconds)
+        while jobs.withLock({ $0.active.contains(video) }), Date() < deadline {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    /// Forgets that `video` was stopped (its rows are gone, its job with them).
+    func release(video: Int64) {
+        jobs.withLock { _ = $0.stopped.remove(video) }
+    }
+
+    /// Processes one job; true when the worker should pause before the next (the disk is full).
+    private func process(_ job: JobRow, _ jobID: Int64) async -> Bool {
+        let id = job.videoID
+        guard jobs.withLock({ $0.stopped.contains(id) ? false : $0.active.insert(id).inserted }) else { return false }
+        defer {
+            jobs.withLock { _ = $0.active.remove(id) }
+            _ = progress.withLock { $0.removeValue(forKey: id) }
+        }
+        guard var video = try? await database.video(id) else { return false }
+        if job.attempts > limits.attempts {
+            await fail(&video, jobID, "processing was cut short \(limits.attempts) times (the server stopped while it ran)")
+            return false
+        }
+        let folder = media.appendingPathComponent(String(id))
         do {
             guard let upload = video.uploadID else { throw ClipFlowError.badInput("the video has no upload") }
             let input = uploads.path(upload)
-            let folder = media.appendingPathComponent(String(job.videoID))
-            try? FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             removeUnpublished(in: folder, keeping: video.published)
-            let info = try await work.perform { try Transcoder.probe(input) }
-            video.duration = info.duration
+            let probe = try await self.probe(id, input)
+            if let refusal = limits.refusal(probe) { throw ClipFlowError.badInput(refusal) }
+            video.duration = probe.duration
             try await database.update(video)
             let attempt = "a\(job.attempts)"
             switch video.mode {
             case .copy:
-                try await ladder(video.id!, input, LadderChoice(rungs: [], copy: true), into: folder.appendingPathComponent("\(attempt)-copy"))
+                try await ladder(id, input, LadderChoice(rungs: [], copy: true), into: folder.appendingPathComponent("\(attempt)-copy"))
                 try await publish(&video, "\(attempt)-copy", status: .ready, renditions: ["copy"])
             case .ladder:
-                let short = min(info.video.displaySize.width, info.video.displaySize.height)
+                let short = min(probe.width, probe.height)
                 let rungs = LadderRung.standard.filter { $0.height <= short }
-                let smallest = LadderRung.standard.last!
-                try await ladder(video.id!, input, LadderChoice(rungs: [smallest]), into: folder.appendingPathComponent("\(attempt)-first"))
+                let smallest = LadderRung.standard[LadderRung.standard.count - 1]
+                try await ladder(id, input, LadderChoice(rungs: [smallest]), into: folder.appendingPathComponent("\(attempt)-first"))
                 if rungs.count > 1 {
                     try await publish(&video, "\(attempt)-first", status: .viewable, renditions: [smallest.name])
-                    try await ladder(video.id!, input, LadderChoice(rungs: rungs), into: folder.appendingPathComponent("\(attempt)-full"))
+                    try await ladder(id, input, LadderChoice(rungs: rungs), into: folder.appendingPathComponent("\(attempt)-full"))
                     try await publish(&video, "\(attempt)-full", status: .ready, renditions: rungs.map(\.name))
                 } else {
                     try await publish(&video, "\(attempt)-first", status: .ready, renditions: [smallest.name])
                 }
             }
             removeUnpublished(in: folder, keeping: video.published)
-            try await database.finishJob(job.id!, failed: false)
+            try await database.finishJob(jobID, failed: false)
+        } catch StepFault.stopped {
+            // The server is stopping (the job goes back in the queue) or the video is being removed.
+        } catch StepFault.died(let reason) {
+            if job.attempts < limits.attempts {
+                try? await database.retryJob(jobID, counted: true)
+            } else {
+                await fail(&video, jobID, "\(reason) (attempt \(job.attempts) of \(limits.attempts))")
+            }
+        } catch StepFault.diskFull {
+            try? await database.retryJob(jobID, counted: false)
+            return true
         } catch {
-            video.status = .error
-            video.error = Self.reason(error)
-            try? await database.update(video)
-            try? await database.finishJob(job.id!, failed: true)
+            guard !isStopped(id) else { return false }
+            if database.isFull(error) {
+                // The server's own store, not the video, failed: try again once there is space.
+                try? await database.retryJob(jobID, counted: false)
+                return true
+            }
+            await fail(&video, jobID, reason((error as? ClipFlowError)?.message ?? "\(error)", upload: video.uploadID))
         }
-        _ = progress.withLock { $0.removeValue(forKey: job.videoID) }
+        return false
+    }
+
+    private func isStopped(_ video: Int64) -> Bool { Task.isCancelled || jobs.withLock { $0.stopped.contains(video) } }
+
+    private func fail(_ video: inout VideoRow, _ jobID: Int64, _ reason: String) async {
+        video.status = .error
+        video.error = reason
+        try? await database.update(video)
+        try? await database.finishJob(jobID, failed: true)
     }
 
     private func publish(_ video: inout VideoRow, _ folder: String, status: VideoRow.Status, renditions: [String]) async throws {
@@ -123,11 +209,43 @@ final class Processor: Sendable {
         try await database.update(video)
     }
 
-    /// One ladder of `input` (feed profile) into `output`, off Swift's cooperative threads.
+    private func probe(_ id: Int64, _ input: String) async throws -> WorkerProbe {
+        let answer = Mutex<WorkerProbe?>(nil)
+        try await step(id, ["--step", "probe", "--input", input]) { line in
+            if let p = try? JSONDecoder().decode(WorkerProbe.self, from: Data(line.utf8)) { answer.withLock { $0 = p } }
+        }
+        guard let probe = answer.withLock({ $0 }) else { throw StepFault.died("the processing worker's probe gave no answer") }
+        return probe
+    }
+
+    /// One ladder of `input` (feed profile) into `output`.
     private func ladder(_ id: Int64, _ input: String, _ choice: LadderChoice, into output: URL) async throws {
-        let sink = ProgressSink { [self] fraction in self.progress.withLock { $0[id] = fraction } }
-        _ = try await work.perform {
-            try HLSLadder(output: output.path, ladder: choice, schedule: .feed).run(inputs: [input], events: sink)
+        try await step(id, ["--step", "ladder", "--input", input, "--output", output.path, "--rungs", WorkerLadder.argument(choice)]) { line in
+            if let p = try? JSONDecoder().decode([String: Double].self, from: Data(line.utf8)), let fraction = p["progress"] {
+                self.progress.withLock { $0[id] = fraction }
+            }
+        }
+    }
+
+    /// Runs one worker process for `video`; throws the worker's reason (`ClipFlowError`) or a
+    /// `StepFault`.
+    private func step(_ video: Int64, _ arguments: [String], line: @escaping @Sendable (String) -> Void) async throws {
+        if isStopped(video) { throw StepFault.stopped }
+        let outcome = try await WorkerProcess.run(arguments + ["--memory-limit", String(limits.workerMemory)], stall: limits.workerStall, line: line) {
+            pid in
+            let stopped = self.jobs.withLock { j -> Bool in
+                j.workers[video] = pid
+                return j.stopped.contains(video)
+            }
+            if stopped { kill(pid, SIGKILL) }
+        }
+        jobs.withLock { _ = $0.workers.removeValue(forKey: video) }
+        if isStopped(video) { throw StepFault.stopped }
+        switch outcome {
+        case .finished: return
+        case .failed(let message): throw ClipFlowError.badInput(message)
+        case .diskFull(let message): throw StepFault.diskFull(message)
+        case .died(let reason): throw StepFault.died(reason)
         }
     }
 
@@ -139,19 +257,13 @@ final class Processor: Sendable {
         }
     }
 
-    /// Why processing failed, for the video's `error` (no paths of the server's data folder).
-    static func reason(_ error: Error) -> String {
-        let text = (error as? ClipFlowError)?.message ?? "\(error)"
-        return text.replacingOccurrences(of: #"'[^']*/uploads/[0-9a-f]{32}'"#, with: "the upload", options: .regularExpression)
-    }
-}
-
-/// Decode progress of a ladder run, as a fraction, to a callback. Thread-safe.
-private struct ProgressSink: EventSink {
-    let report: @Sendable (Double) -> Void
-    func emit(_ event: PipelineEvent) {
-        if case .progress(let done, let total, _, _) = event.kind, total > 0, event.stage.hasSuffix(".decode") {
-            report(min(1, Double(done) / Double(total)))
-        }
+    /// Why processing failed, for the video's `error`: the server's data folder never appears in
+    /// it (the upload is "the upload", other paths are relative to DATA).
+    func reason(_ message: String, upload: String?) -> String {
+        let data = media.deletingLastPathComponent().path
+        var text = message
+        if let upload { text = text.replacingOccurrences(of: "'\(uploads.path(upload))'", with: "the upload") }
+        text = text.replacingOccurrences(of: #"'[^']*/uploads/[0-9a-f]{32,64}'"#, with: "the upload", options: .regularExpression)
+        return text.replacingOccurrences(of: data + "/", with: "DATA/").replacingOccurrences(of: data, with: "DATA")
     }
 }

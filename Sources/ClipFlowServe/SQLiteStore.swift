@@ -20,7 +20,16 @@ extension JobRow.State: DatabaseValueConvertible {}
 final class SQLiteStore: ServeStore {
     let queue: DatabaseQueue
 
+    /// Opens (or makes) the database at `path`, readable and writable by this user only: the file
+    /// is made 0600 before SQLite opens it, and SQLite gives its `-wal` and `-shm` the database's
+    /// mode (ones left by an older server are made 0600 too).
     init(path: String) throws {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ClipFlowError.output("cannot open the database '\(path)': \(String(cString: strerror(errno)))") }
+        close(fd)
+        for file in [path, path + "-wal", path + "-shm"] where chmod(file, 0o600) != 0 && errno != ENOENT {
+            throw ClipFlowError.output("cannot make '\(file)' private (0600): \(String(cString: strerror(errno)))")
+        }
         var config = Configuration()
         config.busyMode = .timeout(5)
         do { queue = try DatabaseQueue(path: path, configuration: config) } catch {
@@ -72,6 +81,10 @@ final class SQLiteStore: ServeStore {
                 t.add(column: "heartbeat", .double)
             }
         }
+        m.registerMigration("uploads name their video") { db in
+            try db.alter(table: "uploads") { t in t.add(column: "videoID", .integer) }
+            try db.create(index: "uploads_videoID", on: "uploads", columns: ["videoID"])
+        }
         return m
     }
 
@@ -115,6 +128,25 @@ final class SQLiteStore: ServeStore {
         try await queue.read { db in try UploadRow.filter(sql: "completedAt IS NOT NULL").fetchAll(db) }
     }
 
+    func uploads(ofVideo video: Int64) async throws -> [UploadRow] {
+        try await queue.read { db in try UploadRow.filter(sql: "videoID = ?", arguments: [video]).fetchAll(db) }
+    }
+
+    func unclaimedUploads() async throws -> [UploadRow] {
+        try await queue.read { db in
+            try UploadRow.filter(
+                sql: """
+                    completedAt IS NOT NULL AND videoID IS NOT NULL AND NOT EXISTS (SELECT 1 FROM videos v WHERE v.id = uploads.videoID
+                      AND (v.uploadID = uploads.id OR (v.status = 'pending' AND v.uploadID IS NULL)))
+                    """
+            ).fetchAll(db)
+        }
+    }
+
+    func isFull(_ error: Error) -> Bool {
+        (error as? DatabaseError)?.resultCode == .SQLITE_FULL
+    }
+
     func uploaded(video id: Int64, upload: String) async throws {
         try await queue.write { db in
             guard var v = try VideoRow.fetchOne(db, key: id), v.status == .pending, v.uploadID == nil else { return }
@@ -150,6 +182,12 @@ final class SQLiteStore: ServeStore {
         }
     }
 
+    func retryJob(_ id: Int64, counted: Bool) async throws {
+        try await queue.write { db in
+            try db.execute(sql: "UPDATE jobs SET state = 'queued', attempts = attempts - ? WHERE id = ?", arguments: [counted ? 0 : 1, id])
+        }
+    }
+
     func requeueStale(before: Double) async throws -> Int {
         try await queue.write { db in
             try db.execute(sql: "UPDATE jobs SET state = 'queued' WHERE state = 'running' AND (heartbeat IS NULL OR heartbeat < ?)", arguments: [before])
@@ -159,7 +197,7 @@ final class SQLiteStore: ServeStore {
 
     func releaseJobs(owner: String) async throws {
         try await queue.write { db in
-            try db.execute(sql: "UPDATE jobs SET state = 'queued' WHERE state = 'running' AND owner = ?", arguments: [owner])
+            try db.execute(sql: "UPDATE jobs SET state = 'queued', attempts = attempts - 1 WHERE state = 'running' AND owner = ?", arguments: [owner])
         }
     }
 

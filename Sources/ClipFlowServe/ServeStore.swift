@@ -3,6 +3,7 @@ import Foundation
 /// One TUS upload as the database keeps it: the offset here is the truth (the file may hold more
 /// bytes, written but not yet made durable, which the next PATCH overwrites).
 struct UploadRow: Codable, Sendable, Equatable {
+    /// The upload's key (`TUSServer.key`: the SHA-256 of the id in its URL), which names its file.
     var id: String
     /// Declared total size in bytes.
     var length: Int64
@@ -15,6 +16,8 @@ struct UploadRow: Codable, Sendable, Equatable {
     var expiresAt: Double
     /// When the last byte arrived (nil: in progress).
     var completedAt: Double?
+    /// The video its metadata names (`video_id`), if any.
+    var videoID: Int64? = nil
 
     var isComplete: Bool { offset == length }
 }
@@ -84,6 +87,11 @@ protocol ServeStore: Sendable {
     /// Unfinished uploads whose time ran out before `now`.
     func expired(before now: Double) async throws -> [UploadRow]
     func completedUploads() async throws -> [UploadRow]
+    /// Every upload whose metadata names `video`.
+    func uploads(ofVideo video: Int64) async throws -> [UploadRow]
+    /// Finished uploads naming a video that will never take them: the video is gone, or is bound
+    /// to another upload.
+    func unclaimedUploads() async throws -> [UploadRow]
 
     func insert(_ video: VideoRow) async throws -> VideoRow
     func video(_ id: Int64) async throws -> VideoRow?
@@ -102,8 +110,15 @@ protocol ServeStore: Sendable {
     /// `owner` still works on the job.
     func heartbeat(job: Int64, now: Double) async throws
     func finishJob(_ id: Int64, failed: Bool) async throws
+    /// The job goes back in the queue; `counted` false: the attempt it was on does not count (it
+    /// failed for a reason of the server's, such as a full disk).
+    func retryJob(_ id: Int64, counted: Bool) async throws
     /// Running jobs whose heartbeat is older than `before` go back in the queue; returns how many.
     func requeueStale(before: Double) async throws -> Int
-    /// `owner`'s running jobs go back in the queue (it is shutting down).
+    /// Whether `error` is this store refusing a write for want of space.
+    func isFull(_ error: Error) -> Bool
+
+    /// `owner`'s running jobs go back in the queue (it is shutting down); the attempts they were
+    /// on do not count.
     func releaseJobs(owner: String) async throws
 }

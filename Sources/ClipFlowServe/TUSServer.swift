@@ -3,6 +3,7 @@ import ClipFlowUpload
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Synchronization
 
 /// What the TUS server allows.
 public struct TUSLimits: Sendable {
@@ -30,6 +31,8 @@ extension HTTPField.Name {
 extension HTTPResponse.Status {
     /// TUS checksum extension: the body did not match Upload-Checksum.
     static let checksumMismatch = HTTPResponse.Status(code: 460, reasonPhrase: "Checksum Mismatch")
+    /// WebDAV's Insufficient Storage: the server's disk (or database) is full.
+    static let insufficientStorage = HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage")
     /// WebDAV's Locked: the upload is busy with another request (as tusd answers).
     static let locked = HTTPResponse.Status(code: 423, reasonPhrase: "Locked")
 }
@@ -44,26 +47,84 @@ struct TUSRefusal: Error {
     }
 }
 
-/// Uploads in progress on this server, so that one upload takes one PATCH at a time (another gets
-/// 423); across servers sharing a database, the offset's compare-and-set does it (409).
+/// Who holds each upload on this server: one request at a time. A request for an upload another
+/// holds takes it over, as tusd does: the holder is interrupted (a PATCH stops reading its body,
+/// makes what arrived durable, records it and lets go) and the newcomer goes on once it has let
+/// go, at the offset recorded then. So a client that vanished mid-PATCH never keeps its upload
+/// from resuming. Across servers sharing a database, the offset's compare-and-set keeps order
+/// (409).
 actor UploadLocks {
-    private var busy: Set<String> = []
-    func acquire(_ id: String) -> Bool { busy.insert(id).inserted }
-    func release(_ id: String) { busy.remove(id) }
+    private var holders: [String: (token: UInt64, interrupt: @Sendable () -> Void)] = [:]
+    private var issued: UInt64 = 0
 
-    /// Runs `body` holding upload `id`, released however `body` ends; nil, without running it,
-    /// when another request holds the upload.
-    nonisolated func holding<T: Sendable>(_ id: String, _ body: () async throws -> T) async throws -> T? {
-        guard await acquire(id) else { return nil }
-        do {
-            let result = try await body()
-            await release(id)
-            return result
-        } catch {
-            await release(id)
-            throw error
+    /// Seconds a newcomer waits for an interrupted holder to let go before it gives up (423).
+    static let patience: Double = 10
+
+    private func take(_ id: String, interrupt: @escaping @Sendable () -> Void) -> UInt64? {
+        if let holder = holders[id] {
+            holder.interrupt()
+            return nil
         }
+        issued += 1
+        holders[id] = (issued, interrupt)
+        return issued
     }
+
+    private func release(_ id: String, _ token: UInt64) {
+        if holders[id]?.token == token { holders[id] = nil }
+    }
+
+    /// Runs `body` holding upload `id`, taking it over from its holder if any; released however
+    /// `body` ends. `body` runs in a task of its own, cancelled if another request takes the
+    /// upload over (work it must finish, such as recording an offset, runs in `uncancelled`).
+    /// Nil, without running `body`, when the holder did not let go within `patience` seconds.
+    nonisolated func holding<T: Sendable>(_ id: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T? {
+        let interruption = Interruption()
+        let deadline = Date().addingTimeInterval(Self.patience)
+        var token = await take(id, interrupt: interruption.interrupt)
+        while token == nil {
+            guard Date() < deadline, !Task.isCancelled else { return nil }
+            try? await Task.sleep(for: .milliseconds(10))
+            token = await take(id, interrupt: interruption.interrupt)
+        }
+        let work = Task { try await body() }
+        interruption.attach { work.cancel() }
+        let result = await withTaskCancellationHandler {
+            await work.result
+        } onCancel: {
+            work.cancel()
+        }
+        await release(id, token!)
+        return try result.get()
+    }
+}
+
+/// The interruption of one holder of an upload: `interrupt` cancels its work, at once or as soon
+/// as the work is attached. Thread-safe.
+private final class Interruption: Sendable {
+    private let state = Mutex<(interrupted: Bool, cancel: (@Sendable () -> Void)?)>((false, nil))
+
+    @Sendable func interrupt() {
+        let cancel = state.withLock { s in
+            s.interrupted = true
+            return s.cancel
+        }
+        cancel?()
+    }
+
+    func attach(_ cancel: @escaping @Sendable () -> Void) {
+        let interrupted = state.withLock { s in
+            s.cancel = cancel
+            return s.interrupted
+        }
+        if interrupted { cancel() }
+    }
+}
+
+/// Runs `body` to its end even when the calling task is cancelled (an unstructured task does not
+/// inherit cancellation): for work that records what was already done.
+func uncancelled<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await Task { try await body() }.value
 }
 
 /// A TUS 1.0.0 server (https://tus.io/protocols/resumable-upload): core protocol plus creation,
@@ -80,7 +141,7 @@ public final class TUSServer: Sendable {
     let database: any ServeStore
     let files: UploadFiles
     let limits: TUSLimits
-    let locks = UploadLocks()
+    var locks: UploadLocks { files.locks }
     /// Decides whether an upload with this metadata may be created (throws a `TUSRefusal`).
     let admit: @Sendable ([String: String]) async throws -> Void
     let completed: @Sendable (UploadRow) async -> Void
@@ -128,14 +189,22 @@ public final class TUSServer: Sendable {
     }
 
     private func respond(_ body: () async throws -> Response) async -> Response {
-        do { return try await body() } catch let r as TUSRefusal {
+        do { return try await body() } catch {
+            let refusal = error as? TUSRefusal ?? Self.refusal(error, database: database)
             return Response(
-                status: r.status, headers: headers([(.contentType, "text/plain; charset=utf-8")]), body: .init(byteBuffer: ByteBuffer(string: r.reason + "\n")))
-        } catch {
-            return Response(
-                status: .internalServerError, headers: headers([(.contentType, "text/plain; charset=utf-8")]),
-                body: .init(byteBuffer: ByteBuffer(string: "\(error)\n")))
+                status: refusal.status, headers: headers([(.contentType, "text/plain; charset=utf-8")]),
+                body: .init(byteBuffer: ByteBuffer(string: refusal.reason + "\n")))
         }
+    }
+
+    /// An error as the client reads it: a full disk or database is 507 (the upload keeps what was
+    /// recorded and resumes once there is space); anything else 500.
+    static func refusal(_ error: Error, database: any ServeStore) -> TUSRefusal {
+        if UploadFiles.isDiskFull(error) || database.isFull(error) {
+            return TUSRefusal(.insufficientStorage, "the server's disk is full; what was recorded is kept: resume once there is space")
+        }
+        if (error as? UploadFileError)?.code == ENOENT { return TUSRefusal(.notFound, "the upload was removed") }
+        return TUSRefusal(.internalServerError, (error as? ClipFlowError)?.message ?? "\(error)")
     }
 
     private func options() -> Response {
@@ -155,7 +224,7 @@ public final class TUSServer: Sendable {
 
     /// The upload, refused as a client would need to know: unknown (404) or expired (410).
     private func existing(_ id: String) async throws -> UploadRow {
-        guard let row = try await database.upload(id) else { throw TUSRefusal(.notFound, "no upload \(id)") }
+        guard let row = try await database.upload(Self.key(id)) else { throw TUSRefusal(.notFound, "no upload \(id)") }
         if row.completedAt == nil, row.expiresAt < Date().timeIntervalSince1970 {
             throw TUSRefusal(.gone, "upload \(id) expired")
         }
@@ -173,30 +242,41 @@ public final class TUSServer: Sendable {
             throw TUSRefusal(.badRequest, "Upload-Length: expected a size in bytes")
         }
         guard length <= limits.maxSize else { throw TUSRefusal(.contentTooLarge, "Upload-Length \(length) is above Tus-Max-Size \(limits.maxSize)") }
-        let metadata = request.headers[.uploadMetadata] ?? ""
-        if let problem = Self.metadataProblem(metadata) { throw TUSRefusal(.badRequest, "Upload-Metadata: \(problem)") }
-        try await admit(Self.metadata(metadata))
+        let header = request.headers[.uploadMetadata] ?? ""
+        if let problem = Self.metadataProblem(header) { throw TUSRefusal(.badRequest, "Upload-Metadata: \(problem)") }
+        let values = Self.metadata(header)
+        try await admit(values)
         let now = Date().timeIntervalSince1970
-        let id = Self.newID()
+        let id = Self.newID(), key = Self.key(id)
+        // The token did its work (admission): it is neither kept nor ever echoed.
         var row = UploadRow(
-            id: id, length: length, offset: 0, metadata: metadata, createdAt: now, expiresAt: now + limits.expiration,
-            completedAt: length == 0 ? now : nil)
-        try await files.create(id)
-        try await database.insert(row)
+            id: key, length: length, offset: 0, metadata: Self.metadata(header, without: "token"), createdAt: now, expiresAt: now + limits.expiration,
+            completedAt: length == 0 ? now : nil, videoID: values["video_id"].flatMap { Int64($0) })
+        try await files.create(key)
+        do { try await database.insert(row) } catch {
+            try? await files.remove(key)
+            throw error
+        }
         let location = "/\(base)/\(id)"
         var extra: [(HTTPField.Name, String)] = [(.location, Self.absolute(location, request))]
+        if length == 0 { await completed(row) }
         // creation-with-upload: the body is the first PATCH.
         if request.headers[.contentType] == "application/offset+octet-stream" {
-            row = try await receive(request, into: row)
+            let first = row
+            guard let received = try await locks.holding(key, { try await self.receive(request, into: first) }) else {
+                throw TUSRefusal(.locked, "upload \(id) is busy")
+            }
+            row = received
             extra.append((.uploadOffset, String(row.offset)))
         }
-        if row.isComplete { await completed(row) }
         return Response(status: .created, headers: headers(extra + expiresHeader(row)))
     }
 
+    /// HEAD takes the upload over as a PATCH does (as tusd does): a PATCH in progress records what
+    /// arrived and lets go, so the offset answered is what a resume must send.
     private func head(_ request: Request, id: String) async throws -> Response {
         try requireTUS(request)
-        let row = try await existing(id)
+        guard let row = try await locks.holding(Self.key(id), { try await self.existing(id) }) else { throw TUSRefusal(.locked, "upload \(id) is busy") }
         var extra: [(HTTPField.Name, String)] = [(.uploadOffset, String(row.offset)), (.uploadLength, String(row.length))]
         if !row.metadata.isEmpty { extra.append((.uploadMetadata, row.metadata)) }
         return Response(status: .ok, headers: headers(extra + expiresHeader(row)))
@@ -208,96 +288,124 @@ public final class TUSServer: Sendable {
             throw TUSRefusal(.unsupportedMediaType, "Content-Type: expected application/offset+octet-stream")
         }
         guard let text = request.headers[.uploadOffset], let offset = Int64(text) else { throw TUSRefusal(.badRequest, "Upload-Offset: expected a number") }
-        let received = try await locks.holding(id) {
-            let current = try await existing(id)
+        let received = try await locks.holding(Self.key(id)) {
+            let current = try await self.existing(id)
             guard offset == current.offset else {
                 throw TUSRefusal(.conflict, "Upload-Offset \(offset) does not match the upload's offset \(current.offset)")
             }
-            return try await receive(request, into: current)
+            return try await self.receive(request, into: current)
         }
-        guard let row = received else { throw TUSRefusal(.locked, "upload \(id) is receiving another PATCH") }
-        if row.isComplete { await completed(row) }
+        guard let row = received else { throw TUSRefusal(.locked, "upload \(id) is busy") }
         return Response(status: .noContent, headers: headers([(.uploadOffset, String(row.offset))] + expiresHeader(row)))
     }
 
+    /// Removes an upload, files first (so a full disk is freed), unless it is a video's source
+    /// (409: deleting the video removes it).
     private func terminate(_ request: Request, id: String) async throws -> Response {
         try requireTUS(request)
-        let removed: Void? = try await locks.holding(id) {
-            _ = try await existing(id)
-            try await database.delete(id)
-            try await files.remove(id)
+        let row = try await existing(id)
+        if let video = row.videoID, try await database.video(video)?.uploadID == row.id {
+            throw TUSRefusal(.conflict, "upload \(id) is the source of video \(video); delete the video (DELETE /videos/\(video)) to remove it")
         }
-        guard removed != nil else { throw TUSRefusal(.locked, "upload \(id) is receiving a PATCH") }
+        guard try await files.discard(row.id, from: database) else { throw TUSRefusal(.locked, "upload \(id) is busy") }
         return Response(status: .noContent, headers: headers())
     }
 
     /// Appends the request body to the upload at its offset; returns the upload as recorded.
-    /// A body cut short is kept up to what arrived, unless a checksum covers it; a checksum that
-    /// does not match keeps nothing (460).
+    ///
+    /// What arrived is kept however the body ends (cut short, interrupted by a request taking the
+    /// upload over, past Upload-Length: the bytes up to the length are kept, then 413), unless a
+    /// checksum covers the body: then a body cut short keeps nothing, and one that does not match
+    /// keeps nothing (460). Kept bytes are made durable (fsync), then recorded; an upload whose
+    /// recorded offset reaches its length is complete, and `completed` is told at once, whatever
+    /// the request's outcome.
     private func receive(_ request: Request, into row: UploadRow) async throws -> UploadRow {
         let digest = try Self.checksum(request.headers[.uploadChecksum])
+        if let text = request.headers[.contentLength], let declared = Int64(text), declared > row.length - row.offset {
+            throw TUSRefusal(.contentTooLarge, "the body (\(declared) bytes) goes past Upload-Length \(row.length) from offset \(row.offset)")
+        }
         let fd = try await files.openForWriting(row.id)
-        var at = row.offset, committed = row.offset
+        var written = row.offset, committed = row.offset
         var pending: [UInt8] = []
         pending.reserveCapacity(Self.writeChunk)
         var failure: Error?
         do {
             for try await chunk in request.body {
-                guard at + Int64(pending.count) + Int64(chunk.readableBytes) <= row.length else {
-                    throw TUSRefusal(.contentTooLarge, "the body goes past Upload-Length \(row.length)")
-                }
+                let room = Int(row.length - written) - pending.count
                 chunk.withUnsafeReadableBytes { b in
-                    pending.append(contentsOf: b)
-                    digest?.digest.update(b)
+                    let kept = UnsafeRawBufferPointer(rebasing: b.prefix(room))
+                    pending.append(contentsOf: kept)
+                    digest?.digest.update(kept)
+                }
+                if chunk.readableBytes > room {
+                    failure = TUSRefusal(.contentTooLarge, "the body goes past Upload-Length \(row.length); the bytes up to it are kept")
+                    break
                 }
                 if pending.count >= Self.writeChunk {
-                    try await files.write(fd, pending, at: at)
-                    at += Int64(pending.count)
+                    try await files.write(fd, pending, at: written)
+                    written += Int64(pending.count)
                     pending.removeAll(keepingCapacity: true)
-                    if digest == nil, at - committed >= Self.commitEvery, at < row.length {
+                    if digest == nil, written - committed >= Self.commitEvery, written < row.length {
                         try await files.sync(fd)
-                        guard try await database.setOffset(row.id, from: committed, to: at, completedAt: nil) else { throw Self.movedElsewhere }
-                        committed = at
+                        try await record(row, from: committed, to: written)
+                        committed = written
                     }
                 }
             }
-            if !pending.isEmpty {
-                try await files.write(fd, pending, at: at)
-                at += Int64(pending.count)
-            }
         } catch {
             failure = error
-            // What arrived counts (checksums aside); what is pending was never written.
         }
         if let d = digest, failure == nil, d.digest.finish() != d.expected {
             files.close(fd)
             throw TUSRefusal(.checksumMismatch, "Upload-Checksum: the body's \(d.algorithm.rawValue) does not match; nothing was kept")
         }
-        if digest != nil, failure != nil { at = row.offset }
-        try await files.syncAndClose(fd)
-        var updated = row
-        updated.offset = committed
-        if at != committed {
-            updated.offset = at
-            updated.completedAt = at == row.length ? Date().timeIntervalSince1970 : nil
-            guard try await database.setOffset(row.id, from: committed, to: at, completedAt: updated.completedAt) else { throw Self.movedElsewhere }
+        // From here on the work only records what arrived: an interruption does not stop it.
+        let keep = digest == nil || failure == nil
+        let tail = pending, (start, recorded, cause) = (written, committed, failure)
+        return try await uncancelled {
+            var end = keep ? start : row.offset
+            var failure = cause
+            if keep, !tail.isEmpty {
+                do {
+                    try await self.files.write(fd, tail, at: start)
+                    end += Int64(tail.count)
+                } catch { failure = failure ?? error }
+            }
+            // A failed fsync throws: nothing past the recorded offset is known to be durable.
+            try await self.files.syncAndClose(fd)
+            var updated = row
+            updated.offset = recorded
+            if end != recorded {
+                updated = try await self.record(row, from: recorded, to: end)
+            }
+            if let failure { throw failure }
+            return updated
         }
-        if let failure { throw failure }
+    }
+
+    /// Records the upload's offset moving from `from` to `to` (complete when it reaches the
+    /// length: `completed` is told); the upload as recorded.
+    @discardableResult
+    private func record(_ row: UploadRow, from: Int64, to: Int64) async throws -> UploadRow {
+        var updated = row
+        updated.offset = to
+        updated.completedAt = to == row.length ? Date().timeIntervalSince1970 : nil
+        guard try await database.setOffset(row.id, from: from, to: to, completedAt: updated.completedAt) else {
+            if try await database.upload(row.id) == nil { throw TUSRefusal(.notFound, "the upload was terminated") }
+            throw Self.movedElsewhere
+        }
+        if updated.isComplete { await completed(updated) }
         return updated
     }
 
-    /// Removes unfinished uploads whose time ran out; returns how many.
+    /// Removes unfinished uploads whose time ran out, and finished ones no video will take (their
+    /// video was deleted, or took another upload); returns how many.
     @discardableResult
     func sweep(now: Double = Date().timeIntervalSince1970) async throws -> Int {
-        let gone = try await database.expired(before: now)
-        for row in gone {
-            // One receiving a PATCH right now is left for the next sweep.
-            _ = try await locks.holding(row.id) {
-                try await database.delete(row.id)
-                try await files.remove(row.id)
-            }
-        }
-        return gone.count
+        let gone = try await database.expired(before: now) + database.unclaimedUploads()
+        var removed = 0
+        for row in gone where try await files.discard(row.id, from: database) { removed += 1 }
+        return removed
     }
 }
 
@@ -342,6 +450,19 @@ extension TUSServer {
             out[String(key)] = parts.count == 2 ? Data(base64Encoded: String(parts[1])).flatMap { String(data: $0, encoding: .utf8) } : ""
         }
         return out
+    }
+
+    /// The metadata header without `key`'s pair.
+    static func metadata(_ s: String, without key: String) -> String {
+        s.split(separator: ",", omittingEmptySubsequences: false).filter { pair in
+            pair.trimmingCharacters(in: .whitespaces).split(separator: " ").first.map(String.init) != key
+        }.joined(separator: ",")
+    }
+
+    /// The key an upload is kept under (its row, its file): the SHA-256 of its id, in hex, so that
+    /// neither the database nor the uploads folder holds the ids that give access to uploads.
+    static func key(_ id: String) -> String {
+        Digest.hash(.sha256, Data(id.utf8)).map { String(format: "%02x", $0) }.joined()
     }
 
     static func newID() -> String {

@@ -7,6 +7,8 @@ import Foundation
 /// threads. Thread-safe (every call stands alone); `Sendable`.
 final class UploadFiles: Sendable {
     let folder: URL
+    /// Who holds each upload (a request writing or removing it).
+    let locks = UploadLocks()
     private let io = DispatchQueue(label: "clipflow.serve.files", attributes: .concurrent)
 
     init(folder: URL) throws {
@@ -23,7 +25,7 @@ final class UploadFiles: Sendable {
         let p = path(id)
         try await io.perform {
             let fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { throw ClipFlowError.output("cannot create an upload file: \(String(cString: strerror(errno)))") }
+            guard fd >= 0 else { throw UploadFileError(operation: "create an upload file", code: errno) }
             Glibc.close(fd)
         }
     }
@@ -33,7 +35,7 @@ final class UploadFiles: Sendable {
         let p = path(id)
         return try await io.perform {
             let fd = open(p, O_WRONLY | O_CLOEXEC)
-            guard fd >= 0 else { throw ClipFlowError.output("cannot open an upload file: \(String(cString: strerror(errno)))") }
+            guard fd >= 0 else { throw UploadFileError(operation: "open an upload file", code: errno) }
             return fd
         }
     }
@@ -48,7 +50,7 @@ final class UploadFiles: Sendable {
                 while done < raw.count {
                     let n = pwrite(fd, raw.baseAddress! + done, raw.count - done, off_t(offset) + off_t(done))
                     if n < 0, errno == EINTR { continue }
-                    guard n > 0 else { throw ClipFlowError.output("cannot write an upload: \(String(cString: strerror(errno)))") }
+                    guard n > 0 else { throw UploadFileError(operation: "write an upload", code: n == 0 ? EIO : errno) }
                     done += n
                 }
             }
@@ -72,12 +74,39 @@ final class UploadFiles: Sendable {
 
     func remove(_ id: String) async throws {
         let p = path(id)
-        try await io.perform { _ = unlink(p) }
+        try await io.perform {
+            guard unlink(p) == 0 || errno == ENOENT else { throw UploadFileError(operation: "remove an upload file", code: errno) }
+        }
+    }
+
+    /// Removes upload `id`: its file first, then its row (so that a full disk, which may refuse
+    /// the database's write, is freed first), holding the upload (a request writing it is
+    /// interrupted and records what it made durable first). False when the upload stayed busy.
+    func discard(_ id: String, from database: any ServeStore) async throws -> Bool {
+        let done: Void? = try await locks.holding(id) {
+            try await self.remove(id)
+            try await database.delete(id)
+        }
+        return done != nil
+    }
+
+    /// Whether `error` is a file operation that found no space left (ENOSPC, EDQUOT).
+    static func isDiskFull(_ error: Error) -> Bool {
+        guard let e = error as? UploadFileError else { return false }
+        return e.code == ENOSPC || e.code == EDQUOT
     }
 
     private static func makeDurable(_ fd: Int32) throws {
-        guard fsync(fd) == 0 else { throw ClipFlowError.output("cannot make an upload durable: \(String(cString: strerror(errno)))") }
+        guard fsync(fd) == 0 else { throw UploadFileError(operation: "make an upload durable", code: errno) }
     }
+}
+
+/// A file operation on an upload that failed, with its errno (no path: the message may reach a
+/// client).
+struct UploadFileError: Error, CustomStringConvertible {
+    var operation: String
+    var code: Int32
+    var description: String { "cannot \(operation): \(String(cString: strerror(code)))" }
 }
 
 extension DispatchQueue {

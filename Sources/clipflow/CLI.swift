@@ -14,7 +14,8 @@ struct ClipFlow: ParsableCommand {
         abstract: "Turn camera recordings and clip fragments into upload-ready videos.",
         version: "0.1.0",
         subcommands: [
-            Merge.self, Transcode.self, Presets.self, HLS.self, Record.self, Clips.self, Devices.self, Upload.self, Serve.self, Run.self, Validate.self,
+            Merge.self, Transcode.self, Presets.self, HLS.self, Record.self, Clips.self, Devices.self, Upload.self, Serve.self, ServeWorkerCommand.self,
+            Run.self, Validate.self,
             Stages.self,
             Schema.self
         ]

@@ -46,6 +46,8 @@ struct Serve: ParsableCommand {
         help: "Connections served at once; more wait until one closes (the system refuses them once its listen queue of 256 is full).")
     var maxConnections: Int = 2048
 
+    @OptionGroup var processing: ServeProcessingOptions
+
     func validate() throws {
         guard Self.split(listen) != nil else { throw ValidationError("--listen: expected HOST:PORT, got '\(listen)'") }
         if maxSize <= 0 { throw ValidationError("--max-size must be positive") }
@@ -77,6 +79,7 @@ struct Serve: ParsableCommand {
         options.database = database
         options.jobLease = jobLease
         options.maxConnections = maxConnections
+        options.processing = processing.limits
         let outcome = ServeOutcome()
         let done = DispatchSemaphore(value: 0)
         let host = options.host, folder = options.data.path

@@ -23,8 +23,11 @@ final class ServeCLITests: XCTestCase {
         return path
     }
 
+    /// The file of the upload at `location`: named by the SHA-256 of its id (the id is not kept).
     func stored(_ data: URL, _ location: String) -> String {
-        data.appendingPathComponent("uploads").appendingPathComponent(String(location.split(separator: "/").last!)).path
+        let id = String(location.split(separator: "/").last ?? "")
+        let key = (try? Run.run(["sh", "-c", "printf %s \"$0\" | sha256sum", id]))?.out.prefix(64) ?? ""
+        return data.appendingPathComponent("uploads").appendingPathComponent(String(key)).path
     }
 
     func testTuspyAndOurUploaderUploadIntact() throws {

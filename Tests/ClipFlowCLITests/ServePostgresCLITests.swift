@@ -75,7 +75,8 @@ final class ServePostgresCLITests: XCTestCase {
                 "PATCH", "http://127.0.0.1:\(b.port)\(path)", headers: patch.merging(["Upload-Offset": "1000000"]) { $1 }, body: bytes.suffix(from: 1_000_000)
             )
             .status, 204)
-        let stored = data.appendingPathComponent("uploads").appendingPathComponent(URL(fileURLWithPath: path).lastPathComponent)
+        let fileName = try Run.run(["sh", "-c", "printf %s \"$0\" | sha256sum", URL(fileURLWithPath: path).lastPathComponent]).out.prefix(64)
+        let stored = data.appendingPathComponent("uploads").appendingPathComponent(String(fileName))
         XCTAssertEqual(try Data(contentsOf: stored), bytes)
         XCTAssertEqual(try waitReady(a, id0)["status"] as? String, "error", "not a video: its processing ends in error")
 

@@ -1,0 +1,137 @@
+import ClipFlowCore
+import ClipFlowMedia
+import Foundation
+import Synchronization
+
+/// The worker side of processing: one step of a job in a process of its own (`clipflow
+/// serve-worker`, which `clipflow serve` starts and supervises through `WorkerProcess`), so that
+/// whatever decoding a hostile upload does (crash, abort, exhaust memory) ends that process only.
+///
+/// Protocol with the server: the request is the command line; the answer is JSON lines on
+/// stdout (`{"progress": F}` while a ladder is made, the probe's `WorkerProbe` for a probe); the
+/// exit status says how it ended (`WorkerExit`), with the reason on stderr. The worker ends by
+/// itself when its stdin reaches end of file: the server that started it is gone.
+public enum ServeWorker {
+    public enum Step: String, Sendable, CaseIterable {
+        /// Reads the input's container and stream headers: a `WorkerProbe` line.
+        case probe
+        /// Writes the input's ladder (`rungs`) into a new folder `output`.
+        case ladder
+    }
+
+    /// Runs `step` and returns the process's exit status. `memoryLimit` bytes (0: none) bounds the
+    /// process's data (RLIMIT_DATA: heap and private mappings), set before any work.
+    public static func run(step: Step, input: String, output: String?, rungs: String?, memoryLimit: Int64) -> Int32 {
+        endWhenServerGoes()
+        if memoryLimit > 0 {
+            var limit = rlimit(rlim_cur: rlim_t(memoryLimit), rlim_max: rlim_t(memoryLimit))
+            guard setrlimit(__rlimit_resource_t(RLIMIT_DATA.rawValue), &limit) == 0 else {
+                return fail(.failed, "cannot limit the worker's memory: \(String(cString: strerror(errno)))")
+            }
+        }
+        do {
+            switch step {
+            case .probe:
+                let info = try Transcoder.probe(input)
+                let probe = WorkerProbe(
+                    duration: info.duration, width: info.video.displaySize.width, height: info.video.displaySize.height,
+                    frameRate: info.video.frameRate)
+                try emit(probe)
+            case .ladder:
+                guard let output, let rungs, let choice = WorkerLadder.choice(rungs) else {
+                    return fail(.failed, "ladder: expected --output and --rungs (rendition names such as 360p,720p, or copy)")
+                }
+                _ = try HLSLadder(output: output, ladder: choice, schedule: .feed).run(inputs: [input], events: ProgressLines())
+            }
+            return WorkerExit.finished.rawValue
+        } catch {
+            let message = (error as? ClipFlowError)?.message ?? "\(error)"
+            return fail(diskFull.contains { message.contains($0) } ? .diskFull : .failed, message)
+        }
+    }
+
+    /// How a full disk reads in an error's message: the C library's words (FFmpeg and POSIX
+    /// calls) and Foundation's (files written through FileManager and Data).
+    private static let diskFull = [
+        String(cString: strerror(ENOSPC)), String(cString: strerror(EDQUOT)), CocoaError(.fileWriteOutOfSpace).localizedDescription
+    ]
+
+    private static func fail(_ status: WorkerExit, _ message: String) -> Int32 {
+        FileHandle.standardError.write(Data((message + "\n").utf8))
+        return status.rawValue
+    }
+
+    private static func emit<T: Encodable>(_ value: T) throws {
+        var line = try JSONEncoder().encode(value)
+        line.append(UInt8(ascii: "\n"))
+        FileHandle.standardOutput.write(line)
+    }
+
+    /// Ends the process as soon as its stdin reaches end of file (the server closed its end, or
+    /// died), so a worker never outlives the server that supervises it.
+    private static func endWhenServerGoes() {
+        Thread.detachNewThread {
+            var byte: UInt8 = 0
+            while true {
+                let n = read(0, &byte, 1)
+                if n == 0 || (n < 0 && errno != EINTR) { _exit(WorkerExit.orphaned.rawValue) }
+            }
+        }
+    }
+}
+
+/// How a worker process ended, as its exit status.
+public enum WorkerExit: Int32, Sendable {
+    case finished = 0
+    /// The input cannot be processed (the reason is on stderr); trying again would not help.
+    case failed = 1
+    /// The server went away (stdin closed) before the work was done.
+    case orphaned = 3
+    /// No space was left on the disk (EX_TEMPFAIL): worth trying again once there is.
+    case diskFull = 75
+}
+
+/// What a probe tells the server: enough to check the job's limits before anything is decoded.
+struct WorkerProbe: Codable, Sendable, Equatable {
+    /// Seconds (0 when the container does not say).
+    var duration: Double
+    /// Size as displayed.
+    var width: Int
+    var height: Int
+    var frameRate: Double?
+}
+
+/// A ladder's rungs as the server names them on the worker's command line: names of
+/// `LadderRung.standard` ("360p,720p"), or "copy" for a remux.
+enum WorkerLadder {
+    static func argument(_ choice: LadderChoice) -> String {
+        choice.copy ? "copy" : (choice.rungs ?? []).map(\.name).joined(separator: ",")
+    }
+
+    static func choice(_ argument: String) -> LadderChoice? {
+        if argument == "copy" { return LadderChoice(rungs: [], copy: true) }
+        let names = argument.split(separator: ",").map(String.init)
+        let rungs = names.compactMap { name in LadderRung.standard.first { $0.name == name } }
+        return rungs.isEmpty || rungs.count != names.count ? nil : LadderChoice(rungs: rungs)
+    }
+}
+
+/// Progress of a ladder (its decode, or its copy for a remux) as `{"progress": F}` lines on
+/// stdout: at each new percent, and at least every second while work goes on (the server takes a
+/// silent worker to hang). Thread-safe.
+private final class ProgressLines: EventSink {
+    private let last = Mutex((percent: -1, time: Date.distantPast))
+
+    func emit(_ event: PipelineEvent) {
+        guard case .progress(let done, let total, _, _) = event.kind, total > 0,
+            event.stage.hasSuffix(".decode") || event.stage.hasSuffix(".copy")
+        else { return }
+        let percent = Int(min(1, Double(done) / Double(total)) * 100)
+        let due = last.withLock { l -> Bool in
+            guard percent != l.percent || Date().timeIntervalSince(l.time) >= 1 else { return false }
+            l = (percent, Date())
+            return true
+        }
+        if due { FileHandle.standardOutput.write(Data("{\"progress\":\(Double(percent) / 100)}\n".utf8)) }
+    }
+}

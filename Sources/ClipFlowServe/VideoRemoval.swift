@@ -1,0 +1,29 @@
+import ClipFlowCore
+import Foundation
+
+extension Processor {
+    /// Removes video `id` and everything of it: its job is stopped first (its worker killed; no
+    /// step starts after, so nothing recreates its media), then its files (every upload naming
+    /// it, in progress ones interrupted; its media folder), then its rows, so that a full disk is
+    /// freed before the database is asked to write. A full store is a 507 `TUSRefusal`.
+    func removeVideo(_ id: Int64) async throws {
+        await stop(video: id)
+        do {
+            var names = try await database.uploads(ofVideo: id).map(\.id)
+            if let bound = try await database.video(id)?.uploadID, !names.contains(bound) { names.append(bound) }
+            for upload in names {
+                guard try await uploads.discard(upload, from: database) else { throw TUSRefusal(.locked, "an upload of video \(id) is busy; try again") }
+            }
+            let folder = media.appendingPathComponent(String(id))
+            do { try FileManager.default.removeItem(at: folder) } catch CocoaError.fileNoSuchFile {} catch {
+                throw ClipFlowError.output("cannot remove the media of video \(id): \(error.localizedDescription)")
+            }
+            try await database.deleteVideo(id)
+        } catch let refusal as TUSRefusal {
+            throw refusal
+        } catch {
+            throw TUSServer.refusal(error, database: database)
+        }
+        release(video: id)
+    }
+}

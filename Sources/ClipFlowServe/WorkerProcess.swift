@@ -1,0 +1,134 @@
+import ClipFlowCore
+import Foundation
+import Synchronization
+
+/// Starts one `clipflow serve-worker` process (this server's own binary) and waits for it:
+/// its stdout's lines go to `line` as they come, its stderr (the last 4 KiB) is the reason of a
+/// failure. A worker that writes no line for `stall` seconds is taken to hang and killed. The
+/// worker's stdin is a pipe this side never writes: when the server dies, the kernel
+/// closes it and the worker ends itself. Cancelling the waiting task kills the worker (SIGKILL).
+/// Blocking waits run on their own threads, never on Swift's cooperative pool.
+enum WorkerProcess {
+    /// How a worker ended.
+    enum Outcome: Equatable, Sendable {
+        case finished
+        /// It reported that its input cannot be processed (the reason is its stderr).
+        case failed(String)
+        /// It reported that the disk was full.
+        case diskFull(String)
+        /// It ended in a way no worker chooses: a signal or an unexpected status ("killed by
+        /// SIGSEGV", "exited with status 134").
+        case died(String)
+    }
+
+    /// The executable that holds the worker command: this process's own binary.
+    static let executable: String = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+
+    private static let waits = DispatchQueue(label: "clipflow.serve.workers", attributes: .concurrent)
+
+    /// Runs `clipflow serve-worker ARGUMENTS`; `started` gets the worker's pid once it runs (to
+    /// kill it from elsewhere).
+    static func run(
+        _ arguments: [String], stall: Double, line: @escaping @Sendable (String) -> Void, started: @escaping @Sendable (Int32) -> Void = { _ in }
+    ) async throws -> Outcome {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = ["serve-worker"] + arguments
+        let input = Pipe(), output = Pipe(), errors = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = errors
+        do { try process.run() } catch {
+            return .died("cannot start a processing worker: \(error.localizedDescription)")
+        }
+        let pid = process.processIdentifier
+        started(pid)
+        let box = ProcessBox(process)
+        let heard = LastHeard()
+        let watchdog = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(min(1, stall / 4)))
+                let hung = heard.time.withLock { last -> Bool in
+                    guard let at = last, at >= 0, Date().timeIntervalSince1970 - at > stall else { return false }
+                    last = -1
+                    return true
+                }
+                if hung { kill(pid, SIGKILL) }
+            }
+        }
+        defer { watchdog.cancel() }
+        let ended = try await withTaskCancellationHandler {
+            try await waits.perform {
+                let stderrText = Mutex(Data())
+                let stderrDone = DispatchSemaphore(value: 0)
+                DispatchQueue.global().async {
+                    let handle = errors.fileHandleForReading
+                    while true {
+                        let chunk = handle.availableData
+                        if chunk.isEmpty { break }
+                        stderrText.withLock { d in
+                            d.append(chunk)
+                            if d.count > 4096 { d = d.suffix(4096) }
+                        }
+                    }
+                    stderrDone.signal()
+                }
+                var pending = Data()
+                let handle = output.fileHandleForReading
+                while true {
+                    let chunk = handle.availableData
+                    if chunk.isEmpty { break }
+                    pending.append(chunk)
+                    heard.time.withLock { if let at = $0, at >= 0 { $0 = Date().timeIntervalSince1970 } }
+                    while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                        line(String(decoding: pending[pending.startIndex..<newline], as: UTF8.self))
+                        pending = Data(pending[(newline + 1)...])
+                    }
+                }
+                stderrDone.wait()
+                box.process.waitUntilExit()
+                try? input.fileHandleForWriting.close()
+                let reason = String(decoding: stderrText.withLock { $0 }, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+                return outcome(box.process.terminationReason, box.process.terminationStatus, reason)
+            }
+        } onCancel: {
+            kill(pid, SIGKILL)
+        }
+        let killedAsHung = heard.time.withLock { last -> Bool in
+            defer { last = nil }
+            return last == -1
+        }
+        return killedAsHung ? .died("the processing worker made no progress for \(Int(stall)) s") : ended
+    }
+
+    static func outcome(_ reason: Process.TerminationReason, _ status: Int32, _ message: String) -> Outcome {
+        if reason == .uncaughtSignal { return .died("the processing worker was killed by \(signalName(status))") }
+        switch WorkerExit(rawValue: status) {
+        case .finished: return .finished
+        case .failed: return .failed(message.isEmpty ? "the processing worker failed without a reason" : message)
+        case .diskFull: return .diskFull(message)
+        case .orphaned, nil: return .died("the processing worker exited with status \(status)")
+        }
+    }
+
+    static func signalName(_ signal: Int32) -> String {
+        let names: [Int32: String] = [
+            SIGSEGV: "SIGSEGV", SIGABRT: "SIGABRT", SIGKILL: "SIGKILL", SIGBUS: "SIGBUS", SIGILL: "SIGILL", SIGFPE: "SIGFPE", SIGTRAP: "SIGTRAP",
+            SIGTERM: "SIGTERM", SIGXCPU: "SIGXCPU", SIGXFSZ: "SIGXFSZ", SIGPIPE: "SIGPIPE"
+        ]
+        return names[signal] ?? "signal \(signal)"
+    }
+}
+
+/// When a worker last wrote a line: seconds since 1970; nil once it ended, -1 once it was killed
+/// as hung. Thread-safe.
+private final class LastHeard: Sendable {
+    let time = Mutex<Double?>(Date().timeIntervalSince1970)
+}
+
+/// A started `Process`, handed to the thread that waits for it (Foundation's `Process` is not
+/// `Sendable`; only that thread touches it once it runs).
+private final class ProcessBox: @unchecked Sendable {
+    let process: Process
+    init(_ process: Process) { self.process = process }
+}

@@ -1,0 +1,24 @@
+import ArgumentParser
+import ClipFlowServe
+import Foundation
+
+/// `clipflow serve-worker`: one step of a processing job, in a process of its own, for `clipflow
+/// serve` (which starts it with its own binary and reads its answer). Not for people: hidden from
+/// help; its exit statuses are the server's (`WorkerExit`), not the command table's.
+struct ServeWorkerCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve-worker", abstract: "Internal: one processing step of clipflow serve.", shouldDisplay: false)
+
+    @Option var step: String
+    @Option var input: String
+    @Option var output: String?
+    @Option var rungs: String?
+    @Option(name: .customLong("memory-limit")) var memoryLimit: Int64 = 0
+
+    func run() throws {
+        guard let s = ServeWorker.Step(rawValue: step) else {
+            throw ValidationError("--step: expected \(ServeWorker.Step.allCases.map(\.rawValue).joined(separator: " or "))")
+        }
+        throw ExitCode(ServeWorker.run(step: s, input: input, output: output, rungs: rungs, memoryLimit: memoryLimit))
+    }
+}

@@ -1,0 +1,229 @@
+import ClipFlowTestSupport
+import Foundation
+import XCTest
+
+/// `clipflow serve`'s processing under hostile uploads and faults: each step runs in a worker
+/// process the server supervises; a worker that dies (killed here with SIGKILL, as the kernel's
+/// OOM killer would) costs its video an attempt, never the server; limits are checked from the
+/// probe; a deleted video's job stops for good.
+final class ServeJobsCLITests: XCTestCase {
+    let fx = Fixtures.shared
+    let key = "jobs-test-key"
+
+    var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
+    }
+
+    func server(_ data: URL, _ extra: [String] = []) -> ServerProcess {
+        .clipflowServe(binary: binary, data: data, extra, environment: ["CLIPFLOW_API_KEY": key])
+    }
+
+    func api(_ s: ServerProcess, _ method: String, _ path: String, json: Any? = nil) throws -> HTTPReply {
+        try HTTP.request(method, "http://127.0.0.1:\(s.port)\(path)", headers: ["Authorization": "Bearer \(key)"], json: json)
+    }
+
+    func video(_ s: ServerProcess, _ id: Int) throws -> [String: Any] {
+        try XCTUnwrap(try api(s, "GET", "/videos/\(id)").json() as? [String: Any])
+    }
+
+    func waitFor(_ s: ServerProcess, _ id: Int, _ ends: Set<String>, seconds: Double = 180) throws -> [String: Any] {
+        let deadline = Date().addingTimeInterval(seconds)
+        var last: [String: Any] = [:]
+        while Date() < deadline {
+            last = try video(s, id)
+            if ends.contains(last["status"] as? String ?? "") { return last }
+            usleep(100_000)
+        }
+        throw ServerError("video \(id) never reached \(ends): \(last)")
+    }
+
+    /// A video made by the API and its file uploaded with tuspy; returns its id.
+    func upload(_ s: ServerProcess, _ file: String, name: String) throws -> Int {
+        let made = try XCTUnwrap(try api(s, "POST", "/videos", json: ["name": name]).json() as? [String: Any])
+        let id = try XCTUnwrap(made["id"] as? Int)
+        let token = try XCTUnwrap((try api(s, "GET", "/videos/\(id)/upload").json() as? [String: Any])?["token"] as? String)
+        let script = """
+            import sys
+            from tusclient import client
+            u = client.TusClient(sys.argv[1]).uploader(sys.argv[2], chunk_size=4 << 20, metadata={"filename": "v.mp4", "video_id": sys.argv[3], "token": sys.argv[4]})
+            u.upload()
+            """
+        try Run.run(["python3", "-c", script, "http://127.0.0.1:\(s.port)/files", file, String(id), token])
+        return id
+    }
+
+    /// Worker processes of this data folder doing `step` (their command lines name its uploads).
+    func workers(_ data: URL, step: String = "ladder") throws -> [Int32] {
+        let r = try Run.run(["pgrep", "-f", "serve-worker --step \(step) --input \(data.path)/"], check: false)
+        return r.out.split(separator: "\n").compactMap { Int32($0) }
+    }
+
+    func waitForWorker(_ data: URL, excluding: Set<Int32>, seconds: Double = 60) throws -> Int32 {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if let pid = try workers(data).first(where: { !excluding.contains($0) }) { return pid }
+            usleep(50_000)
+        }
+        throw ServerError("no new processing worker within \(seconds) s")
+    }
+
+    func clip(_ name: String, seconds: Int, size: String) throws -> String {
+        try fx.clip(
+            name,
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", String(seconds), "-c:v", "libx264",
+                "-preset", "ultrafast", "-c:a", "aac"
+            ])
+    }
+
+    /// A worker killed in attempt 1, the server killed in attempt 2 (its worker ends with it),
+    /// a worker killed in attempt 3: the video ends in error naming the signal and the attempts;
+    /// the server stayed up through every worker's death, and the other videos (one of them the
+    /// 2-pixel-wide 4:4:4 clip that crashed `hls`) are processed as if nothing happened.
+    func testAWorkerThatDiesCostsAnAttemptNeverTheServer() throws {
+        let data = fx.scratch("serve-jobs-crash")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        let doomed = try upload(s, try clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "doomed")
+        let fine = try upload(s, try clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "fine")
+        let thin = try upload(
+            s,
+            try fx.clip("serve-jobs-thin.mp4", ["-f", "lavfi", "-i", "testsrc2=size=64x64", "-t", "1", "-vf", "scale=2:600", "-pix_fmt", "yuv444p"]),
+            name: "thin")
+        let serverPID = try s.supervisedPID()
+        var killed: Set<Int32> = []
+
+        let first = try waitForWorker(data, excluding: killed)
+        kill(first, SIGKILL)
+        killed.insert(first)
+        let second = try waitForWorker(data, excluding: killed)
+        XCTAssertEqual(try s.supervisedPID(), serverPID, "the server outlived its worker")
+        XCTAssertEqual(try video(s, doomed)["status"] as? String, "processing")
+        kill(serverPID, SIGKILL)
+        killed.insert(second)
+        var orphaned = try workers(data)
+        for _ in 0..<100 where !orphaned.isEmpty {
+            usleep(50_000)
+            orphaned = try workers(data)
+        }
+        XCTAssertEqual(orphaned, [], "a worker ends with its server")
+        try s.start()
+        let restarted = try s.supervisedPID()
+        let third = try waitForWorker(data, excluding: killed)
+        kill(third, SIGKILL)
+
+        let failed = try waitFor(s, doomed, ["error", "ready"], seconds: 60)
+        XCTAssertEqual(failed["status"] as? String, "error", "\(failed)")
+        let reason = failed["error"] as? String ?? ""
+        XCTAssertTrue(reason.contains("SIGKILL") && reason.contains("attempt 3 of 3"), reason)
+        XCTAssertFalse(reason.contains(data.path), reason)
+        XCTAssertEqual(try waitFor(s, fine, ["ready", "error"])["status"] as? String, "ready")
+        let thinEnd = try waitFor(s, thin, ["ready", "error"])
+        XCTAssertFalse((thinEnd["error"] as? String ?? "").contains(data.path), "\(thinEnd)")
+        XCTAssertEqual(try s.supervisedPID(), restarted, "the server stayed up: \(s.stderrText.suffix(2000))")
+        XCTAssertEqual(try api(s, "GET", "/videos").status, 200)
+    }
+
+    /// The 0.4 MB upload declaring 16384x8704 (one black H.264 frame): refused from its probe, with
+    /// the reason, before anything is decoded; a longer, faster or bigger video than the flags
+    /// allow likewise; within the limits the same server processes a video.
+    func testLimitsAreCheckedFromTheProbe() throws {
+        let data = fx.scratch("serve-jobs-limits")
+        let s = server(data, ["--max-duration", "5", "--max-frame-rate", "50"])
+        try s.start()
+        defer { s.stop() }
+        let huge = try fx.clip(
+            "serve-jobs-16384x8704.mp4",
+            ["-f", "lavfi", "-i", "color=black:size=16384x8704:rate=25", "-frames:v", "1", "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"])
+        XCTAssertLessThan(try FileManager.default.attributesOfItem(atPath: huge)[.size] as? Int ?? 0, 1_000_000)
+        let big = try upload(s, huge, name: "huge")
+        let long = try upload(s, try clip("serve-jobs-6s.mp4", seconds: 6, size: "320x240"), name: "long")
+        let fast = try upload(
+            s,
+            try fx.clip(
+                "serve-jobs-60fps.mp4", ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=60", "-t", "1", "-c:v", "libx264", "-preset", "ultrafast"]),
+            name: "fast")
+        let ok = try upload(s, try clip("serve-jobs-2s.mp4", seconds: 2, size: "320x240"), name: "ok")
+        let refused = try waitFor(s, big, ["error", "ready", "viewable"], seconds: 60)
+        XCTAssertEqual(refused["status"] as? String, "error")
+        XCTAssertEqual(refused["error"] as? String, "the picture is 16384x8704, above this server's limit of 4096x4096")
+        XCTAssertEqual(try waitFor(s, long, ["error", "ready"])["error"] as? String, "the video lasts 6 s, above this server's limit of 5 s")
+        XCTAssertEqual(
+            try waitFor(s, fast, ["error", "ready"])["error"] as? String, "the video has 60.00 frames per second, above this server's limit of 50")
+        XCTAssertEqual(try waitFor(s, ok, ["error", "ready"])["status"] as? String, "ready")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: data.appendingPathComponent("media/\(big)/a1-first").path))
+    }
+
+    /// Each worker's memory is bounded (--worker-memory): a worker that needs more fails (or
+    /// dies), the video ends in error, the server is untouched.
+    func testAWorkerBeyondItsMemoryEndsItsVideoInError() throws {
+        let data = fx.scratch("serve-jobs-memory")
+        let s = server(data, ["--worker-memory", "128", "--job-attempts", "1"])
+        try s.start()
+        defer { s.stop() }
+        let pid = try s.supervisedPID()
+        let id = try upload(s, try clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "needs memory")
+        let v = try waitFor(s, id, ["error", "ready"], seconds: 120)
+        XCTAssertEqual(v["status"] as? String, "error", "\(v)")
+        XCTAssertFalse((v["error"] as? String ?? "").contains(data.path))
+        XCTAssertEqual(try s.supervisedPID(), pid)
+    }
+
+    /// A disk that fills while a ladder is written (an 8 MB tmpfs as the data folder, nearly
+    /// filled by a file of the test's): the job waits without spending its only attempt, and the
+    /// video is processed by itself once the file is removed.
+    func testProcessingWaitsForAFullDiskToFree() throws {
+        let data = fx.scratch("serve-jobs-full")
+        guard (try? Run.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", data.path]))?.status == 0 else {
+            throw XCTSkip("mounting a tmpfs needs root")
+        }
+        defer { _ = try? Run.run(["umount", "-l", data.path], check: false) }
+        let s = server(data, ["--job-attempts", "1"])
+        try s.start()
+        defer { s.stop() }
+        let file = try clip("serve-jobs-short.mp4", seconds: 4, size: "640x360")
+        let size = try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int ?? 0
+        let free = Int(try Run.run(["df", "--output=avail", "-B1", data.path]).out.split(separator: "\n").last ?? "") ?? 0
+        let filler = data.appendingPathComponent("filler").path
+        try Run.run(["fallocate", "-l", String(free - size - 256 * 1024), filler])
+        let id = try upload(s, file, name: "waits")
+        sleep(8)
+        let waiting = try video(s, id)
+        XCTAssertEqual(waiting["status"] as? String, "processing", "\(waiting)")
+        try FileManager.default.removeItem(atPath: filler)
+        XCTAssertEqual(try waitFor(s, id, ["ready", "error"], seconds: 60)["status"] as? String, "ready")
+    }
+
+    /// A worker that hangs (stopped here with SIGSTOP) is killed once it has been silent for
+    /// --worker-stall seconds; the attempt counts.
+    func testAHungWorkerIsKilled() throws {
+        let data = fx.scratch("serve-jobs-stall")
+        let s = server(data, ["--worker-stall", "3", "--job-attempts", "1"])
+        try s.start()
+        defer { s.stop() }
+        let id = try upload(s, try clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "hangs")
+        let worker = try waitForWorker(data, excluding: [])
+        kill(worker, SIGSTOP)
+        let v = try waitFor(s, id, ["error", "ready"], seconds: 30)
+        XCTAssertEqual(v["error"] as? String, "the processing worker made no progress for 3 s (attempt 1 of 1)", "\(v)")
+    }
+
+    /// DELETE /videos/ID while its ladder is being made: the worker is killed, the video's media
+    /// folder is gone and stays gone (nothing recreates it), the server goes on with the next video.
+    func testDeletingAVideoStopsItsJob() throws {
+        let data = fx.scratch("serve-jobs-delete")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        let id = try upload(s, try clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "deleted")
+        let worker = try waitForWorker(data, excluding: [])
+        XCTAssertEqual(try api(s, "DELETE", "/videos/\(id)").status, 204)
+        XCTAssertEqual(kill(worker, 0), -1, "the worker is gone")
+        let next = try upload(s, try clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "next")
+        XCTAssertEqual(try waitFor(s, next, ["ready", "error"])["status"] as? String, "ready")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: data.appendingPathComponent("media/\(id)").path), "no media recreated")
+        XCTAssertEqual(try api(s, "GET", "/videos/\(id)").status, 404)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("uploads").path).count, 1, "the next video's only")
+    }
+}

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <malloc.h>
 
-double cf_stream_display_rotation(const AVStream *st) {
+int cf_stream_display_matrix(const AVStream *st, int32_t matrix[9]) {
 #if LIBAVFORMAT_VERSION_MAJOR < 61
     const uint8_t *sd = av_stream_get_side_data(st, AV_PKT_DATA_DISPLAYMATRIX, NULL);
 #else
@@ -12,8 +12,15 @@ double cf_stream_display_rotation(const AVStream *st) {
         st->codecpar->nb_coded_side_data, AV_PKT_DATA_DISPLAYMATRIX);
     const uint8_t *sd = psd ? psd->data : NULL;
 #endif
-    if (!sd) return NAN;
-    return av_display_rotation_get((const int32_t *)sd);
+    if (!sd) return 0;
+    memcpy(matrix, sd, sizeof(int32_t) * 9);
+    return 1;
+}
+
+double cf_stream_display_rotation(const AVStream *st) {
+    int32_t m[9];
+    if (!cf_stream_display_matrix(st, m)) return NAN;
+    return av_display_rotation_get(m);
 }
 
 int cf_stream_set_display_rotation(AVStream *st, double angle) {

@@ -4,17 +4,18 @@ import Synchronization
     import Glibc
 #endif
 
-/// An output file written under a temporary name next to its target and renamed into place only
-/// when complete (habit 8). If the work fails or is interrupted, `discard()` (or deinit) removes
-/// the temporary file, so a failed run leaves nothing behind. Not thread-safe: one owner.
+/// An output file or folder written under a temporary name next to its target and renamed into
+/// place only when complete (habit 8). If the work fails or is interrupted, `discard()` (or
+/// deinit) removes the temporary (a folder with everything in it), so a failed run leaves nothing
+/// behind. Not thread-safe: one owner.
 ///
 /// Temporaries outlive a writer that is killed (SIGKILL, power loss). So that they do not stay
 /// forever, the temporary is created by `init` (named `.NAME.clipflow-tmp-PID-RANDOM`) and its
-/// writer holds a shared `flock` on it from creation to `commit`/`discard`; the kernel drops the
-/// lock when the writer dies, however it dies. Each process, the first time it writes into a
-/// folder, removes the temporaries there whose lock it can take exclusively: their writers are
-/// gone. A live writer's lock blocks that, whichever its PID (PIDs are reused, so `kill(pid, 0)`
-/// would not tell). Where the filesystem offers no locks, nothing is removed; on network and
+/// writer holds a shared `flock` on it (the file, or the folder itself) from creation to
+/// `commit`/`discard`; the kernel drops the lock when the writer dies, however it dies. Each
+/// process, the first time it writes into a folder, removes the temporaries there whose lock it
+/// can take exclusively: their writers are gone. A live writer's lock blocks that, whichever its
+/// PID (PIDs are reused, so `kill(pid, 0)` would not tell). Where the filesystem offers no locks, nothing is removed; on network and
 /// FUSE filesystems (locks may be per machine) a temporary must also be an hour old.
 ///
 /// Write the temporary in place (open it without `O_EXCL`, truncate, or use `write(_:)`);
@@ -31,7 +32,7 @@ public final class AtomicOutput {
     public convenience init(target: URL, label: String = "output") throws {
         do {
             try self.init(
-                target: target, label: label,
+                target: target, label: label, isFolder: false,
                 make: { path in
                     let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o666)
                     if fd >= 0 { close(fd) }
@@ -42,25 +43,39 @@ public final class AtomicOutput {
         }
     }
 
+    /// An output folder: the temporary is an empty folder, to be filled and renamed onto `target`
+    /// by `commit` (which fails if `target` exists by then, unless it is an empty folder).
+    /// Fails early with a clear error if `target` exists or its parent is missing or not writable.
+    public convenience init(folder target: URL, label: String = "an output folder") throws {
+        if FileManager.default.fileExists(atPath: target.path) {
+            throw ClipFlowError.output("'\(target.path)' exists; \(label) is written into a new folder (remove it or choose another)")
+        }
+        do {
+            try self.init(target: target, label: label, isFolder: true, make: { path in mkdir(path, 0o777) == 0 ? 0 : errno })
+        } catch let e as CannotCreate {
+            throw ClipFlowError.output(e.description)
+        }
+    }
+
     /// An output whose temporary is a hard link to `source` (no byte copied), or nil when the
     /// filesystem cannot link it there (another device, no hard links): copy instead.
     public static func hardLink(from source: String, target: URL, label: String = "output") throws -> AtomicOutput? {
         do {
-            return try AtomicOutput(target: target, label: label, make: { path in link(source, path) == 0 ? 0 : errno })
+            return try AtomicOutput(target: target, label: label, isFolder: false, make: { path in link(source, path) == 0 ? 0 : errno })
         } catch is CannotCreate {
             return nil
         }
     }
 
-    /// `make` creates the file at the path it is given, returning 0 or an errno.
-    private init(target: URL, label: String, make: (String) -> Int32) throws {
+    /// `make` creates the file (or folder) at the path it is given, returning 0 or an errno.
+    private init(target: URL, label: String, isFolder: Bool, make: (String) -> Int32) throws {
         self.target = target
         let dir = target.deletingLastPathComponent()
         var isDir: ObjCBool = false
         guard FileManager.default.fileExists(atPath: dir.path, isDirectory: &isDir), isDir.boolValue else {
             throw ClipFlowError.output("\(label) '\(target.path)': folder '\(dir.path)' does not exist")
         }
-        if FileManager.default.fileExists(atPath: target.path, isDirectory: &isDir), isDir.boolValue {
+        if !isFolder, FileManager.default.fileExists(atPath: target.path, isDirectory: &isDir), isDir.boolValue {
             throw ClipFlowError.output("\(label) '\(target.path)' is a directory; give a file name")
         }
         guard access(dir.path, W_OK) == 0 else {
@@ -81,7 +96,7 @@ public final class AtomicOutput {
                 // ENOENT: a sweeper took it first. Otherwise (a hard link to a symlink: ELOOP)
                 // it cannot be locked: undo and say so.
                 let e = errno
-                unlink(path)
+                Self.remove(path)
                 if e == ENOENT { continue }
                 throw CannotCreate(label: label, target: target.path, errno: e)
             }
@@ -95,7 +110,7 @@ public final class AtomicOutput {
                 return
             }
             close(fd)
-            if !locked { unlink(path) }
+            if !locked { Self.remove(path) }
         }
         throw CannotCreate(label: label, target: target.path, errno: EEXIST)
     }
@@ -129,13 +144,24 @@ public final class AtomicOutput {
         TemporaryFiles.shared.unregister(temporary.path)
     }
 
-    /// Removes the temporary file (idempotent).
+    /// Removes the temporary (idempotent).
     public func discard() {
         guard !done else { return }
         done = true
-        unlink(temporary.path)
+        Self.remove(temporary.path)
         unlock()
         TemporaryFiles.shared.unregister(temporary.path)
+    }
+
+    /// Removes a file, or a folder with everything in it (never following symlinks).
+    static func remove(_ path: String) {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return }
+        if st.st_mode & S_IFMT == S_IFDIR {
+            try? FileManager.default.removeItem(atPath: path)
+        } else {
+            unlink(path)
+        }
     }
 
     private func unlock() {
@@ -172,8 +198,8 @@ public enum LeftoverTemporaries {
     }
 
     /// Removes every temporary in `folder` whose writer is gone (no process holds its lock);
-    /// returns the names removed. Never follows symlinks; touches only regular files named as
-    /// temporaries are.
+    /// returns the names removed. Never follows symlinks; touches only regular files and folders
+    /// named as temporaries are (a folder goes with everything in it).
     @discardableResult
     public static func remove(in folder: String) -> [String] {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return [] }
@@ -188,12 +214,14 @@ public enum LeftoverTemporaries {
             guard fd >= 0 else { continue }
             defer { close(fd) }
             var st = stat()
-            guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { continue }
+            guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG || st.st_mode & S_IFMT == S_IFDIR else { continue }
             guard now - Double(st.st_mtim.tv_sec) >= minimumAge else { continue }
             guard flock(fd, LOCK_EX | LOCK_NB) == 0 else { continue }  // a live writer holds it
             // Still the file we locked (not committed or replaced meanwhile): remove it while
             // holding the lock, so no writer can be handed it.
-            if sameFile(fd, path), unlink(path) == 0 { removed.append(name) }
+            guard sameFile(fd, path) else { continue }
+            AtomicOutput.remove(path)
+            if !FileManager.default.fileExists(atPath: path) { removed.append(name) }
         }
         return removed
     }
@@ -241,8 +269,8 @@ public enum LeftoverTemporaries {
     }
 }
 
-/// Process-wide list of temporary outputs still being written, so that a forced exit (second
-/// SIGINT) can remove them. Thread-safe.
+/// Process-wide list of temporary outputs (files and folders) still being written, so that a
+/// forced exit (second SIGINT) can remove them. Thread-safe.
 public final class TemporaryFiles: Sendable {
     public static let shared = TemporaryFiles()
     private let paths = Mutex(Set<String>())
@@ -250,12 +278,12 @@ public final class TemporaryFiles: Sendable {
     public func register(_ path: String) { _ = paths.withLock { $0.insert(path) } }
     public func unregister(_ path: String) { _ = paths.withLock { $0.remove(path) } }
 
-    /// Unlinks every registered file. Called from the forced-exit path only.
+    /// Removes every registered file and folder. Called from the forced-exit path only.
     public func removeAll() {
         let all = paths.withLock { p -> Set<String> in
             defer { p.removeAll() }
             return p
         }
-        for p in all { unlink(p) }
+        for p in all { AtomicOutput.remove(p) }
     }
 }

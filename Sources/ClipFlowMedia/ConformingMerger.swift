@@ -40,14 +40,11 @@ public final class ConformingMerger {
             progress.notice("copying \(plan.clips[i].path) with its own parameter sets: \(plan.clips[i].reason ?? "")")
         }
         var paths = inputs
-        let folder = options.output.deletingLastPathComponent().appendingPathComponent(
-            ".\(options.output.lastPathComponent).clipflow-conform-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
-        if !plan.reencoded.isEmpty {
-            do { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false) } catch {
-                throw ClipFlowError.output("cannot create a working folder next to '\(options.output.path)': \(error.localizedDescription)")
-            }
-        }
-        defer { try? FileManager.default.removeItem(at: folder) }
+        // The re-encoded clips go into a temporary folder next to the output (never committed:
+        // removed when the merge ends, swept by a later run if this one is killed).
+        let work = plan.reencoded.isEmpty ? nil : try AtomicOutput(folder: URL(fileURLWithPath: options.output.path + ".conform"), label: "a working folder")
+        defer { work?.discard() }
+        let folder = work?.temporary ?? options.output.deletingLastPathComponent()  // unused when nothing is re-encoded
         if plan.reencodesAll, let preset {
             // Nothing to copy: everything is transcoded with the preset into one clip, which the
             // merge then only copies (turning it if asked).

@@ -11,7 +11,7 @@ import Foundation
 public final class DecodeStage: Stage {
     public let id: String
     public let settings: TranscodeSettings
-    private var files: [String] = []
+    private var files = InputOrdered<String>()
     private let cancelFlag = CancellationFlag()
     public var inputTypes: Set<PortType> { [.clips, .video] }
     public var outputType: PortType? { .frames }
@@ -61,7 +61,7 @@ public final class DecodeStage: Stage {
     }
 
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
-        if let p = item.path { files.append(p) }
+        if let p = item.path { files.append(p, input: input) }
         return .ok
     }
 
@@ -71,10 +71,11 @@ public final class DecodeStage: Stage {
         var samples: Int64 = 0
         let started = Date()
         var lastReport = Date.distantPast
-        let t = Transcoder(inputs: files, output: URL(fileURLWithPath: "/dev/null"), settings: settings, cancel: cancelFlag)
+        let t = Transcoder(inputs: files.all, output: URL(fileURLWithPath: "/dev/null"), settings: settings, cancel: cancelFlag)
         // Pictures wait for the first audio (a picture or two): a recorder sets up its audio
         // track from what it has when the first picture comes.
         var waiting: [VideoFrame] = []
+        var packer: PicturePacker?
         var audioStarted = false
         func send(_ v: VideoFrame) throws {
             if context.push(.frame(.video(v))) == .flushing { throw ClipFlowError.interrupted }
@@ -85,9 +86,10 @@ public final class DecodeStage: Stage {
                 switch item {
                 case .picture(let f, let end):
                     let time = Double(f.f.pointee.pts) * shape.timeBase.double
+                    if packer == nil { packer = try PicturePacker(size: shape.frame) }
                     let v = VideoFrame(
                         width: shape.frame.width, height: shape.frame.height, format: .yuv420p,
-                        data: try sharedPlanes(f, shape.frame), time: time, sequence: sequence,
+                        data: try packer!.planes(of: f), time: time, sequence: sequence,
                         nominalRate: shape.frameRate.double > 0 ? shape.frameRate.double : nil)
                     sequence += 1
                     if shape.audio != nil, !audioStarted { waiting.append(v) } else { try send(v) }
@@ -120,13 +122,38 @@ public final class DecodeStage: Stage {
     }
 }
 
-/// The packed planes of `picture` (`Transcoder.decodeOnly`'s layout: one buffer, no padding) as
-/// `Data` without a copy: the bytes hold a reference to the picture's buffer until the last copy
-/// of the `Data` is gone. Pictures are not written to once decoded, so sharing them is safe.
-private func sharedPlanes(_ picture: Frame, _ size: PictureSize) throws -> Data {
-    let held = try Frame()
-    try FF.check(av_frame_ref(held.f, picture.f), "sharing a picture")
-    let count = PixelFormat.yuv420p.frameBytes(width: size.width, height: size.height) ?? 0
-    guard let base = held.data(0), held.linesize(0) == size.width else { throw ClipFlowError.failure("internal: a decoded picture is not packed") }
-    return Data(bytesNoCopy: base, count: count, deallocator: .custom { _, _ in withExtendedLifetime(held) {} })
+/// yuv420p pictures of one size in `VideoFrame`'s layout (planes one after another, rows without
+/// padding) as `Data` over FFmpeg buffers: the bytes hold a reference to their buffer until the
+/// last copy of the `Data` is gone. Every buffer has `PicturePool.padding` spare bytes after the
+/// picture, so a consumer may hand the planes to libswscale as they are. Pictures are not written
+/// to once decoded, so sharing them is safe. Confined to the decoding thread.
+final class PicturePacker {
+    let size: PictureSize
+    /// Packed pictures, filled by copying rows (for sizes whose aligned rows are not packed).
+    private let packed: PicturePool
+
+    init(size: PictureSize) throws {
+        self.size = size
+        packed = try PicturePool(size: size, alignment: 1)
+    }
+
+    /// The planes of `picture` (a converter's output: aligned rows, padded buffer). A picture
+    /// whose aligned rows are already packed (widths that are multiples of 64) is shared as it
+    /// is; any other is copied row by row into a packed buffer.
+    func planes(of picture: Frame) throws -> Data {
+        let w = size.width, h = size.height, cw = (w + 1) / 2, ch = (h + 1) / 2
+        let held: Frame
+        if let y = picture.data(0), picture.linesize(0) == w, picture.linesize(1) == cw, picture.linesize(2) == cw,
+            picture.data(1) == y + w * h, picture.data(2) == y + w * h + cw * ch
+        {
+            held = try Frame()
+            try FF.check(av_frame_ref(held.f, picture.f), "sharing a picture")
+        } else {
+            held = try packed.picture()
+            try FF.check(av_frame_copy(held.f, picture.f), "packing a \(w)x\(h) picture")
+        }
+        guard let base = held.data(0) else { throw ClipFlowError.failure("internal: a decoded picture has no pixels") }
+        let count = PixelFormat.yuv420p.frameBytes(width: w, height: h) ?? 0
+        return Data(bytesNoCopy: base, count: count, deallocator: .custom { _, _ in withExtendedLifetime(held) {} })
+    }
 }

@@ -140,10 +140,9 @@ final class CopyRenditionStage: Stage {
                         "input '\(path)': its video is \(String(cString: avcodec_get_name(par.pointee.codec_id))); copy needs H.264 or HEVC (leave copy out to re-encode)"
                     )
                 }
-                let rotation = cf_stream_display_rotation(st)
-                if !rotation.isNaN, Int(rotation.rounded()) % 360 != 0 {
+                if DisplayOrientation(of: source, stream: stream) != .upright {
                     throw ClipFlowError.badInput(
-                        "input '\(path)': its pictures are turned by a display matrix, which HLS players treat differently; leave copy out (the ladder turns the pixels)"
+                        "input '\(path)': its pictures are turned or mirrored by a display matrix, which HLS players treat differently; leave copy out (the ladder turns the pixels)"
                     )
                 }
                 size = PictureSize(width: Int(par.pointee.width), height: Int(par.pointee.height))

@@ -158,44 +158,57 @@ public struct HLSLadder: Sendable {
     }
 }
 
-/// The ladder's folder while it is written: `work`, a hidden sibling of `output`, renamed to
-/// `output` when complete. Shared by the ladder's stages (immutable; the file system orders them).
-public final class LadderFolder: Sendable {
+/// The ladder's folder while it is written: `work`, a temporary folder next to `output`
+/// (`AtomicOutput(folder:)`: locked while this process lives, swept by the next run writing
+/// there if this one is killed), renamed to `output` when complete. Shared by the ladder's stages:
+/// the ladder stage creates and commits it, any stage may discard it; `lock` guards the
+/// temporary (hence `@unchecked Sendable`), the file system orders the rest.
+public final class LadderFolder: @unchecked Sendable {
     public let output: URL
-    public let work: URL
+    private let lock = NSLock()
+    private var temporary: AtomicOutput?
 
     init(output: URL) {
         self.output = output
-        work = output.deletingLastPathComponent().appendingPathComponent(
-            ".\(output.lastPathComponent).clipflow-tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
     }
 
-    /// Refuses an existing `output` (a ladder goes into a new folder), creates `work`.
+    /// Refuses an existing `output` (a ladder goes into a new folder), creates the temporary (and
+    /// the folders above it, if missing).
     func create() throws {
-        let fm = FileManager.default
-        if fm.fileExists(atPath: output.path) {
-            throw ClipFlowError.output("'\(output.path)' exists; a ladder is written into a new folder (remove it or choose another)")
+        let parent = output.deletingLastPathComponent()
+        do { try FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true) } catch {
+            throw ClipFlowError.output("cannot create the folder '\(parent.path)' for the ladder: \(error.localizedDescription)")
         }
-        do { try fm.createDirectory(at: work, withIntermediateDirectories: true) } catch {
-            throw ClipFlowError.output("cannot create a folder next to '\(output.path)': \(error.localizedDescription)")
+        let made = try AtomicOutput(folder: output, label: "a ladder")
+        lock.withLock { temporary = made }
+    }
+
+    /// The temporary folder the ladder is written into (once `create` has made it).
+    var work: URL {
+        get throws {
+            guard let t = lock.withLock({ temporary?.temporary }) else {
+                throw ClipFlowError.failure("internal: the ladder's folder next to '\(output.path)' was not created")
+            }
+            return t
         }
     }
 
     func write(_ text: String, to uri: String) throws {
-        let url = work.appendingPathComponent(uri)
+        let url = try work.appendingPathComponent(uri)
         do { try text.write(to: url, atomically: false, encoding: .utf8) } catch {
             throw ClipFlowError.output("cannot write '\(url.path)': \(error.localizedDescription)")
         }
     }
 
     func commit() throws {
-        guard rename(work.path, output.path) == 0 else {
-            throw ClipFlowError.output("cannot move the ladder into '\(output.path)': \(String(cString: strerror(errno)))")
+        try lock.withLock {
+            guard let t = temporary else { throw ClipFlowError.failure("internal: no ladder to move into '\(output.path)'") }
+            try t.commit()
         }
     }
 
-    /// Removes the unfinished ladder (any stage may, any number of times).
-    func discard() { try? FileManager.default.removeItem(at: work) }
+    /// Removes the unfinished ladder (any stage may, any number of times; nothing once committed).
+    func discard() { lock.withLock { temporary?.discard() } }
 }
 
 /// `feed.json`: what a feed client needs to start a video fast: its id (the folder's name),

@@ -207,13 +207,15 @@ final class VideoRenditionStage: Stage {
         guard let pixels = v.format.ffmpeg else {
             throw ClipFlowError.badInput("\(rung.name): \(v.format.rawValue) pictures cannot be encoded (decode them first)")
         }
+        // The ladder's decode stage hands pictures in padded buffers (`PicturePacker`), so
+        // libswscale reads them in place.
         let picture: Frame = try v.data.withUnsafeBytes { raw in
             guard let base = raw.baseAddress else { throw ClipFlowError.badInput("\(rung.name): an empty picture") }
             try FF.check(
                 cf_frame_wrap(source.f, base.assumingMemoryBound(to: UInt8.self), pixels, Int32(v.width), Int32(v.height)), "a \(v.width)x\(v.height) picture")
             let full = PixelRect(x: 0, y: 0, width: v.width, height: v.height)
             return try converter!.convert(
-                source, placement: Placement(crop: full, dest: PixelRect(x: 0, y: 0, width: size.width, height: size.height), pads: false), turn: 0)
+                source, placement: Placement(crop: full, dest: PixelRect(x: 0, y: 0, width: size.width, height: size.height), pads: false))
         }
         let pts = Int64((v.time * Double(Self.timeBase.den)).rounded())
         picture.f.pointee.pts = pts

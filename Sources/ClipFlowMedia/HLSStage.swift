@@ -66,7 +66,7 @@ final class LadderStage: Stage {
         guard !video.isEmpty else { throw ClipFlowError.badInput("no picture reached the ladder") }
         // The richest first (a player without a bandwidth estimate starts there).
         video.sort { $0.peak > $1.peak }
-        let work = folder.work
+        let work = try folder.work
         try folder.write(HLSPlaylists.master(video: video, audio: audio), to: "master.m3u8")
         try folder.write(feedManifest(id: folder.output.lastPathComponent, video: video, audio: audio), to: "feed.json")
         try writePoster(of: video[0], in: work)

@@ -48,7 +48,7 @@ public final class MergeStage: Stage {
     public let conform: Bool
     /// With `conform`: the re-encodes' settings and the target (`ConformPlan.make(_:preset:)`).
     public let preset: TranscodePreset?
-    private var clips: [String] = []
+    private var clips = InputOrdered<String>()
     private let cancelFlag = CancellationFlag()
     public var inputTypes: Set<PortType> { [.clips] }
     public var outputType: PortType? { .video }
@@ -119,7 +119,7 @@ public final class MergeStage: Stage {
     }
 
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
-        if let p = item.path { clips.append(p) }
+        if let p = item.path { clips.append(p, input: input) }
         return .ok
     }
 
@@ -136,7 +136,7 @@ public final class MergeStage: Stage {
             let r: MergeResult
             if conform {
                 let (merged, plan) = try ConformingMerger(
-                    inputs: clips, options: options, preset: preset, progress: StageProgress(context: context), cancel: cancelFlag
+                    inputs: clips.all, options: options, preset: preset, progress: StageProgress(context: context), cancel: cancelFlag
                 ).run()
                 r = merged
                 context.emit(
@@ -144,7 +144,7 @@ public final class MergeStage: Stage {
                         .init("reencoded_clips", .integer(Int64(plan.reencoded.count))), .init("harmonised_clips", .integer(Int64(plan.harmonised.count)))
                     ]))
             } else {
-                r = try Merger(inputs: clips, options: options, progress: StageProgress(context: context), cancel: cancelFlag).run()
+                r = try Merger(inputs: clips.all, options: options, progress: StageProgress(context: context), cancel: cancelFlag).run()
             }
             context.emit(.output(path: r.output.path))
             context.emit(

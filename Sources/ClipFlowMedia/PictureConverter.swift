@@ -6,12 +6,18 @@ import Foundation
 /// to the pool when unreffed, on whatever thread (FFmpeg locks the pool). Owner: the
 /// converter, on the decoding thread; freed in deinit (the pool itself lives on until its last
 /// buffer comes back).
+///
+/// Every buffer ends with `padding` spare bytes, as FFmpeg's own picture buffers do: libswscale's
+/// SIMD code reads (and, in rows narrower than its vectors, writes) past the last pixel of a
+/// plane, which without them would be past the end of the allocation.
 final class PicturePool {
     let size: PictureSize
     let format: AVPixelFormat
     static let align: Int32 = 32
-    /// Row alignment: 32 (SIMD-friendly rows), or 1 for pictures whose planes follow one another
-    /// without padding, in one buffer (`VideoFrame`'s layout: handed on without a copy).
+    static let padding = Int32(AV_INPUT_BUFFER_PADDING_SIZE)
+    /// Row alignment: 32 (SIMD-friendly rows, what libswscale writes into), or 1 for pictures
+    /// whose planes follow one another without padding (`VideoFrame`'s layout: handed on without
+    /// a copy; filled by copying, never by libswscale).
     let alignment: Int32
     private let pool: OpaquePointer
 
@@ -21,7 +27,7 @@ final class PicturePool {
         self.alignment = alignment
         let bytes = av_image_get_buffer_size(format, Int32(size.width), Int32(size.height), alignment)
         try FF.check(bytes, "picture buffers of \(size)")
-        guard let p = av_buffer_pool_init(Int(bytes), nil) else { throw ClipFlowError.failure("out of memory (picture buffers of \(size))") }
+        guard let p = av_buffer_pool_init(Int(bytes + Self.padding), nil) else { throw ClipFlowError.failure("out of memory (picture buffers of \(size))") }
         pool = p
     }
     deinit {
@@ -55,32 +61,39 @@ final class PictureConverter {
     deinit { if let s = scaler { sws_freeContext(s) } }
 
     /// A new output picture of `decoded`, placed by `placement` (in display orientation when
-    /// `turn` is not 0: the decoded pixels are then turned `turn` degrees clockwise).
-    func convert(_ decoded: Frame, placement: Placement, turn: Int) throws -> Frame {
+    /// `orientation` is not upright: the decoded pixels are then mirrored if it says so and
+    /// turned its `turn` degrees clockwise).
+    func convert(_ decoded: Frame, placement: Placement, orientation: DisplayOrientation = .upright) throws -> Frame {
         let out = try pool.picture()
         if placement.pads { paintBlack(out) }
         let stored = PictureSize(width: Int(decoded.f.pointee.width), height: Int(decoded.f.pointee.height))
-        let crop = TranscodeGeometry.storedRect(placement.crop, turned: turn, stored: stored)
+        let turn = orientation.turn
+        var crop = TranscodeGeometry.storedRect(placement.crop, turned: turn, stored: stored)
+        if orientation.mirrored { crop.x = stored.width - crop.x - crop.width }
         let d = placement.dest
-        if turn == 0 {
+        if orientation == .upright {
             try scale(decoded, crop: crop, into: out, at: d, size: PictureSize(width: d.width, height: d.height))
+            return out
+        }
+        let scaled = turn % 180 == 0 ? PictureSize(width: d.width, height: d.height) : PictureSize(width: d.height, height: d.width)
+        let t: Frame
+        if let turning, Int(turning.f.pointee.width) == scaled.width, Int(turning.f.pointee.height) == scaled.height {
+            t = turning
         } else {
-            let scaled = turn == 180 ? PictureSize(width: d.width, height: d.height) : PictureSize(width: d.height, height: d.width)
-            if turning == nil || Int(turning!.f.pointee.width) != scaled.width || Int(turning!.f.pointee.height) != scaled.height {
-                let t = try Frame()
-                t.f.pointee.width = Int32(scaled.width)
-                t.f.pointee.height = Int32(scaled.height)
-                t.f.pointee.format = AV_PIX_FMT_YUV420P.rawValue
-                try FF.check(av_frame_get_buffer(t.f, PicturePool.align), "a picture to turn")
-                turning = t
-            }
-            try scale(decoded, crop: crop, into: turning!, at: PixelRect(x: 0, y: 0, width: scaled.width, height: scaled.height), size: scaled)
-            for plane in 0..<3 {
-                let shift = plane == 0 ? 0 : 1
-                turnPlane(
-                    from: turning!.data(plane)!, stride: turning!.linesize(plane), width: scaled.width >> shift, height: scaled.height >> shift,
-                    into: out.data(plane)! + (d.y >> shift) * out.linesize(plane) + (d.x >> shift), stride: out.linesize(plane), degrees: turn)
-            }
+            t = try Frame()
+            t.f.pointee.width = Int32(scaled.width)
+            t.f.pointee.height = Int32(scaled.height)
+            t.f.pointee.format = AV_PIX_FMT_YUV420P.rawValue
+            try FF.check(av_frame_get_buffer(t.f, PicturePool.align), "a picture to turn")
+            turning = t
+        }
+        try scale(decoded, crop: crop, into: t, at: PixelRect(x: 0, y: 0, width: scaled.width, height: scaled.height), size: scaled)
+        for plane in 0..<3 {
+            let shift = plane == 0 ? 0 : 1
+            guard let from = t.data(plane), let into = out.data(plane) else { throw ClipFlowError.failure("internal: a picture without plane \(plane)") }
+            orientPlane(
+                from: from, stride: t.linesize(plane), width: scaled.width >> shift, height: scaled.height >> shift,
+                into: into + (d.y >> shift) * out.linesize(plane) + (d.x >> shift), stride: out.linesize(plane), orientation)
         }
         return out
     }
@@ -97,7 +110,9 @@ final class PictureConverter {
             scalerKey = key
             guard scaler != nil else {
                 let name = av_get_pix_fmt_name(AVPixelFormat(fmt)).map { String(cString: $0) } ?? "format \(fmt)"
-                throw ClipFlowError.failure("cannot convert \(name) pictures of \(crop.width)x\(crop.height) to \(size) yuv420p")
+                throw ClipFlowError.badInput(
+                    "its \(name) pictures of \(crop.width)x\(crop.height) cannot be scaled to \(size) (libswscale refuses a change of shape this large); "
+                        + "pad or crop the video to a less extreme shape first (for example ffmpeg -vf pad=...)")
             }
         }
         guard let desc = av_pix_fmt_desc_get(AVPixelFormat(fmt)) else { throw ClipFlowError.failure("unknown pixel format \(fmt)") }
@@ -133,28 +148,39 @@ final class PictureConverter {
     }
 }
 
-/// Turns one 8-bit plane of `width` x `height` clockwise by `degrees` (90, 180, 270) into `dst`.
-func turnPlane(
+/// Writes one 8-bit plane of `width` x `height`, mirrored left to right if `orientation` says
+/// so and then turned its `turn` degrees clockwise, into `dst` (`height` x `width` for 90 and 270).
+func orientPlane(
     from src: UnsafePointer<UInt8>, stride ss: Int, width w: Int, height h: Int,
-    into dst: UnsafeMutablePointer<UInt8>, stride ds: Int, degrees: Int
+    into dst: UnsafeMutablePointer<UInt8>, stride ds: Int, _ orientation: DisplayOrientation
 ) {
-    switch degrees {
-    case 90:  // dst is h wide, w tall: dst(x, y) = src(y, h - 1 - x)
+    let m = orientation.mirrored
+    // The source column shown at `x` of the (unturned) picture.
+    @inline(__always) func column(_ x: Int) -> Int { m ? w - 1 - x : x }
+    switch orientation.turn {
+    case 90:  // dst is h wide, w tall: dst(x, y) = mirrored(y, h - 1 - x)
         for y in 0..<w {
-            let row = dst + y * ds
-            for x in 0..<h { row[x] = src[(h - 1 - x) * ss + y] }
+            let row = dst + y * ds, sx = column(y)
+            for x in 0..<h { row[x] = src[(h - 1 - x) * ss + sx] }
         }
-    case 180:
+    case 180:  // dst(x, y) = mirrored(w - 1 - x, h - 1 - y)
         for y in 0..<h {
             let row = dst + y * ds, from = src + (h - 1 - y) * ss
-            for x in 0..<w { row[x] = from[w - 1 - x] }
+            for x in 0..<w { row[x] = from[column(w - 1 - x)] }
         }
-    case 270:  // dst(x, y) = src(w - 1 - y, x)
+    case 270:  // dst is h wide, w tall: dst(x, y) = mirrored(w - 1 - y, x)
         for y in 0..<w {
-            let row = dst + y * ds
-            for x in 0..<h { row[x] = src[x * ss + (w - 1 - y)] }
+            let row = dst + y * ds, sx = column(w - 1 - y)
+            for x in 0..<h { row[x] = src[x * ss + sx] }
         }
     default:
-        for y in 0..<h { memcpy(dst + y * ds, src + y * ss, w) }
+        for y in 0..<h {
+            let row = dst + y * ds, from = src + y * ss
+            if m {
+                for x in 0..<w { row[x] = from[w - 1 - x] }
+            } else {
+                memcpy(row, from, w)
+            }
+        }
     }
 }

@@ -157,22 +157,24 @@ public final class Thumbnailer {
         return nil
     }
 
-    /// Mean and standard deviation of luma on a 64x36 grey copy.
+    /// Mean and standard deviation of luma on a grey copy of at most 64x36 (never enlarged: a
+    /// picture of extreme shape, 4094x2, cannot be stretched to 16:9).
     private func lumaStats(_ frame: Frame) throws -> (Double, Double) {
         let f = frame.f.pointee
+        let gw = max(1, min(64, Int(f.width))), gh = max(1, min(36, Int(f.height)))
         let g = try Frame()
-        g.f.pointee.width = 64; g.f.pointee.height = 36
+        g.f.pointee.width = Int32(gw); g.f.pointee.height = Int32(gh)
         g.f.pointee.format = AV_PIX_FMT_GRAY8.rawValue
         try FF.check(av_frame_get_buffer(g.f, 0), "allocating")
         try Scaler(
             srcW: f.width, srcH: f.height, srcFormat: AVPixelFormat(rawValue: f.format),
-            dstW: 64, dstH: 36, dstFormat: AV_PIX_FMT_GRAY8
+            dstW: Int32(gw), dstH: Int32(gh), dstFormat: AV_PIX_FMT_GRAY8
         ).scale(frame, into: g)
         var sum = 0.0, sq = 0.0
         guard let d = g.data(0) else { return (0, 0) }
         let ls = g.linesize(0)
-        for y in 0..<36 { for x in 0..<64 { let v = Double(d[y * ls + x]); sum += v; sq += v * v } }
-        let n = 64.0 * 36.0
+        for y in 0..<gh { for x in 0..<gw { let v = Double(d[y * ls + x]); sum += v; sq += v * v } }
+        let n = Double(gw * gh)
         let mean = sum / n
         return (mean, (max(0, sq / n - mean * mean)).squareRoot())
     }

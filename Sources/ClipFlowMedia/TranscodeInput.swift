@@ -11,8 +11,10 @@ public struct SourceInfo: Sendable, Equatable {
         public var width: Int
         public var height: Int
         public var pixelFormat: String
-        /// Degrees the picture is turned clockwise when displayed.
+        /// Degrees the picture is turned clockwise when displayed (after mirroring, if mirrored).
         public var rotation: Int
+        /// The picture is shown mirrored left to right (then turned by `rotation`).
+        public var mirrored: Bool
         /// Average frames per second (nil if the container does not say).
         public var frameRate: Double?
         /// Size as displayed (turned by `rotation`).
@@ -61,15 +63,13 @@ final class TranscodeInput {
         guard vpar.width > 0, vpar.height > 0 else {
             throw ClipFlowError.badInput("input '\(path)': its \(vcodec) video has no picture size (damaged or truncated?)")
         }
-        var rotation = 0
-        let rot = cf_stream_display_rotation(dmx.stream(Int(vi)))
-        if !rot.isNaN { rotation = ((Int((-rot).rounded()) % 360) + 360) % 360 }
-        if rotation % 90 != 0 { rotation = 0 }
+        let orientation = DisplayOrientation(of: dmx, stream: Int(vi))
         let st = dmx.stream(Int(vi)).pointee
         let avg = st.avg_frame_rate.double > 0 ? st.avg_frame_rate.double : st.r_frame_rate.double
         let pix = av_get_pix_fmt_name(AVPixelFormat(vpar.format)).map { String(cString: $0) } ?? "unknown"
         let video = SourceInfo.Video(
-            codec: vcodec, width: Int(vpar.width), height: Int(vpar.height), pixelFormat: pix, rotation: rotation,
+            codec: vcodec, width: Int(vpar.width), height: Int(vpar.height), pixelFormat: pix, rotation: orientation.turn,
+            mirrored: orientation.mirrored,
             frameRate: avg > 0 && avg < 1000 ? avg : nil)
         var audio: SourceInfo.Audio? = nil
         let ai = av_find_best_stream(dmx.ctx, AVMEDIA_TYPE_AUDIO, -1, vi, nil, 0)

@@ -9,7 +9,7 @@ public final class TranscodeStage: Stage {
     public let id: String
     public let output: String
     public let settings: TranscodeSettings
-    private var clips: [String] = []
+    private var clips = InputOrdered<String>()
     private let cancelFlag = CancellationFlag()
     public var inputTypes: Set<PortType> { [.clips, .video] }
     public var outputType: PortType? { .video }
@@ -84,7 +84,7 @@ public final class TranscodeStage: Stage {
     }
 
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
-        if let p = item.path { clips.append(p) }
+        if let p = item.path { clips.append(p, input: input) }
         return .ok
     }
 
@@ -95,7 +95,7 @@ public final class TranscodeStage: Stage {
         }
         guard !clips.isEmpty else { throw ClipFlowError.badInput("no clips reached the transcode") }
         let t = Transcoder(
-            inputs: clips, output: URL(fileURLWithPath: output), settings: settings, progress: StageProgress(context: context), cancel: cancelFlag)
+            inputs: clips.all, output: URL(fileURLWithPath: output), settings: settings, progress: StageProgress(context: context), cancel: cancelFlag)
         do {
             let r = try t.run()
             context.emit(.output(path: r.output.path))

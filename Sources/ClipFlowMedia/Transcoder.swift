@@ -85,11 +85,11 @@ public final class Transcoder {
     /// Decodes and converts the inputs as `run` does, handing each picture (pts in the plan's
     /// output time base) and each run of audio to `deliver` with the plan (its output shape, the
     /// inputs' total seconds), in output order, on the calling thread; encodes nothing (the
-    /// `decode` stage). The pictures' planes follow one another without padding, in one buffer
-    /// (`VideoFrame`'s layout), so they can be handed on without a copy.
+    /// `decode` stage). The pictures are laid out as libswscale writes them (aligned rows, padded
+    /// buffers), as in `run`.
     func decodeOnly(_ deliver: (DecodedItem, Plan) throws -> Void) throws {
         let (opened, plan) = try openAll()
-        try decodeAll(opened, plan, alignment: 1) { try deliver($0, plan) }
+        try decodeAll(opened, plan) { try deliver($0, plan) }
     }
 
     private func openAll() throws -> ([TranscodeInput], Plan) {
@@ -101,11 +101,9 @@ public final class Transcoder {
     }
 
     /// Every input in order, each closed once read.
-    private func decodeAll(
-        _ inputs: [TranscodeInput], _ plan: Plan, alignment: Int32 = PicturePool.align, _ deliver: (DecodedItem) throws -> Void
-    ) throws {
+    private func decodeAll(_ inputs: [TranscodeInput], _ plan: Plan, _ deliver: (DecodedItem) throws -> Void) throws {
         var opened: [TranscodeInput?] = inputs
-        let converter = PictureConverter(frame: plan.output.frame, pool: try PicturePool(size: plan.output.frame, alignment: alignment))
+        let converter = PictureConverter(frame: plan.output.frame, pool: try PicturePool(size: plan.output.frame))
         var timeline = plan.output.audio.map { AudioTimeline(channels: $0.channels, rate: $0.rate) }
         var clock = VideoClock(plan: plan)
         for i in opened.indices {
@@ -115,14 +113,21 @@ public final class Transcoder {
         }
     }
 
+    /// "2 h 5 min", "3.2 s": a span of time for people.
+    static func duration(_ seconds: Double) -> String {
+        if seconds < 120 { return String(format: "%.1f s", seconds) }
+        let minutes = Int((seconds / 60).rounded())
+        return minutes < 120 ? "\(minutes) min" : "\(minutes / 60) h \(minutes % 60) min"
+    }
+
     // MARK: the plan
 
     /// How each clip is turned and placed, and the output's shape.
     struct Plan {
         struct Clip {
             var placement: Placement
-            /// Degrees the decoded pixels are turned clockwise.
-            var turn: Int
+            /// How the decoded pixels are written: mirrored or not, then turned clockwise.
+            var orientation: DisplayOrientation
         }
         var output: TranscodeOutput.Plan
         var clips: [Clip]
@@ -155,15 +160,18 @@ public final class Transcoder {
                 "the inputs are turned differently (\(rotations.sorted().map { "\($0)" }.joined(separator: ", ")) degrees): turning their pixels upright")
         }
         let displayFrame = TranscodeGeometry.frame(for: reference.video.displaySize, s)
-        // Pixels are written turned back by the output's display matrix; each clip's pixels are
-        // turned by the difference between its own matrix and that one.
+        // Pixels are written turned back by the output's display matrix (a pure rotation); each
+        // clip's pixels are turned by the difference between its own matrix and that one, and
+        // mirrored if its own matrix mirrors.
         let metadataTurn = s.upright ? 0 : s.outputRotation ?? reference.video.rotation
         let written = metadataTurn % 180 == 0 ? displayFrame : displayFrame.swapped
         let clips = infos.map { info -> Plan.Clip in
             let turn = (info.video.rotation - metadataTurn + 360) % 360
             let stored = PictureSize(width: info.video.width, height: info.video.height)
             let source = turn % 180 == 0 ? stored : stored.swapped
-            return Plan.Clip(placement: TranscodeGeometry.place(source, in: written, fit: s.fit, upscale: s.upscale), turn: turn)
+            return Plan.Clip(
+                placement: TranscodeGeometry.place(source, in: written, fit: s.fit, upscale: s.upscale),
+                orientation: DisplayOrientation(turn: turn, mirrored: info.video.mirrored))
         }
         let timeBase: AVRational, rate: AVRational
         switch s.frameRate {
@@ -208,7 +216,10 @@ public final class Transcoder {
         func emitAudio(_ s: PlanarSamples) throws { try deliver(.audio(s)) }
         /// A decoded picture shown at output `pts` until `end` (VideoClock decides which and when).
         func show(_ decoded: Frame, _ pts: Int64, _ end: Double) throws {
-            let picture = try converter.convert(decoded, placement: clip.placement, turn: clip.turn)
+            let picture: Frame
+            do { picture = try converter.convert(decoded, placement: clip.placement, orientation: clip.orientation) } catch let e as ClipFlowError {
+                throw ClipFlowError(e.kind, "input '\(path)': \(e.message)")
+            }
             picture.f.pointee.pts = pts
             try deliver(.picture(picture, end: end))
         }
@@ -220,6 +231,12 @@ public final class Transcoder {
                 defer { frame.unref() }
                 // Pictures before the clip's start (edit-list preroll) or out of order are not shown.
                 guard t >= -1e-6, t > lastTime else { continue }
+                if let longest = clock.longestGap, lastTime > -Double.infinity, t - lastTime > longest {
+                    throw ClipFlowError.badInput(
+                        "input '\(path)': it shows nothing for \(Self.duration(t - lastTime)) (from \(Self.duration(lastTime)) to \(Self.duration(t)) into it); "
+                            + "an MP4 track cannot hold a pause longer than \(Self.duration(longest)) between two pictures at this time scale. "
+                            + "Cut the clip at the pause and give the parts as separate inputs, or give a fixed frame rate (--fps) to fill the pause")
+                }
                 lastTime = t
                 pictures += 1
                 try clock.take(frame, at: t, duration: dur, show)
@@ -288,6 +305,9 @@ struct VideoClock {
     /// Seconds from the clip's start to the end of its latest picture.
     private(set) var clipEnd = 0.0
     let nominalFrame: Double
+    /// The longest time between two pictures an MP4 track can record at the output's time scale
+    /// (a sample lasts at most 2^31 - 1 ticks); nil at a fixed rate, where pictures repeat.
+    let longestGap: Double?
     private let fixed: Bool
     private let tick: Double
     private var lastPTS: Int64 = -1
@@ -300,6 +320,7 @@ struct VideoClock {
         tick = o.timeBase.double
         nominalFrame = o.frameRate.double > 0 ? 1 / o.frameRate.double : 1.0 / 30
         if case .fixed = o.settings.frameRate { fixed = true } else { fixed = false }
+        longestGap = fixed ? nil : Double(Int32.max) * tick
     }
 
     mutating func beginClip() { clipEnd = 0 }

@@ -61,11 +61,12 @@ enum StageUploads {
     static func directory(_ p: StageParams) -> String { p.string("queue-dir") ?? UploadQueue.defaultDirectory }
     static func concurrency(_ p: StageParams) -> Int { p.int("concurrency") ?? 2 }
 
-    /// The upload queue in `directory`, reporting to `context`'s events. A stop or a cancel
-    /// pauses what runs at once (it stays queued, resumable) and starts nothing more.
+    /// The upload queue in `directory`, reporting to `context`'s events. A cancel, and a stop
+    /// when `stopPauses()` says so when it comes, pauses what runs at once (it stays queued,
+    /// resumable) and starts nothing more.
     static func openQueue(
         _ directory: String, concurrency: Int, makeUploader: @escaping @Sendable (UploadDestination, ResumeStore) throws -> FileUploader,
-        _ context: StageContext
+        _ context: StageContext, stopPauses: @escaping @Sendable () -> Bool = { true }
     ) throws -> UploadQueue {
         let halt = CancellationFlag()
         let queue: UploadQueue
@@ -80,7 +81,7 @@ enum StageUploads {
             halt.cancel()
             queue.stopAll()
         }
-        context.onStop(pause)
+        context.onStop { if stopPauses() { pause() } }
         context.onCancel(pause)
         return queue
     }

@@ -1,5 +1,6 @@
-import Foundation
 import ClipFlowCore
+import Foundation
+import Synchronization
 
 public enum UploadStages {
     public static func register(into r: StageRegistry) {
@@ -40,10 +41,13 @@ public enum UploadStages {
 }
 
 /// Sink: uploads every file it receives (the merged video, its cover) through the persistent
-/// upload queue, resumably, and reports progress, retries and results as pipeline events. When the
-/// pipeline is stopped (first SIGINT) or cancelled, running uploads pause at once and every upload
-/// of this stage stays queued: `clipflow upload run` (or the next pipeline run) continues them
-/// where the server stopped.
+/// upload queue, resumably, and reports progress, retries and results as pipeline events.
+/// A graceful stop (first SIGINT) that comes while files may still arrive is for the stages
+/// before it (a recording ends, a merge joins what was recorded): the files that then arrive are
+/// uploaded. A stop that comes once every input has ended (the uploads are the work left), a
+/// cancel (second SIGINT, the stop's deadline) or another stage's failure pauses the running
+/// uploads at once and every upload of this stage stays queued: `clipflow upload run` (or the
+/// next pipeline run) continues them where the server stopped.
 /// Belongs to its stage queue; a stop or cancel reaches only the upload queue's own controls
 /// (thread-safe; see `StageUploads.openQueue`).
 public final class UploadStage: Stage {
@@ -56,6 +60,8 @@ public final class UploadStage: Stage {
     private let makeUploader: @Sendable (UploadDestination, ResumeStore) throws -> FileUploader
     private var queue: UploadQueue?
     private var ids: [String] = []
+    /// Set when every input has ended (`drain`); read by the stop handler on the stopping thread.
+    private let inputsEnded = OnceFlag()
     public var inputTypes: Set<PortType> { [.video, .image, .clips] }
     public var outputType: PortType? { nil }
 
@@ -126,7 +132,9 @@ public final class UploadStage: Stage {
     }
 
     public func prepare(_ context: StageContext) throws {
-        queue = try StageUploads.openQueue(queueDirectory, concurrency: concurrency, makeUploader: makeUploader, context)
+        let ended = inputsEnded
+        queue = try StageUploads.openQueue(
+            queueDirectory, concurrency: concurrency, makeUploader: makeUploader, context, stopPauses: { ended.isSet })
     }
 
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
@@ -142,6 +150,7 @@ public final class UploadStage: Stage {
     }
 
     public func drain(_ context: StageContext) throws {
+        inputsEnded.set()
         guard let queue, !ids.isEmpty else { return }
         guard wait else {
             context.emit(.notice("\(ids.count) upload(s) left in the queue \(queueDirectory); run `clipflow upload run --queue \(queueDirectory)`"))
@@ -231,4 +240,11 @@ extension UploadResult {
         if let e = etag { parts.append("etag \(e)") }
         return parts.joined(separator: ", ")
     }
+}
+
+/// A flag set once, by one thread, and read from any.
+final class OnceFlag: Sendable {
+    private let flag = Atomic<Bool>(false)
+    var isSet: Bool { flag.load(ordering: .acquiring) }
+    func set() { flag.store(true, ordering: .releasing) }
 }

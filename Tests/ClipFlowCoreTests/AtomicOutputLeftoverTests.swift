@@ -73,8 +73,8 @@ final class AtomicOutputLeftoverTests: XCTestCase {
         XCTAssertEqual(names(dir), [])
     }
 
-    /// Only regular files named exactly as temporaries are touched: not the targets, not names
-    /// that merely look alike, not directories or symlinks (whose targets stay untouched).
+    /// Only regular files and folders named exactly as temporaries are touched: not the targets,
+    /// not names that merely look alike, not symlinks (whose targets stay untouched).
     func testOnlyTemporaryFilesAreRemoved() throws {
         let dir = fx.scratch("atomic-names")
         let keep = [
@@ -87,8 +87,8 @@ final class AtomicOutputLeftoverTests: XCTestCase {
         XCTAssertTrue(FileManager.default.createFile(atPath: victim.path, contents: Data("keep".utf8)))
         try FileManager.default.createSymbolicLink(atPath: dir.appendingPathComponent(".l.mp4.clipflow-tmp-3-4").path, withDestinationPath: victim.path)
         touch(dir, ".y.mp4.clipflow-tmp-12-34")
-        XCTAssertEqual(LeftoverTemporaries.remove(in: dir.path), [".y.mp4.clipflow-tmp-12-34"])
-        XCTAssertEqual(names(dir), (keep + [".d.clipflow-tmp-1-2", ".l.mp4.clipflow-tmp-3-4"]).sorted())
+        XCTAssertEqual(LeftoverTemporaries.remove(in: dir.path).sorted(), [".d.clipflow-tmp-1-2", ".y.mp4.clipflow-tmp-12-34"])
+        XCTAssertEqual(names(dir), (keep + [".l.mp4.clipflow-tmp-3-4"]).sorted())
         XCTAssertEqual(try String(contentsOf: victim, encoding: .utf8), "keep")
     }
 
@@ -111,6 +111,30 @@ final class AtomicOutputLeftoverTests: XCTestCase {
         try FileManager.default.createSymbolicLink(atPath: symlink.path, withDestinationPath: src.path)
         XCTAssertNil(try AtomicOutput.hardLink(from: symlink.path, target: dir.appendingPathComponent("s.mp4")))
         XCTAssertEqual(names(dir), ["in.mp4"])
+    }
+
+    /// A temporary folder (an HLS ladder's) is locked as a file is: kept while its writer lives,
+    /// removed with everything in it once the writer is gone, renamed into place by `commit`.
+    func testTemporaryFoldersAreLockedSweptAndCommitted() throws {
+        let dir = fx.scratch("atomic-folder")
+        // Left by a writer killed mid-write: a folder with files and a subfolder, nobody's lock.
+        let dead = dir.appendingPathComponent(".ladder.clipflow-tmp-4242-7")
+        try FileManager.default.createDirectory(at: dead.appendingPathComponent("360p"), withIntermediateDirectories: true)
+        touch(dead.appendingPathComponent("360p"), "seg-0.m4s")
+        let live = try AtomicOutput(folder: dir.appendingPathComponent("ladder"))
+        XCTAssertEqual(names(dir), [live.temporary.lastPathComponent], "the dead writer's folder went when the next writer came")
+        touch(live.temporary, "master.m3u8")
+        XCTAssertEqual(LeftoverTemporaries.remove(in: dir.path), [], "a live writer's folder is kept")
+        try live.commit()
+        XCTAssertEqual(names(dir), ["ladder"])
+        XCTAssertEqual(names(dir.appendingPathComponent("ladder")), ["master.m3u8"])
+        XCTAssertThrowsError(try AtomicOutput(folder: dir.appendingPathComponent("ladder"))) {
+            XCTAssertTrue("\($0)".contains("exists"), "\($0)")
+        }
+        let discarded = try AtomicOutput(folder: dir.appendingPathComponent("other"))
+        touch(discarded.temporary, "x")
+        discarded.discard()
+        XCTAssertEqual(names(dir), ["ladder"])
     }
 
     func testDiscardAndDeinitRemoveTheTemporary() throws {

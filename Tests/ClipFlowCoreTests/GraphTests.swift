@@ -84,8 +84,9 @@ final class GraphTests: XCTestCase {
         XCTAssertEqual(sink.received + st.dropped, 400)
     }
 
-    /// Fan-in takes input 0 to its end, then input 1; fan-out gives every consumer everything.
-    func testFanInInOrderAndFanOutToEveryConsumer() throws {
+    /// Fan-in gives each input's items in order (the inputs interleave as items come); fan-out
+    /// gives every consumer everything.
+    func testFanInKeepsEachInputsOrderAndFanOutReachesEveryConsumer() throws {
         let a = FilesStage(id: "a", paths: ["/dev/null", "/etc/hostname"].filter { FileManager.default.fileExists(atPath: $0) }, glob: nil)
         let b = FilesStage(id: "b", paths: ["/etc/passwd"], glob: nil)
         let mid = Recorder("mid"), left = Recorder("left"), right = Recorder("right")
@@ -97,7 +98,8 @@ final class GraphTests: XCTestCase {
             ])
         XCTAssertEqual(outcome, .completed)
         let expected = a.paths.map { "0:\($0)" } + ["1:/etc/passwd"]
-        XCTAssertEqual(mid.seen, expected)
+        XCTAssertEqual(mid.seen.filter { $0.hasPrefix("0:") }, a.paths.map { "0:\($0)" })
+        XCTAssertEqual(mid.seen.filter { $0.hasPrefix("1:") }, ["1:/etc/passwd"])
         XCTAssertEqual(left.seen.map { $0.dropFirst(2) }, right.seen.map { $0.dropFirst(2) })
         XCTAssertEqual(left.seen.count, expected.count)
         XCTAssertTrue(mid.drained && left.drained && right.drained)

@@ -43,6 +43,9 @@ static inline float *cf_frame_plane_f32(const AVFrame *f, int i) { return (float
 /// Rotation of the stream's display matrix in FFmpeg's convention
 /// (av_display_rotation_get: degrees counter-clockwise), or NAN if the stream has none.
 double cf_stream_display_rotation(const AVStream *st);
+/// Copies the stream's display matrix (AV_PKT_DATA_DISPLAYMATRIX: 9 values, 16.16 fixed point
+/// except the third column, 2.30) into `matrix`; 1 if the stream has one, 0 if not.
+int cf_stream_display_matrix(const AVStream *st, int32_t matrix[9]);
 /// Writes a pure-rotation display matrix (av_display_rotation_set(angle)) as stream side data.
 int cf_stream_set_display_rotation(AVStream *st, double angle);
 

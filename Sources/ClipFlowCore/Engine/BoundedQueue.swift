@@ -28,6 +28,9 @@ public final class BoundedQueue<Element>: @unchecked Sendable {
     /// Queued elements from `head`; slots before `head` are empty (nil) until compaction.
     private var slots: [Element?] = []
     private var head = 0
+    /// Rung whenever the consumer may find something new (an element, the end, a flush), for a
+    /// consumer that waits on several queues at once (`FanIn`).
+    private var doorbell: Doorbell?
 
     public init(limits: LinkLimits, policy: OverflowPolicy = .block) {
         self.limits = limits
@@ -63,6 +66,7 @@ public final class BoundedQueue<Element>: @unchecked Sendable {
                 slots.append(element)
                 compact()
                 cond.broadcast()
+                doorbell?.ring()
                 return .ok
             case .dropArriving:
                 return .ok
@@ -90,6 +94,39 @@ public final class BoundedQueue<Element>: @unchecked Sendable {
                 cond.wait()
             }
         }
+    }
+
+    /// What a consumer waiting on several queues finds here now (`FanIn`); never waits.
+    public enum Polled {
+        case element(Pulled)
+        /// End of stream, or flushed: nothing more will come.
+        case ended
+        /// Nothing queued yet.
+        case empty
+    }
+
+    /// The next element if one is queued, or whether the queue has ended; never waits.
+    public func poll() -> Polled {
+        cond.lock()
+        defer { cond.unlock() }
+        switch state.take() {
+        case .item(let discontinuity, let wake):
+            let e = takeFront()
+            if wake { cond.broadcast() }
+            return .element(Pulled(element: e, discontinuity: discontinuity))
+        case .endOfStream, .flushing:
+            return .ended
+        case .wait:
+            return .empty
+        }
+    }
+
+    /// From now on, rings `bell` whenever `poll` may find something new. Set by the consumer
+    /// before it polls.
+    public func ring(_ bell: Doorbell) {
+        cond.lock()
+        doorbell = bell
+        cond.unlock()
     }
 
     /// The next element if one is queued; never waits.
@@ -133,6 +170,7 @@ public final class BoundedQueue<Element>: @unchecked Sendable {
         cond.lock()
         state.endProducer()
         cond.broadcast()
+        doorbell?.ring()
         cond.unlock()
     }
 
@@ -153,6 +191,7 @@ public final class BoundedQueue<Element>: @unchecked Sendable {
         state.flush()
         discardAll()
         cond.broadcast()
+        doorbell?.ring()
         cond.unlock()
     }
 
@@ -177,4 +216,37 @@ public struct QueueStats: Sendable, Equatable {
     public var peakItems: Int
     public var peakBytes: Int64
     public var dropped: Int
+}
+
+/// Wakes a consumer that waits on several queues at once: each queue rings it when it may have
+/// something new, and the consumer waits for a ring later than the count it read before it last
+/// looked (so a ring between its look and its wait is not lost). A queue rings while holding its
+/// own lock; the doorbell's lock is never held while taking a queue's, so the two cannot
+/// deadlock. `@unchecked Sendable`: `rings` is guarded by `cond`.
+public final class Doorbell: @unchecked Sendable {
+    private let cond = NSCondition()
+    private var rings: UInt64 = 0
+
+    public init() {}
+
+    /// How many times it has rung.
+    public var count: UInt64 {
+        cond.lock()
+        defer { cond.unlock() }
+        return rings
+    }
+
+    public func ring() {
+        cond.lock()
+        rings &+= 1
+        cond.broadcast()
+        cond.unlock()
+    }
+
+    /// Waits until it has rung more than `seen` times in all.
+    public func wait(after seen: UInt64) {
+        cond.lock()
+        while rings == seen { cond.wait() }
+        cond.unlock()
+    }
 }

@@ -53,7 +53,7 @@ public struct EventField: Sendable, Equatable {
 }
 
 /// A JSON-shaped value of an event field.
-public indirect enum EventValue: Sendable, Equatable {
+public enum EventValue: Sendable, Equatable {
     case string(String)
     case integer(Int64)
     case number(Double)

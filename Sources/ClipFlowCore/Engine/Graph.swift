@@ -73,7 +73,8 @@ public enum GraphOutcome: Sendable, Equatable {
 ///   files ──▶[link]──┘                      └─▶[link]──▶ directory
 /// ```
 ///
-/// - Fan-in: a stage with several inputs takes them in order (input 0 to its end, then input 1).
+/// - Fan-in: a stage with several inputs takes items from whichever has one (`FanIn`): each
+///   input's items in order, the inputs interleaved, so branches that join again stream freely.
 /// - Fan-out: a stage's pushes go to every consumer; a full blocking link holds the producer.
 /// - A failing stage stops the graph: every stage is told to stop, links are flushed so nobody
 ///   waits forever, and `finish` runs everywhere with the outcome.
@@ -214,16 +215,14 @@ public final class GraphRunner: @unchecked Sendable {
                             let total = ins.reduce(0) { $0 + $1.stats.dropped }
                             if total != reportedDrops { reportedDrops = total; c.emit(.dropped(count: total)) }
                         }
-                        inputLoop: for (n, link) in ins.enumerated() {
-                            while let item = link.pull() {
-                                reportDrops()
-                                let r = try s.receive(item, input: n, c)
-                                switch r {
-                                case .ok: continue
-                                case .endOfStream: link.consumerDone(); continue inputLoop
-                                case .flushing: break inputLoop
-                                case .error(let m): throw ClipFlowError.failure(m)
-                                }
+                        let fanIn = FanIn(ins)
+                        inputLoop: while let (n, item) = fanIn.pull() {
+                            reportDrops()
+                            switch try s.receive(item, input: n, c) {
+                            case .ok: continue
+                            case .endOfStream: fanIn.close(n)
+                            case .flushing: break inputLoop
+                            case .error(let m): throw ClipFlowError.failure(m)
                             }
                         }
                         reportDrops()

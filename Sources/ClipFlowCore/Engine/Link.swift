@@ -27,6 +27,19 @@ public final class Link: Sendable {
         queue.pull().map(Self.marked)
     }
 
+    /// What the consumer finds now: an item, the end (or a flush), or nothing yet; never waits.
+    /// With `ring`, how a consumer reads several links as their items come (`FanIn`).
+    public func poll() -> BoundedQueue<Item>.Polled {
+        switch queue.poll() {
+        case .element(let p): return .element(BoundedQueue<Item>.Pulled(element: Self.marked(p), discontinuity: p.discontinuity))
+        case .ended: return .ended
+        case .empty: return .empty
+        }
+    }
+
+    /// Rings `bell` whenever `poll` may find something new.
+    public func ring(_ bell: Doorbell) { queue.ring(bell) }
+
     /// Takes the next item if one is queued; never waits (harnesses, tests).
     public func tryPull() -> Item? {
         queue.tryPull().map(Self.marked)

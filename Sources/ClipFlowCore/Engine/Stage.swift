@@ -153,8 +153,9 @@ public final class StageContext: @unchecked Sendable {
 ///    then `negotiate` (producers before consumers): each stage gets what its inputs carry and
 ///    announces what it will produce, or refuses an input (the run fails before data moves);
 /// 2. sources: `produce` until done or `context.stopRequested`;
-///    others: `receive` for every item of every input, inputs taken in order (input 0 to its end,
-///    then input 1, ...; that is the order a merge joins clips in);
+///    others: `receive` for every item of every input, each input's items in order, the inputs
+///    interleaved as their items come (`FanIn`); a stage that joins its inputs one after another
+///    (a merge's clips) keeps them in the inputs' order with `InputOrdered`;
 /// 3. `drain` once every input has ended: emit what is buffered (a merge runs here);
 /// 4. `finish` always, last, with the outcome: release resources; on failure or cancel discard
 ///    partial outputs.

@@ -2,7 +2,7 @@ import Foundation
 
 /// A JSON value that remembers where it was in the text (for errors that name a line) and keeps
 /// object keys in their written order (for duplicate-key errors and stable output).
-public indirect enum JSONValue: Sendable, Equatable {
+public enum JSONValue: Sendable, Equatable {
     case null
     case bool(Bool)
     case number(Double)

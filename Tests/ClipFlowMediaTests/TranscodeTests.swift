@@ -134,7 +134,9 @@ final class TranscodeTests: XCTestCase {
             [3.0, 1.5, 1.5].enumerated().map { i, d in
                 SourceInfo(
                     path: "\(i)", container: "mp4", duration: d,
-                    video: .init(codec: "h264", width: i == 0 ? 320 : 180, height: i == 0 ? 180 : 320, pixelFormat: "yuv420p", rotation: 0, frameRate: 30))
+                    video: .init(
+                        codec: "h264", width: i == 0 ? 320 : 180, height: i == 0 ? 180 : 320, pixelFormat: "yuv420p", rotation: 0, mirrored: false,
+                        frameRate: 30))
             })
         XCTAssertEqual(reference.path, "0", "landscape covers 3 s, portrait 3 s: the first of equals")
     }

@@ -32,6 +32,7 @@ final class PipelineStopTests: XCTestCase {
         try p.run()
         defer { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
         // Read every event as it comes (so the pipe never fills), until the process ends.
+        // `@unchecked Sendable`: `text` is read and written only under `lock`.
         final class Lines: @unchecked Sendable {
             let lock = NSLock()
             var text = ""

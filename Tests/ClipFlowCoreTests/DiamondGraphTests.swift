@@ -16,6 +16,8 @@ final class DiamondGraphTests: XCTestCase {
     }
 
     /// Counts what each input brought, and checks each input's items come in order.
+    /// `@unchecked Sendable`: the runner's queue for this stage owns it while the graph runs; the
+    /// test reads it only after `run()` returned.
     final class Join: Stage, @unchecked Sendable {
         let id = "join"
         var inputTypes: Set<PortType> { [.buffers] }
@@ -43,6 +45,7 @@ final class DiamondGraphTests: XCTestCase {
                 Edge(from: "source", to: "left", limits: small), Edge(from: "source", to: "right", limits: small),
                 Edge(from: "left", to: "join", limits: small), Edge(from: "right", to: "join", limits: small)
             ], sink: EventRecorder())
+        // `@unchecked Sendable`: written once by the runner's thread before `done` is signalled, read after.
         final class Box: @unchecked Sendable { var outcome: GraphOutcome? }
         let box = Box()
         let done = DispatchSemaphore(value: 0)

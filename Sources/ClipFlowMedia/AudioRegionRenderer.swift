@@ -17,7 +17,9 @@ import Foundation
 /// One encoder for all regions: each region's input is preceded by a fade-in frame and followed
 /// by a fade-out frame (one region's fade-out is mixed into the next one's fade-in), so the
 /// encoder sees gentle transitions between regions, and only packets whose MDCT windows lie
-/// wholly inside a region's own, unfaded input are kept.
+/// wholly inside a region's own, unfaded input are kept. A region whose coding carries a burst
+/// of noise (`JoinNoise`, found by decoding it) is coded again by fresh encoders at its rate and
+/// higher ones, and the quietest coding is kept.
 ///
 /// Threading: `renderAll` runs on one background thread and owns the encoder; it starts a second
 /// thread that decodes and prepares the regions' PCM (and owns the decoders) one or two regions
@@ -57,26 +59,72 @@ struct AudioRegionRenderer {
             for i in plan.regions.indices { deliver(i, .failure(error)) }
             return
         }
-        var pending: [(index: Int, start: Int64, keep: Range<Int64>, firstFrame: Int64)] = []
-        var collected: [Int: [Packet]] = [:]
+        let noise: JoinNoise
+        do {
+            noise = try JoinNoise(encoder: encoder)
+        } catch {
+            for i in plan.regions.indices { deliver(i, .failure(error)) }
+            return
+        }
+        // A region on its way through the encoder: its input (frame `firstFrame` on) and the
+        // packets of its kept frames, after the packet of the frame before them (`lead`).
+        struct Pending {
+            var index: Int
+            var start: Int64
+            var keep: Range<Int64>
+            var firstFrame: Int64
+            var pcm: [[Float]]
+            var lead: Packet? = nil
+            var packets: [Packet] = []
+        }
+        var pending: [Pending] = []
         var failed = false
 
         func take(_ packets: [Packet]) {
             for p in packets {
                 let q = p.p.pointee.pts
-                guard let r = pending.first(where: { q >= $0.start && q < $0.start + Int64($0.keep.count + 4) * F }) else { continue }
-                let frame = r.firstFrame + (q - r.start) / F
-                if r.keep.contains(frame) {
-                    p.p.pointee.pts = frame
-                    p.p.pointee.dts = frame
-                    collected[r.index, default: []].append(p)
+                guard let i = pending.firstIndex(where: { q >= $0.start && q < $0.start + Int64($0.keep.count + 4) * F }) else { continue }
+                let frame = pending[i].firstFrame + (q - pending[i].start) / F
+                p.p.pointee.pts = frame
+                p.p.pointee.dts = frame
+                if pending[i].keep.contains(frame) {
+                    pending[i].packets.append(p)
+                } else if frame == pending[i].keep.lowerBound - 1 {
+                    pending[i].lead = p
                 }
             }
             // Deliver regions whose kept frames are all in.
-            while let r = pending.first, (collected[r.index]?.count ?? 0) == r.keep.count {
-                deliver(r.index, .success(Rendered(frames: r.keep, packets: collected.removeValue(forKey: r.index) ?? [])))
+            while let r = pending.first, r.packets.count == r.keep.count {
                 pending.removeFirst()
+                deliver(r.index, Result { Rendered(frames: r.keep, packets: try quietest(r)) })
             }
+        }
+
+        // The region's packets, or, where they code a noise burst, those of the quietest coding
+        // by fresh encoders at the region's rate and higher ones.
+        func quietest(_ r: Pending) throws -> [Packet] {
+            func levels(_ lead: Packet, _ kept: [Packet]) throws -> [JoinNoise.Level] {
+                try noise.levels([lead] + kept, frames: ([lead] + kept).map { $0.p.pointee.pts }, input: r.pcm, inputFrame: r.firstFrame)
+            }
+            guard let lead = r.lead else { return r.packets }
+            let first = try levels(lead, r.packets)
+            guard JoinNoise.hasBurst(first) else { return r.packets }
+            var best = (packets: r.packets, worst: JoinNoise.worst(first))
+            let rates = Set([1, 2, 4].map { JoinEncoder.rate(bitRate * $0, channels: channels) }).sorted()
+            for rate in rates {
+                let fresh = try JoinEncoder(sampleRate: sampleRate, channels: channels, bitRate: rate)
+                var kept: [Packet] = [], lead: Packet? = nil
+                for p in try fresh.encode(r.pcm, at: 0) + fresh.flush() {
+                    let frame = r.firstFrame + p.p.pointee.pts / F
+                    p.p.pointee.pts = frame
+                    p.p.pointee.dts = frame
+                    if r.keep.contains(frame) { kept.append(p) } else if frame == r.keep.lowerBound - 1 { lead = p }
+                }
+                guard let lead, kept.count == r.keep.count else { continue }
+                let worst = JoinNoise.worst(try levels(lead, kept))
+                if worst < best.worst { best = (kept, worst) }
+            }
+            return best.packets
         }
 
         // The inputs (frames and PCM of each region, or the error preparing it), prepared on
@@ -117,7 +165,7 @@ struct AudioRegionRenderer {
             do {
                 let (frames, pcm) = try (inputs.pull()?.element ?? .failure(ClipFlowError.interrupted)).get()
                 // Input frames: fade-in (a-2), a-1 ..< b+1, fade-out (b+1).
-                pending.append((i, inputPos, frames, frames.lowerBound - 2))
+                pending.append(Pending(index: i, start: inputPos, keep: frames, firstFrame: frames.lowerBound - 2, pcm: pcm))
                 let n = pcm[0].count
                 let sent = pcm.indices.map { ch -> [Float] in
                     var x = Array(pcm[ch][0..<(n - frame)])
@@ -146,7 +194,7 @@ struct AudioRegionRenderer {
                 r.index,
                 .failure(
                     ClipFlowError.failure(
-                        "internal: re-encoded \(collected[r.index]?.count ?? 0) audio frames for a join, expected \(r.keep.count)")))
+                        "internal: re-encoded \(r.packets.count) audio frames for a join, expected \(r.keep.count)")))
         }
     }
 

@@ -17,6 +17,12 @@ final class JoinEncoder {
     /// a seam.
     static let encoderOptions = ["aac_coder": "fast", "aac_ms": "0", "aac_is": "0", "aac_pns": "0", "aac_tns": "0"]
 
+    /// The rate an encoder asked for `bitRate` codes at: within 64-256 kb/s per channel.
+    static func rate(_ bitRate: Int64, channels: Int32) -> Int64 {
+        min(max(bitRate, 64_000 * Int64(channels)), 256_000 * Int64(channels))
+    }
+
+    /// `bitRate`: the clips' own (see `rate`).
     init(sampleRate: Int32, channels: Int32, bitRate: Int64) throws {
         self.channels = channels
         self.sampleRate = sampleRate
@@ -24,9 +30,7 @@ final class JoinEncoder {
             c.pointee.sample_rate = sampleRate
             c.pointee.sample_fmt = AV_SAMPLE_FMT_FLTP
             av_channel_layout_default(&c.pointee.ch_layout, channels)
-            // The clip's own rate, within AAC LC's range.
-            let perChannel = Int64(channels)
-            c.pointee.bit_rate = min(max(bitRate, 64_000 * perChannel), 256_000 * perChannel)
+            c.pointee.bit_rate = Self.rate(bitRate, channels: channels)
             c.pointee.time_base = AVRational(num: 1, den: sampleRate)
             c.pointee.profile = FF_PROFILE_AAC_LOW
         }

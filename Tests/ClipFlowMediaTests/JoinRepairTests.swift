@@ -114,6 +114,10 @@ final class JoinRepairTests: XCTestCase {
     func testClipsCutFromMKVRecordingsJoinWithoutClicks() throws {
         try checkJoins("sine440-44k", audio: "sine=frequency=440:sample_rate=44100:duration=14,volume=6", rate: 44100, channels: 2, container: "mkv")
         try checkJoins(
+            "chord",
+            audio: "sine=f=261.63:r=48000:d=14[a];sine=f=329.63:r=48000:d=14[b];sine=f=392:r=48000:d=14[c];[a][b][c]amix=inputs=3:normalize=0,volume=2",
+            channels: 2, container: "mkv")
+        try checkJoins(
             "tone-noise",
             audio: "sine=frequency=220:sample_rate=44100:duration=14,volume=4[s];anoisesrc=r=44100:a=0.08:c=pink:d=14[n];[s][n]amix=inputs=2:normalize=0",
             rate: 44100, channels: 2, container: "mkv", lagMeasurable: true)
@@ -280,5 +284,37 @@ final class EdgeRepairTests: XCTestCase {
         var untouched = [long]
         XCTAssertEqual(EdgeRepair.repair(&untouched, leftEnd: 10000, rightStart: 14800, maxSpan: 2880, sampleRate: rate, sound: .steady), .none)
         XCTAssertTrue(untouched == [long], "not a sample changed")
+    }
+}
+
+/// `JoinNoise` on a chord coded by the join encoder: the decoded frames line up with their input
+/// (a clean coding has no burst), and a click coded with the chord is found as a burst in the
+/// frame that holds it when the coding is judged against the chord alone.
+final class JoinNoiseTests: XCTestCase {
+    func testAClickCodedIntoAFrameIsABurstThereAndCleanCodingIsNot() throws {
+        let F = Int(AudioJoinPlan.frameSize)
+        let chord = (0..<(12 * F)).map { k -> Float in
+            let t = Double(k) / 48000
+            return Float(0.2 * sin(2 * .pi * 261.63 * t) + 0.15 * sin(2 * .pi * 329.63 * t) + 0.1 * sin(2 * .pi * 392 * t))
+        }
+        var click = chord
+        click[6 * F + 300] += 0.05
+        // Packet pts: the input sample each decodes to; frames 3 ... 9 are judged after frame 2.
+        func coded(_ x: [Float]) throws -> (JoinNoise, [Packet], [Int64]) {
+            let encoder = try JoinEncoder(sampleRate: 48000, channels: 2, bitRate: 128_000)
+            let packets = try (encoder.encode([x, x], at: 0) + encoder.flush()).filter { (2 * Int64(F)...9 * Int64(F)).contains($0.p.pointee.pts) }
+            return (try JoinNoise(encoder: encoder), packets, packets.map { $0.p.pointee.pts / Int64(F) })
+        }
+        let (noise, clean, frames) = try coded(chord)
+        XCTAssertEqual(frames, Array(2...9))
+        let levels = try noise.levels(clean, frames: frames, input: [chord, chord], inputFrame: 0)
+        XCTAssertEqual(levels.count, 7)
+        XCTAssertFalse(JoinNoise.hasBurst(levels), "\(levels)")
+
+        let (_, clicked, clickedFrames) = try coded(click)
+        let judged = try noise.levels(clicked, frames: clickedFrames, input: [chord, chord], inputFrame: 0)
+        let loudest = judged.indices.max { judged[$0].noise < judged[$1].noise }
+        XCTAssertEqual(loudest, 3, "the frame of input samples 6144 ..< 7168 is the fourth judged: \(judged)")
+        XCTAssertTrue(JoinNoise.hasBurst(judged), "\(judged)")
     }
 }

@@ -96,7 +96,9 @@ final class RealToolClipsTests: XCTestCase {
     /// the sum of the frame durations that ffprobe reads as the stream's duration.
     func picturesEnd(_ path: String) throws -> Double {
         let r = try Run.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "frame=pts_time,pkt_duration_time", "-of", "csv=p=0", path])
-        let frames = r.out.split(separator: "\n").map { $0.split(separator: ",").compactMap { Double($0.trimmingCharacters(in: .whitespaces)) } }.filter { $0.count == 2 }
+        let frames = r.out.split(separator: "\n").map { $0.split(separator: ",").compactMap { Double($0.trimmingCharacters(in: .whitespaces)) } }.filter {
+            $0.count == 2
+        }
         guard let first = frames.map({ $0[0] }).min(), let end = frames.map({ $0[0] + $0[1] }).max() else { return .nan }
         return end - first
     }

@@ -156,4 +156,20 @@ final class PicturePacker {
         let count = PixelFormat.yuv420p.frameBytes(width: w, height: h) ?? 0
         return Data(bytesNoCopy: base, count: count, deallocator: .custom { _, _ in withExtendedLifetime(held) {} })
     }
+
+    /// Pictures of fewer bytes than this may be held by `Data` as a copy of their bytes, not
+    /// their buffer (Foundation stores up to 14 bytes inline), and so without the padding.
+    static let smallestShared = 64
+
+    /// Calls `body` with the bytes of a picture from `planes(of:)`, followed by at least
+    /// `PicturePool.padding` readable bytes: its own buffer, or a padded copy of a picture
+    /// smaller than `smallestShared`.
+    static func withPaddedBytes<R>(_ picture: Data, _ body: (UnsafeRawPointer) throws -> R) throws -> R {
+        if picture.count >= smallestShared {
+            return try picture.withUnsafeBytes { try body($0.baseAddress!) }
+        }
+        var copy = [UInt8](repeating: 0, count: picture.count + Int(PicturePool.padding))
+        copy.replaceSubrange(0..<picture.count, with: picture)
+        return try copy.withUnsafeBytes { try body($0.baseAddress!) }
+    }
 }

@@ -207,10 +207,12 @@ final class VideoRenditionStage: Stage {
         guard let pixels = v.format.ffmpeg else {
             throw ClipFlowError.badInput("\(rung.name): \(v.format.rawValue) pictures cannot be encoded (decode them first)")
         }
+        guard let need = v.format.frameBytes(width: v.width, height: v.height), v.data.count >= need, need > 0 else {
+            throw ClipFlowError.badInput("\(rung.name): a picture of \(v.data.count) bytes is too small for \(v.width)x\(v.height) \(v.format.rawValue)")
+        }
         // The ladder's decode stage hands pictures in padded buffers (`PicturePacker`), so
         // libswscale reads them in place.
-        let picture: Frame = try v.data.withUnsafeBytes { raw in
-            guard let base = raw.baseAddress else { throw ClipFlowError.badInput("\(rung.name): an empty picture") }
+        let picture: Frame = try PicturePacker.withPaddedBytes(v.data) { base in
             try FF.check(
                 cf_frame_wrap(source.f, base.assumingMemoryBound(to: UInt8.self), pixels, Int32(v.width), Int32(v.height)), "a \(v.width)x\(v.height) picture")
             let full = PixelRect(x: 0, y: 0, width: v.width, height: v.height)

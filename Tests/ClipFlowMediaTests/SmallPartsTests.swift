@@ -69,3 +69,27 @@ final class RecordControlTests: XCTestCase {
         XCTAssertEqual(all.filter { $0 == .pause }.count, 500)
     }
 }
+
+/// `PicturePacker`'s pictures reach libswscale with `PicturePool.padding` readable bytes after
+/// them, a 2x2 picture (6 bytes, which `Data` keeps as an inline copy) as much as a 64x4 one.
+final class PicturePaddingTests: XCTestCase {
+    func testSmallAndLargePicturesAreReadWithTheirPadding() throws {
+        for (w, h) in [(2, 2), (4, 2), (64, 4)] {
+            let packer = try PicturePacker(size: PictureSize(width: w, height: h))
+            let source = try PicturePool(size: PictureSize(width: w, height: h)).picture()
+            let bytes = PixelFormat.yuv420p.frameBytes(width: w, height: h)!
+            for p in 0..<3 {
+                let rows = p == 0 ? h : (h + 1) / 2
+                for r in 0..<rows { memset(source.data(p)! + r * source.linesize(p), Int32(10 * (p + 1)), source.linesize(p)) }
+            }
+            let planes = try packer.planes(of: source)
+            XCTAssertEqual(planes.count, bytes)
+            let read = try PicturePacker.withPaddedBytes(planes) { base in
+                Array(UnsafeBufferPointer(start: base.assumingMemoryBound(to: UInt8.self), count: bytes + Int(PicturePool.padding)))
+            }
+            XCTAssertEqual(Array(read.prefix(bytes)), Array(planes), "\(w)x\(h)")
+            XCTAssertEqual(read[0], 10)
+            XCTAssertEqual(read[bytes - 1], 30)
+        }
+    }
+}

@@ -139,11 +139,11 @@ final class RealToolClipsTests: XCTestCase {
         XCTAssertEqual(Double(try Probe.audioSamples(out.path).count), a.duration * rate, accuracy: 1024, "\(label): decoded samples")
     }
 
-    /// Within each tool's set, every ordered pair and the whole set join by copy.
+    /// Within each tool's set, every pair and the whole set in both orders join by copy.
     func testEveryToolsClipsJoinInEveryPair() throws {
         for (tool, clips) in try corpus() {
-            var sets = [clips]
-            for a in clips.indices { for b in clips.indices where a != b { sets.append([clips[a], clips[b]]) } }
+            var sets = [clips, clips.reversed()]
+            for a in clips.indices { for b in clips.indices where a < b { sets.append([clips[a], clips[b]]) } }
             for inputs in sets {
                 try checkJoin(inputs, label: "\(tool): \(inputs.map { ($0 as NSString).lastPathComponent }.joined(separator: " + "))")
             }

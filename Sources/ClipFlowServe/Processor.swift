@@ -11,8 +11,9 @@ import Synchronization
 /// `limits`, ends in `error` with the reason), then published twice: first its smallest rendition
 /// alone (`viewable`: it plays while the rest is made), then the whole feed ladder (`ready`); a
 /// `copy` video is remuxed only. Each ladder is written into its own new folder under
-/// `DATA/media/ID` and published by switching the video's `published` folder in the database;
-/// older folders are removed after the switch.
+/// `DATA/media/ID`, named afresh by each try (`aN-XXXXXXXX-first`, never the name of a folder the
+/// video has), and published by switching the video's `published` folder in the database; older
+/// folders are removed after the switch.
 ///
 /// A worker that dies (a signal, an unexpected exit) sends its job back to the queue; a job
 /// started `limits.attempts` times (counted in the database, so restarts of the server count
@@ -150,22 +151,22 @@ final class Processor: Sendable {
             if let refusal = limits.refusal(probe) { throw ClipFlowError.badInput(refusal) }
             video.duration = probe.duration
             try await database.update(video)
-            let attempt = "a\(job.attempts)"
+            let prefix = Self.folderPrefix(attempt: job.attempts, besides: video.published)
             switch video.mode {
             case .copy:
-                try await ladder(id, input, LadderChoice(rungs: [], copy: true), into: folder.appendingPathComponent("\(attempt)-copy"))
-                try await publish(&video, "\(attempt)-copy", status: .ready, renditions: ["copy"])
+                try await ladder(id, input, LadderChoice(rungs: [], copy: true), into: folder.appendingPathComponent("\(prefix)-copy"))
+                try await publish(&video, "\(prefix)-copy", status: .ready, renditions: ["copy"])
             case .ladder:
                 let short = min(probe.width, probe.height)
                 let rungs = LadderRung.standard.filter { $0.height <= short }
                 let smallest = LadderRung.standard[LadderRung.standard.count - 1]
-                try await ladder(id, input, LadderChoice(rungs: [smallest]), into: folder.appendingPathComponent("\(attempt)-first"))
+                try await ladder(id, input, LadderChoice(rungs: [smallest]), into: folder.appendingPathComponent("\(prefix)-first"))
                 if rungs.count > 1 {
-                    try await publish(&video, "\(attempt)-first", status: .viewable, renditions: [smallest.name])
-                    try await ladder(id, input, LadderChoice(rungs: rungs), into: folder.appendingPathComponent("\(attempt)-full"))
-                    try await publish(&video, "\(attempt)-full", status: .ready, renditions: rungs.map(\.name))
+                    try await publish(&video, "\(prefix)-first", status: .viewable, renditions: [smallest.name])
+                    try await ladder(id, input, LadderChoice(rungs: rungs), into: folder.appendingPathComponent("\(prefix)-full"))
+                    try await publish(&video, "\(prefix)-full", status: .ready, renditions: rungs.map(\.name))
                 } else {
-                    try await publish(&video, "\(attempt)-first", status: .ready, renditions: [smallest.name])
+                    try await publish(&video, "\(prefix)-first", status: .ready, renditions: [smallest.name])
                 }
             }
             removeUnpublished(in: folder, keeping: video.published)
@@ -247,6 +248,19 @@ final class Processor: Sendable {
         case .diskFull(let message): throw StepFault.diskFull(message)
         case .died(let reason): throw StepFault.died(reason)
         }
+    }
+
+    /// The start of this try's ladder folder names: `aN-` and 8 random hex digits, unlike the
+    /// published folder's (the only one left once `removeUnpublished` ran). A try never writes into
+    /// a folder already published, whatever the attempt count says (a clean stop or a full disk
+    /// gives the attempt back, so a later try may run with the same N).
+    static func folderPrefix(attempt: Int, besides published: String) -> String {
+        var prefix: String
+        repeat {
+            let random = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+            prefix = "a\(attempt)-" + String(repeating: "0", count: 8 - random.count) + random
+        } while published.hasPrefix(prefix + "-")
+        return prefix
     }
 
     /// Everything in a video's media folder but the published ladder (earlier or unfinished ones).

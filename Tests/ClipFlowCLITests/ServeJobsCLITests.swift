@@ -39,9 +39,21 @@ final class ServeJobsCLITests: XCTestCase {
 
     /// A video made by the API and its file uploaded with tuspy; returns its id.
     func upload(_ s: ServerProcess, _ file: String, name: String) throws -> Int {
+        let (id, token) = try newVideo(s, name: name)
+        try upload(s, file, video: id, token: token)
+        return id
+    }
+
+    /// A video made by the API: its id and upload token.
+    func newVideo(_ s: ServerProcess, name: String) throws -> (id: Int, token: String) {
         let made = try XCTUnwrap(try api(s, "POST", "/videos", json: ["name": name]).json() as? [String: Any])
         let id = try XCTUnwrap(made["id"] as? Int)
         let token = try XCTUnwrap((try api(s, "GET", "/videos/\(id)/upload").json() as? [String: Any])?["token"] as? String)
+        return (id, token)
+    }
+
+    /// `file` uploaded with tuspy as video `id`'s source.
+    func upload(_ s: ServerProcess, _ file: String, video id: Int, token: String) throws {
         let script = """
             import sys
             from tusclient import client
@@ -49,7 +61,6 @@ final class ServeJobsCLITests: XCTestCase {
             u.upload()
             """
         try Run.run(["python3", "-c", script, "http://127.0.0.1:\(s.port)/files", file, String(id), token])
-        return id
     }
 
     /// Worker processes of this data folder doing `step` (their command lines name its uploads).
@@ -152,7 +163,7 @@ final class ServeJobsCLITests: XCTestCase {
         XCTAssertEqual(
             try waitFor(s, fast, ["error", "ready"])["error"] as? String, "the video has 60.00 frames per second, above this server's limit of 50")
         XCTAssertEqual(try waitFor(s, ok, ["error", "ready"])["status"] as? String, "ready")
-        XCTAssertFalse(FileManager.default.fileExists(atPath: data.appendingPathComponent("media/\(big)/a1-first").path))
+        XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("media/\(big)").path)) ?? [], [], "no ladder made")
     }
 
     /// Each worker's memory is bounded (--worker-memory): a worker that needs more fails (or
@@ -225,5 +236,27 @@ final class ServeJobsCLITests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: data.appendingPathComponent("media/\(id)").path), "no media recreated")
         XCTAssertEqual(try api(s, "GET", "/videos/\(id)").status, 404)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("uploads").path).count, 1, "the next video's only")
+    }
+
+    /// SIGTERM to the server while a 720p video is `viewable` (its first rung published, the full
+    /// ladder being made), then the server started again: a clean stop does not count, the job
+    /// runs again and the video ends `ready` with its whole ladder (as ffprobe reads it).
+    func testACleanRestartWhileViewableEndsReady() throws {
+        let data = fx.scratch("serve-jobs-restart-viewable")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        let id = try upload(s, try clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "restarted")
+        XCTAssertEqual(try waitFor(s, id, ["viewable", "ready", "error"])["status"] as? String, "viewable")
+        let pid = try s.supervisedPID()
+        kill(pid, SIGTERM)
+        for _ in 0..<400 where kill(pid, 0) == 0 { usleep(50_000) }
+        XCTAssertNotEqual(kill(pid, 0), 0, "the server ended on SIGTERM")
+        try s.start()
+        let v = try waitFor(s, id, ["ready", "error"])
+        XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
+        let master = try XCTUnwrap(v["hls_url"] as? String)
+        let heights = try Run.run(["ffprobe", "-v", "error", "-show_entries", "stream=height", "-of", "csv=p=0", master]).out
+        XCTAssertTrue(heights.split(separator: "\n").contains("720"), heights)
     }
 }

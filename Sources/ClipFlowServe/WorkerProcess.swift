@@ -21,8 +21,10 @@ enum WorkerProcess {
         case died(String)
     }
 
-    /// The executable that holds the worker command: this process's own binary.
-    static let executable: String = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    /// The executable that holds the worker command: the image this process runs, through the
+    /// kernel's link to it (which works when the file it came from has been replaced or removed
+    /// since, as an upgrade in place does; a path read once would name a file that is gone).
+    static let executable = "/proc/self/exe"
 
     private static let waits = DispatchQueue(label: "clipflow.serve.workers", attributes: .concurrent)
 

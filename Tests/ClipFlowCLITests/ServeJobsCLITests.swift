@@ -259,4 +259,21 @@ final class ServeJobsCLITests: XCTestCase {
         let heights = try Run.run(["ffprobe", "-v", "error", "-show_entries", "stream=height", "-of", "csv=p=0", master]).out
         XCTAssertTrue(heights.split(separator: "\n").contains("720"), heights)
     }
+
+    /// The binary the server runs from is replaced on disk while it runs (as an upgrade in place
+    /// does): its workers still start (from the running image), and a video is processed.
+    func testProcessingGoesOnWhenTheBinaryIsReplaced() throws {
+        let folder = fx.scratch("serve-jobs-replaced-binary")
+        let copy = folder.appendingPathComponent("clipflow").path
+        try FileManager.default.copyItem(atPath: binary, toPath: copy)
+        let data = folder.appendingPathComponent("data")
+        let s = ServerProcess.clipflowServe(binary: copy, data: data, environment: ["CLIPFLOW_API_KEY": key])
+        try s.start()
+        defer { s.stop() }
+        try FileManager.default.removeItem(atPath: copy)
+        try FileManager.default.copyItem(atPath: binary, toPath: copy)
+        let id = try upload(s, try clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "after the upgrade")
+        let v = try waitFor(s, id, ["ready", "error"], seconds: 120)
+        XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
+    }
 }

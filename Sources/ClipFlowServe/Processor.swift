@@ -18,8 +18,9 @@ import Synchronization
 /// A worker that dies (a signal, an unexpected exit) sends its job back to the queue; a job
 /// started `limits.attempts` times (counted in the database, so restarts of the server count
 /// too) ends in `error` with the reason. A full disk sends the job back without counting, and
-/// the worker waits before it takes another. `stop(video:)` ends a video's job for good (its
-/// worker is killed and no other step starts). Thread-safe; `Sendable`.
+/// the worker waits before it takes another. `stop(video:)` holds a video's job until
+/// `release(video:)` (its worker is killed, no other step starts, and the job goes back to the
+/// queue without counting, to run again once released). Thread-safe; `Sendable`.
 final class Processor: Sendable {
     let database: any ServeStore
     let uploads: UploadFiles
@@ -35,6 +36,8 @@ final class Processor: Sendable {
     let alone: Bool
     /// Seconds a worker waits after a job found the disk full.
     static let diskFullPause: Double = 5
+    /// Seconds a worker waits after handing back the job of a stopped video (being removed).
+    static let stoppedPause: Double = 0.25
     /// Media seconds decoded / total, per video being processed (for `GET /videos`).
     private let progress = Mutex<[Int64: Double]>([:])
     private let jobs = Mutex(RunningJobs())
@@ -45,7 +48,15 @@ final class Processor: Sendable {
         var workers: [Int64: Int32] = [:]
         /// Videos whose jobs must stop (being removed).
         var stopped: Set<Int64> = []
+
+        /// Takes `video`'s job in, unless its video is stopped or its job runs here already.
+        mutating func admit(_ video: Int64) -> Admission {
+            if stopped.contains(video) { return .stopped }
+            return active.insert(video).inserted ? .admitted : .runningAlready
+        }
     }
+
+    private enum Admission { case admitted, runningAlready, stopped }
 
     /// Why a step did not end with a result.
     private enum StepFault: Error {
@@ -102,16 +113,17 @@ final class Processor: Sendable {
                         }
                         let pause = await self.process(job, jobID)
                         beating.cancel()
-                        if pause { try? await Task.sleep(for: .seconds(Self.diskFullPause)) }
+                        if pause > 0 { try? await Task.sleep(for: .seconds(pause)) }
                     }
                 }
             }
         }
     }
 
-    /// Ends `video`'s job on this server for good: its worker is killed, no other step starts,
-    /// and this returns once the job has let go of the video (within `seconds`). The video stays
-    /// stopped (its removal deletes its job).
+    /// Stops `video`'s job on this server: its worker is killed, no other step starts, the job
+    /// goes back to the queue without counting, and this returns once the job has let go of the
+    /// video (within `seconds`). The video stays stopped until `release(video:)`: a job taken
+    /// meanwhile goes back at once.
     func stop(video: Int64, within seconds: Double = 15) async {
         let pid = jobs.withLock { j -> Int32? in
             j.stopped.insert(video)
@@ -124,23 +136,28 @@ final class Processor: Sendable {
         }
     }
 
-    /// Forgets that `video` was stopped (its rows are gone, its job with them).
+    /// Forgets that `video` was stopped: its job runs again (unless its removal deleted it).
     func release(video: Int64) {
         jobs.withLock { _ = $0.stopped.remove(video) }
     }
 
-    /// Processes one job; true when the worker should pause before the next (the disk is full).
-    private func process(_ job: JobRow, _ jobID: Int64) async -> Bool {
+    /// Processes one job; returns the seconds the worker waits before it takes the next (the disk
+    /// is full, or the job went back because its video is stopped), or 0.
+    private func process(_ job: JobRow, _ jobID: Int64) async -> Double {
         let id = job.videoID
-        guard jobs.withLock({ $0.stopped.contains(id) ? false : $0.active.insert(id).inserted }) else { return false }
+        switch jobs.withLock({ $0.admit(id) }) {
+        case .admitted: break
+        case .runningAlready: return 0
+        case .stopped: return await handBack(jobID)
+        }
         defer {
             jobs.withLock { _ = $0.active.remove(id) }
             _ = progress.withLock { $0.removeValue(forKey: id) }
         }
-        guard var video = try? await database.video(id) else { return false }
+        guard var video = try? await database.video(id) else { return 0 }
         if job.attempts > limits.attempts {
             await fail(&video, jobID, "processing was cut short \(limits.attempts) times (the server stopped while it ran)")
-            return false
+            return 0
         }
         let folder = media.appendingPathComponent(String(id))
         do {
@@ -172,7 +189,7 @@ final class Processor: Sendable {
             removeUnpublished(in: folder, keeping: video.published)
             try await database.finishJob(jobID, failed: false)
         } catch StepFault.stopped {
-            // The server is stopping (the job goes back in the queue) or the video is being removed.
+            return await handBack(jobID)
         } catch StepFault.died(let reason) {
             if job.attempts < limits.attempts {
                 try? await database.retryJob(jobID, counted: true)
@@ -181,17 +198,26 @@ final class Processor: Sendable {
             }
         } catch StepFault.diskFull {
             try? await database.retryJob(jobID, counted: false)
-            return true
+            return Self.diskFullPause
         } catch {
-            guard !isStopped(id) else { return false }
+            if isStopped(id) { return await handBack(jobID) }
             if database.isFull(error) {
                 // The server's own store, not the video, failed: try again once there is space.
                 try? await database.retryJob(jobID, counted: false)
-                return true
+                return Self.diskFullPause
             }
             await fail(&video, jobID, reason((error as? ClipFlowError)?.message ?? "\(error)", upload: video.uploadID))
         }
-        return false
+        return 0
+    }
+
+    /// The job of a stop: when the server is stopping, it hands its jobs back itself
+    /// (`releaseJobs`); when the video is stopped, the job goes back to the queue without counting
+    /// (its removal deletes it; a removal that fails releases the video and the job runs again).
+    private func handBack(_ jobID: Int64) async -> Double {
+        guard !Task.isCancelled else { return 0 }
+        try? await database.retryJob(jobID, counted: false)
+        return Self.stoppedPause
     }
 
     private func isStopped(_ video: Int64) -> Bool { Task.isCancelled || jobs.withLock { $0.stopped.contains(video) } }

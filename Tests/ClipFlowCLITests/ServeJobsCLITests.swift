@@ -276,4 +276,45 @@ final class ServeJobsCLITests: XCTestCase {
         let v = try waitFor(s, id, ["ready", "error"], seconds: 120)
         XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
     }
+
+    /// A DELETE /videos/ID that fails (another upload of the video is stuck writing: its file was
+    /// swapped for a FIFO nobody reads, so the write blocks past the server's patience; 423): the
+    /// video is left as it was, and its processing goes on to `ready`.
+    func testAFailedDeleteLeavesTheVideoToBeProcessed() throws {
+        let data = fx.scratch("serve-jobs-delete-fails")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        let (id, token) = try newVideo(s, name: "kept")
+        let base64 = { (text: String) in Data(text.utf8).base64EncodedString() }
+        let second = try HTTP.request(
+            "POST", "http://127.0.0.1:\(s.port)/files",
+            headers: ["Tus-Resumable": "1.0.0", "Upload-Length": "10", "Upload-Metadata": "video_id \(base64(String(id))),token \(base64(token))"])
+        XCTAssertEqual(second.status, 201, second.text)
+        let location = try XCTUnwrap(second.header("Location"))
+        let uploads = data.appendingPathComponent("uploads")
+        let stuck = uploads.appendingPathComponent(try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: uploads.path).first)).path
+        try upload(s, try clip("serve-jobs-30s-360p.mp4", seconds: 30, size: "640x360"), video: id, token: token)
+        try FileManager.default.removeItem(atPath: stuck)
+        try Run.run(["mkfifo", stuck])
+        let patch = Process()
+        patch.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        patch.arguments = [
+            "curl", "-sS", "--max-time", "60", "-o", "/dev/null", "-X", "PATCH", "-H", "Tus-Resumable: 1.0.0", "-H", "Upload-Offset: 0", "-H",
+            "Content-Type: application/offset+octet-stream", "--data-binary", "0123456789",
+            location.hasPrefix("http") ? location : "http://127.0.0.1:\(s.port)\(location)"
+        ]
+        try patch.run()
+        defer {
+            // Whatever happened: a reader lets the blocked write end, and curl with it.
+            _ = try? Run.run(["timeout", "10", "cat", stuck], check: false)
+            patch.waitUntilExit()
+        }
+        sleep(1)
+        let refused = try api(s, "DELETE", "/videos/\(id)")
+        XCTAssertEqual(refused.status, 423, refused.text)
+        XCTAssertEqual(try video(s, id)["status"] as? String, "processing", "the failed DELETE came while the video was processed")
+        let v = try waitFor(s, id, ["ready", "error"], seconds: 150)
+        XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
+    }
 }

@@ -26,9 +26,11 @@ public struct ServeOptions: Sendable {
     public var database = "sqlite"
     /// Seconds without a heartbeat after which another server takes over a job (PostgreSQL).
     public var jobLease: Double = 60
-    /// Connections served at once; more wait in the listen queue (and are refused by the system
-    /// once it is full) until one closes.
+    /// Connections served at once (1 to `maxConnectionsBound`); more wait in the listen queue (and
+    /// are refused by the system once it is full) until one closes.
     public var maxConnections: Int = 2048
+    /// The most connections a server may be told to serve at once.
+    public static let maxConnectionsBound = 1 << 20
     /// What a processing job may decode and use.
     public var processing = ProcessingLimits()
 
@@ -39,7 +41,9 @@ public struct ServeOptions: Sendable {
     /// Why these options cannot run, before any name is resolved (nil: they can).
     public var problem: String? {
         if !(0...65535).contains(port) { return "--listen: port \(port) is out of range" }
-        if maxConnections < 1 { return "--max-connections must be at least 1" }
+        if !(1...Self.maxConnectionsBound).contains(maxConnections) {
+            return "--max-connections: expected 1 to \(Self.maxConnectionsBound), got \(maxConnections)"
+        }
         return nil
     }
 

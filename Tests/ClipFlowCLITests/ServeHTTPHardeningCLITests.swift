@@ -435,6 +435,24 @@ final class ServeHTTPHardeningCLITests: XCTestCase {
         XCTAssertFalse(log.contains(data.path + "/media"), log)
     }
 
+    // MARK: operator input
+
+    /// `--max-connections` beyond what a server can hold (up to Int64's largest, which once
+    /// overflowed the open-file arithmetic) is refused naming the flag, with the usage status.
+    func testMaxConnectionsOutOfRangeIsRefusedNamingTheFlag() throws {
+        for value in ["9223372036854775807", "1048577", "0", "-1"] {
+            let r = try Run.run(
+                [
+                    "timeout", "20", binary, "serve", "--data", fx.scratch("serve-http-max-connections").path, "--listen", "127.0.0.1:0",
+                    "--max-connections=\(value)"
+                ],
+                check: false)
+            XCTAssertTrue([64, 65].contains(r.status), "\(value): exit \(r.status): \(r.stderr)")
+            XCTAssertTrue(r.stderr.contains("--max-connections"), "\(value): \(r.stderr)")
+            XCTAssertFalse(r.stderr.contains("Fatal error"), "\(value): \(r.stderr)")
+        }
+    }
+
     // MARK: what the API shows
 
     /// A job that fails on a path inside the data folder: its `error` names no absolute path of it.

@@ -5,6 +5,7 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTPTypes
+import Synchronization
 
 /// How `clipflow serve` runs.
 public struct ServeOptions: Sendable {
@@ -136,13 +137,36 @@ public enum ClipFlowServer {
         }
         try await app.runService()
         // Work cut short by the shutdown goes back in the queue at once (another server, or this
-        // one when it starts again, runs it).
+        // one when it starts again, runs it): once the workers have stopped, so that no job they
+        // were taking stays behind as running.
         processing.cancel()
+        await Self.wait(for: processing, atMost: Self.processingStopLimit)
         try? await database.releaseJobs(owner: processor.owner)
     }
 }
 
 extension ClipFlowServer {
+    /// Seconds a stopping server waits for its workers to let go of their jobs (their worker
+    /// processes are killed at once; the bound keeps a database call that hangs from holding
+    /// the exit).
+    static let processingStopLimit: Double = 10
+
+    /// Returns once `task` has ended, or after `seconds` (whichever comes first).
+    static func wait(for task: Task<Void, Never>, atMost seconds: Double) async {
+        let waiting = OneResumption()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            waiting.hold(continuation)
+            Task {
+                await task.value
+                waiting.resume()
+            }
+            Task {
+                try? await Task.sleep(for: .seconds(seconds))
+                waiting.resume()
+            }
+        }
+    }
+
     /// Headers are limited (32 KiB in all, 100 fields; a request beyond gets no answer but a closed
     /// connection), idle connections closed after 2 minutes, and `Expect: 100-continue` answered.
     static var http1: HTTP1Channel.Configuration {
@@ -189,6 +213,15 @@ final class ExpectContinue: ChannelInboundHandler, RemovableChannelHandler, Send
         }
         context.fireChannelRead(data)
     }
+}
+
+/// A continuation resumed once, by whichever of its resumers comes first. Thread-safe.
+private final class OneResumption: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Void, Never>?>(nil)
+
+    func hold(_ c: CheckedContinuation<Void, Never>) { continuation.withLock { $0 = c } }
+
+    func resume() { continuation.withLock { c in c.take() }?.resume() }
 }
 
 /// One server per data folder: an exclusive lock on `DATA/lock`, held while it runs (the kernel

@@ -258,8 +258,7 @@ final class Processor: Sendable {
     /// `StepFault`.
     private func step(_ video: Int64, _ arguments: [String], line: @escaping @Sendable (String) -> Void) async throws {
         if isStopped(video) { throw StepFault.stopped }
-        let outcome = try await WorkerProcess.run(arguments + ["--memory-limit", String(limits.workerMemory)], stall: limits.workerStall, line: line) {
-            pid in
+        let outcome = try await WorkerProcess.run(arguments, memoryLimit: limits.workerMemory, stall: limits.workerStall, line: line) { pid in
             let stopped = self.jobs.withLock { j -> Bool in
                 j.workers[video] = pid
                 return j.stopped.contains(video)

@@ -177,7 +177,9 @@ final class ServeJobsCLITests: XCTestCase {
         let id = try upload(s, try clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "needs memory")
         let v = try waitFor(s, id, ["error", "ready"], seconds: 120)
         XCTAssertEqual(v["status"] as? String, "error", "\(v)")
-        XCTAssertFalse((v["error"] as? String ?? "").contains(data.path))
+        let reason = v["error"] as? String ?? ""
+        XCTAssertFalse(reason.contains(data.path))
+        XCTAssertTrue(reason.contains("--worker-memory 128 MiB"), "the reason names the bound: \(reason)")
         XCTAssertEqual(try s.supervisedPID(), pid)
     }
 

@@ -7,6 +7,8 @@ import Synchronization
 /// failure. A worker that writes no line for `stall` seconds is taken to hang and killed. The
 /// worker's stdin is a pipe this side never writes: when the server dies, the kernel
 /// closes it and the worker ends itself. Cancelling the waiting task kills the worker (SIGKILL).
+/// The worker's environment is the server's without its `CLIPFLOW_` variables (the API key and
+/// other settings of the server; a worker reads none of them).
 /// Blocking waits run on their own threads, never on Swift's cooperative pool.
 enum WorkerProcess {
     /// How a worker ended.
@@ -26,6 +28,11 @@ enum WorkerProcess {
     /// since, as an upgrade in place does; a path read once would name a file that is gone).
     static let executable = "/proc/self/exe"
 
+    /// The server's environment without its `CLIPFLOW_` variables.
+    static var environment: [String: String] {
+        ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CLIPFLOW_") }
+    }
+
     private static let waits = DispatchQueue(label: "clipflow.serve.workers", attributes: .concurrent)
 
     /// Runs `clipflow serve-worker ARGUMENTS` bounded to `memoryLimit` bytes (0: no bound);
@@ -37,6 +44,7 @@ enum WorkerProcess {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = ["serve-worker"] + arguments + ["--memory-limit", String(memoryLimit)]
+        process.environment = environment
         let input = Pipe(), output = Pipe(), errors = Pipe()
         process.standardInput = input
         process.standardOutput = output

@@ -319,4 +319,22 @@ final class ServeJobsCLITests: XCTestCase {
         let v = try waitFor(s, id, ["ready", "error"], seconds: 150)
         XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
     }
+
+    /// A processing worker gets the server's environment without its secrets: no CLIPFLOW_API_KEY
+    /// in /proc/PID/environ, while PATH is there.
+    func testAWorkerDoesNotInheritTheAPIKey() throws {
+        let data = fx.scratch("serve-jobs-environment")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        let id = try upload(s, try clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "environment")
+        let worker = try waitForWorker(data, excluding: [])
+        let environment = try Data(contentsOf: URL(fileURLWithPath: "/proc/\(worker)/environ")).split(separator: 0).map {
+            String(decoding: $0, as: UTF8.self)
+        }
+        XCTAssertTrue(environment.contains { $0.hasPrefix("PATH=") }, "\(environment)")
+        XCTAssertFalse(environment.contains { $0.hasPrefix("CLIPFLOW_API_KEY=") }, "the worker holds the API key")
+        XCTAssertFalse(environment.contains { $0.contains(key) }, "the worker holds the API key")
+        XCTAssertEqual(try api(s, "DELETE", "/videos/\(id)").status, 204)
+    }
 }

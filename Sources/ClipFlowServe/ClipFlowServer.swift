@@ -110,7 +110,7 @@ public enum ClipFlowServer {
         let processor = try Processor(
             database: database, uploads: files, media: media, workers: options.workers, limits: options.processing, lease: options.jobLease,
             alone: postgres == nil)
-        let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files, data: options.data)
+        let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files)
         let tus = TUSServer(database: database, files: files, limits: options.tus, admit: api.admit, completed: api.completed)
         try await api.reconcile()
         let router = Router()

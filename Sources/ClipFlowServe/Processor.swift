@@ -34,6 +34,8 @@ final class Processor: Sendable {
     /// Only this server uses the store (SQLite, behind the data folder's lock): a job found running
     /// when it starts was cut short, whatever its heartbeat says.
     let alone: Bool
+    /// How a failure's reason is shown without the data folder (`media`'s parent).
+    let dataPaths: DataPaths
     /// Seconds a worker waits after a job found the disk full.
     static let diskFullPause: Double = 5
     /// Seconds a worker waits after handing back the job of a stopped video (being removed).
@@ -78,6 +80,7 @@ final class Processor: Sendable {
         self.limits = limits
         self.lease = lease
         self.alone = alone
+        dataPaths = DataPaths(media.deletingLastPathComponent())
         owner = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         do { try FileManager.default.createDirectory(at: media, withIntermediateDirectories: true) } catch {
             throw ClipFlowError.output("cannot create '\(media.path)': \(error.localizedDescription)")
@@ -206,7 +209,7 @@ final class Processor: Sendable {
                 try? await database.retryJob(jobID, counted: false)
                 return Self.diskFullPause
             }
-            await fail(&video, jobID, reason((error as? ClipFlowError)?.message ?? "\(error)", upload: video.uploadID))
+            await fail(&video, jobID, dataPaths.scrub((error as? ClipFlowError)?.message ?? "\(error)"))
         }
         return 0
     }
@@ -296,13 +299,4 @@ final class Processor: Sendable {
         }
     }
 
-    /// Why processing failed, for the video's `error`: the server's data folder never appears in
-    /// it (the upload is "the upload", other paths are relative to DATA).
-    func reason(_ message: String, upload: String?) -> String {
-        let data = media.deletingLastPathComponent().path
-        var text = message
-        if let upload { text = text.replacingOccurrences(of: "'\(uploads.path(upload))'", with: "the upload") }
-        text = text.replacingOccurrences(of: #"'[^']*/uploads/[0-9a-f]{32,64}'"#, with: "the upload", options: .regularExpression)
-        return text.replacingOccurrences(of: data + "/", with: "DATA/").replacingOccurrences(of: data, with: "DATA")
-    }
 }

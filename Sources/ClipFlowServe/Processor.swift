@@ -214,9 +214,10 @@ final class Processor: Sendable {
         return 0
     }
 
-    /// The job of a stop: when the server is stopping, it hands its jobs back itself
-    /// (`releaseJobs`); when the video is stopped, the job goes back to the queue without counting
-    /// (its removal deletes it; a removal that fails releases the video and the job runs again).
+    /// Hands back a job that a stop cut short; returns the pause before the next take. When the
+    /// server is stopping, it hands its jobs back itself (`releaseJobs`); when the video is
+    /// stopped, the job goes back to the queue without counting (its removal deletes it; a
+    /// removal that fails releases the video, and the job runs again).
     private func handBack(_ jobID: Int64) async -> Double {
         guard !Task.isCancelled else { return 0 }
         try? await database.retryJob(jobID, counted: false)

@@ -5,6 +5,7 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTPTypes
+import Synchronization
 
 /// How `clipflow serve` runs.
 public struct ServeOptions: Sendable {
@@ -26,9 +27,11 @@ public struct ServeOptions: Sendable {
     public var database = "sqlite"
     /// Seconds without a heartbeat after which another server takes over a job (PostgreSQL).
     public var jobLease: Double = 60
-    /// Connections served at once; more wait in the listen queue (and are refused by the system
-    /// once it is full) until one closes.
+    /// Connections served at once (1 to `maxConnectionsBound`); more wait in the listen queue (and
+    /// are refused by the system once it is full) until one closes.
     public var maxConnections: Int = 2048
+    /// The most connections a server may be told to serve at once.
+    public static let maxConnectionsBound = 1 << 20
     /// What a processing job may decode and use.
     public var processing = ProcessingLimits()
 
@@ -39,7 +42,9 @@ public struct ServeOptions: Sendable {
     /// Why these options cannot run, before any name is resolved (nil: they can).
     public var problem: String? {
         if !(0...65535).contains(port) { return "--listen: port \(port) is out of range" }
-        if maxConnections < 1 { return "--max-connections must be at least 1" }
+        if !(1...Self.maxConnectionsBound).contains(maxConnections) {
+            return "--max-connections: expected 1 to \(Self.maxConnectionsBound), got \(maxConnections)"
+        }
         return nil
     }
 
@@ -105,7 +110,7 @@ public enum ClipFlowServer {
         let processor = try Processor(
             database: database, uploads: files, media: media, workers: options.workers, limits: options.processing, lease: options.jobLease,
             alone: postgres == nil)
-        let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files, data: options.data)
+        let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files)
         let tus = TUSServer(database: database, files: files, limits: options.tus, admit: api.admit, completed: api.completed)
         try await api.reconcile()
         let router = Router()
@@ -132,13 +137,36 @@ public enum ClipFlowServer {
         }
         try await app.runService()
         // Work cut short by the shutdown goes back in the queue at once (another server, or this
-        // one when it starts again, runs it).
+        // one when it starts again, runs it): once the workers have stopped, so that no job they
+        // were taking stays behind as running.
         processing.cancel()
+        await Self.wait(for: processing, atMost: Self.processingStopLimit)
         try? await database.releaseJobs(owner: processor.owner)
     }
 }
 
 extension ClipFlowServer {
+    /// Seconds a stopping server waits for its workers to let go of their jobs (their worker
+    /// processes are killed at once; the bound keeps a database call that hangs from holding
+    /// the exit).
+    static let processingStopLimit: Double = 10
+
+    /// Returns once `task` has ended, or after `seconds` (whichever comes first).
+    static func wait(for task: Task<Void, Never>, atMost seconds: Double) async {
+        let waiting = OneResumption()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            waiting.hold(continuation)
+            Task {
+                await task.value
+                waiting.resume()
+            }
+            Task {
+                try? await Task.sleep(for: .seconds(seconds))
+                waiting.resume()
+            }
+        }
+    }
+
     /// Headers are limited (32 KiB in all, 100 fields; a request beyond gets no answer but a closed
     /// connection), idle connections closed after 2 minutes, and `Expect: 100-continue` answered.
     static var http1: HTTP1Channel.Configuration {
@@ -185,6 +213,15 @@ final class ExpectContinue: ChannelInboundHandler, RemovableChannelHandler, Send
         }
         context.fireChannelRead(data)
     }
+}
+
+/// A continuation resumed once, by whichever of its resumers comes first. Thread-safe.
+private final class OneResumption: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Void, Never>?>(nil)
+
+    func hold(_ c: CheckedContinuation<Void, Never>) { continuation.withLock { $0 = c } }
+
+    func resume() { continuation.withLock { c in c.take() }?.resume() }
 }
 
 /// One server per data folder: an exclusive lock on `DATA/lock`, held while it runs (the kernel

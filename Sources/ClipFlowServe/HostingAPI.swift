@@ -29,19 +29,14 @@ struct HostingAPI: Sendable {
     let tokens: Tokens
     let processor: Processor
     let uploads: UploadFiles
-    /// The data folder, as given and as absolute paths, longest first (`relativeToData`).
-    let dataPaths: [String]
     static let maxBody = 64 << 10
     static let maxPage = 1_000_000_000
 
-    init(database: any ServeStore, tokens: Tokens, processor: Processor, uploads: UploadFiles, data: URL) {
+    init(database: any ServeStore, tokens: Tokens, processor: Processor, uploads: UploadFiles) {
         self.database = database
         self.tokens = tokens
         self.processor = processor
         self.uploads = uploads
-        let absolute = URL(fileURLWithPath: data.path).standardizedFileURL
-        dataPaths = Set([data.path, absolute.path, absolute.resolvingSymlinksInPath().path]).filter { $0.hasPrefix("/") && $0 != "/" }
-            .sorted { $0.count > $1.count }
     }
 
     func addRoutes<Context: RequestContext>(to router: Router<Context>) {
@@ -162,15 +157,6 @@ struct HostingAPI: Sendable {
         return n
     }
 
-    /// `text` with every absolute path of the data folder made relative to it.
-    func relativeToData(_ text: String) -> String {
-        var out = text
-        for path in dataPaths {
-            out = out.replacingOccurrences(of: path + "/", with: "").replacingOccurrences(of: path, with: ".")
-        }
-        return out
-    }
-
     private func authorize(_ request: Request) throws {
         let header = request.headers[.authorization] ?? ""
         let bearer = header.hasPrefix("Bearer ") ? String(header.dropFirst(7)) : nil
@@ -198,7 +184,7 @@ struct HostingAPI: Sendable {
         }
         return [
             "id": v.id!, "name": v.name, "description": v.description ?? NSNull(), "client_id": v.clientID, "status": v.status.rawValue,
-            "mode": v.mode.rawValue, "error": v.error.map(relativeToData) ?? NSNull(), "duration": v.duration ?? NSNull(),
+            "mode": v.mode.rawValue, "error": v.error.map(processor.dataPaths.scrub) ?? NSNull(), "duration": v.duration ?? NSNull(),
             "screenshot": base.map { $0 + "poster.jpg" } ?? "", "hls_url": base.map { $0 + "master.m3u8" } ?? "", "renditions": renditions,
             "progress": v.status == .ready ? 1 : processor.progress(of: v.id!) ?? 0, "created_at": v.createdAt
         ]

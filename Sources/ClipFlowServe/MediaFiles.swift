@@ -11,6 +11,9 @@ import Hummingbird
 ///   component: unfinished ladders live in hidden temporary folders), the file is a regular file
 ///   reached without following a symbolic link, and its extension is one of `MediaServing.types`
 ///   (anything else: 404).
+/// - A file that is there but cannot be opened now (no permission, too many open files, an I/O
+///   error) is 503 with `Retry-After`, never 404 (a 404 of an immutable URL may be kept by
+///   caches); the log names the file (relative to the data folder) and the reason.
 /// - Every answer carries the type from that table, `X-Content-Type-Options: nosniff`, an `ETag`
 ///   and `Last-Modified`, and `Cache-Control: public, max-age=31536000, immutable`: a ladder's
 ///   folder is written once under a new name and never changed, so its files may be kept for good.
@@ -35,8 +38,13 @@ struct MediaFiles<Context: RequestContext>: RouterMiddleware {
         }
         let path = folder.appendingPathComponent(relative).path
         let file: OpenMediaFile
-        do { file = try await MediaServing.io.perform { try OpenMediaFile(path) } } catch {
+        do { file = try await MediaServing.io.perform { try OpenMediaFile(path) } } catch MediaFileError.absent {
             return MediaServing.refusal(.notFound, "no such media file")
+        } catch {
+            context.logger.error("cannot serve \(folder.lastPathComponent)/\(relative): \(error)")
+            var r = MediaServing.refusal(.serviceUnavailable, "the media file cannot be read now; try again later")
+            r.headers[.retryAfter] = String(MediaServing.retryAfter)
+            return r
         }
         return MediaServing.answer(request, file)
     }
@@ -50,6 +58,8 @@ enum MediaServing {
     /// The extensions served; their types come from the product's table (`mimeType(forExtension:)`).
     static let types: Set<String> = ["m3u8", "m4s", "mp4", "m4a", "ts", "aac", "vtt", "jpg", "jpeg", "png", "json"]
     static let cacheControl = "public, max-age=31536000, immutable"
+    /// Seconds a client is told to wait before it asks again for a file that could not be read.
+    static let retryAfter = 5
     /// Where media files are opened and read (blocking calls, never on an event loop or a thread
     /// of Swift's cooperative pool).
     static let io = DispatchQueue(label: "clipflow.serve.media", attributes: .concurrent)
@@ -125,6 +135,31 @@ enum MediaServing {
     }
 }
 
+/// Why a media file cannot be opened.
+enum MediaFileError: Error, Equatable, CustomStringConvertible {
+    /// Nothing servable is there: no such file, or not a regular file (a folder, a symbolic link,
+    /// a FIFO, a socket, a device). Asking again gives the same answer.
+    case absent
+    /// A file may be there but cannot be opened or examined now (the errno says why).
+    case unavailable(Int32)
+
+    /// What an `open` of a media path that failed with `code` means.
+    init(opening code: Int32) {
+        switch code {
+        // ELOOP: a symbolic link (O_NOFOLLOW); ENXIO: a socket or a device without its driver.
+        case ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG, ENXIO: self = .absent
+        default: self = .unavailable(code)
+        }
+    }
+
+    var description: String {
+        switch self {
+        case .absent: "no such regular file"
+        case .unavailable(let code): String(cString: strerror(code))
+        }
+    }
+}
+
 /// A media file open for reading: owns its descriptor (closed in deinit). Reads are positioned
 /// (`pread`), so one open file may be read from any thread; `Sendable`.
 final class OpenMediaFile: Sendable {
@@ -136,15 +171,22 @@ final class OpenMediaFile: Sendable {
     /// A strong validator: the file's size, modification time (ns) and inode.
     let etag: String
 
-    /// Opens a regular file, refusing a symbolic link as the last component.
+    /// Opens a regular file, refusing a symbolic link as the last component; throws
+    /// `MediaFileError`. The open does not block (a FIFO without a writer would hold it; reads of
+    /// a regular file are not affected).
     init(_ path: String) throws {
         self.path = path
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { throw ClipFlowError.output("cannot open '\(path)': \(String(cString: strerror(errno)))") }
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        guard fd >= 0 else { throw MediaFileError(opening: errno) }
         var st = stat()
-        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
+        guard fstat(fd, &st) == 0 else {
+            let code = errno
             close(fd)
-            throw ClipFlowError.output("'\(path)' is not a regular file")
+            throw MediaFileError.unavailable(code)
+        }
+        guard (st.st_mode & S_IFMT) == S_IFREG else {
+            close(fd)
+            throw MediaFileError.absent
         }
         length = Int64(st.st_size)
         modified = Int64(st.st_mtim.tv_sec)

@@ -11,14 +11,16 @@ import Synchronization
 /// `limits`, ends in `error` with the reason), then published twice: first its smallest rendition
 /// alone (`viewable`: it plays while the rest is made), then the whole feed ladder (`ready`); a
 /// `copy` video is remuxed only. Each ladder is written into its own new folder under
-/// `DATA/media/ID` and published by switching the video's `published` folder in the database;
-/// older folders are removed after the switch.
+/// `DATA/media/ID`, named afresh by each try (`aN-XXXXXXXX-first`, never the name of a folder the
+/// video has), and published by switching the video's `published` folder in the database; older
+/// folders are removed after the switch.
 ///
 /// A worker that dies (a signal, an unexpected exit) sends its job back to the queue; a job
 /// started `limits.attempts` times (counted in the database, so restarts of the server count
 /// too) ends in `error` with the reason. A full disk sends the job back without counting, and
-/// the worker waits before it takes another. `stop(video:)` ends a video's job for good (its
-/// worker is killed and no other step starts). Thread-safe; `Sendable`.
+/// the worker waits before it takes another. `stop(video:)` holds a video's job until
+/// `release(video:)` (its worker is killed, no other step starts, and the job goes back to the
+/// queue without counting, to run again once released). Thread-safe; `Sendable`.
 final class Processor: Sendable {
     let database: any ServeStore
     let uploads: UploadFiles
@@ -32,8 +34,12 @@ final class Processor: Sendable {
     /// Only this server uses the store (SQLite, behind the data folder's lock): a job found running
     /// when it starts was cut short, whatever its heartbeat says.
     let alone: Bool
+    /// How a failure's reason is shown without the data folder (`media`'s parent).
+    let dataPaths: DataPaths
     /// Seconds a worker waits after a job found the disk full.
     static let diskFullPause: Double = 5
+    /// Seconds a worker waits after handing back the job of a stopped video (being removed).
+    static let stoppedPause: Double = 0.25
     /// Media seconds decoded / total, per video being processed (for `GET /videos`).
     private let progress = Mutex<[Int64: Double]>([:])
     private let jobs = Mutex(RunningJobs())
@@ -44,7 +50,15 @@ final class Processor: Sendable {
         var workers: [Int64: Int32] = [:]
         /// Videos whose jobs must stop (being removed).
         var stopped: Set<Int64> = []
+
+        /// Takes `video`'s job in, unless its video is stopped or its job runs here already.
+        mutating func admit(_ video: Int64) -> Admission {
+            if stopped.contains(video) { return .stopped }
+            return active.insert(video).inserted ? .admitted : .runningAlready
+        }
     }
+
+    private enum Admission { case admitted, runningAlready, stopped }
 
     /// Why a step did not end with a result.
     private enum StepFault: Error {
@@ -66,6 +80,7 @@ final class Processor: Sendable {
         self.limits = limits
         self.lease = lease
         self.alone = alone
+        dataPaths = DataPaths(media.deletingLastPathComponent())
         owner = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         do { try FileManager.default.createDirectory(at: media, withIntermediateDirectories: true) } catch {
             throw ClipFlowError.output("cannot create '\(media.path)': \(error.localizedDescription)")
@@ -101,16 +116,17 @@ final class Processor: Sendable {
                         }
                         let pause = await self.process(job, jobID)
                         beating.cancel()
-                        if pause { try? await Task.sleep(for: .seconds(Self.diskFullPause)) }
+                        if pause > 0 { try? await Task.sleep(for: .seconds(pause)) }
                     }
                 }
             }
         }
     }
 
-    /// Ends `video`'s job on this server for good: its worker is killed, no other step starts,
-    /// and this returns once the job has let go of the video (within `seconds`). The video stays
-    /// stopped (its removal deletes its job).
+    /// Stops `video`'s job on this server: its worker is killed, no other step starts, the job
+    /// goes back to the queue without counting, and this returns once the job has let go of the
+    /// video (within `seconds`). The video stays stopped until `release(video:)`: a job taken
+    /// meanwhile goes back at once.
     func stop(video: Int64, within seconds: Double = 15) async {
         let pid = jobs.withLock { j -> Int32? in
             j.stopped.insert(video)
@@ -123,23 +139,28 @@ final class Processor: Sendable {
         }
     }
 
-    /// Forgets that `video` was stopped (its rows are gone, its job with them).
+    /// Forgets that `video` was stopped: its job runs again (unless its removal deleted it).
     func release(video: Int64) {
         jobs.withLock { _ = $0.stopped.remove(video) }
     }
 
-    /// Processes one job; true when the worker should pause before the next (the disk is full).
-    private func process(_ job: JobRow, _ jobID: Int64) async -> Bool {
+    /// Processes one job; returns the seconds the worker waits before it takes the next (the disk
+    /// is full, or the job went back because its video is stopped), or 0.
+    private func process(_ job: JobRow, _ jobID: Int64) async -> Double {
         let id = job.videoID
-        guard jobs.withLock({ $0.stopped.contains(id) ? false : $0.active.insert(id).inserted }) else { return false }
+        switch jobs.withLock({ $0.admit(id) }) {
+        case .admitted: break
+        case .runningAlready: return 0
+        case .stopped: return await handBack(jobID)
+        }
         defer {
             jobs.withLock { _ = $0.active.remove(id) }
             _ = progress.withLock { $0.removeValue(forKey: id) }
         }
-        guard var video = try? await database.video(id) else { return false }
+        guard var video = try? await database.video(id) else { return 0 }
         if job.attempts > limits.attempts {
             await fail(&video, jobID, "processing was cut short \(limits.attempts) times (the server stopped while it ran)")
-            return false
+            return 0
         }
         let folder = media.appendingPathComponent(String(id))
         do {
@@ -150,28 +171,28 @@ final class Processor: Sendable {
             if let refusal = limits.refusal(probe) { throw ClipFlowError.badInput(refusal) }
             video.duration = probe.duration
             try await database.update(video)
-            let attempt = "a\(job.attempts)"
+            let prefix = Self.folderPrefix(attempt: job.attempts, besides: video.published)
             switch video.mode {
             case .copy:
-                try await ladder(id, input, LadderChoice(rungs: [], copy: true), into: folder.appendingPathComponent("\(attempt)-copy"))
-                try await publish(&video, "\(attempt)-copy", status: .ready, renditions: ["copy"])
+                try await ladder(id, input, LadderChoice(rungs: [], copy: true), into: folder.appendingPathComponent("\(prefix)-copy"))
+                try await publish(&video, "\(prefix)-copy", status: .ready, renditions: ["copy"])
             case .ladder:
                 let short = min(probe.width, probe.height)
                 let rungs = LadderRung.standard.filter { $0.height <= short }
                 let smallest = LadderRung.standard[LadderRung.standard.count - 1]
-                try await ladder(id, input, LadderChoice(rungs: [smallest]), into: folder.appendingPathComponent("\(attempt)-first"))
+                try await ladder(id, input, LadderChoice(rungs: [smallest]), into: folder.appendingPathComponent("\(prefix)-first"))
                 if rungs.count > 1 {
-                    try await publish(&video, "\(attempt)-first", status: .viewable, renditions: [smallest.name])
-                    try await ladder(id, input, LadderChoice(rungs: rungs), into: folder.appendingPathComponent("\(attempt)-full"))
-                    try await publish(&video, "\(attempt)-full", status: .ready, renditions: rungs.map(\.name))
+                    try await publish(&video, "\(prefix)-first", status: .viewable, renditions: [smallest.name])
+                    try await ladder(id, input, LadderChoice(rungs: rungs), into: folder.appendingPathComponent("\(prefix)-full"))
+                    try await publish(&video, "\(prefix)-full", status: .ready, renditions: rungs.map(\.name))
                 } else {
-                    try await publish(&video, "\(attempt)-first", status: .ready, renditions: [smallest.name])
+                    try await publish(&video, "\(prefix)-first", status: .ready, renditions: [smallest.name])
                 }
             }
             removeUnpublished(in: folder, keeping: video.published)
             try await database.finishJob(jobID, failed: false)
         } catch StepFault.stopped {
-            // The server is stopping (the job goes back in the queue) or the video is being removed.
+            return await handBack(jobID)
         } catch StepFault.died(let reason) {
             if job.attempts < limits.attempts {
                 try? await database.retryJob(jobID, counted: true)
@@ -180,17 +201,27 @@ final class Processor: Sendable {
             }
         } catch StepFault.diskFull {
             try? await database.retryJob(jobID, counted: false)
-            return true
+            return Self.diskFullPause
         } catch {
-            guard !isStopped(id) else { return false }
+            if isStopped(id) { return await handBack(jobID) }
             if database.isFull(error) {
                 // The server's own store, not the video, failed: try again once there is space.
                 try? await database.retryJob(jobID, counted: false)
-                return true
+                return Self.diskFullPause
             }
-            await fail(&video, jobID, reason((error as? ClipFlowError)?.message ?? "\(error)", upload: video.uploadID))
+            await fail(&video, jobID, dataPaths.scrub((error as? ClipFlowError)?.message ?? "\(error)"))
         }
-        return false
+        return 0
+    }
+
+    /// Hands back a job that a stop cut short; returns the pause before the next take. When the
+    /// server is stopping, it hands its jobs back itself (`releaseJobs`); when the video is
+    /// stopped, the job goes back to the queue without counting (its removal deletes it; a
+    /// removal that fails releases the video, and the job runs again).
+    private func handBack(_ jobID: Int64) async -> Double {
+        guard !Task.isCancelled else { return 0 }
+        try? await database.retryJob(jobID, counted: false)
+        return Self.stoppedPause
     }
 
     private func isStopped(_ video: Int64) -> Bool { Task.isCancelled || jobs.withLock { $0.stopped.contains(video) } }
@@ -231,8 +262,7 @@ final class Processor: Sendable {
     /// `StepFault`.
     private func step(_ video: Int64, _ arguments: [String], line: @escaping @Sendable (String) -> Void) async throws {
         if isStopped(video) { throw StepFault.stopped }
-        let outcome = try await WorkerProcess.run(arguments + ["--memory-limit", String(limits.workerMemory)], stall: limits.workerStall, line: line) {
-            pid in
+        let outcome = try await WorkerProcess.run(arguments, memoryLimit: limits.workerMemory, stall: limits.workerStall, line: line) { pid in
             let stopped = self.jobs.withLock { j -> Bool in
                 j.workers[video] = pid
                 return j.stopped.contains(video)
@@ -249,6 +279,19 @@ final class Processor: Sendable {
         }
     }
 
+    /// The start of this try's ladder folder names: `aN-` and 8 random hex digits, unlike the
+    /// published folder's (the only one left once `removeUnpublished` ran). A try never writes into
+    /// a folder already published, whatever the attempt count says (a clean stop or a full disk
+    /// gives the attempt back, so a later try may run with the same N).
+    static func folderPrefix(attempt: Int, besides published: String) -> String {
+        var prefix: String
+        repeat {
+            let random = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+            prefix = "a\(attempt)-" + String(repeating: "0", count: 8 - random.count) + random
+        } while published.hasPrefix(prefix + "-")
+        return prefix
+    }
+
     /// Everything in a video's media folder but the published ladder (earlier or unfinished ones).
     private func removeUnpublished(in folder: URL, keeping published: String) {
         let fm = FileManager.default
@@ -257,13 +300,4 @@ final class Processor: Sendable {
         }
     }
 
-    /// Why processing failed, for the video's `error`: the server's data folder never appears in
-    /// it (the upload is "the upload", other paths are relative to DATA).
-    func reason(_ message: String, upload: String?) -> String {
-        let data = media.deletingLastPathComponent().path
-        var text = message
-        if let upload { text = text.replacingOccurrences(of: "'\(uploads.path(upload))'", with: "the upload") }
-        text = text.replacingOccurrences(of: #"'[^']*/uploads/[0-9a-f]{32,64}'"#, with: "the upload", options: .regularExpression)
-        return text.replacingOccurrences(of: data + "/", with: "DATA/").replacingOccurrences(of: data, with: "DATA")
-    }
 }

@@ -9,8 +9,8 @@ import Hummingbird
 ///   `Host` (no browser sends one) passes.
 /// - A write (any method but GET, HEAD and OPTIONS) that a browser sends for another site is
 ///   refused (403): `Sec-Fetch-Site` other than `same-origin` or `none`, or an `Origin` other than
-///   this server's own (`http://` and the request's `Host`). Clients that are not browsers send
-///   neither header.
+///   this server's own (`http://` or, behind a proxy that ends TLS, `https://`, and the request's
+///   `Host`). Clients that are not browsers send neither header.
 struct RequestGuard<Context: RequestContext>: RouterMiddleware {
     /// Whether `Host` is checked (the server has no API key).
     let checksHost: Bool
@@ -73,7 +73,7 @@ enum BrowserChecks {
             return "Sec-Fetch-Site \(site.prefix(40)): \(method) from another site is refused"
         }
         if let origin {
-            guard let authority, origin.lowercased() == "http://\(authority.lowercased())" else {
+            guard let authority, ["http", "https"].contains(where: { origin.lowercased() == "\($0)://\(authority.lowercased())" }) else {
                 return "Origin \(origin.prefix(100)): \(method) from another origin is refused"
             }
         }

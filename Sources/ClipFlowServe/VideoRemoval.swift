@@ -5,9 +5,11 @@ extension Processor {
     /// Removes video `id` and everything of it: its job is stopped first (its worker killed; no
     /// step starts after, so nothing recreates its media), then its files (every upload naming
     /// it, in progress ones interrupted; its media folder), then its rows, so that a full disk is
-    /// freed before the database is asked to write. A full store is a 507 `TUSRefusal`.
+    /// freed before the database is asked to write. A full store is a 507 `TUSRefusal`. However
+    /// it ends, the video is released: a removal that failed leaves it to be processed as before.
     func removeVideo(_ id: Int64) async throws {
         await stop(video: id)
+        defer { release(video: id) }
         do {
             var names = try await database.uploads(ofVideo: id).map(\.id)
             if let bound = try await database.video(id)?.uploadID, !names.contains(bound) { names.append(bound) }
@@ -24,6 +26,5 @@ extension Processor {
         } catch {
             throw TUSServer.refusal(error, database: database)
         }
-        release(video: id)
     }
 }

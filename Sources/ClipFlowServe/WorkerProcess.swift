@@ -7,6 +7,8 @@ import Synchronization
 /// failure. A worker that writes no line for `stall` seconds is taken to hang and killed. The
 /// worker's stdin is a pipe this side never writes: when the server dies, the kernel
 /// closes it and the worker ends itself. Cancelling the waiting task kills the worker (SIGKILL).
+/// The worker's environment is the server's without its `CLIPFLOW_` variables (the API key and
+/// other settings of the server; a worker reads none of them).
 /// Blocking waits run on their own threads, never on Swift's cooperative pool.
 enum WorkerProcess {
     /// How a worker ended.
@@ -21,19 +23,28 @@ enum WorkerProcess {
         case died(String)
     }
 
-    /// The executable that holds the worker command: this process's own binary.
-    static let executable: String = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    /// The executable that holds the worker command: the image this process runs, through the
+    /// kernel's link to it (which works when the file it came from has been replaced or removed
+    /// since, as an upgrade in place does; a path read once would name a file that is gone).
+    static let executable = "/proc/self/exe"
+
+    /// The server's environment without its `CLIPFLOW_` variables.
+    static var environment: [String: String] {
+        ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CLIPFLOW_") }
+    }
 
     private static let waits = DispatchQueue(label: "clipflow.serve.workers", attributes: .concurrent)
 
-    /// Runs `clipflow serve-worker ARGUMENTS`; `started` gets the worker's pid once it runs (to
-    /// kill it from elsewhere).
+    /// Runs `clipflow serve-worker ARGUMENTS` bounded to `memoryLimit` bytes (0: no bound);
+    /// `started` gets the worker's pid once it runs (to kill it from elsewhere).
     static func run(
-        _ arguments: [String], stall: Double, line: @escaping @Sendable (String) -> Void, started: @escaping @Sendable (Int32) -> Void = { _ in }
+        _ arguments: [String], memoryLimit: Int64, stall: Double, line: @escaping @Sendable (String) -> Void,
+        started: @escaping @Sendable (Int32) -> Void = { _ in }
     ) async throws -> Outcome {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = ["serve-worker"] + arguments
+        process.arguments = ["serve-worker"] + arguments + ["--memory-limit", String(memoryLimit)]
+        process.environment = environment
         let input = Pipe(), output = Pipe(), errors = Pipe()
         process.standardInput = input
         process.standardOutput = output
@@ -89,7 +100,7 @@ enum WorkerProcess {
                 box.process.waitUntilExit()
                 try? input.fileHandleForWriting.close()
                 let reason = String(decoding: stderrText.withLock { $0 }, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-                return outcome(box.process.terminationReason, box.process.terminationStatus, reason)
+                return outcome(box.process.terminationReason, box.process.terminationStatus, reason, memoryLimit: memoryLimit)
             }
         } onCancel: {
             kill(pid, SIGKILL)
@@ -101,15 +112,32 @@ enum WorkerProcess {
         return killedAsHung ? .died("the processing worker made no progress for \(Int(stall)) s") : ended
     }
 
-    static func outcome(_ reason: Process.TerminationReason, _ status: Int32, _ message: String) -> Outcome {
-        if reason == .uncaughtSignal { return .died("the processing worker was killed by \(signalName(status))") }
+    /// How a worker that ended with `status` (a signal when `reason` says so) and wrote `message`
+    /// ended. Under a memory bound, an end that running out of memory makes (one of
+    /// `outOfMemorySignals`, or a message with one of `outOfMemoryTexts`) says that it may have
+    /// been the bound.
+    static func outcome(_ reason: Process.TerminationReason, _ status: Int32, _ message: String, memoryLimit: Int64) -> Outcome {
+        let bound = memoryLimit > 0 ? " (it may have exceeded --worker-memory \(memoryLimit >> 20) MiB)" : ""
+        if reason == .uncaughtSignal {
+            return .died("the processing worker was killed by \(signalName(status))" + (outOfMemorySignals.contains(status) ? bound : ""))
+        }
         switch WorkerExit(rawValue: status) {
         case .finished: return .finished
-        case .failed: return .failed(message.isEmpty ? "the processing worker failed without a reason" : message)
+        case .failed:
+            if message.isEmpty { return .failed("the processing worker failed without a reason") }
+            return .failed(message + (outOfMemoryTexts.contains { message.contains($0) } ? bound : ""))
         case .diskFull: return .diskFull(message)
         case .orphaned, nil: return .died("the processing worker exited with status \(status)")
         }
     }
+
+    /// How a process that runs out of memory ends: killed by the kernel (SIGKILL), a Swift
+    /// runtime trap (SIGTRAP, SIGILL), an abort, or a use of an allocation that failed.
+    static let outOfMemorySignals: Set<Int32> = [SIGKILL, SIGTRAP, SIGILL, SIGABRT, SIGSEGV, SIGBUS]
+    /// How a failed allocation reads in a worker's reason: ENOMEM's text (the C library, FFmpeg's
+    /// own allocations) and AVERROR_EXTERNAL's (what FFmpeg reports when an external encoder such
+    /// as libx264 cannot open, which with the worker's fixed settings means it could not allocate).
+    static let outOfMemoryTexts = [String(cString: strerror(ENOMEM)), "Generic error in an external library"]
 
     static func signalName(_ signal: Int32) -> String {
         let names: [Int32: String] = [

@@ -1,6 +1,5 @@
 import ClipFlowCore
 import Foundation
-import Synchronization
 
 public enum UploadStages {
     public static func register(into r: StageRegistry) {
@@ -60,8 +59,9 @@ public final class UploadStage: Stage {
     private let makeUploader: @Sendable (UploadDestination, ResumeStore) throws -> FileUploader
     private var queue: UploadQueue?
     private var ids: [String] = []
-    /// Set when every input has ended (`drain`); read by the stop handler on the stopping thread.
-    private let inputsEnded = OnceFlag()
+    /// Raised (`cancel()`) once every input has ended (`drain`): a stop from then on pauses the
+    /// uploads. Read by the stop handler on the stopping thread.
+    private let inputsEnded = CancellationFlag()
     public var inputTypes: Set<PortType> { [.video, .image, .clips] }
     public var outputType: PortType? { nil }
 
@@ -134,7 +134,7 @@ public final class UploadStage: Stage {
     public func prepare(_ context: StageContext) throws {
         let ended = inputsEnded
         queue = try StageUploads.openQueue(
-            queueDirectory, concurrency: concurrency, makeUploader: makeUploader, context, stopPauses: { ended.isSet })
+            queueDirectory, concurrency: concurrency, makeUploader: makeUploader, context, stopPauses: { ended.isCancelled })
     }
 
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
@@ -150,7 +150,7 @@ public final class UploadStage: Stage {
     }
 
     public func drain(_ context: StageContext) throws {
-        inputsEnded.set()
+        inputsEnded.cancel()
         guard let queue, !ids.isEmpty else { return }
         guard wait else {
             context.emit(.notice("\(ids.count) upload(s) left in the queue \(queueDirectory); run `clipflow upload run --queue \(queueDirectory)`"))
@@ -240,11 +240,4 @@ extension UploadResult {
         if let e = etag { parts.append("etag \(e)") }
         return parts.joined(separator: ", ")
     }
-}
-
-/// A flag set once, by one thread, and read from any.
-final class OnceFlag: Sendable {
-    private let flag = Atomic<Bool>(false)
-    var isSet: Bool { flag.load(ordering: .acquiring) }
-    func set() { flag.store(true, ordering: .releasing) }
 }

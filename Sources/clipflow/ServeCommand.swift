@@ -58,7 +58,6 @@ struct Serve: ParsableCommand {
             throw ValidationError("--database: expected sqlite or postgres://USER[:PASSWORD]@HOST[:PORT]/DB")
         }
         if jobLease < 1 { throw ValidationError("--job-lease must be at least 1 second") }
-        if maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
     }
 
     static func split(_ s: String) -> (String, Int)? {

@@ -382,6 +382,77 @@ final class ServeHTTPHardeningCLITests: XCTestCase {
         XCTAssertEqual(try Data(contentsOf: out), all)
     }
 
+    /// What cannot be a media file (a folder, a FIFO, a socket, a dangling link) is 404 at once:
+    /// a FIFO with no writer does not hold the request.
+    func testWhatIsNotARegularFileIs404AtOnce() throws {
+        let data = fx.scratch("serve-http-not-files")
+        let folder = try mediaFolder(data)
+        try FileManager.default.createDirectory(at: folder.appendingPathComponent("folder.m4s"), withIntermediateDirectories: true)
+        try Run.run(["mkfifo", folder.appendingPathComponent("fifo.m4s").path])
+        try Run.run(["python3", "-c", "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])", folder.appendingPathComponent("socket.m4s").path])
+        try FileManager.default.createSymbolicLink(atPath: folder.appendingPathComponent("gone.m4s").path, withDestinationPath: "nowhere.m4s")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        for name in ["folder.m4s", "fifo.m4s", "socket.m4s", "gone.m4s", "missing.m4s", "seg.m4s/x.m4s"] {
+            let r = try curl(s.port, "GET", "/media/999999/a0-full/\(name)")
+            XCTAssertEqual(r.status, 404, "\(name): \(r.text)")
+        }
+        try alive(s, "the requests for what is not a file")
+    }
+
+    /// A media file the server may not read (made unreadable for the server, which runs here as
+    /// `nobody`): 503 with Retry-After, never 404 (a 404 of an immutable URL may be kept by
+    /// caches), and the server's log names the file (relative to the data folder) and the reason.
+    func testAMediaFileThatCannotBeReadIs503AndLogged() throws {
+        let data = fx.scratch("serve-http-unreadable")
+        let folder = try mediaFolder(data)
+        let nobody: UInt32 = 65534
+        for path in try FileManager.default.subpathsOfDirectory(atPath: data.path).map({ data.appendingPathComponent($0).path }) + [data.path] {
+            XCTAssertEqual(chown(path, nobody, nobody), 0, path)
+        }
+        chmod(folder.appendingPathComponent("seg.m4s").path, 0)
+        let port = ServerProcess.freePort()
+        let s = ServerProcess(
+            name: "clipflow-serve-nobody",
+            arguments: ServerProcess.supervised(
+                [
+                    "setpriv", "--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups", "--", binary, "serve", "--data", data.path, "--listen",
+                    "127.0.0.1:\(port)"
+                ],
+                maxSeconds: 300),
+            environment: ["CLIPFLOW_API_KEY": ""], port: port)
+        try s.start()
+        defer { s.stop() }
+        let r = try curl(port, "GET", "/media/999999/a0-full/seg.m4s")
+        XCTAssertEqual(r.status, 503, r.text)
+        XCTAssertNotNil(r.header("Retry-After"))
+        XCTAssertNil(r.header("Cache-Control"), "a refusal is not kept")
+        XCTAssertFalse(r.text.contains(data.path), r.text)
+        XCTAssertEqual(try curl(port, "GET", "/media/999999/a0-full/x.m3u8").status, 200, "the readable files are served")
+        let log = s.stderrText
+        XCTAssertTrue(log.contains("media/999999/a0-full/seg.m4s") && log.contains(String(cString: strerror(EACCES))), log)
+        XCTAssertFalse(log.contains(data.path + "/media"), log)
+    }
+
+    // MARK: operator input
+
+    /// `--max-connections` beyond what a server can hold (up to Int64's largest, which once
+    /// overflowed the open-file arithmetic) is refused naming the flag, with the usage status.
+    func testMaxConnectionsOutOfRangeIsRefusedNamingTheFlag() throws {
+        for value in ["9223372036854775807", "1048577", "0", "-1"] {
+            let r = try Run.run(
+                [
+                    "timeout", "20", binary, "serve", "--data", fx.scratch("serve-http-max-connections").path, "--listen", "127.0.0.1:0",
+                    "--max-connections=\(value)"
+                ],
+                check: false)
+            XCTAssertTrue([64, 65].contains(r.status), "\(value): exit \(r.status): \(r.stderr)")
+            XCTAssertTrue(r.stderr.contains("--max-connections"), "\(value): \(r.stderr)")
+            XCTAssertFalse(r.stderr.contains("Fatal error"), "\(value): \(r.stderr)")
+        }
+    }
+
     // MARK: what the API shows
 
     /// A job that fails on a path inside the data folder: its `error` names no absolute path of it.

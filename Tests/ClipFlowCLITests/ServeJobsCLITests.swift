@@ -39,9 +39,21 @@ final class ServeJobsCLITests: XCTestCase {
 
     /// A video made by the API and its file uploaded with tuspy; returns its id.
     func upload(_ s: ServerProcess, _ file: String, name: String) throws -> Int {
+        let (id, token) = try newVideo(s, name: name)
+        try upload(s, file, video: id, token: token)
+        return id
+    }
+
+    /// A video made by the API: its id and upload token.
+    func newVideo(_ s: ServerProcess, name: String) throws -> (id: Int, token: String) {
         let made = try XCTUnwrap(try api(s, "POST", "/videos", json: ["name": name]).json() as? [String: Any])
         let id = try XCTUnwrap(made["id"] as? Int)
         let token = try XCTUnwrap((try api(s, "GET", "/videos/\(id)/upload").json() as? [String: Any])?["token"] as? String)
+        return (id, token)
+    }
+
+    /// `file` uploaded with tuspy as video `id`'s source.
+    func upload(_ s: ServerProcess, _ file: String, video id: Int, token: String) throws {
         let script = """
             import sys
             from tusclient import client
@@ -49,7 +61,6 @@ final class ServeJobsCLITests: XCTestCase {
             u.upload()
             """
         try Run.run(["python3", "-c", script, "http://127.0.0.1:\(s.port)/files", file, String(id), token])
-        return id
     }
 
     /// Worker processes of this data folder doing `step` (their command lines name its uploads).
@@ -152,7 +163,7 @@ final class ServeJobsCLITests: XCTestCase {
         XCTAssertEqual(
             try waitFor(s, fast, ["error", "ready"])["error"] as? String, "the video has 60.00 frames per second, above this server's limit of 50")
         XCTAssertEqual(try waitFor(s, ok, ["error", "ready"])["status"] as? String, "ready")
-        XCTAssertFalse(FileManager.default.fileExists(atPath: data.appendingPathComponent("media/\(big)/a1-first").path))
+        XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("media/\(big)").path)) ?? [], [], "no ladder made")
     }
 
     /// Each worker's memory is bounded (--worker-memory): a worker that needs more fails (or
@@ -166,7 +177,9 @@ final class ServeJobsCLITests: XCTestCase {
         let id = try upload(s, try clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "needs memory")
         let v = try waitFor(s, id, ["error", "ready"], seconds: 120)
         XCTAssertEqual(v["status"] as? String, "error", "\(v)")
-        XCTAssertFalse((v["error"] as? String ?? "").contains(data.path))
+        let reason = v["error"] as? String ?? ""
+        XCTAssertFalse(reason.contains(data.path))
+        XCTAssertTrue(reason.contains("--worker-memory 128 MiB"), "the reason names the bound: \(reason)")
         XCTAssertEqual(try s.supervisedPID(), pid)
     }
 
@@ -225,5 +238,103 @@ final class ServeJobsCLITests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: data.appendingPathComponent("media/\(id)").path), "no media recreated")
         XCTAssertEqual(try api(s, "GET", "/videos/\(id)").status, 404)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("uploads").path).count, 1, "the next video's only")
+    }
+
+    /// SIGTERM to the server while a 720p video is `viewable` (its first rung published, the full
+    /// ladder being made), then the server started again: a clean stop does not count, the job
+    /// runs again and the video ends `ready` with its whole ladder (as ffprobe reads it).
+    func testACleanRestartWhileViewableEndsReady() throws {
+        let data = fx.scratch("serve-jobs-restart-viewable")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        let id = try upload(s, try clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "restarted")
+        XCTAssertEqual(try waitFor(s, id, ["viewable", "ready", "error"])["status"] as? String, "viewable")
+        let pid = try s.supervisedPID()
+        kill(pid, SIGTERM)
+        for _ in 0..<400 where kill(pid, 0) == 0 { usleep(50_000) }
+        XCTAssertNotEqual(kill(pid, 0), 0, "the server ended on SIGTERM")
+        try s.start()
+        let v = try waitFor(s, id, ["ready", "error"])
+        XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
+        let master = try XCTUnwrap(v["hls_url"] as? String)
+        let heights = try Run.run(["ffprobe", "-v", "error", "-show_entries", "stream=height", "-of", "csv=p=0", master]).out
+        XCTAssertTrue(heights.split(separator: "\n").contains("720"), heights)
+    }
+
+    /// The binary the server runs from is replaced on disk while it runs (as an upgrade in place
+    /// does): its workers still start (from the running image), and a video is processed.
+    func testProcessingGoesOnWhenTheBinaryIsReplaced() throws {
+        let folder = fx.scratch("serve-jobs-replaced-binary")
+        let copy = folder.appendingPathComponent("clipflow").path
+        try FileManager.default.copyItem(atPath: binary, toPath: copy)
+        let data = folder.appendingPathComponent("data")
+        let s = ServerProcess.clipflowServe(binary: copy, data: data, environment: ["CLIPFLOW_API_KEY": key])
+        try s.start()
+        defer { s.stop() }
+        try FileManager.default.removeItem(atPath: copy)
+        try FileManager.default.copyItem(atPath: binary, toPath: copy)
+        let id = try upload(s, try clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "after the upgrade")
+        let v = try waitFor(s, id, ["ready", "error"], seconds: 120)
+        XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
+    }
+
+    /// A DELETE /videos/ID that fails (another upload of the video is stuck writing: its file was
+    /// swapped for a FIFO nobody reads, so the write blocks past the server's patience; 423): the
+    /// video is left as it was, and its processing goes on to `ready`.
+    func testAFailedDeleteLeavesTheVideoToBeProcessed() throws {
+        let data = fx.scratch("serve-jobs-delete-fails")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        let (id, token) = try newVideo(s, name: "kept")
+        let base64 = { (text: String) in Data(text.utf8).base64EncodedString() }
+        let second = try HTTP.request(
+            "POST", "http://127.0.0.1:\(s.port)/files",
+            headers: ["Tus-Resumable": "1.0.0", "Upload-Length": "10", "Upload-Metadata": "video_id \(base64(String(id))),token \(base64(token))"])
+        XCTAssertEqual(second.status, 201, second.text)
+        let location = try XCTUnwrap(second.header("Location"))
+        let uploads = data.appendingPathComponent("uploads")
+        let stuck = uploads.appendingPathComponent(try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: uploads.path).first)).path
+        try upload(s, try clip("serve-jobs-30s-360p.mp4", seconds: 30, size: "640x360"), video: id, token: token)
+        try FileManager.default.removeItem(atPath: stuck)
+        try Run.run(["mkfifo", stuck])
+        let patch = Process()
+        patch.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        patch.arguments = [
+            "curl", "-sS", "--max-time", "60", "-o", "/dev/null", "-X", "PATCH", "-H", "Tus-Resumable: 1.0.0", "-H", "Upload-Offset: 0", "-H",
+            "Content-Type: application/offset+octet-stream", "--data-binary", "0123456789",
+            location.hasPrefix("http") ? location : "http://127.0.0.1:\(s.port)\(location)"
+        ]
+        try patch.run()
+        defer {
+            // Whatever happened: a reader lets the blocked write end, and curl with it.
+            _ = try? Run.run(["timeout", "10", "cat", stuck], check: false)
+            patch.waitUntilExit()
+        }
+        sleep(1)
+        let refused = try api(s, "DELETE", "/videos/\(id)")
+        XCTAssertEqual(refused.status, 423, refused.text)
+        XCTAssertEqual(try video(s, id)["status"] as? String, "processing", "the failed DELETE came while the video was processed")
+        let v = try waitFor(s, id, ["ready", "error"], seconds: 150)
+        XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
+    }
+
+    /// A processing worker gets the server's environment without its secrets: no CLIPFLOW_API_KEY
+    /// in /proc/PID/environ, while PATH is there.
+    func testAWorkerDoesNotInheritTheAPIKey() throws {
+        let data = fx.scratch("serve-jobs-environment")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        let id = try upload(s, try clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "environment")
+        let worker = try waitForWorker(data, excluding: [])
+        let environment = try Data(contentsOf: URL(fileURLWithPath: "/proc/\(worker)/environ")).split(separator: 0).map {
+            String(decoding: $0, as: UTF8.self)
+        }
+        XCTAssertTrue(environment.contains { $0.hasPrefix("PATH=") }, "\(environment)")
+        XCTAssertFalse(environment.contains { $0.hasPrefix("CLIPFLOW_API_KEY=") }, "the worker holds the API key")
+        XCTAssertFalse(environment.contains { $0.contains(key) }, "the worker holds the API key")
+        XCTAssertEqual(try api(s, "DELETE", "/videos/\(id)").status, 204)
     }
 }

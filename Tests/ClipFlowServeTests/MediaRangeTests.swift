@@ -48,4 +48,23 @@ final class MediaRangeTests: XCTestCase {
             XCTAssertNil(MediaServing.relativePath(bad), bad)
         }
     }
+
+    /// Which failures to open a media file are 404 (nothing servable is there) and which are 503
+    /// (it may be there but cannot be read now).
+    func testOpenFailuresThatAreAbsentAndThoseThatAreNot() throws {
+        for code in [ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG, ENXIO] {
+            XCTAssertEqual(MediaFileError(opening: code), .absent, String(cString: strerror(code)))
+        }
+        for code in [EACCES, EPERM, EMFILE, ENFILE, EIO, ENOMEM, EINTR] {
+            XCTAssertEqual(MediaFileError(opening: code), .unavailable(code), String(cString: strerror(code)))
+        }
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("media-open-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let fifo = folder.appendingPathComponent("fifo.m4s").path
+        XCTAssertEqual(mkfifo(fifo, 0o600), 0)
+        for path in [folder.path, fifo, folder.appendingPathComponent("missing.m4s").path] {
+            XCTAssertThrowsError(try OpenMediaFile(path), path) { XCTAssertEqual($0 as? MediaFileError, .absent, path) }
+        }
+    }
 }

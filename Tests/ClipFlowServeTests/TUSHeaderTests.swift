@@ -52,5 +52,11 @@ final class TUSHeaderTests: XCTestCase {
         o.port = 0
         o.maxConnections = 0
         XCTAssertNotNil(o.problem)
+        for beyond in [ServeOptions.maxConnectionsBound + 1, Int.max] {
+            o.maxConnections = beyond
+            XCTAssertTrue(o.problem?.contains("--max-connections") ?? false, "\(beyond): \(o.problem ?? "accepted")")
+        }
+        o.maxConnections = ServeOptions.maxConnectionsBound
+        XCTAssertNil(o.problem)
     }
 }

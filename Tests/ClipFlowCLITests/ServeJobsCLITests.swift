@@ -78,15 +78,6 @@ final class ServeJobsCLITests: XCTestCase {
         throw ServerError("no new processing worker within \(seconds) s")
     }
 
-    func clip(_ name: String, seconds: Int, size: String) throws -> String {
-        try fx.clip(
-            name,
-            [
-                "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", String(seconds), "-c:v", "libx264",
-                "-preset", "ultrafast", "-c:a", "aac"
-            ])
-    }
-
     /// A worker killed in attempt 1, the server killed in attempt 2 (its worker ends with it),
     /// a worker killed in attempt 3: the video ends in error naming the signal and the attempts;
     /// the server stayed up through every worker's death, and the other videos (one of them the
@@ -96,8 +87,8 @@ final class ServeJobsCLITests: XCTestCase {
         let s = server(data)
         try s.start()
         defer { s.stop() }
-        let doomed = try upload(s, try clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "doomed")
-        let fine = try upload(s, try clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "fine")
+        let doomed = try upload(s, try fx.clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "doomed")
+        let fine = try upload(s, try fx.clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "fine")
         let thin = try upload(
             s,
             try fx.clip("serve-jobs-thin.mp4", ["-f", "lavfi", "-i", "testsrc2=size=64x64", "-t", "1", "-vf", "scale=2:600", "-pix_fmt", "yuv444p"]),
@@ -149,13 +140,13 @@ final class ServeJobsCLITests: XCTestCase {
             ["-f", "lavfi", "-i", "color=black:size=16384x8704:rate=25", "-frames:v", "1", "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"])
         XCTAssertLessThan(try FileManager.default.attributesOfItem(atPath: huge)[.size] as? Int ?? 0, 1_000_000)
         let big = try upload(s, huge, name: "huge")
-        let long = try upload(s, try clip("serve-jobs-6s.mp4", seconds: 6, size: "320x240"), name: "long")
+        let long = try upload(s, try fx.clip("serve-jobs-6s.mp4", seconds: 6, size: "320x240"), name: "long")
         let fast = try upload(
             s,
             try fx.clip(
                 "serve-jobs-60fps.mp4", ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=60", "-t", "1", "-c:v", "libx264", "-preset", "ultrafast"]),
             name: "fast")
-        let ok = try upload(s, try clip("serve-jobs-2s.mp4", seconds: 2, size: "320x240"), name: "ok")
+        let ok = try upload(s, try fx.clip("serve-jobs-2s.mp4", seconds: 2, size: "320x240"), name: "ok")
         let refused = try waitFor(s, big, ["error", "ready", "viewable"], seconds: 60)
         XCTAssertEqual(refused["status"] as? String, "error")
         XCTAssertEqual(refused["error"] as? String, "the picture is 16384x8704, above this server's limit of 4096x4096")
@@ -174,7 +165,7 @@ final class ServeJobsCLITests: XCTestCase {
         try s.start()
         defer { s.stop() }
         let pid = try s.supervisedPID()
-        let id = try upload(s, try clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "needs memory")
+        let id = try upload(s, try fx.clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "needs memory")
         let v = try waitFor(s, id, ["error", "ready"], seconds: 120)
         XCTAssertEqual(v["status"] as? String, "error", "\(v)")
         let reason = v["error"] as? String ?? ""
@@ -195,7 +186,7 @@ final class ServeJobsCLITests: XCTestCase {
         let s = server(data, ["--job-attempts", "1"])
         try s.start()
         defer { s.stop() }
-        let file = try clip("serve-jobs-short.mp4", seconds: 4, size: "640x360")
+        let file = try fx.clip("serve-jobs-short.mp4", seconds: 4, size: "640x360")
         let size = try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int ?? 0
         let free = Int(try Run.run(["df", "--output=avail", "-B1", data.path]).out.split(separator: "\n").last ?? "") ?? 0
         let filler = data.appendingPathComponent("filler").path
@@ -215,7 +206,7 @@ final class ServeJobsCLITests: XCTestCase {
         let s = server(data, ["--worker-stall", "3", "--job-attempts", "1"])
         try s.start()
         defer { s.stop() }
-        let id = try upload(s, try clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "hangs")
+        let id = try upload(s, try fx.clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "hangs")
         let worker = try waitForWorker(data, excluding: [])
         kill(worker, SIGSTOP)
         let v = try waitFor(s, id, ["error", "ready"], seconds: 30)
@@ -229,11 +220,11 @@ final class ServeJobsCLITests: XCTestCase {
         let s = server(data)
         try s.start()
         defer { s.stop() }
-        let id = try upload(s, try clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "deleted")
+        let id = try upload(s, try fx.clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "deleted")
         let worker = try waitForWorker(data, excluding: [])
         XCTAssertEqual(try api(s, "DELETE", "/videos/\(id)").status, 204)
         XCTAssertEqual(kill(worker, 0), -1, "the worker is gone")
-        let next = try upload(s, try clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "next")
+        let next = try upload(s, try fx.clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "next")
         XCTAssertEqual(try waitFor(s, next, ["ready", "error"])["status"] as? String, "ready")
         XCTAssertFalse(FileManager.default.fileExists(atPath: data.appendingPathComponent("media/\(id)").path), "no media recreated")
         XCTAssertEqual(try api(s, "GET", "/videos/\(id)").status, 404)
@@ -248,7 +239,7 @@ final class ServeJobsCLITests: XCTestCase {
         let s = server(data)
         try s.start()
         defer { s.stop() }
-        let id = try upload(s, try clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "restarted")
+        let id = try upload(s, try fx.clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "restarted")
         XCTAssertEqual(try waitFor(s, id, ["viewable", "ready", "error"])["status"] as? String, "viewable")
         let pid = try s.supervisedPID()
         kill(pid, SIGTERM)
@@ -274,7 +265,7 @@ final class ServeJobsCLITests: XCTestCase {
         defer { s.stop() }
         try FileManager.default.removeItem(atPath: copy)
         try FileManager.default.copyItem(atPath: binary, toPath: copy)
-        let id = try upload(s, try clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "after the upgrade")
+        let id = try upload(s, try fx.clip("serve-jobs-short.mp4", seconds: 4, size: "640x360"), name: "after the upgrade")
         let v = try waitFor(s, id, ["ready", "error"], seconds: 120)
         XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
     }
@@ -296,7 +287,7 @@ final class ServeJobsCLITests: XCTestCase {
         let location = try XCTUnwrap(second.header("Location"))
         let uploads = data.appendingPathComponent("uploads")
         let stuck = uploads.appendingPathComponent(try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: uploads.path).first)).path
-        try upload(s, try clip("serve-jobs-30s-360p.mp4", seconds: 30, size: "640x360"), video: id, token: token)
+        try upload(s, try fx.clip("serve-jobs-30s-360p.mp4", seconds: 30, size: "640x360"), video: id, token: token)
         try FileManager.default.removeItem(atPath: stuck)
         try Run.run(["mkfifo", stuck])
         let patch = Process()
@@ -327,7 +318,7 @@ final class ServeJobsCLITests: XCTestCase {
         let s = server(data)
         try s.start()
         defer { s.stop() }
-        let id = try upload(s, try clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "environment")
+        let id = try upload(s, try fx.clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), name: "environment")
         let worker = try waitForWorker(data, excluding: [])
         let environment = try Data(contentsOf: URL(fileURLWithPath: "/proc/\(worker)/environ")).split(separator: 0).map {
             String(decoding: $0, as: UTF8.self)

@@ -31,15 +31,6 @@ final class ServePostgresCLITests: XCTestCase {
         throw ServerError("video \(id) not ready in \(seconds) s")
     }
 
-    func clip(_ name: String, seconds: Int, size: String) throws -> String {
-        try fx.clip(
-            name,
-            [
-                "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", String(seconds), "-c:v", "libx264",
-                "-preset", "ultrafast", "-c:a", "aac"
-            ])
-    }
-
     func testTwoServersShareOneDatabase() throws {
         let pg = try PostgresServer.start()
         defer { pg.stop() }
@@ -81,7 +72,7 @@ final class ServePostgresCLITests: XCTestCase {
         XCTAssertEqual(try waitReady(a, id0)["status"] as? String, "error", "not a video: its processing ends in error")
 
         // Three videos by the Gcore flow through A: listed by B, each processed once.
-        let files = try (1...3).map { try clip("pg-\($0).mp4", seconds: 4, size: "640x360") }
+        let files = try (1...3).map { try fx.clip("pg-\($0).mp4", seconds: 4, size: "640x360") }
         let up = try Run.run(
             [binary, "upload"] + files + [
                 "--to", "gcore", "--endpoint", "http://127.0.0.1:\(a.port)", "--upload-url", "http://{hostname}/files", "--queue", fx.scratch("pg-queue").path
@@ -92,7 +83,7 @@ final class ServePostgresCLITests: XCTestCase {
         XCTAssertEqual(try pg.psql("SELECT count(*), max(attempts) FROM jobs WHERE state = 'done'").trimmingCharacters(in: .whitespacesAndNewlines), "3|1")
 
         // Kill the server working on a video: the other takes the job over after the lease.
-        let long = try clip("pg-long.mp4", seconds: 20, size: "1280x720")
+        let long = try fx.clip("pg-long.mp4", seconds: 20, size: "1280x720")
         let up2 = try Run.run(
             [
                 binary, "upload", long, "--to", "gcore", "--endpoint", "http://127.0.0.1:\(b.port)", "--upload-url", "http://{hostname}/files", "--queue",

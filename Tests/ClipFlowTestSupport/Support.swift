@@ -226,6 +226,17 @@ public final class Fixtures: @unchecked Sendable {
         return d
     }
 
+    /// Makes (once) a camera-like H.264/AAC MP4: the test picture at 30 fps and a 48 kHz tone,
+    /// `seconds` long, `size` ("WxH").
+    public func clip(_ name: String, seconds: Int, size: String) throws -> String {
+        try clip(
+            name,
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", String(seconds), "-c:v", "libx264",
+                "-preset", "ultrafast", "-c:a", "aac"
+            ])
+    }
+
     /// Makes (once) a clip with `ffmpeg` arguments and returns its path.
     public func clip(_ name: String, _ args: [String]) throws -> String {
         lock.lock(); defer { lock.unlock() }

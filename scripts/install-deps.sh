@@ -2,10 +2,10 @@
 # Installs the system packages clipflow needs on Debian 12, if any are missing:
 # FFmpeg 5.1 development libraries (build), the ffmpeg/ffprobe CLI and mediainfo (test oracles),
 # espeak-ng (speech for the join tests), chromium (what a viewer sees: scripts/browser-play),
-# libcurl (upload), strace (how `clipflow serve` creates its secret, seen by a test), libsqlite3 (the database of `clipflow serve`, through GRDB), postgresql (the shared database `clipflow serve --database postgres://` is tested against), and from PyPI: `numpy` (scripts/join-metrics), `playwright` (drives that chromium), `m3u8` (parses HLS playlists in the tests), `tuspy` (a TUS client for `clipflow serve`'s tests), `jsonschema` (an independent check of schema/pipeline.schema.json),
+# libcurl (upload), alsa-lib (microphones: libasound2-dev), PulseAudio with ALSA's pulse plugin (the tests' audio server: pulseaudio, pulseaudio-utils, libasound2-plugins, alsa-utils), strace (how `clipflow serve` creates its secret, seen by a test), libsqlite3 (the database of `clipflow serve`, through GRDB), postgresql (the shared database `clipflow serve --database postgres://` is tested against), and from PyPI: `numpy` (scripts/join-metrics), `playwright` (drives that chromium), `m3u8` (parses HLS playlists in the tests), `tuspy` (a TUS client for `clipflow serve`'s tests), `jsonschema` (an independent check of schema/pipeline.schema.json),
 # `resumable-upload` (a real TUS 1.0 server) and `moto[server]` (a real S3/STS server) for the upload tests.
 set -euo pipefail
-pkgs=(pkg-config libsqlite3-dev postgresql libavformat-dev libavcodec-dev libswscale-dev libswresample-dev libavutil-dev ffmpeg mediainfo libcurl4-openssl-dev curl espeak-ng chromium strace)
+pkgs=(pkg-config libsqlite3-dev postgresql libavformat-dev libavcodec-dev libswscale-dev libswresample-dev libavutil-dev ffmpeg mediainfo libcurl4-openssl-dev curl espeak-ng chromium strace libasound2-dev libasound2-plugins pulseaudio pulseaudio-utils alsa-utils)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

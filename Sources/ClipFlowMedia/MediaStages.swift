@@ -243,6 +243,8 @@ public final class RecordStage: Stage {
     public let id: String
     public let options: RecordOptions
     public let control: RecordControl
+    /// What a status line shows; updated on this stage's queue, read from anywhere.
+    public let status: RecordStatus
     public private(set) var recorder: FragmentRecorder?
     /// What the input carries now (from `negotiate`, then in-band changes).
     public private(set) var incoming: StreamParameters?
@@ -294,15 +296,18 @@ public final class RecordStage: Stage {
             return RecordStage(id: id, options: o)
         })
 
-    public init(id: String, options: RecordOptions, control: RecordControl = RecordControl()) {
+    public init(id: String, options: RecordOptions, control: RecordControl = RecordControl(), status: RecordStatus = RecordStatus()) {
         self.id = id
         self.options = options
         self.control = control
+        self.status = status
     }
 
     public func prepare(_ context: StageContext) throws {
         let r = try FragmentRecorder(options: options)
+        let status = status
         r.onClosed = { clip in
+            status.update { $0.fragmentsClosed += 1 }
             context.emit(.output(path: clip.path))
             context.emit(
                 .notice(
@@ -373,6 +378,7 @@ public final class RecordStage: Stage {
             context.emit(.notice(String(format: "reached the maximum record time (%.1f s)", options.maxSeconds)))
             return .endOfStream
         }
+        publish(r)
         let secs = Int(r.totalSeconds)
         if secs != lastProgress {
             lastProgress = secs
@@ -383,7 +389,20 @@ public final class RecordStage: Stage {
 
     public func drain(_ context: StageContext) throws {
         try recorder?.finish()
+        if let r = recorder { publish(r) }
         reportMissing(context)
+    }
+
+    /// Copies the recorder's state into `status`.
+    private func publish(_ r: FragmentRecorder) {
+        let total = r.totalSeconds
+        status.update { s in
+            s.fragment = r.openFragment
+            s.fragmentSeconds = r.openFragmentSeconds
+            s.totalSeconds = total
+            s.paused = r.paused
+            s.picturesMissing = r.missingPictures
+        }
     }
 
     public func finish(_ context: StageContext, outcome: StageOutcome) {

@@ -108,6 +108,14 @@ public final class FragmentRecorder {
         earlierSeconds + clips.reduce(0) { $0 + $1.seconds } + (segment.map { ($0.lastTime ?? $0.startTime) - $0.startTime + nominalFrame } ?? 0)
     }
 
+    /// Number of the open fragment, if one is open.
+    public var openFragment: Int? { segment?.index }
+
+    /// Seconds in the open fragment (0 if none is open).
+    public var openFragmentSeconds: Double {
+        segment.map { ($0.lastTime ?? $0.startTime) - $0.startTime + nominalFrame } ?? 0
+    }
+
     /// Takes one picture or audio run. Returns false once the maximum total time is reached
     /// (the open fragment is then closed and nothing more is taken).
     @discardableResult

@@ -38,8 +38,15 @@ public final class VideoFrame: Sendable {
     /// The rate the source was set to (frames per second), if it has one. Encoders use it, not
     /// measured intervals, so every fragment of a recording gets identical parameters.
     public let nominalRate: Double?
+    /// When the picture was captured on the capture clock (CLOCK_MONOTONIC, seconds), if the
+    /// source knows it: a live camera's buffer timestamp. A recorder places live audio
+    /// (`AudioChunk.clockTime`) against the pictures by it; `time` stays relative to the stream.
+    public let clockTime: Double?
 
-    public init(width: Int, height: Int, format: PixelFormat, data: Data, time: Double, sequence: Int64, nominalRate: Double? = nil) {
+    public init(
+        width: Int, height: Int, format: PixelFormat, data: Data, time: Double, sequence: Int64, nominalRate: Double? = nil,
+        clockTime: Double? = nil
+    ) {
         self.width = width
         self.height = height
         self.format = format
@@ -47,22 +54,31 @@ public final class VideoFrame: Sendable {
         self.time = time
         self.sequence = sequence
         self.nominalRate = nominalRate
+        self.clockTime = clockTime
     }
 }
 
 /// A run of interleaved 32-bit float samples (immutable, hence checked `Sendable`). `firstSample` is the index of the first sample
 /// frame since the stream started (time = firstSample / sampleRate).
+///
+/// A live device's chunks also carry `clockTime`: when their first sample was captured, measured
+/// on the capture clock (CLOCK_MONOTONIC, as `VideoFrame.clockTime`). Such a measure jitters
+/// (late by up to tens of milliseconds), and the device's sample clock runs fast or slow against
+/// the capture clock, so `firstSample` then counts the samples the device delivered (gaps it
+/// lost are not in it) and the recorder places them (`LiveAudioAligner`).
 public final class AudioChunk: Sendable {
     public let sampleRate: Int
     public let channels: Int
     public let samples: [Float]
     public let firstSample: Int64
+    public let clockTime: Double?
 
-    public init(sampleRate: Int, channels: Int, samples: [Float], firstSample: Int64) {
+    public init(sampleRate: Int, channels: Int, samples: [Float], firstSample: Int64, clockTime: Double? = nil) {
         self.sampleRate = sampleRate
         self.channels = channels
         self.samples = samples
         self.firstSample = firstSample
+        self.clockTime = clockTime
     }
     public var frameCount: Int { channels > 0 ? samples.count / channels : 0 }
     public var time: Double { Double(firstSample) / Double(sampleRate) }

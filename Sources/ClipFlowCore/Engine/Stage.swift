@@ -10,9 +10,14 @@ public protocol Clock: Sendable {
     func sleep(until deadline: Double, stop: () -> Bool)
 }
 
+/// CLOCK_MONOTONIC: the clock V4L2 buffer timestamps and ALSA's monotonic timestamps are on.
 public struct SystemClock: Clock {
     public init() {}
-    public func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+    public func now() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
     public func sleep(until deadline: Double, stop: () -> Bool) {
         while !stop() {
             let left = deadline - now()

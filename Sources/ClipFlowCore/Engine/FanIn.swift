@@ -19,12 +19,18 @@ final class FanIn {
         if links.count > 1 { for l in links { l.ring(doorbell) } }
     }
 
-    /// The next item and the input it came from, waiting for one; nil once every input has
-    /// ended (or the graph is flushed).
-    func pull() -> (input: Int, item: Item)? {
+    enum Next {
+        case item(input: Int, Item)
+        /// This input ended; others are still open.
+        case ended(input: Int)
+    }
+
+    /// The next item and the input it came from (or the end of one of several inputs), waiting
+    /// for one; nil once every input has ended (or the graph is flushed).
+    func pull() -> Next? {
         if links.count == 1 {
             guard open[0], let item = links[0].pull() else { return nil }
-            return (0, item)
+            return .item(input: 0, item)
         }
         while true {
             let seen = doorbell.count
@@ -35,8 +41,10 @@ final class FanIn {
                 switch links[i].poll() {
                 case .element(let p):
                     next = (i + 1) % links.count
-                    return (i, p.element)
-                case .ended: open[i] = false
+                    return .item(input: i, p.element)
+                case .ended:
+                    open[i] = false
+                    if open.contains(true) { return .ended(input: i) }
                 case .empty: waiting = true
                 }
             }

@@ -216,11 +216,16 @@ public final class GraphRunner: @unchecked Sendable {
                             if total != reportedDrops { reportedDrops = total; c.emit(.dropped(count: total)) }
                         }
                         let fanIn = FanIn(ins)
-                        inputLoop: while let (n, item) = fanIn.pull() {
+                        inputLoop: while let next = fanIn.pull() {
                             reportDrops()
-                            switch try s.receive(item, input: n, c) {
+                            let result: FlowResult
+                            switch next {
+                            case .item(let n, let item): result = try s.receive(item, input: n, c)
+                            case .ended(let n): result = try s.inputEnded(n, c)
+                            }
+                            switch result {
                             case .ok: continue
-                            case .endOfStream: fanIn.close(n)
+                            case .endOfStream: if case .item(let n, _) = next { fanIn.close(n) }
                             case .flushing: break inputLoop
                             case .error(let m): throw ClipFlowError.failure(m)
                             }

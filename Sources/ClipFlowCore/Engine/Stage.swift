@@ -185,6 +185,9 @@ public protocol Stage: AnyObject {
     func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters?
     func produce(_ context: StageContext) throws
     func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult
+    /// Input `input` ended while others are still open (a stage with one input goes straight to
+    /// `drain`). Return `.flushing` to take nothing more from any input (then `drain` runs).
+    func inputEnded(_ input: Int, _ context: StageContext) throws -> FlowResult
     func drain(_ context: StageContext) throws
     func finish(_ context: StageContext, outcome: StageOutcome)
 }
@@ -213,6 +216,7 @@ extension Stage {
     }
     public func produce(_ context: StageContext) throws {}
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult { .ok }
+    public func inputEnded(_ input: Int, _ context: StageContext) throws -> FlowResult { .ok }
     public func drain(_ context: StageContext) throws {}
     public func finish(_ context: StageContext, outcome: StageOutcome) {}
 }

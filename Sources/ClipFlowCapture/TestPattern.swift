@@ -143,8 +143,8 @@ public final class TestPatternGenerator {
         return floor(Double(n) / fps) > floor(Double(n - 1) / fps)
     }
 
-    /// Picture number `n`, time-stamped `n / fps`.
-    public func video(frame n: Int64) -> VideoFrame {
+    /// Picture number `n`, time-stamped `n / fps` (and `clockTime`, when it is paced on the capture clock).
+    public func video(frame n: Int64, clockTime: Double? = nil) -> VideoFrame {
         let w = settings.width, h = settings.height
         let ySize = w * h, cSize = chromaW * chromaH
         var planar = Data(count: ySize + 2 * cSize)
@@ -177,7 +177,7 @@ public final class TestPatternGenerator {
         }
         return VideoFrame(
             width: w, height: h, format: settings.format == .mjpeg ? .yuv420p : settings.format,
-            data: data, time: Double(n) / settings.fps, sequence: n, nominalRate: settings.fps)
+            data: data, time: Double(n) / settings.fps, sequence: n, nominalRate: settings.fps, clockTime: clockTime)
     }
 
     /// `count` sample frames starting at sample frame `first`.

@@ -120,7 +120,9 @@ public final class TestPatternSource: Stage {
                 let r = gen.audioRange(forFrame: n)
                 if context.push(.frame(.audio(gen.audio(from: r.lowerBound, count: Int(r.count))))) != .ok { break }
             }
-            if context.push(.frame(.video(gen.video(frame: n)))) != .ok { break }
+            // Paced: the picture's time on the capture clock, so a microphone recorded beside it lines up.
+            let clockTime = realtime ? start + Double(n) / settings.fps : nil
+            if context.push(.frame(.video(gen.video(frame: n, clockTime: clockTime)))) != .ok { break }
             n += 1
             produced += 1
             if n % 30 == 0 { context.progress(n, of: frameLimit ?? 0, unit: "frames") }

@@ -48,6 +48,10 @@ extension V4L2Device {
             let stamp = Double(b.timestamp.tv_sec) + Double(b.timestamp.tv_usec) / 1e6
             if firstTimestamp == nil { firstTimestamp = stamp }
             let time = stamp - (firstTimestamp ?? stamp)
+            // On CLOCK_MONOTONIC (as nearly every driver stamps): the capture clock itself;
+            // otherwise the best this process knows is when it dequeued the picture.
+            let monotonic = b.flags & UInt32(V4L2_BUF_FLAG_TIMESTAMP_MASK) == UInt32(V4L2_BUF_FLAG_TIMESTAMP_MONOTONIC)
+            let clockTime = monotonic ? stamp : SystemClock().now()
 
             let broken = b.flags & UInt32(V4L2_BUF_FLAG_ERROR) != 0
             let picture = broken ? nil : copyOut(buffers[index], used: Int(b.bytesused), n)
@@ -64,7 +68,7 @@ extension V4L2Device {
                     let d = try jpeg.decode(picture, time: time, sequence: Int64(seq))
                     frame = VideoFrame(
                         width: d.width, height: d.height, format: d.format, data: d.data, time: time,
-                        sequence: Int64(seq), nominalRate: n.fps > 0 ? n.fps : nil)
+                        sequence: Int64(seq), nominalRate: n.fps > 0 ? n.fps : nil, clockTime: clockTime)
                 } catch {
                     brokenFrames += 1
                     if deviceLost { return .deviceLost }
@@ -73,7 +77,7 @@ extension V4L2Device {
             } else {
                 frame = VideoFrame(
                     width: n.width, height: n.height, format: n.format.output, data: picture, time: time, sequence: Int64(seq),
-                    nominalRate: n.fps > 0 ? n.fps : nil)
+                    nominalRate: n.fps > 0 ? n.fps : nil, clockTime: clockTime)
             }
             return .frame(frame)
         }

@@ -96,6 +96,13 @@ extension EmulatedVivid {
         streamStart + Double(k + 1) * Double(interval.num) / Double(interval.den)
     }
 
+    /// Whether frame `k` is due on a whole second (`Configuration.flashOnWholeSeconds`).
+    func flashes(_ k: UInt32) -> Bool {
+        guard configuration.flashOnWholeSeconds else { return false }
+        let t = dueTime(k)
+        return abs(t - t.rounded()) < 0.25 * Double(interval.num) / Double(interval.den)
+    }
+
     /// How late frame `k`'s timestamp is (see `Configuration.timestampJitter`).
     func lateness(_ k: UInt32) -> Double {
         let j = configuration.timestampJitter
@@ -129,7 +136,7 @@ extension EmulatedVivid {
         }
         let dst = memory.base + i * bufferLength
         let broken = configuration.brokenEvery.map { (Int(sequence) + 1) % $0 == 0 } ?? false
-        let used = broken ? -1 : (generator?.draw(sequence: sequence, into: dst, capacity: bufferLength) ?? 0)
+        let used = broken ? -1 : (generator?.draw(sequence: sequence, flash: flashes(sequence), into: dst, capacity: bufferLength) ?? 0)
         buffers[i].bytesused = max(used, 0)
         buffers[i].flags = used < 0 ? UInt32(V4L2_BUF_FLAG_ERROR) : (fourcc == cf_V4L2_PIX_FMT_MJPEG ? UInt32(V4L2_BUF_FLAG_KEYFRAME) : 0)
         buffers[i].sequence = sequence

@@ -247,6 +247,11 @@ public final class EmulatedVivid: V4L2Syscalls, @unchecked Sendable {
                 if !streaming {
                     streaming = true
                     streamStart = clock.now()
+                    if configuration.flashOnWholeSeconds {
+                        // On the grid: due times are whole multiples of the interval.
+                        let period = Double(interval.num) / Double(interval.den)
+                        streamStart = (streamStart / period).rounded(.down) * period
+                    }
                     frameIndex = 0
                 }
             case cf_VIDIOC_STREAMOFF:

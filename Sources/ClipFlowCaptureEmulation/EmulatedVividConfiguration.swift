@@ -31,6 +31,10 @@ extension EmulatedVivid {
         /// Every Nth frame (sequence N-1, 2N-1, ...) is delivered flagged V4L2_BUF_FLAG_ERROR with
         /// no bytes, as a driver does for a picture it could not capture. nil: none.
         public var brokenEvery: Int?
+        /// Frames fall due on the capture clock's grid (multiples of the frame interval since the
+        /// clock's origin), and the frame due at each whole second shows a flash (white): a
+        /// microphone test beeps at the same whole seconds and checks where both land.
+        public var flashOnWholeSeconds = false
 
         public init() {}
 
@@ -48,6 +52,7 @@ extension EmulatedVivid {
                 case ("denied", nil): permissionDenied = true
                 case ("missing", nil): missing = true
                 case ("output", nil): captureDevice = false
+                case ("flash", nil): flashOnWholeSeconds = true
                 case ("unplug-after", let v?):
                     guard let n = Int(v), n >= 0 else {
                         throw ClipFlowError.badInput("\(V4L2Emulation.environmentVariable): unplug-after needs a number of frames, got '\(v)'")
@@ -78,7 +83,7 @@ extension EmulatedVivid {
                     inFormats = true
                 default:
                     throw ClipFlowError.badInput(
-                        "\(V4L2Emulation.environmentVariable): unknown option '\(token)'; known: 1, formats=yuyv,nv12,yuv420,mjpeg, unplug-after=N, jitter=MS, stall=FRAMES:MS, broken-every=N, busy, denied, missing, output"
+                        "\(V4L2Emulation.environmentVariable): unknown option '\(token)'; known: 1, formats=yuyv,nv12,yuv420,mjpeg, unplug-after=N, jitter=MS, stall=FRAMES:MS, broken-every=N, flash, busy, denied, missing, output"
                     )
                 }
             }

@@ -48,12 +48,14 @@ final class PictureGenerator {
         encoder = fourcc == cf_V4L2_PIX_FMT_MJPEG ? try? JPEGEncoder(width: w, height: h) : nil
     }
 
-    /// Draws frame `sequence` at `dst`. Returns bytes used, or -1 when it does not fit (or the
-    /// JPEG encoder failed): the buffer is then flagged ERROR, as a driver does.
-    func draw(sequence: UInt32, into dst: UnsafeMutableRawPointer, capacity: Int) -> Int {
+    /// Draws frame `sequence` at `dst` (`flash`: white below the code, as a camera filming a
+    /// flash sees it). Returns bytes used, or -1 when it does not fit (or the JPEG encoder
+    /// failed): the buffer is then flagged ERROR, as a driver does.
+    func draw(sequence: UInt32, flash: Bool = false, into dst: UnsafeMutableRawPointer, capacity: Int) -> Int {
         var picture = background
         let w = size.width, h = size.height, step = packed ? 2 : 1
         picture.withUnsafeMutableBufferPointer { p in
+            if flash { for y in min(8, h)..<h { for x in 0..<w { p[(y * w + x) * step] = 235 } } }
             let bar = Int(sequence) * 8 % w
             for y in 16..<h { for x in bar..<min(bar + 16, w) { p[(y * w + x) * step] = 235 } }
             for i in 0..<32 where 8 * i + 8 <= w {

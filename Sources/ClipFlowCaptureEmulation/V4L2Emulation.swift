@@ -11,6 +11,8 @@ import Foundation
 /// - `jitter=MS`: buffer timestamps are late by up to MS milliseconds, the first frame's most;
 /// - `stall=FRAMES:MS`: after FRAMES frames the reader stalls for MS milliseconds (as under load);
 /// - `broken-every=N`: every Nth picture arrives flagged broken (V4L2_BUF_FLAG_ERROR);
+/// - `flash`: frames fall due on CLOCK_MONOTONIC's grid of whole frame intervals, and the frame
+///   due at each whole second is white (a microphone test beeps at the same instants);
 /// - `busy`: another program is streaming from it (EBUSY);
 /// - `denied`: opening it is not permitted (EACCES);
 /// - `missing`: there is no camera (ENOENT);

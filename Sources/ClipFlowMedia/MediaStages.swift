@@ -236,7 +236,9 @@ public final class RecordControl: Sendable {
 }
 
 /// Encodes raw frames into clip fragments (see `FragmentRecorder`) and passes each fragment on
-/// the moment it is closed. On a graceful stop, a cancel or a failure upstream, the open fragment
+/// the moment it is closed. One input carries the pictures (and maybe their audio); a second
+/// may carry audio alone (a microphone): pictures then wait for the audio of their instant, and
+/// once the pictures end the stage ends as soon as their audio is in. On a graceful stop, a cancel or a failure upstream, the open fragment
 /// is finalised: what was recorded is kept and playable.
 /// Belongs to its stage queue; `control` is thread-safe (commands from any thread).
 public final class RecordStage: Stage {
@@ -248,13 +250,18 @@ public final class RecordStage: Stage {
     public private(set) var recorder: FragmentRecorder?
     /// What the input carries now (from `negotiate`, then in-band changes).
     public private(set) var incoming: StreamParameters?
+    /// Which input carries the pictures, and which audio alone (nil: none).
+    private var pictureInput = 0
+    private var audioInput: Int?
+    private var picturesEnded = false
+    private var reportedOverruns = 0
     private var lastProgress = -1
     public var inputTypes: Set<PortType> { [.frames] }
     public var outputType: PortType? { .clips }
 
     public static let kind = StageKind(
         name: "record", summary: "encode raw frames (H.264 + AAC) into clip fragments, each a complete MP4 when closed",
-        inputs: [.frames], minInputs: 1, maxInputs: 1, output: .clips,
+        inputs: [.frames], minInputs: 1, maxInputs: 2, output: .clips,
         params: [
             ParamSpec("directory", .path, required: true, help: "where fragments go (<prefix>-NNNN.mp4, numbered on from what is there)"),
             ParamSpec("prefix", .string, default: .string("clip"), help: "fragment file name prefix"),
@@ -324,11 +331,41 @@ public final class RecordStage: Stage {
     /// MP4 clip fragments.
     public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
         try checkPorts(inputs)
-        if let p = inputs.first {
-            if let (parameter, reason) = Self.refusal(p) { throw StreamMismatch(input: 0, parameter: parameter, reason: reason) }
-            incoming = p
+        for (i, p) in inputs.enumerated() {
+            if let (parameter, reason) = Self.refusal(p) { throw StreamMismatch(input: i, parameter: parameter, reason: reason) }
+        }
+        if inputs.count == 2 {
+            // One picture stream, and audio from one place.
+            guard let v = inputs.firstIndex(where: { $0.video != nil }) else {
+                throw StreamMismatch(input: 0, parameter: "video", reason: "neither input carries pictures; record takes one picture stream")
+            }
+            let other = 1 - v
+            if inputs[other].video != nil {
+                throw StreamMismatch(input: other, parameter: "video", reason: "a second picture stream; record takes one (and audio alone beside it)")
+            }
+            if inputs[v].audio != nil, inputs[other].audio != nil {
+                throw StreamMismatch(input: other, parameter: "audio", reason: "audio from two places (the pictures' input carries audio too)")
+            }
+            pictureInput = v
+            audioInput = inputs[other].audio != nil ? other : nil
+        }
+        if inputs.indices.contains(pictureInput) { incoming = inputs[pictureInput] }
+        if let r = recorder, let a = audioInput.map({ inputs[$0] }) ?? incoming, let audio = a.audio {
+            r.expectAudio(sampleRate: audio.sampleRate, channels: audio.channels)
+            r.audioInputOpen = audioInput != nil
         }
         return StreamParameters(port: .clips, container: "mp4")
+    }
+
+    public func inputEnded(_ input: Int, _ context: StageContext) throws -> FlowResult {
+        guard let r = recorder else { return .ok }
+        if input == audioInput {
+            r.audioInputOpen = false
+            try r.releasePictures()
+            return .ok
+        }
+        picturesEnded = true
+        return r.picturesWaiting == 0 ? .flushing : .ok
     }
 
     /// Why the recorder cannot take a stream with these parameters, or nil.
@@ -363,6 +400,7 @@ public final class RecordStage: Stage {
 
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
         if let p = item.parameters, let r = recorder {
+            if input == audioInput { return .ok }
             try adapt(to: p, r, context)
             return .ok
         }
@@ -379,6 +417,16 @@ public final class RecordStage: Stage {
             return .endOfStream
         }
         publish(r)
+        if r.audioOverruns != reportedOverruns {
+            reportedOverruns = r.audioOverruns
+            context.emit(
+                .notice(
+                    String(
+                        format: "audio lost %d time%@ (%.3f s in all): filled with silence of the same length, sync kept", r.audioOverruns,
+                        r.audioOverruns == 1 ? "" : "s", r.audioLostSeconds)))
+        }
+        // The pictures ended and their audio is in: nothing more to take.
+        if picturesEnded && r.picturesWaiting == 0 { return .flushing }
         let secs = Int(r.totalSeconds)
         if secs != lastProgress {
             lastProgress = secs
@@ -402,6 +450,9 @@ public final class RecordStage: Stage {
             s.totalSeconds = total
             s.paused = r.paused
             s.picturesMissing = r.missingPictures
+            s.audioOverruns = r.audioOverruns
+            s.audioGapSeconds = r.audioLostSeconds
+            s.audioLevel = r.audioLevel
         }
     }
 

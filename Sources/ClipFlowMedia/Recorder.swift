@@ -59,7 +59,15 @@ public struct RecordedClip: Sendable, Equatable {
 /// picture is then a clean cut point.
 ///
 /// Audio is cut at the picture that starts a fragment: samples before it close the old fragment,
-/// the rest start the new one, so no sample is lost or doubled between fragments.
+/// the rest start the new one, so no sample is lost or doubled between fragments. Each
+/// fragment's audio starts with its first picture and ends with its last (silence fills what the
+/// source did not deliver), so joined fragments play continuous sound.
+///
+/// Live audio (chunks with a capture time, from a microphone) is placed by `LiveAudioAligner` on
+/// the capture clock and moved onto the pictures' timeline by the first picture's capture time.
+/// It arrives later than the pictures of the same instant, so while `audioInputOpen` a picture
+/// waits until the audio reaches its end (at most `longestAudioWait`, then it goes on and its
+/// audio is silence).
 ///
 /// Not thread-safe: one owner (the record stage's queue).
 public final class FragmentRecorder {
@@ -84,8 +92,20 @@ public final class FragmentRecorder {
     private var audio: [Float] = []
     private var audioFirst: Int64 = 0
     private var audioFormat: (rate: Int, channels: Int)?
+    /// True once audio (or silence standing for it) has been buffered: `audioFirst` is meaningful.
+    private var audioStarted = false
     private var lastVideoTime: Double?
     private var nominalFrame: Double = 1.0 / 30
+    private var aligner: LiveAudioAligner?
+    /// A picture's capture time minus its stream time: moves live audio onto the pictures' timeline.
+    private var clockOffset: Double?
+    /// Placed live audio that arrived before the first picture (at most `longestAudioWait` of it).
+    private var unplaced: [AudioChunk] = []
+    /// Pictures waiting for the audio of their instant.
+    private var waiting: [VideoFrame] = []
+    /// Set by the owner while an input that carries audio is open: pictures wait for their audio.
+    public var audioInputOpen = false
+    public static let longestAudioWait = 1.0
 
     public init(options: RecordOptions) throws {
         _ = FF.setup
@@ -108,6 +128,20 @@ public final class FragmentRecorder {
         earlierSeconds + clips.reduce(0) { $0 + $1.seconds } + (segment.map { ($0.lastTime ?? $0.startTime) - $0.startTime + nominalFrame } ?? 0)
     }
 
+    /// Audio the microphone lost (overruns), and the seconds of silence standing in for it.
+    public var audioOverruns: Int { aligner?.overruns ?? 0 }
+    public var audioLostSeconds: Double { aligner?.lostSeconds ?? 0 }
+    /// Peak level of the latest live audio, dBFS.
+    public var audioLevel: Double? { aligner?.level }
+    /// Pictures taken but waiting for their audio.
+    public var picturesWaiting: Int { waiting.count }
+
+    /// The audio format to expect before any audio arrives (from the stream's parameters): every
+    /// fragment then has an audio track, silent until the audio comes.
+    public func expectAudio(sampleRate: Int, channels: Int) {
+        if audioFormat == nil, sampleRate > 0, channels > 0 { audioFormat = (sampleRate, channels) }
+    }
+
     /// Number of the open fragment, if one is open.
     public var openFragment: Int? { segment?.index }
 
@@ -122,10 +156,58 @@ public final class FragmentRecorder {
     public func append(_ frame: MediaFrame) throws -> Bool {
         if full { return false }
         switch frame {
+        case .audio(let a) where a.clockTime != nil: try takeLiveAudio(a)
         case .audio(let a): try takeAudio(a)
-        case .video(let v): try takeVideo(v)
+        case .video(let v):
+            if clockOffset == nil, let c = v.clockTime {
+                clockOffset = c - v.time
+                let early = unplaced
+                unplaced = []
+                for a in early { try placeLiveAudio(a) }
+            } else if v.clockTime == nil, aligner != nil {
+                throw ClipFlowError.badInput(
+                    "record: the microphone's audio is placed by capture time, and these pictures carry none (their source is not live)")
+            }
+            waiting.append(v)
         }
+        try releasePictures()
         return !full
+    }
+
+    /// Lets the waiting pictures through whose audio has arrived (all of them once no audio
+    /// input is open, and any that waited longer than `longestAudioWait`).
+    public func releasePictures() throws {
+        while let v = waiting.first, !full {
+            if audioInputOpen, let newest = waiting.last, newest.time - v.time < Self.longestAudioWait {
+                guard let f = audioFormat, audioStarted, audioFirst + Int64(audio.count / f.channels) >= sampleIndex(v.time + nominalFrame) else { break }
+            }
+            waiting.removeFirst()
+            try takeVideo(v)
+        }
+        if full { waiting.removeAll() }
+    }
+
+    private func takeLiveAudio(_ a: AudioChunk) throws {
+        if aligner == nil {
+            if lastVideoTime != nil || !waiting.isEmpty, clockOffset == nil {
+                throw ClipFlowError.badInput(
+                    "record: the microphone's audio is placed by capture time, and the pictures carry none (their source is not live)")
+            }
+            aligner = try LiveAudioAligner(sampleRate: a.sampleRate, channels: a.channels)
+        }
+        for c in try aligner!.take(a) { try placeLiveAudio(c) }
+    }
+
+    /// Takes live audio placed on the capture clock, on the pictures' timeline.
+    private func placeLiveAudio(_ c: AudioChunk) throws {
+        guard let offset = clockOffset else {
+            unplaced.append(c)
+            let keep = Int64(Self.longestAudioWait * Double(c.sampleRate))
+            while let first = unplaced.first, c.firstSample - first.firstSample > keep { unplaced.removeFirst() }
+            return
+        }
+        let shift = Int64((offset * Double(c.sampleRate)).rounded())
+        try takeAudio(AudioChunk(sampleRate: c.sampleRate, channels: c.channels, samples: c.samples, firstSample: c.firstSample - shift))
     }
 
     /// Closes the open fragment; pictures and audio are ignored until `resume`.
@@ -139,6 +221,9 @@ public final class FragmentRecorder {
 
     /// Closes the open fragment (end of recording). The recorder can take no more input.
     public func finish() throws {
+        if let a = aligner { for c in try a.finish() { try placeLiveAudio(c) } }
+        audioInputOpen = false
+        try releasePictures()
         try closeSegment(end: nil)
         full = true
     }
@@ -155,7 +240,11 @@ public final class FragmentRecorder {
         if let f = audioFormat, f != (a.sampleRate, a.channels) {
             throw ClipFlowError.badInput("record: audio changed from \(f.rate) Hz x\(f.channels) to \(a.sampleRate) Hz x\(a.channels) mid-stream")
         }
-        if audioFormat == nil { audioFormat = (a.sampleRate, a.channels); audioFirst = a.firstSample }
+        if audioFormat == nil { audioFormat = (a.sampleRate, a.channels) }
+        if !audioStarted {
+            audioStarted = true
+            audioFirst = a.firstSample
+        }
         // Append, closing any gap with silence (the timeline stays exact) and skipping overlap.
         let end = audioFirst + Int64(audio.count / a.channels)
         if a.firstSample > end {
@@ -202,7 +291,7 @@ public final class FragmentRecorder {
     }
 
     private func dropAudio(before index: Int64) {
-        guard let f = audioFormat, index > audioFirst else { return }
+        guard let f = audioFormat, audioStarted, index > audioFirst else { return }
         let n = min(Int(index - audioFirst), audio.count / f.channels)
         audio.removeFirst(n * f.channels)
         audioFirst += Int64(n)
@@ -212,7 +301,18 @@ public final class FragmentRecorder {
     /// Gives the open fragment's audio encoder whole AAC frames of the samples before `limit`.
     private func feedAudio(upTo limit: Int64?, flush: Bool = false) throws {
         guard let seg = segment, let f = audioFormat, let limit else { return }
-        if seg.audioStart == nil { seg.audioStart = max(audioFirst, sampleIndex(seg.startTime)) }
+        if seg.audioStart == nil {
+            // The fragment's audio starts with its first picture: silence stands for what came later.
+            let start = sampleIndex(seg.startTime)
+            seg.audioStart = start
+            if !audioStarted {
+                audioStarted = true
+                audioFirst = start
+            } else if audioFirst > start {
+                audio.insert(contentsOf: [Float](repeating: 0, count: Int(audioFirst - start) * f.channels), at: 0)
+                audioFirst = start
+            }
+        }
         dropAudio(before: seg.audioStart! + seg.audioSent)
         let available = Int(min(limit, audioFirst + Int64(audio.count / f.channels)) - audioFirst)
         guard available > 0 else { return }
@@ -229,7 +329,13 @@ public final class FragmentRecorder {
     private func closeSegment(end: Double?) throws {
         guard let seg = segment else { return }
         let endTime = end ?? ((lastVideoTime ?? seg.startTime) + nominalFrame)
-        if audioFormat != nil { try feedAudio(upTo: sampleIndex(endTime), flush: true) }
+        if let f = audioFormat {
+            // ... and ends with its last: silence stands for what did not arrive.
+            try feedAudio(upTo: sampleIndex(endTime), flush: false)
+            let have = audioFirst + Int64(audio.count / f.channels)
+            if have < sampleIndex(endTime) { audio += [Float](repeating: 0, count: Int(sampleIndex(endTime) - have) * f.channels) }
+            try feedAudio(upTo: sampleIndex(endTime), flush: true)
+        }
         segment = nil
         let clip = try seg.close(endTime: endTime)
         clips.append(clip)

@@ -54,9 +54,14 @@ final class JoinRepairTests: XCTestCase {
     }
 
     func metrics(_ output: String, source: String) throws -> Metrics {
+        try Self.metrics(output, source: source, offset: Self.offset, durations: Self.durations)
+    }
+
+    /// `scripts/join-metrics` on `output`, made of clips cut back to back from `source` at `offset`.
+    static func metrics(_ output: String, source: String, offset: Double, durations: [Double]) throws -> Metrics {
         let r = try Run.run([
-            Self.root.appendingPathComponent("scripts/join-metrics").path, output, source,
-            "--offset", "\(Self.offset)", "--durations", Self.durations.map { "\($0)" }.joined(separator: ",")
+            root.appendingPathComponent("scripts/join-metrics").path, output, source,
+            "--offset", "\(offset)", "--durations", durations.map { "\($0)" }.joined(separator: ",")
         ])
         return try JSONDecoder().decode(Metrics.self, from: r.stdout)
     }

@@ -27,32 +27,34 @@ final class LiveAudioAlignerTests: XCTestCase {
             return inBeep ? Float(0.5 * sin(2 * .pi * 1000 * t)) : Float(0.05 * sin(2 * .pi * 440 * t))
         }
 
+        var delivered: Int64 = 0
+        var produced: Int64 = 0
+
+        /// The next chunk of 480 samples the device delivers (skipping lost ones), and the true
+        /// capture time of its last sample.
+        mutating func next() -> (chunk: AudioChunk, end: Double) {
+            let n = 480
+            while let lose, lose.contains(trueTime(produced)) { produced += Int64(n) }
+            let t0 = trueTime(produced)
+            var s = [Float](repeating: 0, count: n * 2)
+            for i in 0..<n {
+                let v = Self.signal(trueTime(produced + Int64(i)))
+                s[2 * i] = v
+                s[2 * i + 1] = v
+            }
+            let usual = rng.next() % 100 < 90
+            let micros = Double(usual ? 300 + rng.next() % 700 : 5000 + rng.next() % 15_000)
+            let chunk = AudioChunk(sampleRate: rate, channels: 2, samples: s, firstSample: delivered, clockTime: t0 + micros / 1e6)
+            delivered += Int64(n)
+            produced += Int64(n)
+            return (chunk, trueTime(produced))
+        }
+
         /// Runs `seconds` of audio through `aligner`; returns the placed output on the grid.
         mutating func run(_ aligner: LiveAudioAligner, seconds: Double) throws -> (first: Int64, samples: [Float]) {
             var placed: [AudioChunk] = []
-            var delivered: Int64 = 0
-            var j: Int64 = 0
             let total = Int64(seconds * Double(rate))
-            while j < total {
-                let n = 480
-                let t0 = trueTime(j)
-                if let lose, lose.contains(t0) {
-                    j += Int64(n)
-                    continue
-                }
-                var s = [Float](repeating: 0, count: n * 2)
-                for i in 0..<n {
-                    let v = Self.signal(trueTime(j + Int64(i)))
-                    s[2 * i] = v
-                    s[2 * i + 1] = v
-                }
-                let usual = rng.next() % 100 < 90
-                let micros = Double(usual ? 300 + rng.next() % 700 : 5000 + rng.next() % 15_000)
-                let late = micros / 1e6
-                placed += try aligner.take(AudioChunk(sampleRate: rate, channels: 2, samples: s, firstSample: delivered, clockTime: t0 + late))
-                delivered += Int64(n)
-                j += Int64(n)
-            }
+            while produced < total { placed += try aligner.take(next().chunk) }
             placed += try aligner.finish()
             let first = placed.first!.firstSample
             var out: [Float] = []

@@ -153,15 +153,21 @@ final class RecordTerminalTests: XCTestCase {
         XCTAssertTrue(s.modeRestored, "before \(s.before), after \(s.after)")
     }
 
-    /// Ctrl-C: "stopped" and the summary, exit 130, no "error:", the terminal as it was.
+    /// Paused, the status line says so; Ctrl-C: "stopped" and the summary, exit 130, no
+    /// "error:", the terminal as it was.
     func testCtrlCStopsWithoutAnErrorAndRestoresTheTerminal() throws {
         let dir = fx.scratch("term-record-ctrl-c").path
         let s = try session(
-            [["wait": #"^● REC clip-0001  00:0[1-9]\.\d"#, "timeout": 20], ["termios": "running"], ["press": "\u{3}"], ["exit": 20]],
+            [
+                ["wait": #"^● REC clip-0001  00:0[1-9]\.\d"#, "timeout": 20], ["termios": "running"],
+                ["press": "p"], ["wait": #"^❚❚ paused  total 00:0[1-9]\.\d  drops: "#, "timeout": 5], ["screen": "paused"],
+                ["press": "\u{3}"], ["exit": 20]
+            ],
             ["record", "--interactive", "--size", "320x240", "-o", dir])
         XCTAssertNil(s.failed, s.raw)
         XCTAssertEqual(s.status, 130, s.raw)
         XCTAssertEqual(s.mode("running")["echo"] as? Bool, false)
+        XCTAssertTrue(s.statusRow("paused").hasPrefix("❚❚ paused  total "), s.statusRow("paused"))
         let end = s.screen("end").lines
         let stopped = try XCTUnwrap(end.first { $0.hasPrefix("stopped: ") }, "\(end)")
         XCTAssertTrue(stopped.hasPrefix("stopped: recorded 1 clip, "), stopped)

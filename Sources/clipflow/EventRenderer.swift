@@ -107,14 +107,24 @@ final class TextRenderer: EventRenderer, Sendable {
         var statusLine: (@Sendable () -> String)?
         var drew = false
         var lastDraw = 0.0
+        /// What to write, in one piece (`flush`): a terminal never shows a line half redrawn.
+        var output = ""
 
         /// Ends a drawn status line before anything else is written.
-        mutating func clear() { if drew { TextRenderer.write("\r\u{1B}[K"); drew = false } }
+        mutating func clear() { if drew { output += "\r\u{1B}[K"; drew = false } }
 
         /// Draws `text` as the status line, over the one drawn before.
         mutating func draw(_ text: String) {
-            TextRenderer.write("\r\u{1B}[K" + String(text.prefix(max(1, TextRenderer.columns() - 1))))
+            output += "\r\u{1B}[K" + String(text.prefix(max(1, TextRenderer.columns() - 1)))
             drew = true
+        }
+
+        mutating func print(_ line: String) { output += line + "\n" }
+
+        /// Writes what was put out since the last flush.
+        mutating func flush() {
+            if !output.isEmpty { TextRenderer.write(output) }
+            output = ""
         }
 
         /// Draws the command's own status line, if it has one; true if it has.
@@ -179,7 +189,7 @@ final class TextRenderer: EventRenderer, Sendable {
             }
             guard !quiet else { return }
             if isTTY {
-                if let line { d.clear(); Self.write("\(line)\n") }
+                if let line { d.clear(); d.print(line) }
                 if d.statusLine != nil {
                     if line != nil { _ = d.drawOwnLine() }
                 } else if e.time - d.lastDraw > 0.1 || line != nil || e.kind == .finished {
@@ -190,8 +200,9 @@ final class TextRenderer: EventRenderer, Sendable {
                     d.draw(status.joined(separator: " | "))
                 }
             } else if let line {
-                Self.write("\(line)\n")
+                d.print(line)
             }
+            d.flush()
         }
     }
 
@@ -199,8 +210,9 @@ final class TextRenderer: EventRenderer, Sendable {
         guard !quiet else { return }
         drawing.withLock { d in
             d.clear()
-            Self.write("\(s)\n")
+            d.print(s)
             _ = d.drawOwnLine()
+            d.flush()
         }
     }
 
@@ -210,9 +222,10 @@ final class TextRenderer: EventRenderer, Sendable {
                 d.statusLine = nil
                 d.clear()
             } else if d.drew {
-                Self.write("\n")
+                d.print("")
                 d.drew = false
             }
+            d.flush()
         }
     }
 
@@ -222,12 +235,18 @@ final class TextRenderer: EventRenderer, Sendable {
             let first = d.statusLine == nil
             d.statusLine = line
             _ = d.drawOwnLine()
+            d.flush()
             return first
         }
         guard first else { return true }
         // Redraws until `end()` takes the line away.
         Thread { [self] in
-            repeat { usleep(250_000) } while drawing.withLock { $0.drawOwnLine() }
+            repeat {
+                usleep(250_000)
+            } while drawing.withLock { d in
+                defer { d.flush() }
+                return d.drawOwnLine()
+            }
         }.start()
         return true
     }

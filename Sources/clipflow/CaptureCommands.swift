@@ -16,9 +16,11 @@ struct Record: ParsableCommand {
             Pictures are encoded to H.264 (libx264) and audio to AAC, into fragments DIR/<prefix>-NNNN.mp4, \
             each a complete MP4 the moment it is closed. --segment starts a new fragment every N seconds \
             (on a keyframe); --max-duration caps the total over every clip in DIR. SIGINT/SIGTERM (or \
-            the camera being unplugged) finalises the open fragment; earlier ones are untouched. With \
-            --interactive, type on standard input: p pause (closes the clip), r resume (starts a new one), \
-            s split, d delete the last clip, l list, q stop.
+            the camera being unplugged) finalises the open fragment; earlier ones are untouched. On a \
+            terminal one status line shows the open fragment, its time and the total, drops and the \
+            audio level. With --interactive, press a key (on a terminal no Enter is needed; otherwise \
+            one command a line on standard input): p pause (closes the clip), r resume (starts a new \
+            one), s split, d delete the last clip, l list, q stop.
             """)
 
     enum Source: String, ExpressibleByArgument { case testpattern, v4l2 }
@@ -41,8 +43,15 @@ struct Record: ParsableCommand {
     var segment: Double = 0
     @Option(help: "Stop when the clips in the directory reach this many seconds (0: no cap).")
     var maxDuration: Double = 0
-    @Option(help: "libx264 preset (ultrafast ... veryslow). veryfast keeps 720p30 in real time on 2 cores; use ultrafast for 1080p30.")
-    var preset = "veryfast"
+    @Option(
+        name: .customLong("encoder-preset"),
+        help:
+            "libx264 speed preset (ultrafast ... veryslow; default veryfast, which keeps 720p30 in real time on 2 cores; use ultrafast for 1080p30)."
+    )
+    var encoderPreset: String?
+    /// The old spelling of --encoder-preset, still accepted.
+    @Option(name: .customLong("preset"), help: .hidden)
+    var oldPreset: String?
     @Option(help: "libx264 quality, 0-51 (lower: better and bigger).")
     var crf = 23
     @Option(help: "Fragment name prefix.")
@@ -51,7 +60,8 @@ struct Record: ParsableCommand {
     var fast = false
     @Flag(help: "Test pattern: no audio.")
     var noAudio = false
-    @Flag(help: "Read commands from standard input (p, r, s, d, l, q).")
+    @Flag(
+        help: "Take commands while recording: p pause, r resume, s split, d delete the last clip, l list, q stop (key presses on a terminal, lines otherwise).")
     var interactive = false
     @OptionGroup var flags: OutputFlags
 
@@ -67,6 +77,9 @@ struct Record: ParsableCommand {
             throw ValidationError("\(name) expects seconds from 0 to \(Int(Self.longestSeconds)) (got \(v))")
         }
         if fast && duration == 0 && source == .testpattern { throw ValidationError("--fast needs --duration (an unpaced test pattern would never end)") }
+        if encoderPreset != nil && oldPreset != nil {
+            throw ValidationError("--preset is the old name of --encoder-preset; give --encoder-preset only")
+        }
     }
 
     func run() throws {
@@ -78,22 +91,47 @@ struct Record: ParsableCommand {
             o.prefix = prefix
             o.segmentSeconds = segment
             o.maxSeconds = maxDuration
-            o.preset = preset
+            o.preset = encoderPreset ?? oldPreset ?? o.preset
             o.crf = crf
             if let p = o.problem { throw ClipFlowError.badInput(p) }
             // Handed to the runner; read again for the summary once the run has returned.
             let control = RecordControl()
+            let status = RecordStatus()
             let src = try makeSource(width: w, height: h)
-            let rec = RecordStage(id: "record", options: o, control: control)
+            let rec = RecordStage(id: "record", options: o, control: control, status: status)
             let nodes = [StageNode(handing: src), StageNode(handing: rec)]
-            let quit = QuitFlag()
             let store = ClipStore(directory: output, prefix: prefix)
+            let reader = RecordCommandReader(
+                control: control, store: store, firstIndex: (store.clipFiles().map(\.index).max() ?? 0) + 1)
+            let keys = interactive && TerminalKeys.enterRawMode()
+            defer { if keys { TerminalKeys.restore() } }
             let (outcome, runner) = try door.run(
                 nodes: nodes, edges: [Edge(from: "camera", to: "record", limits: RecordStage.kind.queue)], grace: 10
             ) { runner in
-                if interactive { startCommandReader(control, store: store, runner: runner, quit: quit) }
+                let prefix = prefix, log = door.log
+                let shown = door.renderer.showStatusLine {
+                    RecordStatusLine(status: status.snapshot, prefix: prefix, queueDrops: log.dropped("record"), deletedSeconds: reader.deletedSeconds)
+                        .text
+                }
+                guard interactive else { return }
+                // Answers go above the status line where there is one; otherwise to standard
+                // output, unless that carries JSON events.
+                let reply: @Sendable (String) -> Void
+                if shown {
+                    reply = { door.say($0) }
+                } else if flags.events == .json {
+                    reply = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }
+                } else {
+                    reply = {
+                        print($0); fflush(nil)
+                    }
+                }
+                if keys { reply(RecordCommand.keys) }
+                reader.start(keys: keys, runner: runner, reply: reply)
             }
-            let clips = rec.recorder?.clips ?? []
+            reader.close()
+            // What exists at the end: a fragment deleted while recording is not counted.
+            let clips = (rec.recorder?.clips ?? []).filter { FileManager.default.fileExists(atPath: $0.path) }
             let total = clips.reduce(0) { $0 + $1.seconds }
             var summary = String(format: "recorded %d clip%@, %.2f s, into %@", clips.count, clips.count == 1 ? "" : "s", total, output)
             // Every picture lost on the way: by the camera (sequence gaps: no buffer was free in
@@ -111,7 +149,7 @@ struct Record: ParsableCommand {
                     throw ClipFlowError.failure("\(device): the camera went away (unplugged?); \(summary); the open clip was finalised")
                 }
                 door.say(summary)
-            case .interrupted where quit.isSet:
+            case .interrupted where reader.quit:
                 door.say(summary)
             case .interrupted:
                 throw ClipFlowError(.interrupted, "stopped: \(summary); the open clip was finalised")
@@ -141,36 +179,123 @@ struct Record: ParsableCommand {
             return V4L2Source(id: "camera", device: device, request: request, duration: duration)
         }
     }
+}
 
-    /// Reads commands from standard input on a background thread.
-    private func startCommandReader(_ control: RecordControl, store: ClipStore, runner: GraphRunner, quit: QuitFlag) {
-        let t = Thread {
-            while let line = readLine() {
-                switch line.trimmingCharacters(in: .whitespaces).lowercased() {
-                case "p", "pause": control.send(.pause)
-                case "r", "resume", "record": control.send(.resume)
-                case "s", "split": control.send(.split)
-                case "d", "delete":
-                    do {
-                        if let p = try store.deleteLast() { print("deleted \(p)") } else { print("no clip to delete") }
-                    } catch { print("error: \(error)") }
-                case "l", "list": printClips(store)
-                case "q", "quit", "stop": quit.set(); runner.stop(deadline: 10)
-                case "": continue
-                default: print("commands: p pause, r resume, s split, d delete last clip, l list, q stop")
-                }
-                fflush(nil)
-            }
+/// What the person recording can ask for with `--interactive`: a key press on a terminal, or a
+/// line (a key or its word) on standard input otherwise.
+enum RecordCommand: Equatable {
+    case pause, resume, split, deleteLast, list, quit
+    /// Anything else: the keys are shown.
+    case help
+    /// Enter, an empty line, a control or non-ASCII byte: nothing to do.
+    case none
+
+    static let keys = "keys: p pause, r resume, s split, d delete the last clip, l list, q stop"
+
+    init(key: UInt8) {
+        switch key {
+        case 0..<0x20, 0x7F...: self = .none
+        default: self.init(word: String(decoding: [key], as: UTF8.self))
         }
-        t.start()
+    }
+
+    init(line: String) { self.init(word: line.trimmingCharacters(in: .whitespaces)) }
+
+    private init(word: String) {
+        switch word.lowercased() {
+        case "p", "pause": self = .pause
+        case "r", "resume", "record": self = .resume
+        case "s", "split": self = .split
+        case "d", "delete": self = .deleteLast
+        case "l", "list": self = .list
+        case "q", "quit", "stop": self = .quit
+        case "": self = .none
+        default: self = .help
+        }
     }
 }
 
-/// Set when the user typed q (from the command reader's thread; read after the run).
-final class QuitFlag: Sendable {
-    private let value = Atomic(false)
-    func set() { value.store(true, ordering: .releasing) }
-    var isSet: Bool { value.load(ordering: .acquiring) }
+/// Carries out `RecordCommand`s on a thread of its own while the recording runs: pause, resume
+/// and split go to the record stage (`RecordControl`), q stops the graph, d and l act on the
+/// directory. Remembers what the summary and the status line need: whether q ended the
+/// recording, and the seconds of this recording's fragments that d deleted. Once `close()`d
+/// (the run is over and the summary is being made) it does nothing more. Thread-safe.
+final class RecordCommandReader: Sendable {
+    let control: RecordControl
+    let store: ClipStore
+    /// Number of the first fragment this recording writes (those before it were there already).
+    let firstIndex: Int
+    private struct State {
+        var quit = false
+        var deletedSeconds = 0.0
+        var closed = false
+    }
+    private let state = Mutex(State())
+
+    init(control: RecordControl, store: ClipStore, firstIndex: Int) {
+        self.control = control
+        self.store = store
+        self.firstIndex = firstIndex
+    }
+
+    /// True once q ended the recording.
+    var quit: Bool { state.withLock { $0.quit } }
+    /// Seconds of this recording's fragments deleted with d.
+    var deletedSeconds: Double { state.withLock { $0.deletedSeconds } }
+
+    /// Ignores every command from now on.
+    func close() { state.withLock { $0.closed = true } }
+
+    /// Reads commands until standard input ends: key presses (`keys`: the terminal is in raw
+    /// mode) or lines. `reply` shows what a command answers.
+    func start(keys: Bool, runner: GraphRunner, reply: @escaping @Sendable (String) -> Void) {
+        Thread { [self] in
+            while true {
+                let command: RecordCommand
+                if keys {
+                    guard let k = TerminalKeys.nextKey() else { return }
+                    command = RecordCommand(key: k)
+                } else {
+                    guard let line = readLine() else { return }
+                    command = RecordCommand(line: line)
+                }
+                perform(command, runner: runner, reply: reply)
+            }
+        }.start()
+    }
+
+    func perform(_ command: RecordCommand, runner: GraphRunner, reply: @Sendable (String) -> Void) {
+        if state.withLock({ $0.closed }) { return }
+        switch command {
+        case .pause: control.send(.pause)
+        case .resume: control.send(.resume)
+        case .split: control.send(.split)
+        case .deleteLast:
+            do {
+                if let path = try deleteLast() { reply("deleted \(path)") } else { reply("no clip to delete") }
+            } catch {
+                reply("cannot delete the last clip: \((error as? ClipFlowError)?.message ?? "\(error)")")
+            }
+        case .list: clipListing(store).forEach(reply)
+        case .quit:
+            state.withLock { $0.quit = true }
+            runner.stop(deadline: 10)
+        case .help: reply(RecordCommand.keys)
+        case .none: break
+        }
+    }
+
+    /// Deletes the last fragment; when it is one of this recording's, its seconds leave the total.
+    /// Under the lock, so that a closed reader deletes nothing the summary has counted.
+    private func deleteLast() throws -> String? {
+        try state.withLock { s in
+            guard !s.closed, let last = store.clipFiles().last else { return nil }
+            let seconds = last.index >= firstIndex ? (try? ClipProbe.probe(last.path).videoSeconds) ?? 0 : 0
+            let deleted = try store.deleteLast()
+            if deleted == last.path { s.deletedSeconds += seconds }
+            return deleted
+        }
+    }
 }
 
 /// `clipflow clips DIR`: the fragments of a recording; `--delete-last` removes the last one.
@@ -188,29 +313,32 @@ struct Clips: ParsableCommand {
                 throw ClipFlowError.badInput("'\(directory)' is not a directory")
             }
             let store = ClipStore(directory: directory, prefix: prefix)
-            guard deleteLast else { return printClips(store) }
+            guard deleteLast else { return clipListing(store).forEach { print($0) } }
             guard let p = try store.deleteLast() else { throw ClipFlowError.badInput("no clips (\(prefix)-NNNN.mp4) in '\(directory)'") }
             print("deleted \(p)")
         }
     }
 }
 
-func printClips(_ store: ClipStore) {
+/// The `clips` listing: a line per fragment (name, seconds, size, frames), then the count and total.
+func clipListing(_ store: ClipStore) -> [String] {
     var total = 0.0
     let files = store.clipFiles()
+    var lines: [String] = []
     for e in files {
         let name = (e.path as NSString).lastPathComponent
         if let info = try? ClipProbe.probe(e.path) {
             total += info.videoSeconds
-            print(
+            lines.append(
                 String(
                     format: "%@  %7.2f s  %dx%d  %d frames%@", name, info.videoSeconds, info.video.width, info.video.height,
                     info.video.packets, info.audio == nil ? "  no audio" : ""))
         } else {
-            print("\(name)  unreadable")
+            lines.append("\(name)  unreadable")
         }
     }
-    print(String(format: "%d clip%@, %.2f s", files.count, files.count == 1 ? "" : "s", total))
+    lines.append(String(format: "%d clip%@, %.2f s", files.count, files.count == 1 ? "" : "s", total))
+    return lines
 }
 
 func parseSize(_ s: String) -> (Int, Int)? {

@@ -18,6 +18,11 @@ protocol EventRenderer: EventSink {
     func say(_ line: String)
     /// Ends a status line being redrawn, so what follows starts on a fresh line.
     func end()
+    /// Shows `line()` as the one status line, instead of the stages' states, redrawn four times a
+    /// second and under every line printed until `end()`, which erases it. `line` is called with
+    /// the renderer's lock held: it must not call the renderer. True where a status line is drawn
+    /// (text on a terminal, not quiet).
+    func showStatusLine(_ line: @escaping @Sendable () -> String) -> Bool
 }
 
 /// `--events json`: one JSON object per line on stdout, flushed per event, secrets redacted.
@@ -32,6 +37,7 @@ final class JSONEventWriter: EventRenderer, Sendable {
 
     func say(_ line: String) {}
     func end() {}
+    func showStatusLine(_ line: @escaping @Sendable () -> String) -> Bool { false }
 
     func emit(_ e: PipelineEvent) {
         let line = Secrets.shared.redact(Self.line(e, start: start)) + "\n"
@@ -83,7 +89,8 @@ final class JSONEventWriter: EventRenderer, Sendable {
 }
 
 /// Text progress on stderr. On a terminal: one status line redrawn with every stage's state
-/// (and every item in progress). Otherwise: a line per output, notice, failure and item event,
+/// (and every item in progress), or the command's own (`showStatusLine`), cut to the terminal's
+/// width; other lines print above it. Otherwise: a line per output, notice, failure and item event,
 /// and per 10 % of a stage's or an item's progress; no carriage returns.
 /// Stages emit from their own threads: what it has drawn is kept under one `Mutex`.
 final class TextRenderer: EventRenderer, Sendable {
@@ -96,11 +103,36 @@ final class TextRenderer: EventRenderer, Sendable {
         var state: [String: String] = [:]
         var lastDecile: [String: Int] = [:]
         var warnedDrops: Set<String> = []
+        /// The command's own status line, while it is shown.
+        var statusLine: (@Sendable () -> String)?
         var drew = false
         var lastDraw = 0.0
+        /// What to write, in one piece (`flush`): a terminal never shows a line half redrawn.
+        var output = ""
 
         /// Ends a drawn status line before anything else is written.
-        mutating func clear() { if drew { TextRenderer.write("\r\u{1B}[K"); drew = false } }
+        mutating func clear() { if drew { output += "\r\u{1B}[K"; drew = false } }
+
+        /// Draws `text` as the status line, over the one drawn before.
+        mutating func draw(_ text: String) {
+            output += "\r\u{1B}[K" + String(text.prefix(max(1, TextRenderer.columns() - 1)))
+            drew = true
+        }
+
+        mutating func print(_ line: String) { output += line + "\n" }
+
+        /// Writes what was put out since the last flush.
+        mutating func flush() {
+            if !output.isEmpty { TextRenderer.write(output) }
+            output = ""
+        }
+
+        /// Draws the command's own status line, if it has one; true if it has.
+        mutating func drawOwnLine() -> Bool {
+            guard let line = statusLine else { return false }
+            draw(line())
+            return true
+        }
     }
     private let drawing = Mutex(Drawing())
 
@@ -157,18 +189,20 @@ final class TextRenderer: EventRenderer, Sendable {
             }
             guard !quiet else { return }
             if isTTY {
-                if let line { d.clear(); Self.write("\(line)\n") }
-                if e.time - d.lastDraw > 0.1 || line != nil || e.kind == .finished {
+                if let line { d.clear(); d.print(line) }
+                if d.statusLine != nil {
+                    if line != nil { _ = d.drawOwnLine() }
+                } else if e.time - d.lastDraw > 0.1 || line != nil || e.kind == .finished {
                     d.lastDraw = e.time
                     let status = d.order.compactMap { k in
                         k.contains("/") ? d.state[k].map { "\(k.split(separator: "/").last ?? ""): \($0)" } : "\(k): \(d.state[k] ?? "waiting")"
                     }
-                    Self.write("\r\u{1B}[K" + status.joined(separator: " | "))
-                    d.drew = true
+                    d.draw(status.joined(separator: " | "))
                 }
             } else if let line {
-                Self.write("\(line)\n")
+                d.print(line)
             }
+            d.flush()
         }
     }
 
@@ -176,14 +210,52 @@ final class TextRenderer: EventRenderer, Sendable {
         guard !quiet else { return }
         drawing.withLock { d in
             d.clear()
-            Self.write("\(s)\n")
+            d.print(s)
+            _ = d.drawOwnLine()
+            d.flush()
         }
     }
 
     func end() {
         drawing.withLock { d in
-            if d.drew { Self.write("\n"); d.drew = false }
+            if d.statusLine != nil {
+                d.statusLine = nil
+                d.clear()
+            } else if d.drew {
+                d.print("")
+                d.drew = false
+            }
+            d.flush()
         }
+    }
+
+    func showStatusLine(_ line: @escaping @Sendable () -> String) -> Bool {
+        guard isTTY && !quiet else { return false }
+        let first = drawing.withLock { d -> Bool in
+            let first = d.statusLine == nil
+            d.statusLine = line
+            _ = d.drawOwnLine()
+            d.flush()
+            return first
+        }
+        guard first else { return true }
+        // Redraws until `end()` takes the line away.
+        Thread { [self] in
+            repeat {
+                usleep(250_000)
+            } while drawing.withLock { d in
+                defer { d.flush() }
+                return d.drawOwnLine()
+            }
+        }.start()
+        return true
+    }
+
+    /// Columns of the terminal on stderr (80 when it does not say).
+    fileprivate static func columns() -> Int {
+        var size = winsize()
+        guard ioctl(STDERR_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return 80 }
+        return Int(size.ws_col)
     }
 
     /// A 12-cell bar with its percentage, and the tenth it is in.

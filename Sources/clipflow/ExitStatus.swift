@@ -59,9 +59,12 @@ enum ErrorReport {
     }
 
     /// Prints `error: MESSAGE` on stderr (each line of a several-line message prefixed; secrets
-    /// redacted) and returns the exit status to throw.
+    /// redacted) and returns the exit status to throw. An interruption (SIGINT/SIGTERM) is what
+    /// the person asked for, not a fault: its message is printed as it is (`stopped: ...`,
+    /// `interrupted; ...`), and the exit status (130) says the work did not run to its end.
     static func print(_ e: ClipFlowError) -> ExitCode {
-        let text = Secrets.shared.redact(e.message).split(separator: "\n", omittingEmptySubsequences: true).map { "error: \($0)\n" }.joined()
+        let prefix = e.kind == .interrupted ? "" : "error: "
+        let text = Secrets.shared.redact(e.message).split(separator: "\n", omittingEmptySubsequences: true).map { "\(prefix)\($0)\n" }.joined()
         FileHandle.standardError.write(Data(text.utf8))
         return ExitStatus(e.kind).exitCode
     }

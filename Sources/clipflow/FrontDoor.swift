@@ -60,27 +60,36 @@ private struct Tee: EventSink {
     }
 }
 
-/// What the stages reported that a command's summary needs: each stage's `result` fields.
-/// Thread-safe.
+/// What the stages reported that a command's summary or status line needs: each stage's
+/// `result` fields and latest drop count. Thread-safe.
 final class EventLog: EventSink, Sendable {
     private struct State {
         var results: [String: [EventField]] = [:]
+        var dropped: [String: Int] = [:]
     }
     private let state = Mutex(State())
 
     func emit(_ e: PipelineEvent) {
         state.withLock { s in
-            if case .result(let r) = e.kind { s.results[e.stage, default: []] += r }
+            switch e.kind {
+            case .result(let r): s.results[e.stage, default: []] += r
+            case .dropped(let n): s.dropped[e.stage] = n
+            default: break
+            }
         }
     }
 
     func result(_ stage: String) -> [EventField]? { state.withLock { $0.results[stage] } }
+
+    /// Items dropped so far as the stage last reported: a source what it could not deliver in
+    /// time, any other stage what its input queues shed.
+    func dropped(_ stage: String) -> Int { state.withLock { $0.dropped[stage] ?? 0 } }
 }
 
 /// SIGINT/SIGTERM for every long command. First signal: `runner.stop(deadline: grace)` (sources
 /// stop, end of stream flows, outputs are finalised or removed, uploads pause). Second signal:
 /// `runner.cancel()`; if the stages still have not returned 5 s later, temporary files are
-/// removed and the process exits 130.
+/// removed, the terminal's mode is given back and the process exits 130.
 enum Signals {
     nonisolated(unsafe) private static var sources: [DispatchSourceSignal] = []
 
@@ -96,6 +105,7 @@ enum Signals {
                     runner.cancel()
                     DispatchQueue.global().asyncAfter(deadline: .now() + 5) {
                         TemporaryFiles.shared.removeAll()
+                        TerminalKeys.restore()
                         _exit(ExitStatus.interrupted.rawValue)
                     }
                 }

@@ -9,7 +9,8 @@ public final class RecordStatus: Sendable {
         public var fragment: Int?
         /// Seconds in the open fragment.
         public var fragmentSeconds = 0.0
-        /// Seconds of every fragment of the recording (those already in the directory included).
+        /// Seconds of every fragment of this recording, and (with a maximum record time, which
+        /// counts them) of those already in the directory.
         public var totalSeconds = 0.0
         public var paused = false
         /// Fragments this recording closed and renamed into place.

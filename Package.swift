@@ -6,6 +6,7 @@ import PackageDescription
 //                  -> ClipFlowCapture -> CClipFlowV4L2   (the only importers of the V4L2 headers: the
 //                  -> ClipFlowCaptureEmulation -> ClipFlowCapture    driver client and its kernel stand-in)
 //                  -> ClipFlowUpload  -> CClipFlowCurl   (the only importer of libcurl)
+//                  -> ClipFlowMicrophone -> CClipFlowALSA (the only importer of alsa-lib)
 //                  -> ClipFlowServe   -> Hummingbird (HTTP server), GRDB (SQLite), PostgresNIO, ClipFlowMedia, ClipFlowUpload
 //                  \-> ClipFlowCore (imports no C)
 /// Release builds compile and link against the static Swift runtime and Foundation: the dynamic
@@ -23,6 +24,7 @@ let package = Package(
         .library(name: "ClipFlowMedia", targets: ["ClipFlowMedia"]),
         .library(name: "ClipFlowCapture", targets: ["ClipFlowCapture"]),
         .library(name: "ClipFlowUpload", targets: ["ClipFlowUpload"]),
+        .library(name: "ClipFlowMicrophone", targets: ["ClipFlowMicrophone"]),
         .library(name: "ClipFlowServe", targets: ["ClipFlowServe"])
     ],
     dependencies: [
@@ -45,10 +47,12 @@ let package = Package(
         ),
         .target(name: "CClipFlowV4L2"),
         .target(name: "CClipFlowCurl", linkerSettings: [.linkedLibrary("dl")]),  // libcurl, libcrypto: dlopen (cf_curl.c)
+        .target(name: "CClipFlowALSA", linkerSettings: [.linkedLibrary("asound")]),
         .target(name: "ClipFlowCore", swiftSettings: staticStdlib),
         .target(name: "ClipFlowMedia", dependencies: ["ClipFlowCore", "CClipFlowFFmpeg"], swiftSettings: staticStdlib),
         .target(name: "ClipFlowCapture", dependencies: ["ClipFlowCore", "ClipFlowMedia", "CClipFlowV4L2"], swiftSettings: staticStdlib),
         .target(name: "ClipFlowUpload", dependencies: ["ClipFlowCore", "CClipFlowCurl"], swiftSettings: staticStdlib),
+        .target(name: "ClipFlowMicrophone", dependencies: ["ClipFlowCore", "CClipFlowALSA"], swiftSettings: staticStdlib),
         .target(
             name: "ClipFlowServe",
             dependencies: [
@@ -70,7 +74,7 @@ let package = Package(
             name: "clipflow",
             dependencies: [
                 "ClipFlowCore", "ClipFlowMedia", "ClipFlowCapture", "ClipFlowCaptureEmulation", "ClipFlowUpload", "ClipFlowServe",
-                .product(name: "ArgumentParser", package: "swift-argument-parser")
+                "ClipFlowMicrophone", .product(name: "ArgumentParser", package: "swift-argument-parser")
             ],
             swiftSettings: staticStdlib,
             linkerSettings: [.unsafeFlags(["-static-stdlib"], .when(configuration: .release))]
@@ -82,6 +86,7 @@ let package = Package(
         .testTarget(
             name: "ClipFlowCaptureTests", dependencies: ["ClipFlowCapture", "ClipFlowCaptureEmulation", "ClipFlowMedia", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowCaptureEmulationTests", dependencies: ["ClipFlowCaptureEmulation", "ClipFlowCapture", "ClipFlowCore"]),
+        .testTarget(name: "ClipFlowMicrophoneTests", dependencies: ["ClipFlowMicrophone", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowUploadTests", dependencies: ["ClipFlowUpload", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowServeTests", dependencies: ["ClipFlowServe", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowCLITests", dependencies: ["clipflow", "ClipFlowTestSupport"])

@@ -350,14 +350,16 @@ func parseSize(_ s: String) -> (Int, Int)? {
 /// `clipflow devices`: the cameras, their formats, sizes and rates.
 struct Devices: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "List V4L2 cameras with their formats, sizes and frame rates.",
+        abstract: "List V4L2 cameras and ALSA microphones with their formats, sizes, rates and channels.",
         discussion: "No camera here? CLIPFLOW_V4L2_EMULATE=1 puts an emulated vivid camera at /dev/video0 for every command.")
 
     func run() throws {
         try ErrorReport.run {
             let cams = V4L2Devices.list(syscalls: try V4L2System.defaultSyscalls())
-            if cams.isEmpty { print("no cameras found (/dev/video*)"); return }
+            if cams.isEmpty { print("no cameras found (/dev/video*)") }
             for c in cams { print(c.description) }
+            print("")
+            for line in MicrophoneListingText.lines() { print(line) }
         }
     }
 }

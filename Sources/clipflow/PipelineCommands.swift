@@ -3,6 +3,7 @@ import ClipFlowCore
 import ClipFlowUpload
 import ClipFlowCapture
 import ClipFlowMedia
+import ClipFlowMicrophone
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -15,6 +16,7 @@ func makeRegistry() -> StageRegistry {
     CoreStages.register(into: r)
     MediaStages.register(into: r)
     CaptureStages.register(into: r)
+    MicrophoneStages.register(into: r)
     UploadStages.register(into: r)
     return r
 }

@@ -1,0 +1,30 @@
+import ClipFlowMicrophone
+
+/// The microphones part of `clipflow devices`: capture PCMs, then sound cards with their capture
+/// devices, each with its rates and channels.
+enum MicrophoneListingText {
+    static func lines() -> [String] {
+        let pcms = MicrophoneListing.capturePCMs()
+        let cards = MicrophoneListing.cards()
+        var out = ["microphones (ALSA capture):"]
+        if pcms.isEmpty && cards.isEmpty { return out + ["  no microphones found (no ALSA capture device opened)"] }
+        for m in pcms {
+            let description = m.description.split(separator: "\n").joined(separator: ", ")
+            out.append("  \(m.name)\(description.isEmpty ? "" : ": \(description)")")
+            out.append("    rates \(range(m.rates)) Hz, channels \(range(m.channels))")
+        }
+        for c in cards {
+            out.append("  card \(c.index) \(c.id): \(c.name)")
+            if c.captureDevices.isEmpty { out.append("    no capture devices") }
+            for d in c.captureDevices {
+                let offers = d.rates.map { "rates \(range($0)) Hz, channels \(d.channels.map(range) ?? "?")" } ?? "busy (could not open)"
+                out.append("    \(d.pcmName): \(d.name), \(offers)")
+            }
+        }
+        return out
+    }
+
+    private static func range(_ r: ClosedRange<Int>) -> String {
+        r.lowerBound == r.upperBound ? "\(r.lowerBound)" : "\(r.lowerBound)-\(r.upperBound)"
+    }
+}

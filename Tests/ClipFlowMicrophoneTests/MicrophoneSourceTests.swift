@@ -1,0 +1,231 @@
+import ClipFlowCore
+import ClipFlowMicrophone
+import ClipFlowTestSupport
+import Foundation
+import Synchronization
+import XCTest
+
+/// The microphone source through the real alsa-lib and its `pulse` plugin, recording from a
+/// private PulseAudio server whose pipe source is fed by `MicrophoneFeeder` (the test owns the
+/// microphone's clock and knows when every beep was due on CLOCK_MONOTONIC).
+final class MicrophoneSourceTests: XCTestCase {
+    private var server: PulseAudioServer?
+
+    override func setUpWithError() throws {
+        let s = try PulseAudioServer.start()
+        s.useInThisProcess()
+        server = s
+    }
+
+    override func tearDown() {
+        server?.stop()
+        server = nil
+    }
+
+    private func feeder(ppm: Double = 0) throws -> MicrophoneFeeder {
+        let f = MicrophoneFeeder(server: try XCTUnwrap(server), ppm: ppm)
+        try f.start()
+        addTeardownBlock { f.stop() }
+        return f
+    }
+
+    /// Runs `source` to its end (its duration) and returns its chunks.
+    private func record(_ source: MicrophoneSource) throws -> [AudioChunk] {
+        let h = StageHarness(source)
+        try h.prepare()
+        _ = try h.negotiate()
+        try h.produce()
+        return h.finish().compactMap { if case .audio(let a)? = $0.media { return a } else { return nil } }
+    }
+
+    /// Frames (device count) where a beep starts: channel 0 above 0.25 after 0.1 s below it.
+    private func beepOnsets(_ chunks: [AudioChunk]) -> [Int64] {
+        var onsets: [Int64] = []
+        var quiet = 0
+        for c in chunks {
+            for i in 0..<c.frameCount {
+                if abs(c.samples[i * c.channels]) > 0.25 {
+                    if quiet >= c.sampleRate / 10 { onsets.append(c.firstSample + Int64(i)) }
+                    quiet = 0
+                } else {
+                    quiet += 1
+                }
+            }
+        }
+        return onsets
+    }
+
+    /// The capture time of `frame`, from the chunks' measured times: each chunk implies a time for
+    /// frame 0 (`clockTime - firstSample / rate`), late by scheduling jitter and never early, so the
+    /// earliest implied time of the chunks within half a second of `frame` is taken.
+    private func measuredTime(of frame: Int64, _ chunks: [AudioChunk]) -> Double? {
+        let rate = Double(chunks.first?.sampleRate ?? 48000)
+        let near = chunks.filter { abs(Double($0.firstSample - frame)) < rate / 2 }
+        guard let origin = near.compactMap({ c in c.clockTime.map { $0 - Double(c.firstSample) / rate } }).min() else { return nil }
+        return origin + Double(frame) / rate
+    }
+
+    func testNegotiatesFortyEightKilohertzStereoAndWhatIsAskedFor() throws {
+        _ = try feeder()
+        let stereo = MicrophoneSource(id: "mic", device: PulseAudioServer.pipePCM, duration: 1)
+        let h = StageHarness(stereo)
+        try h.prepare()
+        let p = try XCTUnwrap(try h.negotiate())
+        XCTAssertEqual(p.audio?.sampleRate, 48000)
+        XCTAssertEqual(p.audio?.channels, 2)
+        XCTAssertEqual(stereo.negotiated?.sampleFormat, "s16le")
+        XCTAssertTrue(h.events.contains { "\($0.kind)".contains("microphone cffifo: 48000 Hz, 2 channels") }, "\(h.events)")
+        _ = h.finish()
+
+        let mono = MicrophoneSource(id: "mic", device: PulseAudioServer.pipePCM, sampleRate: 44100, channels: 1, duration: 1)
+        let chunks = try record(mono)
+        XCTAssertEqual(mono.negotiated?.sampleRate, 44100)
+        XCTAssertEqual(mono.negotiated?.channels, 1)
+        XCTAssertTrue(chunks.allSatisfy { $0.sampleRate == 44100 && $0.channels == 1 })
+        XCTAssertEqual(chunks.reduce(0) { $0 + $1.frameCount }, 44100)
+        XCTAssertEqual(mono.framesCaptured, 44100)
+        // Continuous device count.
+        for (a, b) in zip(chunks, chunks.dropFirst()) { XCTAssertEqual(b.firstSample, a.firstSample + Int64(a.frameCount)) }
+    }
+
+    func testBeepTimesLandWithinFiveMillisecondsOfTheWholeSeconds() throws {
+        let feed = try feeder()
+        let chunks = try record(MicrophoneSource(id: "mic", device: PulseAudioServer.pipePCM, duration: 8))
+        let due = feed.beeps.map(\.time)
+        let onsets = beepOnsets(chunks)
+        XCTAssertGreaterThanOrEqual(onsets.count, 6, "beeps found: \(onsets.count)")
+        var errors: [Double] = [], raw: [Double] = []
+        for o in onsets {
+            let t = try XCTUnwrap(measuredTime(of: o, chunks))
+            let expected = try XCTUnwrap(due.min { abs($0 - t) < abs($1 - t) })
+            errors.append((t - expected) * 1000)
+            let c = try XCTUnwrap(chunks.last { $0.firstSample <= o })
+            raw.append((try XCTUnwrap(c.clockTime) + Double(o - c.firstSample) / 48000 - expected) * 1000)
+        }
+        print("beep error ms (earliest implied time within 0.5 s): \(errors.map { String(format: "%+.2f", $0) })")
+        print("beep error ms (its own chunk's clockTime): \(raw.map { String(format: "%+.2f", $0) })")
+        for e in errors { XCTAssertLessThanOrEqual(abs(e), 5, "beep error \(e) ms; all: \(errors)") }
+    }
+
+    func testFastMicrophoneDeliversItsExtraFramesPerSecond() throws {
+        let feed = try feeder(ppm: 3000)
+        let chunks = try record(MicrophoneSource(id: "mic", device: PulseAudioServer.pipePCM, duration: 6))
+        let onsets = beepOnsets(chunks)
+        XCTAssertGreaterThanOrEqual(onsets.count, 4)
+        // Beeps are due one CLOCK_MONOTONIC second apart: their spacing in frames is the device rate.
+        let spacing = Double(try XCTUnwrap(onsets.last) - onsets[0]) / Double(onsets.count - 1)
+        let first = try XCTUnwrap(measuredTime(of: onsets[0], chunks)), last = try XCTUnwrap(measuredTime(of: try XCTUnwrap(onsets.last), chunks))
+        let perSecond = Double(try XCTUnwrap(onsets.last) - onsets[0]) / (last - first)
+        let ppm = (perSecond / 48000 - 1) * 1e6
+        print("+3000 ppm feeder (\(feed.rate) frames/s): beep spacing \(spacing) frames, \(perSecond) frames per measured second (\(ppm) ppm)")
+        XCTAssertEqual(spacing, 48144, accuracy: 2)
+        XCTAssertEqual(ppm, 3000, accuracy: 300)
+    }
+
+    func testStalledMicrophoneFailsWithNoAudio() throws {
+        let feed = try feeder()
+        let source = MicrophoneSource(id: "mic", device: PulseAudioServer.pipePCM, stallSeconds: 1)
+        let h = StageHarness(source)
+        try h.prepare()
+        _ = try h.negotiate()
+        DispatchQueue.global().asyncAfter(deadline: .now() + 1) { feed.stop() }
+        let start = Date()
+        XCTAssertThrowsError(try h.produce()) { e in
+            XCTAssertTrue("\(e)".contains("microphone 'cffifo' sent no audio for 1 second"), "\(e)")
+        }
+        let took = Date().timeIntervalSince(start)
+        XCTAssertGreaterThan(source.framesCaptured, 24000)
+        XCTAssertLessThan(took, 3.5, "took \(took) s")
+        _ = h.finish(.failed)
+    }
+
+    /// A gap is no frames for a while: the device count goes on where it was and the measured
+    /// time jumps. Through PulseAudio the measure takes the jump in over seconds (its latency
+    /// estimate is smoothed), so only a jump between a third and all of the gap is asked for.
+    func testGapShowsAsAJumpOfTheClockTime() throws {
+        let feed = try feeder()
+        feed.gap(at: feed.startTime + 1.5, milliseconds: 300)
+        let chunks = try record(MicrophoneSource(id: "mic", device: PulseAudioServer.pipePCM, duration: 5))
+        XCTAssertEqual(feed.framesSkipped, 14400, accuracy: 480)
+        for (a, b) in zip(chunks, chunks.dropFirst()) { XCTAssertEqual(b.firstSample, a.firstSample + Int64(a.frameCount)) }
+        let origins = chunks.compactMap { c in c.clockTime.map { (c.firstSample, $0 - Double(c.firstSample) / 48000) } }
+        let before = try XCTUnwrap(origins.filter { $0.0 < 48000 }.map(\.1).min())
+        var moved: [String] = []
+        for second in 1..<5 {
+            let o = origins.filter { $0.0 >= Int64(second) * 48000 && $0.0 < Int64(second + 1) * 48000 }.map(\.1).min()
+            moved.append(String(format: "%.1f", ((o ?? before) - before) * 1000))
+        }
+        print("gap of 300 ms at 1.5 s: clock time of frame 0, per second of audio, moved by \(moved) ms")
+        let after = try XCTUnwrap(origins.filter { $0.0 > 4 * 48000 }.map(\.1).min())
+        XCTAssertGreaterThan(after - before, 0.1)
+        XCTAssertLessThan(after - before, 0.32)
+    }
+
+    func testNullSinkMonitorRecords() throws {
+        let source = MicrophoneSource(id: "mic", device: PulseAudioServer.monitorPCM, duration: 1)
+        let chunks = try record(source)
+        XCTAssertEqual(source.framesCaptured, 48000)
+        XCTAssertTrue(chunks.allSatisfy { $0.clockTime != nil && $0.channels == 2 })
+    }
+
+    func testMissingDeviceFailsInPrepareNamingItAndTheReason() throws {
+        let h = StageHarness(MicrophoneSource(id: "mic", device: "hw:9,0"))
+        XCTAssertThrowsError(try h.prepare()) { e in
+            let text = "\(e)"
+            XCTAssertTrue(text.contains("microphone 'hw:9,0': cannot open: No such file or directory"), text)
+            XCTAssertTrue(text.contains("clipflow devices"), text)
+        }
+    }
+
+    func testGracefulStopRecordsTheTailPastTheStopTime() throws {
+        _ = try feeder()
+        let source = MicrophoneSource(id: "mic", device: PulseAudioServer.pipePCM)
+        let h = StageHarness(source)
+        try h.prepare()
+        _ = try h.negotiate()
+        let stopTime = Mutex<Double>(0)
+        DispatchQueue.global().asyncAfter(deadline: .now() + 1.5) {
+            stopTime.withLock { $0 = SystemClock().now() }
+            h.stop()
+        }
+        try h.produce()
+        let ended = SystemClock().now()
+        let chunks = h.finish().compactMap { if case .audio(let a)? = $0.media { return a } else { return nil } }
+        let last = try XCTUnwrap(chunks.last)
+        let lastEnd = try XCTUnwrap(last.clockTime) + Double(last.frameCount) / 48000
+        let stop = stopTime.withLock { $0 }
+        print("graceful stop: audio ends \((lastEnd - stop) * 1000) ms after the stop; produce returned \((ended - stop) * 1000) ms after it")
+        XCTAssertGreaterThanOrEqual(lastEnd, stop + 0.3)
+        XCTAssertLessThan(lastEnd, stop + 0.4)
+    }
+
+    func testCancelEndsPromptly() throws {
+        _ = try feeder()
+        let h = StageHarness(MicrophoneSource(id: "mic", device: PulseAudioServer.pipePCM))
+        try h.prepare()
+        _ = try h.negotiate()
+        let cancelled = Mutex<Double>(0)
+        DispatchQueue.global().asyncAfter(deadline: .now() + 1) {
+            cancelled.withLock { $0 = SystemClock().now() }
+            h.cancel()
+        }
+        try h.produce()
+        let took = SystemClock().now() - cancelled.withLock { $0 }
+        XCTAssertLessThan(took, 0.2, "produce returned \(took) s after the cancel")
+        _ = h.finish(.cancelled)
+    }
+
+    func testDevicesListsTheTestMicrophonesWithRatesAndChannels() throws {
+        let env = try XCTUnwrap(server).environment
+        let binary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
+        let r = try Run.run([binary, "devices"], env: env)
+        let out = r.out
+        XCTAssertTrue(out.contains("microphones (ALSA capture):"), out)
+        for name in [PulseAudioServer.pipePCM, PulseAudioServer.monitorPCM] {
+            let lines = out.split(separator: "\n").map(String.init)
+            let i = try XCTUnwrap(lines.firstIndex { $0.hasPrefix("  \(name):") }, out)
+            XCTAssertTrue(lines[i].contains("clipflow test mic"), lines[i])
+            XCTAssertEqual(lines[i + 1].trimmingCharacters(in: .whitespaces), "rates 1-384000 Hz, channels 1-32", out)
+        }
+    }
+}

@@ -31,7 +31,8 @@ public struct CaptureDeviceInfo: Sendable, Equatable {
 public enum MicrophoneListing {
     /// Capture PCMs from the name hints (I/O direction unset or "Input") that open for capture
     /// (non-blocking; one that fails to open, such as a sound server's plugin without a
-    /// reachable server, is left out), in alsa-lib's order.
+    /// reachable server, is left out), in alsa-lib's order. The `null` PCM (endless zeros, no
+    /// device behind it) is not a microphone and is left out too.
     public static func capturePCMs() -> [MicrophoneInfo] {
         cf_alsa_silence_library_messages()
         var hints: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
@@ -41,7 +42,7 @@ public enum MicrophoneListing {
         var i = 0
         while let hint = hints[i] {
             i += 1
-            guard let name = string(hint, "NAME") else { continue }
+            guard let name = string(hint, "NAME"), name != "null" else { continue }
             let direction = string(hint, "IOID")
             guard direction == nil || direction == "Input" else { continue }
             guard let r = ranges(of: name) else { continue }

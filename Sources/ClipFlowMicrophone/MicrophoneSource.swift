@@ -17,6 +17,9 @@ import Synchronization
 /// ends it within one wait (`pollMs`). No audio for `stallSeconds` is an error. Overruns are
 /// counted in `overruns` and each emits a notice.
 ///
+/// The stop time, the stall timeout and the tail are on CLOCK_MONOTONIC (`SystemClock`) whatever
+/// the context's clock, since they are compared with the device's timestamps.
+///
 /// Belongs to its stage queue (others read its counters after the run); owns the
 /// `MicrophoneDevice` from `prepare` to `finish`.
 public final class MicrophoneSource: Stage {

@@ -109,13 +109,23 @@ final class MicrophoneSourceTests: XCTestCase {
 
     func testFastMicrophoneDeliversItsExtraFramesPerSecond() throws {
         let feed = try feeder(ppm: 3000)
-        let chunks = try record(MicrophoneSource(id: "mic", device: PulseAudioServer.pipePCM, duration: 6))
+        let chunks = try record(MicrophoneSource(id: "mic", device: PulseAudioServer.pipePCM, duration: 7))
         let onsets = beepOnsets(chunks)
-        XCTAssertGreaterThanOrEqual(onsets.count, 4)
+        XCTAssertGreaterThanOrEqual(onsets.count, 5)
         // Beeps are due one CLOCK_MONOTONIC second apart: their spacing in frames is the device rate.
         let spacing = Double(try XCTUnwrap(onsets.last) - onsets[0]) / Double(onsets.count - 1)
-        let first = try XCTUnwrap(measuredTime(of: onsets[0], chunks)), last = try XCTUnwrap(measuredTime(of: try XCTUnwrap(onsets.last), chunks))
-        let perSecond = Double(try XCTUnwrap(onsets.last) - onsets[0]) / (last - first)
+        // Frames per measured second: a least-squares line through the earliest-measured chunk of
+        // every second of audio (the measure is late by jitter, never early).
+        var points: [(t: Double, f: Double)] = []
+        for second in 0..<7 {
+            let bin = chunks.filter { $0.firstSample / 48000 == Int64(second) && $0.clockTime != nil }
+            if let c = bin.min(by: { $0.clockTime! - Double($0.firstSample) / 48000 < $1.clockTime! - Double($1.firstSample) / 48000 }) {
+                points.append((try XCTUnwrap(c.clockTime), Double(c.firstSample)))
+            }
+        }
+        let n = Double(points.count), mt = points.map(\.t).reduce(0, +) / n, mf = points.map(\.f).reduce(0, +) / n
+        let perSecond =
+            points.map { ($0.t - mt) * ($0.f - mf) }.reduce(0, +) / points.map { ($0.t - mt) * ($0.t - mt) }.reduce(0, +)
         let ppm = (perSecond / 48000 - 1) * 1e6
         print("+3000 ppm feeder (\(feed.rate) frames/s): beep spacing \(spacing) frames, \(perSecond) frames per measured second (\(ppm) ppm)")
         XCTAssertEqual(spacing, 48144, accuracy: 2)

@@ -6,7 +6,11 @@ import Foundation
 /// pictures are stamped on), so that sound and picture of the same instant meet in the file.
 ///
 /// It takes `AudioChunk`s whose `firstSample` counts the samples the device delivered and whose
-/// `clockTime` measures when the first was captured (late by up to tens of milliseconds), and
+/// `clockTime` measures when the first was captured (late by up to tens of milliseconds), or
+/// better, whose `readTime` says when they were read: their first sample was captured no later
+/// than that minus their length (a bound that is never early; a sound server's latency estimate,
+/// which `clockTime` is made from, is early by up to the length of a loss for seconds after one,
+/// and at the start). The measure used is that bound where known, else `clockTime`. It
 /// returns chunks on the clock's sample grid: sample `k` is at `k / sampleRate` seconds on the
 /// capture clock. On the way:
 /// - **clock model.** The device's sample clock against the capture clock is a line fitted to the
@@ -15,9 +19,12 @@ import Foundation
 /// - **drift.** A device that runs fast or slow (hundreds of ppm are common) is followed by
 ///   libswresample's soft compensation: the resampling ratio is steered, never a jump, so no
 ///   click; at most `maxCorrection` (1%) pitch change while it catches up;
-/// - **lost audio.** Samples the device lost (an overrun: the measures jump late and stay late)
-///   are counted (`overruns`, `lostSeconds`) and their place is left empty (the recorder fills
-///   it with silence of exactly that length), so what follows stays in sync.
+/// - **lost audio.** Samples the device lost (an overrun) are counted (`overruns`,
+///   `lostSeconds`) and their place is left empty (the recorder fills it with silence of exactly
+///   that length), so what follows stays in sync. A loss shows as the measures jumping late
+///   against the model and staying late for `confirmSeconds` of the clock (a reader that was
+///   only descheduled catches up within that). Measures are left out of the fit for
+///   `settleSeconds` after a loss and wherever they fall early of the model.
 ///
 /// The first output waits for `anchorSeconds` of audio, so the placement starts from a fitted
 /// clock; chunks are held while a jump is being confirmed (`confirmSeconds`). Not thread-safe: one
@@ -45,10 +52,25 @@ final class LiveAudioAligner {
     /// padded instead of steered.
     static let hardErrorSeconds = 0.060
 
+    static let settleSeconds = 5.0
+
     /// Model index of a device sample: delivered samples plus lost ones (the device's timeline).
     private var lost: Int64 = 0
-    /// (model index, measured time) of chunks not yet given to the resampler.
-    private var held: [(index: Int64, time: Double, chunk: AudioChunk)] = []
+    /// A chunk not yet given to the resampler: its model index and capture time measure.
+    private struct Held {
+        var index: Int64
+        var time: Double
+        var chunk: AudioChunk
+        /// The measure minus the model's time for it.
+        func lag(_ model: (Int64) -> Double) -> Double { time - model(index) }
+    }
+    private var held: [Held] = []
+    /// The lowest lag of each quarter second of placed chunks (the last two seconds): how late
+    /// measures are when nothing is lost.
+    private var lagLows: [Double] = []
+    private var lagWindow: (start: Int64, low: Double)?
+    /// Capture time measures of chunks before this model index are left out of the fit.
+    private var fitFrom: Int64 = 0
     /// Earliest-measure points, one per window, and the window being filled.
     private var points: [(index: Double, time: Double)] = []
     private var window: (start: Int64, index: Int64, time: Double)?
@@ -88,8 +110,9 @@ final class LiveAudioAligner {
         }
         level = Self.peak(chunk.samples)
         let index = chunk.firstSample + lost
-        observe(index: index, time: time)
-        held.append((index, time, chunk))
+        let measure = chunk.readTime.map { $0 - Double(chunk.frameCount) / Double(sampleRate) } ?? time
+        observe(index: index, time: measure)
+        held.append(Held(index: index, time: measure, chunk: chunk))
         return try release()
     }
 
@@ -103,6 +126,9 @@ final class LiveAudioAligner {
     // MARK: the clock model
 
     private func observe(index: Int64, time: Double) {
+        if index < fitFrom { return }
+        // Early of the model by more than a jump: a latency estimate still catching up.
+        if let m = modelTime(index), time < m - Self.jumpSeconds { return }
         let span = Int64(Self.windowSeconds * Double(sampleRate))
         if let w = window, index - w.start < span {
             if time - Double(index) / Double(sampleRate) < w.time - Double(w.index) / Double(sampleRate) { window = (w.start, index, time) }
@@ -160,28 +186,46 @@ final class LiveAudioAligner {
             fitted = (best.time - Double(best.index) * nominal, nominal)
         }
         var out: [AudioChunk] = []
+        let model = { (i: Int64) in self.modelTime(i)! }
         while let h = held.first {
-            let late = h.time - modelTime(h.index)!
-            if late > Self.jumpSeconds && !final {
-                // Confirm: every measure since this one stays late by about as much.
-                let lastEnd = held.last!.index + Int64(held.last!.chunk.frameCount)
-                if Double(lastEnd - h.index) < Self.confirmSeconds * Double(sampleRate) { break }
-                let lows = held.map { $0.time - modelTime($0.index)! }.min()!
+            let usual = lagLows.min() ?? h.lag(model)
+            if h.lag(model) - usual > Self.jumpSeconds && !final {
+                // Confirm: every chunk measured in the next `confirmSeconds` stays late by about as much.
+                if held.last!.time - h.time < Self.confirmSeconds { break }
+                let lows = held.map { $0.lag(model) }.min()! - usual
                 if lows > Self.jumpSeconds {
                     let missing = Int64((lows * Double(sampleRate)).rounded())
                     lost += missing
                     overruns += 1
                     lostSeconds += Double(missing) / Double(sampleRate)
-                    held = held.map { ($0.index + missing, $0.time, $0.chunk) }
-                    // The window being measured straddles the loss: start it again.
+                    for k in held.indices { held[k].index += missing }
+                    // Measures since the loss are not the model's (they were taken before it was
+                    // known), nor are the next few seconds' (see `settleSeconds`).
+                    points.removeAll { $0.index >= Double(h.index) }
                     window = nil
+                    fitFrom = h.index + missing + Int64(Self.settleSeconds * Double(sampleRate))
                     continue
                 }
             }
             held.removeFirst()
+            noteLag(h.index, h.lag(model))
             if let c = try place(h.index, h.chunk) { out.append(c) }
         }
         return out
+    }
+
+    /// Keeps the lowest arrival lag per quarter second of the last two seconds.
+    private func noteLag(_ index: Int64, _ lag: Double) {
+        let span = Int64(Double(sampleRate) / 4)
+        if let w = lagWindow, index - w.start < span {
+            lagWindow = (w.start, min(w.low, lag))
+            return
+        }
+        if let w = lagWindow {
+            lagLows.append(w.low)
+            if lagLows.count > 8 { lagLows.removeFirst() }
+        }
+        lagWindow = (index, lag)
     }
 
     /// Gives one chunk to the resampler, steering its ratio so that the output stays where the

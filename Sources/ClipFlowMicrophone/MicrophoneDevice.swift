@@ -19,8 +19,9 @@ public struct MicrophoneFormat: Sendable, Equatable {
 
 /// The outcome of one `MicrophoneDevice.read`.
 public enum MicrophoneRead: Sendable {
-    /// Interleaved samples (`frames` x channels) and the CLOCK_MONOTONIC time of the first frame.
-    case audio(samples: [Float], frames: Int, clockTime: Double)
+    /// Interleaved samples (`frames` x channels), the CLOCK_MONOTONIC time of the first frame,
+    /// and the time they were read (their last frame was captured before it).
+    case audio(samples: [Float], frames: Int, clockTime: Double, readTime: Double)
     /// Nothing arrived within the timeout.
     case timeout
     /// The device overran (frames were lost); capture was restarted and goes on.
@@ -113,7 +114,7 @@ public final class MicrophoneDevice {
         if s < 0 { return try recover(p, s) }
         let frames = Int(n)
         let clockTime = status.htstamp - Double(status.delay + frames) / Double(format.sampleRate)
-        return .audio(samples: samples(frames: frames), frames: frames, clockTime: clockTime)
+        return .audio(samples: samples(frames: frames), frames: frames, clockTime: clockTime, readTime: status.htstamp)
     }
 
     /// Interleaved Float samples in -1...1 from the first `frames` frames of `raw`.

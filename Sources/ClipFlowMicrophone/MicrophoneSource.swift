@@ -121,7 +121,7 @@ public final class MicrophoneSource: Stage {
                 context.emit(.notice("\(why) after \(framesCaptured) frames; ending its audio there"))
                 report(context)
                 return
-            case .audio(var samples, var frames, let clockTime):
+            case .audio(var samples, var frames, let clockTime, let readTime):
                 lastAudio = SystemClock().now()
                 if let limit, framesCaptured + Int64(frames) > limit {
                     frames = Int(limit - framesCaptured)
@@ -129,7 +129,7 @@ public final class MicrophoneSource: Stage {
                 }
                 let chunk = AudioChunk(
                     sampleRate: mic.format.sampleRate, channels: mic.format.channels, samples: samples,
-                    firstSample: framesCaptured, clockTime: clockTime)
+                    firstSample: framesCaptured, clockTime: clockTime, readTime: readTime)
                 framesCaptured += Int64(frames)
                 if context.push(.frame(.audio(chunk))) != .ok { return report(context) }
                 chunks += 1

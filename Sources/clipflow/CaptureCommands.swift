@@ -2,6 +2,7 @@ import ArgumentParser
 import ClipFlowCapture
 import ClipFlowCore
 import ClipFlowMedia
+import ClipFlowMicrophone
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -14,7 +15,10 @@ struct Record: ParsableCommand {
         abstract: "Record clip fragments from a camera (V4L2) or the test pattern.",
         discussion: """
             Pictures are encoded to H.264 (libx264) and audio to AAC, into fragments DIR/<prefix>-NNNN.mp4, \
-            each a complete MP4 the moment it is closed. --segment starts a new fragment every N seconds \
+            each a complete MP4 the moment it is closed. --audio records a microphone (an ALSA capture \
+            device) beside the camera, in sync: both on one clock, a microphone running fast or slow \
+            followed, audio it loses filled with silence of the same length. Fragments are \
+            --segment starts a new fragment every N seconds \
             (on a keyframe); --max-duration caps the total over every clip in DIR. SIGINT/SIGTERM (or \
             the camera being unplugged) finalises the open fragment; earlier ones are untouched. On a \
             terminal one status line shows the open fragment, its time and the total, drops and the \
@@ -60,6 +64,15 @@ struct Record: ParsableCommand {
     var fast = false
     @Flag(help: "Test pattern: no audio.")
     var noAudio = false
+    @Option(
+        help: ArgumentHelp(
+            "Microphone: an ALSA capture device (default, hw:1,0, plughw:CARD=C920,DEV=0, pulse; 'clipflow devices' lists them), or none. With the test pattern, in place of its tone.",
+            valueName: "device"))
+    var audio = "none"
+    @Option(help: "Microphone sample rate to ask for (the device may offer another).")
+    var audioRate = 48000
+    @Option(help: "Microphone channels to ask for (the device may offer another count).")
+    var audioChannels = 2
     @Flag(
         help: "Take commands while recording: p pause, r resume, s split, d delete the last clip, l list, q stop (key presses on a terminal, lines otherwise).")
     var interactive = false
@@ -77,6 +90,9 @@ struct Record: ParsableCommand {
             throw ValidationError("\(name) expects seconds from 0 to \(Int(Self.longestSeconds)) (got \(v))")
         }
         if fast && duration == 0 && source == .testpattern { throw ValidationError("--fast needs --duration (an unpaced test pattern would never end)") }
+        guard (8000...192_000).contains(audioRate) else { throw ValidationError("--audio-rate expects 8000 to 192000 samples per second (got \(audioRate))") }
+        guard (1...32).contains(audioChannels) else { throw ValidationError("--audio-channels expects 1 to 32 (got \(audioChannels))") }
+        if audio.isEmpty { throw ValidationError("--audio expects an ALSA device name or none") }
         if encoderPreset != nil && oldPreset != nil {
             throw ValidationError("--preset is the old name of --encoder-preset; give --encoder-preset only")
         }
@@ -99,14 +115,20 @@ struct Record: ParsableCommand {
             let status = RecordStatus()
             let src = try makeSource(width: w, height: h)
             let rec = RecordStage(id: "record", options: o, control: control, status: status)
-            let nodes = [StageNode(handing: src), StageNode(handing: rec)]
+            let mic = audio == "none" ? nil : MicrophoneSource(id: "microphone", device: audio, sampleRate: audioRate, channels: audioChannels)
+            var nodes = [StageNode(handing: src), StageNode(handing: rec)]
+            var edges = [Edge(from: "camera", to: "record", limits: RecordStage.kind.queue)]
+            if let mic {
+                nodes.append(StageNode(handing: mic))
+                edges.append(Edge(from: "microphone", to: "record", limits: RecordStage.kind.queue))
+            }
             let store = ClipStore(directory: output, prefix: prefix)
             let reader = RecordCommandReader(
                 control: control, store: store, firstIndex: (store.clipFiles().map(\.index).max() ?? 0) + 1)
             let keys = interactive && TerminalKeys.enterRawMode()
             defer { if keys { TerminalKeys.restore() } }
             let (outcome, runner) = try door.run(
-                nodes: nodes, edges: [Edge(from: "camera", to: "record", limits: RecordStage.kind.queue)], grace: 10
+                nodes: nodes, edges: edges, grace: 10
             ) { runner in
                 let prefix = prefix, log = door.log
                 let shown = door.renderer.showStatusLine {
@@ -143,6 +165,11 @@ struct Record: ParsableCommand {
                 summary +=
                     "; \(atSource + inQueue) picture\(atSource + inQueue == 1 ? "" : "s") dropped (\(atSource) by the \(source == .v4l2 ? "camera" : "test pattern"), \(inQueue) in the queue)"
             }
+            if let r = rec.recorder, r.audioOverruns > 0 {
+                summary += String(
+                    format: "; audio lost %d time%@ (%.3f s, filled with silence)", r.audioOverruns, r.audioOverruns == 1 ? "" : "s",
+                    r.audioLostSeconds)
+            }
             switch outcome {
             case .completed:
                 if let v = src as? V4L2Source, v.deviceLost {
@@ -168,7 +195,7 @@ struct Record: ParsableCommand {
                 throw ClipFlowError.badInput("--format '\(format ?? "")': the test pattern makes yuv420p, nv12 or yuyv422")
             }
             var s = TestPatternSettings(width: w, height: h, fps: fps, format: fmt)
-            if noAudio { s.sampleRate = 0 }
+            if noAudio || audio != "none" { s.sampleRate = 0 }
             return TestPatternSource(id: "camera", settings: s, realtime: !fast, duration: duration)
         case .v4l2:
             let f = format ?? "auto"

@@ -19,6 +19,12 @@ final class LiveAudioAlignerTests: XCTestCase {
         var start = 1000.25
         var lose: Range<Double>?
         var rng = SplitMix64(seed: 7)
+        /// Chunks carry `readTime` (0.5 to 3.5 ms after their last sample), and after a loss
+        /// the capture time measures catch up with it only over seconds, as a sound server's
+        /// smoothed latency estimate does.
+        var soundServer = false
+        /// The reader is descheduled over this range: what is captured meanwhile is read at its end.
+        var stall: Range<Double>?
 
         func trueTime(_ j: Int64) -> Double { start + Double(j) / (Double(rate) * (1 + ppm / 1e6)) }
 
@@ -44,7 +50,15 @@ final class LiveAudioAlignerTests: XCTestCase {
             }
             let usual = rng.next() % 100 < 90
             let micros = Double(usual ? 300 + rng.next() % 700 : 5000 + rng.next() % 15_000)
-            let chunk = AudioChunk(sampleRate: rate, channels: 2, samples: s, firstSample: delivered, clockTime: t0 + micros / 1e6)
+            var measured = t0 + micros / 1e6
+            var read: Double?
+            if soundServer {
+                let end = trueTime(produced + Int64(n))
+                read = end + 0.0005 + Double(rng.next() % 3000) / 1e6
+                if let stall, stall.contains(end) { read = stall.upperBound + Double(rng.next() % 1000) / 1e6 }
+                if let lose, t0 >= lose.upperBound { measured -= (lose.upperBound - lose.lowerBound) * exp(-(t0 - lose.upperBound) / 1.5) }
+            }
+            let chunk = AudioChunk(sampleRate: rate, channels: 2, samples: s, firstSample: delivered, clockTime: measured, readTime: read)
             delivered += Int64(n)
             produced += Int64(n)
             return (chunk, trueTime(produced))
@@ -130,6 +144,31 @@ final class LiveAudioAlignerTests: XCTestCase {
         let errors = beepErrors(placed, rate: 48_000)
         XCTAssertLessThan(errors.dropFirst(3).map(abs).max()!, 0.001, "sync holds after the loss: \(errors)")
         XCTAssertLessThan(largestStepOfTheTone(placed, rate: 48_000), 0.06, "no step but the gap's own edges")
+    }
+
+    /// Through a sound server: the loss is seen from when chunks arrive, though the capture time
+    /// measures take seconds to show it.
+    func testLostAudioThroughASoundServerIsSeenFromArrivals() throws {
+        var device = Device(ppm: 300, lose: 1030.4..<1030.65)
+        device.soundServer = true
+        let aligner = try LiveAudioAligner(sampleRate: 48_000, channels: 2)
+        let placed = try device.run(aligner, seconds: 60)
+        XCTAssertEqual(aligner.overruns, 1)
+        XCTAssertEqual(aligner.lostSeconds, 0.25, accuracy: 0.011)
+        let errors = beepErrors(placed, rate: 48_000)
+        XCTAssertLessThan(errors.dropFirst(3).map(abs).max()!, 0.003, "sync holds after the loss (the loss measured within the arrivals' jitter): \(errors)")
+    }
+
+    /// A reader descheduled for 300 ms reads what was captured meanwhile at once: nothing was lost.
+    func testAReaderThatFellBehindLosesNothing() throws {
+        var device = Device(ppm: 0)
+        device.soundServer = true
+        device.stall = 1010.3..<1010.6
+        let aligner = try LiveAudioAligner(sampleRate: 48_000, channels: 2)
+        let placed = try device.run(aligner, seconds: 20)
+        XCTAssertEqual(aligner.overruns, 0)
+        let errors = beepErrors(placed, rate: 48_000)
+        XCTAssertLessThan(errors.dropFirst(3).map(abs).max()!, 0.001, "\(errors)")
     }
 
     func testAMeasureThatIsLateOnceIsNotALoss() throws {

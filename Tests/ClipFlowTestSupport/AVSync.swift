@@ -31,11 +31,12 @@ public enum AVSync {
         return out
     }
 
-    /// For each flash, the nearest beep's start minus the flash (seconds; + : sound late).
+    /// For each flash with a beep within half a second, the beep's start minus the flash
+    /// (seconds; + : sound late). A flash without one (before the sound started) is left out.
     public static func offsets(_ path: String) throws -> [(flash: Double, offset: Double)] {
         let beeps = try beepOnsets(path)
         return try flashTimes(path).compactMap { f in
-            beeps.min { abs($0 - f) < abs($1 - f) }.map { (f, $0 - f) }
+            beeps.min { abs($0 - f) < abs($1 - f) }.flatMap { abs($0 - f) < 0.5 ? (f, $0 - f) : nil }
         }
     }
 

@@ -106,7 +106,7 @@ public final class MicrophoneFeeder: @unchecked Sendable {
         reader = nil
     }
 
-    static func now() -> Double {
+    public static func now() -> Double {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9

@@ -65,20 +65,24 @@ public final class VideoFrame: Sendable {
 /// on the capture clock (CLOCK_MONOTONIC, as `VideoFrame.clockTime`). Such a measure jitters
 /// (late by up to tens of milliseconds), and the device's sample clock runs fast or slow against
 /// the capture clock, so `firstSample` then counts the samples the device delivered (gaps it
-/// lost are not in it) and the recorder places them (`LiveAudioAligner`).
+/// lost are not in it) and the recorder places them (`LiveAudioAligner`). `readTime`, when
+/// known, is when the chunk was read from the device on the same clock: its last sample was
+/// captured before then, whatever a sound server's latency estimate says.
 public final class AudioChunk: Sendable {
     public let sampleRate: Int
     public let channels: Int
     public let samples: [Float]
     public let firstSample: Int64
     public let clockTime: Double?
+    public let readTime: Double?
 
-    public init(sampleRate: Int, channels: Int, samples: [Float], firstSample: Int64, clockTime: Double? = nil) {
+    public init(sampleRate: Int, channels: Int, samples: [Float], firstSample: Int64, clockTime: Double? = nil, readTime: Double? = nil) {
         self.sampleRate = sampleRate
         self.channels = channels
         self.samples = samples
         self.firstSample = firstSample
         self.clockTime = clockTime
+        self.readTime = readTime
     }
     public var frameCount: Int { channels > 0 ? samples.count / channels : 0 }
     public var time: Double { Double(firstSample) / Double(sampleRate) }

@@ -93,7 +93,7 @@ final class PipelineCLITests: XCTestCase {
                 "--set", "DURATION=2", "--set", "DEVICE=/dev/video0",
                 "--set", "TUS_ENDPOINT=https://tus.example/files", "--set", "GCORE_API=https://api.example/streaming",
                 "--set", "GCORE_UPLOAD_URL=https://{hostname}/upload",
-                "--set", "S3_ENDPOINT=https://s3.example", "--set", "BUCKET=media", f
+                "--set", "S3_ENDPOINT=https://s3.example", "--set", "BUCKET=media", "--set", "MICROPHONE=default", f
             ])
             XCTAssertEqual(r.status, 0, "validator rejects example \(f): \(r.stderr)")
         }
@@ -129,6 +129,12 @@ final class PipelineCLITests: XCTestCase {
         defer { gcore.stop() }
         let s3 = try MotoServer.start(bucket: "examples")
         defer { s3.process.stop() }
+        // The microphone example records from a private PulseAudio's pipe source, fed by the test.
+        let pulse = try PulseAudioServer.start()
+        defer { pulse.stop() }
+        let microphone = MicrophoneFeeder(server: pulse)
+        try microphone.start()
+        defer { microphone.stop() }
         var ran = Set<String>()
         for f in try files("pipelines", ".json") {
             let name = (f as NSString).lastPathComponent
@@ -140,7 +146,7 @@ final class PipelineCLITests: XCTestCase {
                     "--set", "ROTATE=90", "--set", "COUNT=200", "--set", "DURATION=2", "--set", "DEVICE=/dev/video0",
                     "--set", "TUS_ENDPOINT=\(tus.baseURL)", "--set", "GCORE_API=\(gcore.url)",
                     "--set", "GCORE_UPLOAD_URL=http://{hostname}/files",
-                    "--set", "S3_ENDPOINT=\(s3.endpoint)", "--set", "BUCKET=\(s3.bucket)", f
+                    "--set", "S3_ENDPOINT=\(s3.endpoint)", "--set", "BUCKET=\(s3.bucket)", "--set", "MICROPHONE=\(PulseAudioServer.pipePCM)", f
                 ],
                 env: [
                     "CLIPFLOW_V4L2_EMULATE": "1",
@@ -148,7 +154,7 @@ final class PipelineCLITests: XCTestCase {
                     "AWS_ACCESS_KEY_ID": s3.sessionCredentials.accessKeyID,
                     "AWS_SECRET_ACCESS_KEY": s3.sessionCredentials.secretAccessKey,
                     "AWS_SESSION_TOKEN": s3.sessionCredentials.sessionToken ?? ""
-                ], check: false)
+                ].merging(pulse.environment) { a, _ in a }, check: false)
             XCTAssertEqual(r.status, 0, "\(name): \(r.stderr)")
             let events = r.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
             XCTAssertFalse(events.isEmpty, name)
@@ -171,6 +177,15 @@ final class PipelineCLITests: XCTestCase {
                 XCTAssertEqual(try Probe.rotation("\(out)/joined.mp4"), -90)
                 XCTAssertEqual(try Probe.videoFrames("\(out)/archive/joined.mp4"), sum)
                 XCTAssertEqual(try Probe.stream("\(out)/joined.jpg", "v:0", "width"), "240")
+            case "webcam-with-microphone.json":
+                // 2 s of camera and microphone: one fragment with both streams, as long as each other.
+                let clip = "\(out)/clips/clip-0001.mp4"
+                XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: "\(out)/clips"), ["clip-0001.mp4"])
+                XCTAssertEqual(try Probe.videoFrames(clip), 60)
+                XCTAssertEqual(try Probe.stream(clip, "a:0", "codec_name"), "aac")
+                XCTAssertEqual(try AVSync.streamDuration(clip, "a:0"), try AVSync.streamDuration(clip, "v:0"), accuracy: 1024.0 / 48_000)
+                XCTAssertEqual(try Probe.decodeErrors("\(out)/video.mp4"), "")
+                XCTAssertEqual(try Probe.stream("\(out)/cover.jpg", "v:0", "width"), "720", "720 on the long side")
             case "backpressure.json":
                 let done = events.last { $0["stage"] as? String == "slow" && $0["event"] as? String == "progress" }
                 XCTAssertEqual(done?["completed"] as? Int, 200)

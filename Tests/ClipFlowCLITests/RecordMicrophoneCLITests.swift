@@ -117,7 +117,9 @@ final class RecordMicrophoneCLITests: XCTestCase {
             let k = (t - feeder.startTime) * feeder.rate
             let inBeep = beeps.contains { k >= Double($0) && k < Double($0 + Int64(MicrophoneFeeder.beepFrames)) }
             let phase = k / Double(MicrophoneFeeder.labelledRate)
-            samples[i] = Float(inBeep ? 0.5 * sin(2 * .pi * 1000 * phase) : 0.03 * sin(2 * .pi * 440 * phase))
+            // As the feeder writes it: 16-bit samples.
+            let v = inBeep ? 0.5 * sin(2 * .pi * 1000 * phase) : 0.03 * sin(2 * .pi * 440 * phase)
+            samples[i] = Float(Int16(v * 32767)) / 32767
         }
         let dir = fx.scratch(name)
         let raw = dir.appendingPathComponent("heard.f32").path

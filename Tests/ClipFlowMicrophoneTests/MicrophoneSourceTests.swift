@@ -55,13 +55,15 @@ final class MicrophoneSourceTests: XCTestCase {
         return onsets
     }
 
-    /// The capture time of `frame`, from the chunks' measured times: each chunk implies a time for
-    /// frame 0 (`clockTime - firstSample / rate`), late by scheduling jitter and never early, so the
+    /// The capture time of `frame`, from when the chunks were read: each chunk's first frame was
+    /// captured no later than its `readTime` minus its length, so each implies a latest time for
+    /// frame 0, late by scheduling jitter and never early (as the recorder measures them); the
     /// earliest implied time of the chunks within half a second of `frame` is taken.
     private func measuredTime(of frame: Int64, _ chunks: [AudioChunk]) -> Double? {
         let rate = Double(chunks.first?.sampleRate ?? 48000)
         let near = chunks.filter { abs(Double($0.firstSample - frame)) < rate / 2 }
-        guard let origin = near.compactMap({ c in c.clockTime.map { $0 - Double(c.firstSample) / rate } }).min() else { return nil }
+        let origins = near.compactMap { c in c.readTime.map { $0 - Double(c.frameCount + Int(c.firstSample)) / rate } }
+        guard let origin = origins.min() else { return nil }
         return origin + Double(frame) / rate
     }
 
@@ -102,7 +104,7 @@ final class MicrophoneSourceTests: XCTestCase {
             let c = try XCTUnwrap(chunks.last { $0.firstSample <= o })
             raw.append((try XCTUnwrap(c.clockTime) + Double(o - c.firstSample) / 48000 - expected) * 1000)
         }
-        print("beep error ms (earliest implied time within 0.5 s): \(errors.map { String(format: "%+.2f", $0) })")
+        print("beep error ms (earliest read-time bound within 0.5 s): \(errors.map { String(format: "%+.2f", $0) })")
         print("beep error ms (its own chunk's clockTime): \(raw.map { String(format: "%+.2f", $0) })")
         for e in errors { XCTAssertLessThanOrEqual(abs(e), 5, "beep error \(e) ms; all: \(errors)") }
     }

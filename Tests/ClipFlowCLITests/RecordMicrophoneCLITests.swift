@@ -54,7 +54,10 @@ final class RecordMicrophoneCLITests: XCTestCase {
             let sync = try AVSync.offsets(c)
             XCTAssertGreaterThanOrEqual(sync.count, Int(segment) - 1, c)
             XCTAssertLessThan(sync.map { abs($0.offset) }.max() ?? 1, 1.0 / 30, "\(c): \(sync)")
-            print(String(format: "%@: flash to beep %@ ms", (c as NSString).lastPathComponent, sync.map { String(format: "%+.1f", $0.offset * 1000) }.joined(separator: " ")))
+            print(
+                String(
+                    format: "%@: flash to beep %@ ms", (c as NSString).lastPathComponent,
+                    sync.map { String(format: "%+.1f", $0.offset * 1000) }.joined(separator: " ")))
         }
     }
 

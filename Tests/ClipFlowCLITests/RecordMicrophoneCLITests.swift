@@ -124,11 +124,6 @@ final class RecordMicrophoneCLITests: XCTestCase {
             let v = inBeep ? 0.5 * sin(2 * .pi * 1000 * phase) : 0.03 * sin(2 * .pi * 440 * phase)
             samples[i] = Float(Int16(v * 32767)) / 32767
         }
-        let dir = fx.scratch(name)
-        let raw = dir.appendingPathComponent("heard.f32").path
-        try samples.withUnsafeBytes { try Data($0).write(to: URL(fileURLWithPath: raw)) }
-        let wav = dir.appendingPathComponent("heard.wav").path
-        _ = try Run.run(["ffmpeg", "-v", "error", "-y", "-f", "f32le", "-ar", "48000", "-ac", "1", "-i", raw, "-ac", "2", "-c:a", "pcm_f32le", wav])
-        return wav
+        return try AVSync.wav(samples, in: fx.scratch(name))
     }
 }

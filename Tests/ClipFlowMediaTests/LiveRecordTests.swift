@@ -114,12 +114,7 @@ final class LiveRecordTests: XCTestCase {
     func heard(from start: Double, seconds: Double, name: String) throws -> String {
         let n = Int(seconds * 48_000)
         let samples = (0..<n).map { LiveAudioAlignerTests.Device.signal(start + Double($0) / 48_000) }
-        let dir = fx.scratch(name)
-        let raw = dir.appendingPathComponent("heard.f32").path
-        try samples.withUnsafeBytes { try Data($0).write(to: URL(fileURLWithPath: raw)) }
-        let wav = dir.appendingPathComponent("heard.wav").path
-        _ = try Run.run(["ffmpeg", "-v", "error", "-y", "-f", "f32le", "-ar", "48000", "-ac", "1", "-i", raw, "-ac", "2", "-c:a", "pcm_f32le", wav])
-        return wav
+        return try AVSync.wav(samples, in: fx.scratch(name))
     }
 
     func testLostAudioIsFilledWithSilenceAndSyncHolds() throws {

@@ -40,6 +40,16 @@ public enum AVSync {
         }
     }
 
+    /// `samples` (mono, 48 kHz) as a stereo float WAV file `heard.wav` in `directory`: what a
+    /// microphone was fed, for `scripts/join-metrics` to judge a recording against.
+    public static func wav(_ samples: [Float], in directory: URL) throws -> String {
+        let raw = directory.appendingPathComponent("heard.f32").path
+        try samples.withUnsafeBytes { try Data($0).write(to: URL(fileURLWithPath: raw)) }
+        let wav = directory.appendingPathComponent("heard.wav").path
+        _ = try Run.run(["ffmpeg", "-v", "error", "-y", "-f", "f32le", "-ar", "48000", "-ac", "1", "-i", raw, "-ac", "2", "-c:a", "pcm_f32le", wav])
+        return wav
+    }
+
     /// Duration of a stream (`v:0`, `a:0`) as ffprobe reports it.
     public static func streamDuration(_ path: String, _ selector: String) throws -> Double {
         Double(try Probe.stream(path, selector, "duration")) ?? .nan

@@ -17,6 +17,8 @@ import Synchronization
 ///
 /// A permanent reader (`parec`, discarding) keeps the server consuming the pipe, so audio never
 /// waits in it: a recorder that connects gets the audio of now, not of when it was written.
+/// `@unchecked Sendable`: `thread` and `reader` belong to the thread that calls `start` and
+/// `stop` (the test's); the writing thread shares only `state` (a mutex) and `running` (atomic).
 public final class MicrophoneFeeder: @unchecked Sendable {
     /// A beep written: its frame index in the feeder's stream and the CLOCK_MONOTONIC time its
     /// first frame was due (within one frame after the whole second).

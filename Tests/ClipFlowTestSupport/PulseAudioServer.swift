@@ -13,6 +13,7 @@ import Foundation
 ///   (CLOCK_MONOTONIC; silent unless something plays into the sink).
 /// Both are 48 kHz stereo s16le inside the server; a client may ask for any rate or channel count
 /// (the server converts). `stop()` (or deinit) kills the server and removes the folder.
+/// `@unchecked Sendable`: `process` is read and written under `lock`; the rest is immutable.
 public final class PulseAudioServer: @unchecked Sendable {
     public static let pipePCM = "cffifo"
     public static let monitorPCM = "cfmic"

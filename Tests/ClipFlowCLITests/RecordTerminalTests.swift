@@ -225,6 +225,32 @@ final class RecordTerminalTests: XCTestCase {
         XCTAssertTrue(s.modeRestored, "not interactive: the mode is never changed")
     }
 
+    /// With a microphone (through alsa-lib from a private PulseAudio, fed by the test): the status
+    /// line shows its level, and counts the overrun once a quarter second of its audio is lost.
+    func testTheStatusLineShowsTheMicrophonesLevelAndItsOverruns() throws {
+        let server = try PulseAudioServer.start()
+        defer { server.stop() }
+        let feeder = MicrophoneFeeder(server: server)
+        try feeder.start()
+        defer { feeder.stop() }
+        feeder.gap(at: MicrophoneFeeder.now() + 3, milliseconds: 250)
+        let dir = fx.scratch("term-record-microphone").path
+        var env = server.environment
+        env["CLIPFLOW_V4L2_EMULATE"] = "1"
+        let s = try session(
+            [
+                ["wait": #"^● REC clip-0001  .*, audio 0  audio -\d+ dB"#, "timeout": 20], ["screen": "level"],
+                ["wait": #"^● REC clip-0001  .*, audio 1  audio -"#, "timeout": 20], ["screen": "overrun"], ["exit": 20]
+            ],
+            ["record", "--source", "v4l2", "--audio", PulseAudioServer.pipePCM, "--size", "320x240", "--duration", "6", "-o", dir],
+            env: env)
+        XCTAssertNil(s.failed, s.raw)
+        XCTAssertEqual(s.status, 0, s.raw)
+        for name in ["level", "overrun"] { XCTAssertNotNil(shown(s.statusRow(name)), "\(name): \(s.statusRow(name))") }
+        XCTAssertTrue(s.raw.contains("audio lost 1 time (0.2"), s.raw)
+        XCTAssertEqual(try Probe.stream("\(dir)/clip-0001.mp4", "a:0", "codec_name"), "aac")
+    }
+
     /// Commands as lines (standard input not a terminal): a clip deleted with d is not counted in
     /// the summary, nor its seconds.
     func testADeletedClipIsNotCountedInTheSummary() throws {

@@ -179,7 +179,9 @@ struct Record: ParsableCommand {
             case .interrupted where reader.quit:
                 door.say(summary)
             case .interrupted:
-                throw ClipFlowError(.interrupted, "stopped: \(summary); the open clip was finalised")
+                // Paused, no clip was open.
+                let open = rec.recorder?.paused == true ? "" : "; the open clip was finalised"
+                throw ClipFlowError(.interrupted, "stopped: \(summary)\(open)")
             case .failed(_, let e):
                 throw clips.isEmpty ? e : ClipFlowError(e.kind, "\(e.message)\nkept: \(summary)")
             }

@@ -445,7 +445,7 @@ public final class RecordStage: Stage {
     private func publish(_ r: FragmentRecorder) {
         let total = r.totalSeconds
         status.update { s in
-            s.fragment = r.openFragment
+            s.fragment = r.currentFragment
             s.fragmentSeconds = r.openFragmentSeconds
             s.totalSeconds = total
             s.paused = r.paused

@@ -4,8 +4,8 @@ import Synchronization
 /// pictures and audio, read from any thread (a terminal's redraw timer). Thread-safe.
 public final class RecordStatus: Sendable {
     public struct Snapshot: Sendable, Equatable {
-        /// Number of the open fragment (`<prefix>-NNNN.mp4`); nil while none is open (paused,
-        /// before the first picture, or after the last).
+        /// Number of the open fragment (`<prefix>-NNNN.mp4`), or of the one the next picture
+        /// opens (before the first picture, just after a split); nil while paused and after the last.
         public var fragment: Int?
         /// Seconds in the open fragment.
         public var fragmentSeconds = 0.0

@@ -142,8 +142,9 @@ public final class FragmentRecorder {
         if audioFormat == nil, sampleRate > 0, channels > 0 { audioFormat = (sampleRate, channels) }
     }
 
-    /// Number of the open fragment, if one is open.
-    public var openFragment: Int? { segment?.index }
+    /// Number of the open fragment, or of the one the next picture opens (between fragments,
+    /// just after a split); nil while paused or once the recording is over.
+    public var currentFragment: Int? { segment?.index ?? (paused || full ? nil : nextIndex) }
 
     /// Seconds in the open fragment (0 if none is open).
     public var openFragmentSeconds: Double {

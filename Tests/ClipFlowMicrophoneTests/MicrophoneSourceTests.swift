@@ -117,12 +117,14 @@ final class MicrophoneSourceTests: XCTestCase {
         // Beeps are due one CLOCK_MONOTONIC second apart: their spacing in frames is the device rate.
         let spacing = Double(try XCTUnwrap(onsets.last) - onsets[0]) / Double(onsets.count - 1)
         // Frames per measured second: a least-squares line through the earliest-measured chunk of
-        // every second of audio (the measure is late by jitter, never early).
+        // every second of audio, measured as the recorder does: read time minus the chunk's length
+        // (late by jitter, never early; a sound server's latency estimate is early at the start).
+        func measure(_ c: AudioChunk) -> Double? { c.readTime.map { $0 - Double(c.frameCount) / 48000 } }
         var points: [(t: Double, f: Double)] = []
         for second in 0..<7 {
-            let bin = chunks.filter { $0.firstSample / 48000 == Int64(second) && $0.clockTime != nil }
-            if let c = bin.min(by: { $0.clockTime! - Double($0.firstSample) / 48000 < $1.clockTime! - Double($1.firstSample) / 48000 }) {
-                points.append((try XCTUnwrap(c.clockTime), Double(c.firstSample)))
+            let bin = chunks.filter { $0.firstSample / 48000 == Int64(second) && measure($0) != nil }
+            if let c = bin.min(by: { measure($0)! - Double($0.firstSample) / 48000 < measure($1)! - Double($1.firstSample) / 48000 }) {
+                points.append((try XCTUnwrap(measure(c)), Double(c.firstSample)))
             }
         }
         let n = Double(points.count), mt = points.map(\.t).reduce(0, +) / n, mf = points.map(\.f).reduce(0, +) / n

@@ -8,6 +8,7 @@ import PackageDescription
 //                  -> ClipFlowUpload  -> CClipFlowCurl   (the only importer of libcurl)
 //                  -> ClipFlowMicrophone -> CClipFlowALSA (the only importer of alsa-lib)
 //                  -> ClipFlowServe   -> Hummingbird (HTTP server), GRDB (SQLite), PostgresNIO, ClipFlowMedia, ClipFlowUpload
+//                  -> ClipFlowBatch   -> ClipFlowMedia, ClipFlowUpload (a pipeline per row; s3:// paths)
 //                  \-> ClipFlowCore (imports no C)
 /// Release builds compile and link against the static Swift runtime and Foundation: the dynamic
 /// loader then no longer resolves their symbols by searching ~160 libraries (most pulled in by
@@ -25,7 +26,8 @@ let package = Package(
         .library(name: "ClipFlowCapture", targets: ["ClipFlowCapture"]),
         .library(name: "ClipFlowUpload", targets: ["ClipFlowUpload"]),
         .library(name: "ClipFlowMicrophone", targets: ["ClipFlowMicrophone"]),
-        .library(name: "ClipFlowServe", targets: ["ClipFlowServe"])
+        .library(name: "ClipFlowServe", targets: ["ClipFlowServe"]),
+        .library(name: "ClipFlowBatch", targets: ["ClipFlowBatch"])
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -53,6 +55,7 @@ let package = Package(
         .target(name: "ClipFlowCapture", dependencies: ["ClipFlowCore", "ClipFlowMedia", "CClipFlowV4L2"], swiftSettings: staticStdlib),
         .target(name: "ClipFlowUpload", dependencies: ["ClipFlowCore", "CClipFlowCurl"], swiftSettings: staticStdlib),
         .target(name: "ClipFlowMicrophone", dependencies: ["ClipFlowCore", "CClipFlowALSA"], swiftSettings: staticStdlib),
+        .target(name: "ClipFlowBatch", dependencies: ["ClipFlowCore", "ClipFlowMedia", "ClipFlowUpload"], swiftSettings: staticStdlib),
         .target(
             name: "ClipFlowServe",
             dependencies: [
@@ -74,7 +77,7 @@ let package = Package(
             name: "clipflow",
             dependencies: [
                 "ClipFlowCore", "ClipFlowMedia", "ClipFlowCapture", "ClipFlowCaptureEmulation", "ClipFlowUpload", "ClipFlowServe",
-                "ClipFlowMicrophone", .product(name: "ArgumentParser", package: "swift-argument-parser")
+                "ClipFlowMicrophone", "ClipFlowBatch", .product(name: "ArgumentParser", package: "swift-argument-parser")
             ],
             swiftSettings: staticStdlib,
             linkerSettings: [.unsafeFlags(["-static-stdlib"], .when(configuration: .release))]
@@ -87,6 +90,7 @@ let package = Package(
             name: "ClipFlowCaptureTests", dependencies: ["ClipFlowCapture", "ClipFlowCaptureEmulation", "ClipFlowMedia", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowCaptureEmulationTests", dependencies: ["ClipFlowCaptureEmulation", "ClipFlowCapture", "ClipFlowCore"]),
         .testTarget(name: "ClipFlowMicrophoneTests", dependencies: ["ClipFlowMicrophone", "ClipFlowCore", "ClipFlowTestSupport"]),
+        .testTarget(name: "ClipFlowBatchTests", dependencies: ["ClipFlowBatch", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowUploadTests", dependencies: ["ClipFlowUpload", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowServeTests", dependencies: ["ClipFlowServe", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowCLITests", dependencies: ["clipflow", "ClipFlowTestSupport"])

@@ -9,7 +9,7 @@ public enum HLSStage {
         name: "hls", summary: "write an HLS ladder (fMP4 renditions from one decode, playlists from measured segments, poster)",
         inputs: [.clips, .video], minInputs: 1, output: nil,
         params: [
-            ParamSpec("output", .path, required: true, help: "the folder to create (it must not exist)"),
+            ParamSpec("output", .path, required: true, role: .writesFolder, help: "the folder to create (it must not exist)"),
             ParamSpec(
                 "ladder", .string, default: .string("auto"),
                 help: "auto (Apple's, never above the source), heights (1080,720,540,360), with copy to pass the source through: copy,auto; copy alone remuxes"),

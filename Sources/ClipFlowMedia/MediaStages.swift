@@ -57,7 +57,7 @@ public final class MergeStage: Stage {
         name: "merge", summary: "join clips losslessly into one fast-start MP4 (sample-accurate audio joins)",
         inputs: [.clips], minInputs: 1, output: .video,
         params: [
-            ParamSpec("output", .path, required: true, help: "the merged MP4 (written under a temporary name, renamed when complete)"),
+            ParamSpec("output", .path, required: true, role: .writes, help: "the merged MP4 (written under a temporary name, renamed when complete)"),
             ParamSpec(
                 "rotate", .integerChoice([0, 90, 180, 270]), default: .number(0),
                 help: "turn the displayed picture clockwise (display matrix; pixels untouched)"),
@@ -180,7 +180,7 @@ public final class ThumbnailStage: Stage {
         name: "thumbnail", summary: "write a JPEG cover of a representative frame, upright",
         inputs: [.video], minInputs: 1, maxInputs: 1, output: .image,
         params: [
-            ParamSpec("output", .path, required: true, help: "the JPEG to write"),
+            ParamSpec("output", .path, required: true, role: .writes, help: "the JPEG to write"),
             ParamSpec("size", .string, help: "limit: N pixels on the longer side, or WxH to fit within (default: display size)")
         ],
         check: { p, path in

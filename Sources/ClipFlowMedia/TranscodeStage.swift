@@ -19,7 +19,7 @@ public final class TranscodeStage: Stage {
         name: "transcode", summary: "decode, convert and re-encode clips (any format) into one fast-start H.264/HEVC MP4",
         inputs: [.clips, .video], minInputs: 1, output: .video,
         params: [
-            ParamSpec("output", .path, required: true, help: "the MP4 to write (under a temporary name, renamed when complete)"),
+            ParamSpec("output", .path, required: true, role: .writes, help: "the MP4 to write (under a temporary name, renamed when complete)"),
             ParamSpec("preset", .choice(TranscodePreset.all.map(\.name)), help: "named settings (`clipflow presets`); the other fields override them"),
             ParamSpec("size", .string, help: "output frame WxH (even numbers); pictures of other shapes go in by `fit`"),
             ParamSpec("height", .integer(min: 16, max: 8192), help: "output height (even); the width follows the source's shape"),

@@ -15,7 +15,7 @@ struct ClipFlow: ParsableCommand {
         version: "0.1.0",
         subcommands: [
             Merge.self, Transcode.self, Presets.self, HLS.self, Record.self, Clips.self, Devices.self, Upload.self, Serve.self, ServeWorkerCommand.self,
-            Run.self, Validate.self,
+            Run.self, Batch.self, Validate.self,
             Stages.self,
             Schema.self
         ]

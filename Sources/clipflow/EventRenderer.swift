@@ -49,6 +49,7 @@ final class JSONEventWriter: EventRenderer, Sendable {
         var fields: [(String, JSONValue)] = [
             ("time", .number(((e.time - start) * 1000).rounded() / 1000)), ("stage", .string(e.stage))
         ]
+        if let row = e.row { fields.append(("row", .number(Double(row)))) }
         func event(_ name: String) { fields.append(("event", .string(name))) }
         switch e.kind {
         case .started: event("started")

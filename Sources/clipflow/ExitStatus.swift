@@ -14,6 +14,9 @@ enum ExitStatus: Int32, CaseIterable {
     case usage = 64
     /// Bad input: an unusable file, pipeline or field, clips that cannot be joined.
     case badInput = 65
+    /// `batch`: a row failed in a way running it again may fix (network, storage, a stop);
+    /// EX_TEMPFAIL, which batch engines are told to retry.
+    case retryable = 75
     /// Interrupted (SIGINT/SIGTERM): complete outputs kept, unfinished ones removed, uploads paused.
     case interrupted = 130
 

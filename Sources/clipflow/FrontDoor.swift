@@ -94,15 +94,21 @@ enum Signals {
     nonisolated(unsafe) private static var sources: [DispatchSourceSignal] = []
 
     static func install(runner: GraphRunner, grace: Double) {
+        install(stop: { runner.stop(deadline: grace) }, cancel: { runner.cancel() })
+    }
+
+    /// The same for work that is not one graph (a batch of them): `stop` on the first signal,
+    /// `cancel` on the second, then the forced exit.
+    static func install(stop: @escaping @Sendable () -> Void, cancel: @escaping @Sendable () -> Void) {
         let count = SignalCount()
         for sig in [SIGINT, SIGTERM] {
             signal(sig, SIG_IGN)
             let src = DispatchSource.makeSignalSource(signal: sig, queue: .global())
             src.setEventHandler {
                 if count.next() == 1 {
-                    runner.stop(deadline: grace)
+                    stop()
                 } else {
-                    runner.cancel()
+                    cancel()
                     DispatchQueue.global().asyncAfter(deadline: .now() + 5) {
                         TemporaryFiles.shared.removeAll()
                         TerminalKeys.restore()

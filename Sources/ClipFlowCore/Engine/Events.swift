@@ -30,10 +30,28 @@ public struct PipelineEvent: Sendable, Equatable {
     public var stage: String
     public var kind: Kind
     public var time: Double
-    public init(stage: String, kind: Kind, time: Double) {
+    /// The batch row whose run the event belongs to (`clipflow batch`); nil outside a batch.
+    public var row: Int?
+    public init(stage: String, kind: Kind, time: Double, row: Int? = nil) {
         self.stage = stage
         self.kind = kind
         self.time = time
+        self.row = row
+    }
+}
+
+/// Passes every event on to `sink` marked with `row` (one batch row's run).
+public struct RowEventSink: EventSink {
+    public let row: Int
+    public let sink: EventSink
+    public init(row: Int, sink: EventSink) {
+        self.row = row
+        self.sink = sink
+    }
+    public func emit(_ event: PipelineEvent) {
+        var e = event
+        e.row = row
+        sink.emit(e)
     }
 }
 

@@ -49,10 +49,13 @@ public struct ParamSpec: Sendable {
     public var help: String
     /// Never printed back (tokens, keys).
     public var secret: Bool
+    /// For a path: whether the stage reads or writes what it names (`RemotePaths` serves only
+    /// those); `.local` for any other parameter.
+    public var role: PathRole
 
     public init(
         _ name: String, _ type: ParamType, required: Bool = false, default defaultValue: JSONValue? = nil,
-        secret: Bool = false, help: String
+        secret: Bool = false, role: PathRole = .local, help: String
     ) {
         self.name = name
         self.type = type
@@ -60,6 +63,7 @@ public struct ParamSpec: Sendable {
         self.defaultValue = defaultValue
         self.help = help
         self.secret = secret
+        self.role = role
     }
 }
 

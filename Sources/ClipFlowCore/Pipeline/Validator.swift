@@ -52,6 +52,11 @@ public struct PipelineValidator {
     public let registry: StageRegistry
     public let variables: [String: String]
     public let environment: [String: String]
+    /// Serves path parameters that name objects elsewhere (`s3://`); nil: every path is local.
+    public let remote: RemotePaths?
+    /// false: a plan only (what a pipeline would read and write, e.g. to see whether a batch row
+    /// is already done): no kind checks (inputs may not exist yet) and no remote paths mapped.
+    public let checksFiles: Bool
 
     public static let idPattern = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
     static let common: Set<String> = ["id", "kind", "inputs", "queue", "description"]
@@ -59,11 +64,13 @@ public struct PipelineValidator {
 
     public init(
         registry: StageRegistry, variables: [String: String] = [:],
-        environment: [String: String] = ProcessInfo.processInfo.environment
+        environment: [String: String] = ProcessInfo.processInfo.environment, remote: RemotePaths? = nil, checksFiles: Bool = true
     ) {
         self.registry = registry
         self.variables = variables
         self.environment = environment
+        self.remote = remote
+        self.checksFiles = checksFiles
     }
 
     public enum Result {
@@ -277,6 +284,7 @@ public struct PipelineValidator {
                 }
                 if let v = check(raw, spec, pp, &issues) { values[spec.name] = v }
             }
+            if checksFiles, let remote { mapRemotePaths(kind, &values, node, p, remote, &issues) }
             var limits = kind.queue, policy = kind.policy
             if let q = node["queue"] {
                 if kind.isSource { issue("\(p).queue", q, "a source has no input queue") }
@@ -286,7 +294,7 @@ public struct PipelineValidator {
             let paramsValid =
                 !flaggedInPass1.contains(i)
                 && !issues[issuesBefore...].contains(where: { $0.path.hasPrefix(p + ".") && !$0.path.hasPrefix(p + ".inputs") })
-            if paramsValid, let check = kind.check {
+            if paramsValid, checksFiles, let check = kind.check {
                 issues += check(params, p).map {
                     var x = $0; if x.line == 0 { x.line = node.line; x.column = node.column }; return x
                 }
@@ -377,6 +385,41 @@ public struct PipelineValidator {
             let o = outputs[c.outputIndex], at = places[c.outputIndex]
             let what = o.copyOf.map { "would write '\(c.output)' (the copy of '\($0)'), which" } ?? "'\(c.output)'"
             issues.append(PipelineIssue(at.path, "\(what) \(c.reason)", line: at.node.line, column: at.node.column))
+        }
+    }
+
+    /// Replaces each path value `remote` serves by its local stand-in (fetching inputs), per the
+    /// parameter's role; a remote value where the stage takes a local path only is an issue.
+    func mapRemotePaths(
+        _ kind: StageKind, _ values: inout [String: JSONValue], _ node: JSONNode, _ p: String, _ remote: RemotePaths, _ issues: inout [PipelineIssue]
+    ) {
+        func mapped(_ s: String, _ spec: ParamSpec, _ at: String, _ n: JSONNode) -> String? {
+            guard remote.handles(s) else { return s }
+            guard spec.role != .local else {
+                issues.append(
+                    PipelineIssue(
+                        at, "'\(s)': object storage is taken only for files a stage reads or writes; give a local path", line: n.line, column: n.column))
+                return nil
+            }
+            do { return try remote.local(for: s, role: spec.role) } catch {
+                issues.append(PipelineIssue(at, (error as? ClipFlowError)?.message ?? "'\(s)': \(error)", line: n.line, column: n.column))
+                return nil
+            }
+        }
+        for spec in kind.params {
+            let at = "\(p).\(spec.name)", n = node[spec.name] ?? node
+            switch values[spec.name] {
+            case .string(let s)? where spec.type == .path:
+                if let m = mapped(s, spec, at, n) { values[spec.name] = .string(m) } else { values[spec.name] = nil }
+            case .array(let a)? where spec.type == .pathList:
+                var out: [JSONNode] = []
+                for (j, e) in a.enumerated() {
+                    guard case .string(let s) = e.value else { out.append(e); continue }
+                    if let m = mapped(s, spec, "\(at)[\(j)]", e) { out.append(JSONNode(.string(m), line: e.line, column: e.column)) }
+                }
+                values[spec.name] = out.count == a.count ? .array(out) : nil
+            default: break
+            }
         }
     }
 

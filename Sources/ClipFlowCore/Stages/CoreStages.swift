@@ -27,8 +27,8 @@ public final class FilesStage: Stage {
         name: "files", summary: "clip files to join: a list (\"paths\") or a pattern (\"glob\")",
         output: .clips,
         params: [
-            ParamSpec("paths", .pathList, help: "clip files, in order"),
-            ParamSpec("glob", .path, help: "a pattern such as clips/*.mp4 (*, ?, [...]); matches are sorted by name"),
+            ParamSpec("paths", .pathList, role: .reads, help: "clip files, in order"),
+            ParamSpec("glob", .path, role: .readsPattern, help: "a pattern such as clips/*.mp4 (*, ?, [...]); matches are sorted by name"),
             ParamSpec(
                 "sort", .choice(["none", "name", "mtime"]), default: .string("none"),
                 help: "order: as listed (glob: by name), by file name, or by modification time")
@@ -130,7 +130,7 @@ public final class DirectoryStage: Stage {
         name: "directory", summary: "sink: copy every file it receives into a directory",
         inputs: [.clips, .video, .image], minInputs: 1, output: nil,
         params: [
-            ParamSpec("path", .path, required: true, help: "destination directory (created if missing)"),
+            ParamSpec("path", .path, required: true, role: .writesFolder, help: "destination directory (created if missing)"),
             ParamSpec(
                 "mode", .choice(["copy", "link"]), default: .string("copy"),
                 help: "copy the file, or hard-link it when on the same filesystem (copies otherwise)"),

@@ -1,0 +1,388 @@
+import ClipFlowCore
+import ClipFlowUpload
+import Foundation
+import Synchronization
+
+/// How one row ended.
+public struct RowResult: Sendable, Equatable {
+    public enum Status: String, Sendable {
+        /// Its run completed and its outputs verified.
+        case ok
+        /// Its outputs were already complete (an earlier run).
+        case skipped
+        case failed
+        /// Stopped by a signal before it ended.
+        case interrupted
+    }
+    public var row: Int
+    public var origin: String
+    public var status: Status
+    /// For a failure: whether running it again may succeed (network, storage, a full disk)
+    /// rather than needing the row or its input fixed.
+    public var retryable: Bool
+    public var reason: String?
+    public var seconds: Double
+    public var outputs: [String]
+}
+
+/// Runs a pipeline once per row, `jobs` rows at a time, each row's run a graph of its own in
+/// this process (the stage-graph runtime, as `clipflow run` runs one). For each row:
+/// plan (the pipeline with the row's variables, files unchecked) -> skip when its outputs are
+/// complete -> validate (fetching `s3://` inputs into a scratch folder) -> run -> publish `s3://`
+/// outputs -> verify the outputs. A row's failure is its own: the others go on. Rows whose
+/// plans write the same output fail before any runs.
+///
+/// Threads: `run` starts `jobs` worker threads and returns when they have; `stop`/`cancel` may be
+/// called from any thread (signals). Events go to `sink` from the workers: each row's pipeline
+/// events marked with its row, and the batch's own (stage `batch`).
+public final class BatchRunner: Sendable {
+    public struct Plan: Sendable {
+        public var registry: StageRegistry
+        public var pipelineFile: String
+        public var pipelineText: String
+        public var rows: [BatchRow]
+        /// Which rows to run (`RowSelection.indices`).
+        public var selected: [Int]
+        public var jobs: Int
+        /// `--set` values; a row's own values win over them.
+        public var variables: [String: String]
+        public var environment: [String: String]
+        /// Run rows even when their outputs are complete.
+        public var force: Bool
+        /// Where each row's object-storage scratch folder goes.
+        public var scratchParent: String
+        /// Seconds a row's stages get to finish after a stop, before they are cancelled.
+        public var grace: Double
+
+        public init(
+            registry: StageRegistry, pipelineFile: String, pipelineText: String, rows: [BatchRow], selected: [Int], jobs: Int,
+            variables: [String: String], environment: [String: String], force: Bool, scratchParent: String, grace: Double
+        ) {
+            self.registry = registry
+            self.pipelineFile = pipelineFile
+            self.pipelineText = pipelineText
+            self.rows = rows
+            self.selected = selected
+            self.jobs = jobs
+            self.variables = variables
+            self.environment = environment
+            self.force = force
+            self.scratchParent = scratchParent
+            self.grace = grace
+        }
+    }
+
+    /// What the batch has done so far, for a status line.
+    public struct Tally: Sendable, Equatable {
+        public var total = 0
+        public var ok = 0
+        public var skipped = 0
+        public var failed = 0
+        public var interrupted = 0
+        public var running = 0
+        public var started = 0.0
+        /// Seconds of the rows that ran (not skipped), for the rate.
+        public var ranSeconds = 0.0
+        public var ran = 0
+        public var finished: Int { ok + skipped + failed + interrupted }
+    }
+
+    let plan: Plan
+    let sink: EventSink
+    let store: @Sendable () throws -> S3ObjectStore
+    let clock = SystemClock()
+    private struct State {
+        var next = 0
+        var stopping = false
+        var cancelled = false
+        var running: [Int: GraphRunner] = [:]
+        var results: [RowResult] = []
+        var tally = Tally()
+        var scratch: AtomicOutput?
+    }
+    private let state: Mutex<State>
+    private let aborted = Atomic<Bool>(false)
+
+    /// `store` makes the object-storage client the first time a row needs it (credentials are
+    /// read then); it is called at most once per row.
+    public init(plan: Plan, sink: EventSink, store: @escaping @Sendable () throws -> S3ObjectStore) {
+        self.plan = plan
+        self.sink = sink
+        self.store = store
+        var s = State()
+        s.tally.total = plan.selected.count
+        self.state = Mutex(s)
+    }
+
+    public var tally: Tally { state.withLock { $0.tally } }
+
+    /// Stops starting rows and asks the running ones to finish within `deadline` seconds.
+    public func stop(deadline: Double) {
+        let running = state.withLock { s -> [GraphRunner] in
+            s.stopping = true
+            return Array(s.running.values)
+        }
+        for r in running { r.stop(deadline: deadline) }
+    }
+
+    /// Stops at once: running rows are cancelled, uploads and downloads abort.
+    public func cancel() {
+        aborted.store(true, ordering: .releasing)
+        let running = state.withLock { s -> [GraphRunner] in
+            s.stopping = true
+            s.cancelled = true
+            return Array(s.running.values)
+        }
+        for r in running { r.cancel() }
+    }
+
+    /// Runs the selected rows; returns their results in row order (rows never started because
+    /// of a stop are absent).
+    public func run() -> [RowResult] {
+        state.withLock { $0.tally.started = clock.now() }
+        emitBatch(.progress(completed: 0, total: Int64(plan.selected.count), unit: "rows"))
+        let plans = planRows()
+        let workers = max(1, min(plan.jobs, plan.selected.count))
+        let group = DispatchGroup()
+        for _ in 0..<workers {
+            group.enter()
+            let t = Thread { [self] in
+                defer { group.leave() }
+                while let i = nextRow() {
+                    let t0 = clock.now()
+                    var r = runRow(i, plans[i] ?? RowPlan(variables: [:], problem: "not planned"))
+                    r.seconds = clock.now() - t0
+                    finish(r)
+                }
+            }
+            t.stackSize = 4 << 20
+            t.start()
+        }
+        group.wait()
+        state.withLock { $0.scratch?.discard() }
+        return state.withLock { $0.results.sorted { $0.row < $1.row } }
+    }
+
+    // MARK: rows
+
+    /// A row's pipeline with files unchecked, or why it cannot run; outputs written by two rows
+    /// fail both.
+    struct RowPlan: Sendable {
+        var pipeline: Pipeline?
+        var variables: [String: String]
+        var paths: RowPaths?
+        var problem: String?
+    }
+
+    func planRows() -> [Int: RowPlan] {
+        var plans: [Int: RowPlan] = [:]
+        var writers: [String: [Int]] = [:]
+        for i in plan.selected {
+            let row = plan.rows[i]
+            var vars = plan.variables.merging(row.values) { _, r in r }
+            if vars["ROW"] == nil { vars["ROW"] = String(i) }
+            var p = RowPlan(variables: vars)
+            if let problem = row.problem {
+                p.problem = problem
+            } else {
+                let v = PipelineValidator(registry: plan.registry, variables: vars, environment: plan.environment, checksFiles: false)
+                switch v.validate(text: plan.pipelineText) {
+                case .valid(let pipeline):
+                    p.pipeline = pipeline
+                    let paths = RowPaths(pipeline, registry: plan.registry)
+                    p.paths = paths
+                    for w in paths.writes { writers[Self.normalised(w.path), default: []].append(i) }
+                case .invalid(let issues):
+                    p.problem = issues.map { "\(plan.pipelineFile):\($0.description)" }.joined(separator: "; ")
+                }
+            }
+            plans[i] = p
+        }
+        for (path, rows) in writers where Set(rows).count > 1 {
+            for i in Set(rows) where plans[i]?.problem == nil {
+                let others = Set(rows).subtracting([i]).sorted().map(String.init).joined(separator: ", ")
+                plans[i]?.problem = "writes '\(path)', which row(s) \(others) write too; give each row its own outputs"
+            }
+        }
+        return plans
+    }
+
+    static func normalised(_ path: String) -> String {
+        S3Location.isS3URL(path) ? path : URL(fileURLWithPath: path).standardizedFileURL.path
+    }
+
+    func nextRow() -> Int? {
+        state.withLock { s -> Int? in
+            guard !s.stopping, s.next < plan.selected.count else { return nil }
+            defer { s.next += 1 }
+            s.tally.running += 1
+            return plan.selected[s.next]
+        }
+    }
+
+    func runRow(_ i: Int, _ rp: RowPlan) -> RowResult {
+        let row = plan.rows[i]
+        var result = RowResult(row: i, origin: row.origin, status: .failed, retryable: false, reason: nil, seconds: 0, outputs: [])
+        emitRow(i, .item(id: "row \(i)", name: "started", fields: [EventField("origin", .string(row.origin))], text: "started (\(row.origin))"))
+        guard let pipeline = rp.pipeline, let paths = rp.paths, rp.problem == nil else {
+            result.reason = rp.problem ?? "cannot be planned"
+            return result
+        }
+        _ = pipeline
+        result.outputs = paths.writes.map(\.path)
+        let key = BatchOutputs.rowKey(pipelineText: plan.pipelineText, variables: rp.variables)
+        let storeOnce = StoreOnce(make: store)
+        if !plan.force, BatchOutputs.incomplete(paths.writes, rowKey: key, store: storeOnce.get) == nil {
+            result.status = .skipped
+            return result
+        }
+        var staging: ObjectStaging?
+        defer { staging?.discard() }
+        if paths.usesObjectStorage {
+            do {
+                staging = try ObjectStaging(
+                    store: try storeOnce.get(), scratch: try scratchFolder() + "/row-\(i)", shouldAbort: { [self] in aborted.load(ordering: .acquiring) })
+            } catch {
+                return failed(result, error)
+            }
+        }
+        let validator = PipelineValidator(registry: plan.registry, variables: rp.variables, environment: plan.environment, remote: staging)
+        let runnable: Pipeline
+        switch validator.validate(text: plan.pipelineText) {
+        case .valid(let p): runnable = p
+        case .invalid(let issues):
+            result.reason = issues.map { "\(plan.pipelineFile):\($0.description)" }.joined(separator: "; ")
+            result.retryable = staging?.fetchFailedRetryably ?? false
+            if state.withLock({ $0.stopping }) { result.status = .interrupted; result.retryable = true }
+            return result
+        }
+        let runner: GraphRunner
+        do {
+            let graph = try runnable.makeGraph(plan.registry)
+            runner = try GraphRunner(nodes: graph.nodes, edges: graph.edges, sink: RowEventSink(row: i, sink: sink))
+        } catch {
+            return failed(result, error)
+        }
+        let (stopping, cancelled) = state.withLock { s -> (Bool, Bool) in
+            s.running[i] = runner
+            return (s.stopping, s.cancelled)
+        }
+        if cancelled { runner.cancel() } else if stopping { runner.stop(deadline: plan.grace) }
+        let outcome = runner.run()
+        state.withLock { _ = $0.running.removeValue(forKey: i) }
+        switch outcome {
+        case .completed: break
+        case .interrupted:
+            result.status = .interrupted
+            result.retryable = true
+            result.reason = "stopped before it ended"
+            return result
+        case .failed(let stage, let e):
+            result.reason = "stage '\(stage)': \(e.message)"
+            result.retryable = Self.retryable(e.kind)
+            return result
+        }
+        do { try staging?.publish(rowKey: key) } catch {
+            return failed(result, error)
+        }
+        if let problem = BatchOutputs.incomplete(paths.writes, rowKey: key, store: storeOnce.get) {
+            result.reason = "the run completed but an output does not verify: \(problem)"
+            result.retryable = true
+            return result
+        }
+        result.status = .ok
+        return result
+    }
+
+    func failed(_ r: RowResult, _ error: Error) -> RowResult {
+        var r = r
+        let e: ClipFlowError =
+            switch error {
+            case let c as ClipFlowError: c
+            case let u as UploadError: u.asClipFlowError
+            default: ClipFlowError.failure("\(error)")
+            }
+        if e.kind == .interrupted {
+            r.status = .interrupted
+            r.retryable = true
+            r.reason = "stopped before it ended"
+        } else {
+            r.reason = e.message
+            r.retryable = Self.retryable(e.kind)
+        }
+        return r
+    }
+
+    /// Bad input (the row, its files) is fixed by a person; anything else (network, storage, a
+    /// library, a full disk) may pass on another try.
+    static func retryable(_ kind: ClipFlowError.Kind) -> Bool {
+        switch kind {
+        case .badInput, .incompatible: return false
+        case .interrupted, .output, .failure: return true
+        }
+    }
+
+    func finish(_ r: RowResult) {
+        let tally = state.withLock { s -> Tally in
+            s.results.append(r)
+            s.tally.running -= 1
+            switch r.status {
+            case .ok: s.tally.ok += 1
+            case .skipped: s.tally.skipped += 1
+            case .failed: s.tally.failed += 1
+            case .interrupted: s.tally.interrupted += 1
+            }
+            if r.status != .skipped {
+                s.tally.ran += 1
+                s.tally.ranSeconds += r.seconds
+            }
+            return s.tally
+        }
+        var fields: [EventField] = [
+            EventField("origin", .string(r.origin)), EventField("status", .string(r.status.rawValue)),
+            EventField("seconds", .number((r.seconds * 1000).rounded() / 1000))
+        ]
+        var text: String
+        switch r.status {
+        case .ok: text = String(format: "done in %.1f s", r.seconds)
+        case .skipped: text = "skipped: its outputs are complete"
+        case .failed, .interrupted:
+            fields.append(EventField("retryable", .bool(r.retryable)))
+            fields.append(EventField("reason", .string(r.reason ?? "")))
+            text = "\(r.status == .failed ? "failed" : "stopped") (\(r.origin)): \(r.reason ?? "")"
+        }
+        if !r.outputs.isEmpty && r.status == .ok { fields.append(EventField("outputs", .string(r.outputs.joined(separator: " ")))) }
+        emitRow(r.row, .item(id: "row \(r.row)", name: r.status.rawValue, fields: fields, text: text))
+        emitBatch(.progress(completed: Int64(tally.finished), total: Int64(tally.total), unit: "rows"))
+    }
+
+    /// This process's scratch folder for object-storage rows: made on first use, locked while
+    /// the batch lives (a later run sweeps it if this one is killed), removed at the end.
+    func scratchFolder() throws -> String {
+        try state.withLock { s -> String in
+            if let f = s.scratch { return f.temporary.path }
+            let f = try AtomicOutput(
+                folder: URL(fileURLWithPath: plan.scratchParent).appendingPathComponent("clipflow-batch-scratch"), label: "the batch scratch folder")
+            s.scratch = f
+            return f.temporary.path
+        }
+    }
+
+    func emitBatch(_ kind: PipelineEvent.Kind) { sink.emit(PipelineEvent(stage: "batch", kind: kind, time: clock.now())) }
+    func emitRow(_ row: Int, _ kind: PipelineEvent.Kind) { sink.emit(PipelineEvent(stage: "batch", kind: kind, time: clock.now(), row: row)) }
+}
+
+/// The object-storage client for one row, made when first asked (a row with local paths only
+/// never reads credentials).
+final class StoreOnce: @unchecked Sendable {
+    // Used by one row's worker thread only.
+    let make: @Sendable () throws -> S3ObjectStore
+    var made: S3ObjectStore?
+    init(make: @escaping @Sendable () throws -> S3ObjectStore) { self.make = make }
+    func get() throws -> S3ObjectStore {
+        if let made { return made }
+        let s = try make()
+        made = s
+        return s
+    }
+}

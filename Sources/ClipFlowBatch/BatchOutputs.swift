@@ -12,6 +12,10 @@ public struct RowPaths: Sendable, Equatable {
         public var folder: Bool
         /// Where the pipeline names it ("stages[1].output").
         public var field: String
+        /// For a folder filled a file at a time (a `directory` sink): the names of the files it
+        /// receives, each of which must be there. Empty for a folder made whole at once (an HLS
+        /// ladder's, renamed into place when complete).
+        public var expectedFiles: [String] = []
     }
     public var writes: [Written]
     /// Whether any path the row reads or writes is in object storage.
@@ -20,20 +24,33 @@ public struct RowPaths: Sendable, Equatable {
     /// The paths of `pipeline`'s stages, by their parameters' roles.
     public init(_ pipeline: Pipeline, registry: StageRegistry) {
         var writes: [Written] = [], remote = false
+        let byID = Dictionary(pipeline.stages.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         for (i, s) in pipeline.stages.enumerated() {
             guard let kind = registry.kind(s.kind) else { continue }
             for spec in kind.params where spec.role != .local {
                 let values = s.params.string(spec.name).map { [$0] } ?? s.params.strings(spec.name) ?? []
                 for v in values {
                     if S3Location.isS3URL(v) { remote = true }
-                    if spec.role == .writes || spec.role == .writesFolder {
-                        writes.append(Written(path: v, folder: spec.role == .writesFolder, field: "stages[\(i)].\(spec.name)"))
+                    guard spec.role == .writes || spec.role == .writesFolder else { continue }
+                    var w = Written(path: v, folder: spec.role == .writesFolder, field: "stages[\(i)].\(spec.name)")
+                    if w.folder, kind.files?(s.params).copiesInto != nil {
+                        w.expectedFiles = s.inputs.flatMap { id -> [String] in
+                            guard let up = byID[id], let upKind = registry.kind(up.kind) else { return [] }
+                            return (upKind.files?(up.params).passesOn ?? []).map { Self.lastComponent($0.path) }
+                        }
                     }
+                    writes.append(w)
                 }
             }
         }
         self.writes = writes
         self.usesObjectStorage = remote
+    }
+
+    static func lastComponent(_ path: String) -> String {
+        var p = path
+        while p.hasSuffix("/") { p.removeLast() }
+        return p.split(separator: "/").last.map(String.init) ?? p
     }
 }
 
@@ -61,23 +78,31 @@ public enum BatchOutputs {
     }
 
     /// nil when every output of the row is complete; else the first that is not, and why.
-    /// Local files are read (`OutputCheck`); a local folder must hold files; an object must carry
-    /// this row's key (it is put only whole, by multipart upload, after its run completed); an
-    /// object folder is judged by the object published last into it.
+    /// Local files are read (`OutputCheck`); a folder filled a file at a time must hold each file
+    /// it receives, read the same way; a folder made whole at once must hold files. An object
+    /// must carry this row's key (it is put only whole, by multipart upload, after its run
+    /// completed); an object folder is judged by each file it receives, else by the object
+    /// published last into it.
     public static func incomplete(_ writes: [RowPaths.Written], rowKey: String, store: () throws -> S3ObjectStore) -> String? {
         for w in writes {
             if let loc = S3Location(url: w.path) {
                 do {
                     let s = try store()
-                    var key = loc.key
+                    var keys = [loc.key]
                     if w.folder {
-                        let prefix = key.hasSuffix("/") ? key : key + "/"
-                        let keys = try s.list(bucket: loc.bucket, prefix: prefix).objects.map { String($0.key.dropFirst(prefix.count)) }
-                        guard let last = publishOrder(keys).last else { return "'\(w.path)': no objects under it" }
-                        key = prefix + last
+                        let prefix = loc.key.hasSuffix("/") ? loc.key : loc.key + "/"
+                        if w.expectedFiles.isEmpty {
+                            let names = try s.list(bucket: loc.bucket, prefix: prefix).objects.map { String($0.key.dropFirst(prefix.count)) }
+                            guard let last = publishOrder(names).last else { return "'\(w.path)': no objects under it" }
+                            keys = [prefix + last]
+                        } else {
+                            keys = w.expectedFiles.map { prefix + $0 }
+                        }
                     }
-                    guard let head = try s.head(bucket: loc.bucket, key: key) else { return "'\(w.path)': not there" }
-                    if head.metadata[rowKeyMetadata] != rowKey { return "'\(w.path)': not written by this row's run" }
+                    for key in keys {
+                        guard let head = try s.head(bucket: loc.bucket, key: key) else { return "'s3://\(loc.bucket)/\(key)': not there" }
+                        if head.metadata[rowKeyMetadata] != rowKey { return "'s3://\(loc.bucket)/\(key)': not written by this row's run" }
+                    }
                 } catch let e as UploadError {
                     return "'\(w.path)': \(e.asClipFlowError.message)"
                 } catch {
@@ -87,12 +112,17 @@ public enum BatchOutputs {
             }
             var isDir: ObjCBool = false
             guard FileManager.default.fileExists(atPath: w.path, isDirectory: &isDir) else { return "'\(w.path)': not there" }
-            if w.folder {
-                guard isDir.boolValue else { return "'\(w.path)' is a file, expected a folder" }
+            guard w.folder else {
+                if let p = OutputCheck.problem(w.path) { return p }
+                continue
+            }
+            guard isDir.boolValue else { return "'\(w.path)' is a file, expected a folder" }
+            if w.expectedFiles.isEmpty {
                 let names = (try? FileManager.default.contentsOfDirectory(atPath: w.path)) ?? []
                 if !names.contains(where: { !$0.hasPrefix(".") }) { return "'\(w.path)': empty" }
-            } else if let p = OutputCheck.problem(w.path) {
-                return p
+            }
+            for name in w.expectedFiles {
+                if let p = OutputCheck.problem(w.path + "/" + name) { return p }
             }
         }
         return nil

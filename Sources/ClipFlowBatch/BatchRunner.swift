@@ -98,7 +98,6 @@ public final class BatchRunner: Sendable {
         var running: [Int: GraphRunner] = [:]
         var results: [RowResult] = []
         var tally = Tally()
-        var scratch: AtomicOutput?
     }
     private let state: Mutex<State>
     private let aborted = Atomic<Bool>(false)
@@ -159,7 +158,6 @@ public final class BatchRunner: Sendable {
             t.start()
         }
         group.wait()
-        state.withLock { $0.scratch?.discard() }
         return state.withLock { $0.results.sorted { $0.row < $1.row } }
     }
 
@@ -236,12 +234,14 @@ public final class BatchRunner: Sendable {
             result.status = .skipped
             return result
         }
+        do { try Self.makeParentFolders(paths.writes) } catch { return failed(result, error) }
         var staging: ObjectStaging?
         defer { staging?.discard() }
         if paths.usesObjectStorage {
             do {
                 staging = try ObjectStaging(
-                    store: try storeOnce.get(), scratch: try scratchFolder() + "/row-\(i)", shouldAbort: { [self] in aborted.load(ordering: .acquiring) })
+                    store: try storeOnce.get(), scratchParent: plan.scratchParent, name: "clipflow-batch-row-\(i)",
+                    shouldAbort: { [self] in aborted.load(ordering: .acquiring) })
             } catch {
                 return failed(result, error)
             }
@@ -292,6 +292,17 @@ public final class BatchRunner: Sendable {
         }
         result.status = .ok
         return result
+    }
+
+    /// Rows name outputs in folders of their own (`out/${NAME}/merged.mp4`): the folders are
+    /// made, as a batch of thousands could not be prepared by hand.
+    static func makeParentFolders(_ writes: [RowPaths.Written]) throws {
+        for w in writes where !S3Location.isS3URL(w.path) {
+            let parent = URL(fileURLWithPath: w.path).deletingLastPathComponent().path
+            do { try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true) } catch {
+                throw ClipFlowError.badInput("output folder '\(parent)' (for \(w.field)): cannot create it (\(error.localizedDescription))")
+            }
+        }
     }
 
     func failed(_ r: RowResult, _ error: Error) -> RowResult {
@@ -354,18 +365,6 @@ public final class BatchRunner: Sendable {
         if !r.outputs.isEmpty && r.status == .ok { fields.append(EventField("outputs", .string(r.outputs.joined(separator: " ")))) }
         emitRow(r.row, .item(id: "row \(r.row)", name: r.status.rawValue, fields: fields, text: text))
         emitBatch(.progress(completed: Int64(tally.finished), total: Int64(tally.total), unit: "rows"))
-    }
-
-    /// This process's scratch folder for object-storage rows: made on first use, locked while
-    /// the batch lives (a later run sweeps it if this one is killed), removed at the end.
-    func scratchFolder() throws -> String {
-        try state.withLock { s -> String in
-            if let f = s.scratch { return f.temporary.path }
-            let f = try AtomicOutput(
-                folder: URL(fileURLWithPath: plan.scratchParent).appendingPathComponent("clipflow-batch-scratch"), label: "the batch scratch folder")
-            s.scratch = f
-            return f.temporary.path
-        }
     }
 
     func emitBatch(_ kind: PipelineEvent.Kind) { sink.emit(PipelineEvent(stage: "batch", kind: kind, time: clock.now())) }

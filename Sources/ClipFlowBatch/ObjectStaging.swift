@@ -10,7 +10,7 @@ import Synchronization
 /// when the validator asks for them (a pattern: every object it matches), outputs are local
 /// places uploaded by `publish` once the run completed, each by multipart upload so an object
 /// appears only whole, each marked with the row's key (`BatchOutputs.rowKeyMetadata`). The
-/// scratch folder holds one row's files at a time and goes with `discard`.
+/// scratch folder holds one run's files and goes with `discard`.
 ///
 /// Called from one thread at a time (the validator, then the row's worker); the mutex keeps the
 /// list of outputs, which `publish` reads after the run.
@@ -25,15 +25,17 @@ public final class ObjectStaging: RemotePaths, Sendable {
     let scratch: String
     let shouldAbort: @Sendable () -> Bool
     private let state = Mutex<(outputs: [Output], count: Int, retryable: Bool)>(([], 0, false))
+    /// The scratch folder: a temporary folder in `scratchParent`, locked while this run lives (a
+    /// later run sweeps it if this one is killed), removed by `discard`.
+    private let folder: Mutex<AtomicOutput?>
 
-    /// `scratch` is created if missing; it must not be shared with another run.
-    public init(store: S3ObjectStore, scratch: String, shouldAbort: @escaping @Sendable () -> Bool) throws {
+    /// Makes the run's scratch folder in `scratchParent` (named after `name`).
+    public init(store: S3ObjectStore, scratchParent: String, name: String, shouldAbort: @escaping @Sendable () -> Bool) throws {
         self.store = store
-        self.scratch = scratch
         self.shouldAbort = shouldAbort
-        do { try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true) } catch {
-            throw ClipFlowError.output("scratch folder '\(scratch)': cannot create it (\(error.localizedDescription))")
-        }
+        let f = try AtomicOutput(folder: URL(fileURLWithPath: scratchParent).appendingPathComponent(name), label: "the scratch folder")
+        self.scratch = f.temporary.path
+        self.folder = Mutex(f)
     }
 
     public var outputs: [Output] { state.withLock { $0.outputs } }
@@ -135,7 +137,12 @@ public final class ObjectStaging: RemotePaths, Sendable {
     }
 
     /// Removes the scratch folder and everything in it.
-    public func discard() { try? FileManager.default.removeItem(atPath: scratch) }
+    public func discard() {
+        folder.withLock { f in
+            f?.discard()
+            f = nil
+        }
+    }
 
     func makeFolder(_ path: String) throws {
         do { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) } catch {

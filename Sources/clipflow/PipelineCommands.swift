@@ -1,4 +1,5 @@
 import ArgumentParser
+import ClipFlowBatch
 import ClipFlowCore
 import ClipFlowUpload
 import ClipFlowCapture
@@ -43,21 +44,10 @@ struct VariableFlags: ParsableArguments {
 }
 
 /// Reads and validates a pipeline file; prints every issue as FILE:LINE:COL: PATH: MESSAGE.
-func loadPipeline(_ file: String, variables: [String: String], registry: StageRegistry) throws -> Pipeline {
-    let text: String
-    do {
-        let data = try Data(contentsOf: URL(fileURLWithPath: file))
-        guard let s = String(data: data, encoding: .utf8) else {
-            throw ClipFlowError.badInput("pipeline '\(file)' is not UTF-8 text")
-        }
-        text = s
-    } catch let e as ClipFlowError { throw e } catch {
-        var isDir: ObjCBool = false
-        if !FileManager.default.fileExists(atPath: file, isDirectory: &isDir) { throw ClipFlowError.badInput("pipeline '\(file)': no such file") }
-        if isDir.boolValue { throw ClipFlowError.badInput("pipeline '\(file)' is a directory") }
-        throw ClipFlowError.badInput("pipeline '\(file)': cannot read it (\(error.localizedDescription))")
-    }
-    switch PipelineValidator(registry: registry, variables: variables).validate(text: text) {
+/// `remote` serves its `s3://` paths (fetching inputs); nil: every path is local.
+func loadPipeline(_ file: String, variables: [String: String], registry: StageRegistry, remote: RemotePaths? = nil) throws -> Pipeline {
+    let text = try readPipelineText(file)
+    switch PipelineValidator(registry: registry, variables: variables, remote: remote).validate(text: text) {
     case .valid(let p): return p
     case .invalid(let issues):
         for i in issues { FileHandle.standardError.write("\(file):\(i.description)\n".data(using: .utf8)!) }
@@ -123,6 +113,8 @@ struct Run: ParsableCommand {
     @OptionGroup var vars: VariableFlags
     @Option(help: "Seconds to let stages finish after the first signal before cancelling.")
     var grace: Double = 30
+    @Option(name: .customLong("credentials-command"), help: "Shell command printing S3 credentials JSON for s3:// paths; run at start and when they expire.")
+    var credentialsCommand: String?
     @OptionGroup var flags: OutputFlags
 
     func run() throws {
@@ -130,13 +122,35 @@ struct Run: ParsableCommand {
         let registry = makeRegistry()
         let door = FrontDoor(flags)
         try ErrorReport.run {
-            let pipeline = try loadPipeline(file, variables: try vars.variables(), registry: registry)
+            let variables = try vars.variables()
+            let staging = try objectStaging(variables)
+            defer { staging?.discard() }
+            let pipeline = try loadPipeline(file, variables: variables, registry: registry, remote: staging)
             let graph = try pipeline.makeGraph(registry)
             let (outcome, _) = try door.run(nodes: graph.nodes, edges: graph.edges, grace: grace)
             if outcome == .interrupted { throw ClipFlowError(.interrupted, "interrupted; complete outputs were kept, unfinished ones removed") }
             // A pipeline has many stages: the error names the one that failed.
             if case .failed(let stage, let e) = outcome { throw ClipFlowError(e.kind, "stage '\(stage)': \(e.message)") }
+            if let staging {
+                try staging.publish(rowKey: BatchOutputs.rowKey(pipelineText: try readPipelineText(file), variables: variables))
+                for o in staging.outputs { door.say("uploaded \(o.location)\(o.folder ? "/" : "")") }
+            }
             door.say("done: \(file)")
         }
+    }
+
+    /// Object storage for the pipeline's `s3://` paths, when its text or a variable names one:
+    /// inputs fetched to a scratch folder, outputs uploaded after the run completes.
+    func objectStaging(_ variables: [String: String]) throws -> ObjectStaging? {
+        let text = try readPipelineText(file)
+        let env = ProcessInfo.processInfo.environment
+        guard text.contains("s3://") || variables.values.contains(where: { $0.contains("s3://") }) || env.values.contains(where: { $0.hasPrefix("s3://") })
+        else { return nil }
+        let store: S3ObjectStore
+        do { store = S3ObjectStore(access: try S3Access.fromEnvironment(env, credentialsCommand: credentialsCommand)) } catch let e as UploadError {
+            throw e.asClipFlowError
+        }
+        let parent = env["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        return try ObjectStaging(store: store, scratchParent: parent, name: "clipflow-run-scratch", shouldAbort: { false })
     }
 }

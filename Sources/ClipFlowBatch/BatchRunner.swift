@@ -114,6 +114,8 @@ public final class BatchRunner: Sendable {
     }
 
     public var tally: Tally { state.withLock { $0.tally } }
+    /// Whether `stop` or `cancel` was called (a signal).
+    public var wasStopped: Bool { state.withLock { $0.stopping } }
 
     /// Stops starting rows and asks the running ones to finish within `deadline` seconds.
     public func stop(deadline: Double) {

@@ -89,16 +89,15 @@ struct Batch: ParsableCommand {
             renderer.say(
                 "batch: \(t.ok) done, \(t.skipped) skipped, \(t.failed) failed" + (t.interrupted > 0 ? ", \(t.interrupted) stopped" : "")
                     + (notRun > 0 ? ", \(notRun) not started" : "") + "; summary: \(summaryPath)")
-            exit = Self.status(results, notRun: notRun)
+            exit = runner.wasStopped ? .interrupted : Self.status(results)
             if exit == .interrupted { throw ClipFlowError(.interrupted, "stopped: rows that completed are kept; run the batch again to finish the rest") }
         }
         if exit != .success { throw exit.exitCode }
     }
 
-    /// 0 when every row is done or skipped; 75 when any failure may pass on a retry (or a row was
-    /// stopped); 65 when every failure needs its row fixed. A stop with rows not started: 130.
-    static func status(_ results: [RowResult], notRun: Int) -> ExitStatus {
-        if notRun > 0 { return .interrupted }
+    /// 0 when every row is done or skipped; 75 when any failure may pass on a retry; 65 when
+    /// every failure needs its row fixed. (A signal: 130, whatever the rows.)
+    static func status(_ results: [RowResult]) -> ExitStatus {
         let bad = results.filter { $0.status == .failed || $0.status == .interrupted }
         if bad.isEmpty { return .success }
         return bad.contains(where: \.retryable) ? .retryable : .badInput

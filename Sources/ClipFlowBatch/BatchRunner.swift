@@ -88,6 +88,7 @@ public final class BatchRunner: Sendable {
     }
 
     let plan: Plan
+    let parsed: JSONNode?
     let sink: EventSink
     let store: @Sendable () throws -> S3ObjectStore
     let clock = SystemClock()
@@ -106,6 +107,7 @@ public final class BatchRunner: Sendable {
     /// read then); it is called at most once per row.
     public init(plan: Plan, sink: EventSink, store: @escaping @Sendable () throws -> S3ObjectStore) {
         self.plan = plan
+        self.parsed = try? JSONParser.parse(plan.pipelineText)
         self.sink = sink
         self.store = store
         var s = State()
@@ -186,7 +188,7 @@ public final class BatchRunner: Sendable {
                 p.problem = problem
             } else {
                 let v = PipelineValidator(registry: plan.registry, variables: vars, environment: plan.environment, checksFiles: false)
-                switch v.validate(text: plan.pipelineText) {
+                switch validate(v) {
                 case .valid(let pipeline):
                     p.pipeline = pipeline
                     let paths = RowPaths(pipeline, registry: plan.registry)
@@ -207,6 +209,13 @@ public final class BatchRunner: Sendable {
         return plans
     }
 
+    /// Validates the pipeline read once (thousands of rows validate the same document); a file
+    /// that is not JSON is reported by each row as the validator words it.
+    func validate(_ v: PipelineValidator) -> PipelineValidator.Result {
+        if let parsed { return v.validate(root: parsed) }
+        return v.validate(text: plan.pipelineText)
+    }
+
     static func normalised(_ path: String) -> String {
         S3Location.isS3URL(path) ? path : URL(fileURLWithPath: path).standardizedFileURL.path
     }
@@ -224,11 +233,10 @@ public final class BatchRunner: Sendable {
         let row = plan.rows[i]
         var result = RowResult(row: i, origin: row.origin, status: .failed, retryable: false, reason: nil, seconds: 0, outputs: [])
         emitRow(i, .item(id: "row \(i)", name: "started", fields: [EventField("origin", .string(row.origin))], text: "started (\(row.origin))"))
-        guard let pipeline = rp.pipeline, let paths = rp.paths, rp.problem == nil else {
+        guard rp.pipeline != nil, let paths = rp.paths, rp.problem == nil else {
             result.reason = rp.problem ?? "cannot be planned"
             return result
         }
-        _ = pipeline
         result.outputs = paths.writes.map(\.path)
         let key = BatchOutputs.rowKey(pipelineText: plan.pipelineText, variables: rp.variables)
         let storeOnce = StoreOnce(make: store)
@@ -236,7 +244,16 @@ public final class BatchRunner: Sendable {
             result.status = .skipped
             return result
         }
-        do { try Self.makeParentFolders(paths.writes) } catch { return failed(result, error) }
+        let made: [String]
+        do { made = try Self.makeParentFolders(paths.writes) } catch { return failed(result, error) }
+        let ran = execute(i, rp, paths, key: key, store: storeOnce, result)
+        if ran.status != .ok { Self.removeIfEmpty(made) }
+        return ran
+    }
+
+    /// A row that is not done: fetch, validate, run, publish, verify.
+    func execute(_ i: Int, _ rp: RowPlan, _ paths: RowPaths, key: String, store storeOnce: StoreOnce, _ planned: RowResult) -> RowResult {
+        var result = planned
         var staging: ObjectStaging?
         defer { staging?.discard() }
         if paths.usesObjectStorage {
@@ -250,7 +267,7 @@ public final class BatchRunner: Sendable {
         }
         let validator = PipelineValidator(registry: plan.registry, variables: rp.variables, environment: plan.environment, remote: staging)
         let runnable: Pipeline
-        switch validator.validate(text: plan.pipelineText) {
+        switch validate(validator) {
         case .valid(let p): runnable = p
         case .invalid(let issues):
             result.reason = issues.map { "\(plan.pipelineFile):\($0.description)" }.joined(separator: "; ")
@@ -298,13 +315,27 @@ public final class BatchRunner: Sendable {
 
     /// Rows name outputs in folders of their own (`out/${NAME}/merged.mp4`): the folders are
     /// made, as a batch of thousands could not be prepared by hand.
-    static func makeParentFolders(_ writes: [RowPaths.Written]) throws {
+    /// Returns the folders it made, deepest first.
+    static func makeParentFolders(_ writes: [RowPaths.Written]) throws -> [String] {
+        var made: [String] = []
         for w in writes where !S3Location.isS3URL(w.path) {
             let parent = URL(fileURLWithPath: w.path).deletingLastPathComponent().path
+            var missing: [String] = [], up = parent
+            while !up.isEmpty, up != "/", !FileManager.default.fileExists(atPath: up) {
+                missing.append(up)
+                up = (up as NSString).deletingLastPathComponent
+            }
+            made += missing
             do { try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true) } catch {
                 throw ClipFlowError.badInput("output folder '\(parent)' (for \(w.field)): cannot create it (\(error.localizedDescription))")
             }
         }
+        return made
+    }
+
+    /// Removes the folders a row made for outputs it did not write (a failed row leaves nothing).
+    static func removeIfEmpty(_ folders: [String]) {
+        for f in folders { rmdir(f) }
     }
 
     func failed(_ r: RowResult, _ error: Error) -> RowResult {

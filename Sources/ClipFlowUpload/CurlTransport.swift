@@ -34,7 +34,7 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
         curl_easy_reset(handle)
         let ctx = TransferContext(
             shouldAbort: shouldAbort, onSent: onSent, stallTimeout: Double(settings.stallTimeout),
-            responseTimeout: settings.responseTimeout, maxBody: settings.maxResponseBody)
+            responseTimeout: settings.responseTimeout, maxBody: settings.maxResponseBody, bodyFile: request.responseBodyFile)
         defer { ctx.closeFile() }
         var headerList: UnsafeMutablePointer<curl_slist>? = nil
         defer { if let headerList { curl_slist_free_all(headerList) } }
@@ -108,7 +108,7 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
         }
         var status: Int = 0
         _ = cf_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status)
-        return HTTPResponse(status: status, headers: ctx.headers, body: ctx.body, bytesSent: Int64(sent))
+        return HTTPResponse(status: status, headers: ctx.headers, body: ctx.body, bytesSent: Int64(sent), bodyBytesWritten: ctx.bodyBytesWritten)
     }
 
     private func transportError(_ code: CURLcode, request: HTTPRequest, ctx: TransferContext, sent: Int64) -> TransportError {
@@ -206,12 +206,23 @@ private final class TransferContext {
     /// The largest answer body kept (`TransportSettings.maxResponseBody`).
     let maxBody: Int
 
-    init(shouldAbort: @escaping @Sendable () -> Bool, onSent: ((Int64) -> Void)?, stallTimeout: Double, responseTimeout: Double, maxBody: Int) {
+    // Body sink for a successful answer (`HTTPRequest.responseBodyFile`): open from the status
+    // line of a 2xx answer on.
+    let bodyFile: ResponseBodyFile?
+    var bodyFD: Int32 = -1
+    var bodyFilePosition: Int64 = 0
+    var bodyBytesWritten: Int64 = 0
+
+    init(
+        shouldAbort: @escaping @Sendable () -> Bool, onSent: ((Int64) -> Void)?, stallTimeout: Double, responseTimeout: Double, maxBody: Int,
+        bodyFile: ResponseBodyFile?
+    ) {
         self.shouldAbort = shouldAbort
         self.onSent = onSent
         self.stallTimeout = stallTimeout
         self.responseTimeout = responseTimeout
         self.maxBody = maxBody
+        self.bodyFile = bodyFile
     }
 
     var pointer: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
@@ -237,6 +248,39 @@ private final class TransferContext {
 
     func closeFile() {
         if fd >= 0 { close(fd); fd = -1 }
+        if bodyFD >= 0 { close(bodyFD); bodyFD = -1 }
+    }
+
+    /// Opens the body file for a 2xx answer of `status` and cuts it where this answer's body
+    /// starts (`offset` for 206, else 0). False (with `fileError`) when it cannot.
+    func openBodyFile(status: Int) -> Bool {
+        if bodyFD >= 0 { close(bodyFD); bodyFD = -1 }
+        guard let bodyFile, (200..<300).contains(status) else { return true }
+        bodyFilePosition = status == 206 ? bodyFile.offset : 0
+        bodyBytesWritten = 0
+        bodyFD = open(bodyFile.path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+        guard bodyFD >= 0, ftruncate(bodyFD, off_t(bodyFilePosition)) == 0 else {
+            fileError = "\(bodyFile.path): cannot write the download: \(String(cString: strerror(errno)))"
+            return false
+        }
+        return true
+    }
+
+    /// Writes a piece of a 2xx answer's body to the body file. False (with `fileError`) on failure.
+    func writeBodyFile(_ data: UnsafeRawBufferPointer) -> Bool {
+        var done = 0
+        while done < data.count {
+            let n = pwrite(bodyFD, data.baseAddress! + done, data.count - done, off_t(bodyFilePosition))
+            if n < 0 {
+                if errno == EINTR { continue }
+                fileError = "\(bodyFile?.path ?? ""): write failed at byte \(bodyFilePosition): \(String(cString: strerror(errno)))"
+                return false
+            }
+            done += n
+            bodyFilePosition += Int64(n)
+            bodyBytesWritten += Int64(n)
+        }
+        return true
     }
 
     func read(into buffer: UnsafeMutablePointer<CChar>, capacity: Int) -> Int {
@@ -294,7 +338,7 @@ private final class TransferContext {
             // server may answer early and never read the rest.
             let status = trimmed.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
             if status >= 200 && answerClockStart == nil { answerClockStart = lastMove }
-            return true
+            return openBodyFile(status: status)
         }
         guard let colon = trimmed.firstIndex(of: ":") else { return true }
         let name = trimmed[..<colon].lowercased()
@@ -307,11 +351,12 @@ private final class TransferContext {
         return true
     }
 
-    /// Takes a piece of the answer's body; false when the body exceeds `maxBody` (the transfer is
-    /// then abandoned).
+    /// Takes a piece of the answer's body (into the body file when one is open); false when the
+    /// body exceeds `maxBody` or the file cannot be written (the transfer is then abandoned).
     func write(_ data: UnsafeRawBufferPointer) -> Bool {
         connected = true
         lastMove = ProcessInfo.processInfo.systemUptime
+        if bodyFD >= 0 { return writeBodyFile(data) }
         guard body.count + data.count <= maxBody else {
             oversized = "the server's answer is larger than \(maxBody) bytes"
             return false

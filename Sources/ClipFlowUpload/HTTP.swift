@@ -8,12 +8,18 @@ public struct HTTPRequest: Sendable {
     /// Header lines in order. Names are sent as given.
     public var headers: [(name: String, value: String)]
     public var body: HTTPBody
+    /// Where the body of a successful answer goes instead of memory (nil: memory).
+    public var responseBodyFile: ResponseBodyFile?
 
-    public init(method: String, url: String, headers: [(name: String, value: String)] = [], body: HTTPBody = .empty) {
+    public init(
+        method: String, url: String, headers: [(name: String, value: String)] = [], body: HTTPBody = .empty,
+        responseBodyFile: ResponseBodyFile? = nil
+    ) {
         self.method = method
         self.url = url
         self.headers = headers
         self.body = body
+        self.responseBodyFile = responseBodyFile
     }
 
     /// Sets (replaces) a header, matching names case-insensitively.
@@ -40,6 +46,22 @@ public enum HTTPBody: Sendable {
     }
 }
 
+/// A file that takes the body of a successful (2xx) answer, for answers too large to hold in
+/// memory (an object download). The body of a 206 (partial content) answer is written from byte
+/// `offset`, that of any other 2xx answer from byte 0; the file (created if missing) is cut to
+/// that length when the answer's status line arrives. Answers that are not 2xx (an error's XML)
+/// are kept in memory as usual. Bytes written stay when the transfer breaks off part-way, so a
+/// later request can continue from the file's size.
+public struct ResponseBodyFile: Sendable, Equatable {
+    public var path: String
+    public var offset: Int64
+
+    public init(path: String, offset: Int64 = 0) {
+        self.path = path
+        self.offset = offset
+    }
+}
+
 /// A response. Header names are lower-cased; repeated headers are joined with ", ". Upload
 /// protocols only read small JSON/XML answers: a response whose headers exceed `maxHeaderBytes`
 /// or whose body exceeds `TransportSettings.maxResponseBody` is abandoned
@@ -54,12 +76,15 @@ public struct HTTPResponse: Sendable {
     public var body: Data
     /// Request-body bytes curl sent (not necessarily stored by the server).
     public var bytesSent: Int64
+    /// Body bytes written to the request's `responseBodyFile` (the body is then not in `body`).
+    public var bodyBytesWritten: Int64
 
-    public init(status: Int, headers: [String: String] = [:], body: Data = Data(), bytesSent: Int64 = 0) {
+    public init(status: Int, headers: [String: String] = [:], body: Data = Data(), bytesSent: Int64 = 0, bodyBytesWritten: Int64 = 0) {
         self.status = status
         self.headers = headers
         self.body = body
         self.bytesSent = bytesSent
+        self.bodyBytesWritten = bodyBytesWritten
     }
 
     public func header(_ name: String) -> String? { headers[name.lowercased()] }
@@ -85,7 +110,8 @@ public struct TransportError: Error, CustomStringConvertible, Sendable, Equatabl
         case oversized
         /// Cancelled or paused by the caller.
         case cancelled
-        /// The request's body file could not be read (or shrank while being sent).
+        /// The request's body file could not be read (or shrank while being sent), or the
+        /// `responseBodyFile` could not be written.
         case fileRead
         /// A URL or option curl refused: a programming or configuration error. Not retried.
         case invalid

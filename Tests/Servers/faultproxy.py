@@ -24,11 +24,13 @@ A rule (all matchers optional; the first rule that matches and is not used up de
     {"method": "PATCH", "path_contains": "/files/", "query_contains": "partNumber=2",
      "skip": 0,            # let the first K matching requests through untouched
      "times": 1,           # apply to the next N matching requests (-1: every one)
-     "action": "cut" | "drop_response" | "status" | "stall" | "delay", ...}
+     "action": "cut" | "cut_response" | "drop_response" | "status" | "stall" | "delay", ...}
     cut:           "after_bytes": B | "random" (uniform in [0, Content-Length), "seed": S optional;
                    65536 stands in for the length of a chunked body). Forwards the head and B body
                    bytes, then closes upstream (FIN, or RST with "upstream_close": "rst") and the
                    client (RST if it is still sending).
+    cut_response:  "after_bytes": B: forwards the whole request, relays the response head and B bytes
+                   of its body, then resets the client connection (a download cut part-way).
     drop_response: forwards the whole request, reads the whole response, closes the client without
                    a byte of it (a lost response: the server applied the request).
     status:        "status": 503, "body": "...", "headers": {...}: answered by the proxy, upstream
@@ -40,7 +42,7 @@ A rule (all matchers optional; the first rule that matches and is not used up de
 
 In stats, status_or_fault is the upstream status (an int) for a forwarded request, the int status
 of a "status" rule's answer is recorded as "status:503", other faults by their action name
-("cut", "drop_response", "stall"), 502 when the upstream could not be reached, and
+("cut", "cut_response", "drop_response", "stall"), 502 when the upstream could not be reached, and
 "error:..." when a connection broke on its own.
 """
 
@@ -170,7 +172,7 @@ class Proxy:
         prepared = []
         for r in rules:
             if not isinstance(r, dict) or r.get("action") not in (
-                "cut", "drop_response", "status", "stall", "delay"):
+                "cut", "cut_response", "drop_response", "status", "stall", "delay"):
                 raise ValueError(f"bad rule: {r!r}")
             r = dict(r)
             r.setdefault("skip", 0)
@@ -361,12 +363,19 @@ class Proxy:
                 close_quietly(client.sock)
                 self.record(method, target, "drop_response")
                 return
+            if action == "cut_response":
+                self.relay_response(upstream, client.sock, limit=int(rule.get("after_bytes", 0)))
+                set_rst(client.sock)
+                close_quietly(client.sock)
+                self.record(method, target, "cut_response")
+                return
             status = self.relay_response(upstream, client.sock)
             self.record(method, target, status)
         finally:
             close_quietly(usock)
 
-    def relay_response(self, upstream, csock):
+    def relay_response(self, upstream, csock, limit=None):
+        """Relays the response (head, then body until upstream EOF, or only `limit` body bytes)."""
         while True:
             head = upstream.read_head()
             if head is None:
@@ -382,11 +391,13 @@ class Proxy:
             headers.append(("Connection", "close"))
             csock.sendall(build_head(first, headers))
             break
-        while True:
-            data = upstream.read_some(BUF)
+        relayed = 0
+        while limit is None or relayed < limit:
+            data = upstream.read_some(BUF if limit is None else min(BUF, limit - relayed))
             if not data:
                 break
             csock.sendall(data)
+            relayed += len(data)
         return status
 
 

@@ -1,0 +1,90 @@
+import Foundation
+
+/// The endpoint and credentials of an S3-compatible service, taken the way the AWS tools take
+/// them. A value; the secret inside `credentials` is registered for redaction when it is made.
+public struct S3Access: Sendable {
+    public var endpoint: String
+    public var region: String
+    public var addressingStyle: S3Options.AddressingStyle
+    /// The keys the first request is signed with.
+    public var credentials: AWSCredentials
+    /// Asked for fresh keys when the server refuses the current ones as expired (nil: nothing to ask).
+    public var provider: CredentialProvider?
+    public var network: TransportSettings
+    public var retry: RetryPolicy
+
+    public init(
+        endpoint: String, region: String, addressingStyle: S3Options.AddressingStyle = .path, credentials: AWSCredentials,
+        provider: CredentialProvider? = nil, network: TransportSettings = TransportSettings(), retry: RetryPolicy = RetryPolicy()
+    ) {
+        self.endpoint = endpoint
+        self.region = region
+        self.addressingStyle = addressingStyle
+        self.credentials = credentials
+        self.provider = provider
+        self.network = network
+        self.retry = retry
+    }
+
+    /// The variables read by `fromEnvironment`, in the order they are looked at.
+    public static let endpointVariables = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]
+    public static let regionVariables = ["AWS_REGION", "AWS_DEFAULT_REGION"]
+
+    /// The endpoint from `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL`, else
+    /// `https://s3.<region>.amazonaws.com`; virtual-host addressing for amazonaws.com, path
+    /// addressing for any other endpoint (MinIO, SeaweedFS, Ceph). The region from `AWS_REGION`,
+    /// else `AWS_DEFAULT_REGION`, else us-east-1. The keys from `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`, or, when `credentialsCommand` is given,
+    /// from that shell command's JSON (run again when the server refuses the keys as expired), as
+    /// `clipflow upload --credentials-command` does. Errors name the variable to set and never
+    /// hold a secret.
+    public static func fromEnvironment(_ env: [String: String], credentialsCommand: String? = nil) throws -> S3Access {
+        func value(_ names: [String]) -> (name: String, value: String)? {
+            for n in names { if let v = env[n]?.trimmingCharacters(in: .whitespaces), !v.isEmpty { return (n, v) } }
+            return nil
+        }
+        let region = value(regionVariables)?.value ?? "us-east-1"
+        var endpoint = "https://s3.\(region).amazonaws.com"
+        if let given = value(endpointVariables) {
+            guard let url = URLComponents(string: given.value), let scheme = url.scheme?.lowercased(),
+                ["http", "https"].contains(scheme), let host = url.host, !host.isEmpty
+            else {
+                throw UploadError(.badInput, message: "\(given.name): '\(displayURL(given.value))' is not an http(s) URL")
+            }
+            endpoint = given.value
+        }
+        let host = URLComponents(string: endpoint)?.host?.lowercased() ?? ""
+        let style: S3Options.AddressingStyle = host == "amazonaws.com" || host.hasSuffix(".amazonaws.com") ? .virtual : .path
+        let network = TransportSettings()
+
+        if let credentialsCommand {
+            let source = CredentialSource(command: ["/bin/sh", "-c", credentialsCommand])
+            if let p = source.problems().first { throw UploadError(.badInput, message: "--\(p.field): \(p.message)") }
+            guard let provider = source.provider(for: .s3, settings: network) else {
+                throw UploadError(.credentials, message: "S3: the credentials command gave no credential source")
+            }
+            guard case .aws(let keys) = try provider.refresh(reason: "start") else {
+                throw UploadError(.credentials, message: "S3: the credentials command gave a token, not access keys (AccessKeyId/SecretAccessKey)")
+            }
+            return S3Access(endpoint: endpoint, region: region, addressingStyle: style, credentials: keys, provider: provider, network: network)
+        }
+
+        let missing = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"].filter { value([$0]) == nil }
+        guard missing.isEmpty, let keyID = value(["AWS_ACCESS_KEY_ID"])?.value, let secret = value(["AWS_SECRET_ACCESS_KEY"])?.value else {
+            throw UploadError(
+                .credentials,
+                message:
+                    "S3: no credentials: \(missing.joined(separator: " and ")) \(missing.count == 1 ? "is" : "are") not set; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary credentials), or give --credentials-command"
+            )
+        }
+        let keys = AWSCredentials(accessKeyID: keyID, secretAccessKey: secret, sessionToken: value(["AWS_SESSION_TOKEN"])?.value)
+        return S3Access(endpoint: endpoint, region: region, addressingStyle: style, credentials: keys, network: network)
+    }
+
+    /// `S3Options` for one object (`bucket`, `key`) at this endpoint.
+    func options(bucket: String, key: String? = nil) -> S3Options {
+        var o = S3Options(endpoint: endpoint, region: region, bucket: bucket, key: key, addressingStyle: addressingStyle, retry: retry)
+        o.network = network
+        return o
+    }
+}

@@ -111,8 +111,20 @@ public final class ObjectStaging: RemotePaths, Sendable {
     }
 
     /// Uploads every output the run wrote, each marked with `rowKey`. A folder's files go in
-    /// name order with playlists last (a playlist never names a segment not yet there).
+    /// name order with playlists last (a playlist never names a segment not yet there). Uploads to
+    /// the same keys that an earlier run of the row began and never finished (it was killed) are
+    /// aborted first: the row owns its outputs' keys, and their parts would stay on the server.
     public func publish(rowKey: String) throws {
+        do {
+            for o in outputs {
+                for u in try store.pendingUploads(bucket: o.location.bucket, prefix: o.location.key)
+                where u.key == o.location.key || (o.folder && u.key.hasPrefix(o.location.key.hasSuffix("/") ? o.location.key : o.location.key + "/")) {
+                    try store.abortUpload(bucket: o.location.bucket, key: u.key, uploadID: u.uploadID)
+                }
+            }
+        } catch let e as UploadError {
+            throw e.asClipFlowError
+        }
         for o in outputs {
             if shouldAbort() { throw ClipFlowError.interrupted }
             var isDir: ObjCBool = false

@@ -36,8 +36,9 @@ public struct S3Access: Sendable {
     /// else `AWS_DEFAULT_REGION`, else us-east-1. The keys from `AWS_ACCESS_KEY_ID`,
     /// `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`, or, when `credentialsCommand` is given,
     /// from that shell command's JSON (run again when the server refuses the keys as expired), as
-    /// `clipflow upload --credentials-command` does. Errors name the variable to set and never
-    /// hold a secret.
+    /// `clipflow upload --credentials-command` does. `AWS_MAX_ATTEMPTS` bounds the tries of a
+    /// request that makes no progress (default 8, backing off up to 30 s). Errors name the
+    /// variable to set and never hold a secret.
     public static func fromEnvironment(_ env: [String: String], credentialsCommand: String? = nil) throws -> S3Access {
         func value(_ names: [String]) -> (name: String, value: String)? {
             for n in names { if let v = env[n]?.trimmingCharacters(in: .whitespaces), !v.isEmpty { return (n, v) } }
@@ -56,6 +57,13 @@ public struct S3Access: Sendable {
         let host = URLComponents(string: endpoint)?.host?.lowercased() ?? ""
         let style: S3Options.AddressingStyle = host == "amazonaws.com" || host.hasSuffix(".amazonaws.com") ? .virtual : .path
         let network = TransportSettings()
+        var retry = RetryPolicy()
+        if let attempts = value(["AWS_MAX_ATTEMPTS"]) {
+            guard let n = Int(attempts.value), n >= 1 else {
+                throw UploadError(.badInput, message: "AWS_MAX_ATTEMPTS: '\(attempts.value)' is not a whole number of 1 or more")
+            }
+            retry.maxAttemptsWithoutProgress = n
+        }
 
         if let credentialsCommand {
             let source = CredentialSource(command: ["/bin/sh", "-c", credentialsCommand])
@@ -66,7 +74,7 @@ public struct S3Access: Sendable {
             guard case .aws(let keys) = try provider.refresh(reason: "start") else {
                 throw UploadError(.credentials, message: "S3: the credentials command gave a token, not access keys (AccessKeyId/SecretAccessKey)")
             }
-            return S3Access(endpoint: endpoint, region: region, addressingStyle: style, credentials: keys, provider: provider, network: network)
+            return S3Access(endpoint: endpoint, region: region, addressingStyle: style, credentials: keys, provider: provider, network: network, retry: retry)
         }
 
         let missing = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"].filter { value([$0]) == nil }
@@ -78,7 +86,7 @@ public struct S3Access: Sendable {
             )
         }
         let keys = AWSCredentials(accessKeyID: keyID, secretAccessKey: secret, sessionToken: value(["AWS_SESSION_TOKEN"])?.value)
-        return S3Access(endpoint: endpoint, region: region, addressingStyle: style, credentials: keys, network: network)
+        return S3Access(endpoint: endpoint, region: region, addressingStyle: style, credentials: keys, network: network, retry: retry)
     }
 
     /// `S3Options` for one object (`bucket`, `key`) at this endpoint.

@@ -127,6 +127,17 @@ public final class S3ObjectStore: Sendable {
         throw UploadError(.protocol, message: "\(call.location): ListMultipartUploads did not end after 1,000,000 pages", retryable: true)
     }
 
+    /// AbortMultipartUpload: the parts are dropped (S3 answers an unknown upload with 404,
+    /// taken as done).
+    public func abortUpload(bucket: String, key: String, uploadID: String) throws {
+        let call = try S3Call(store: self, location: S3Location(bucket: bucket, key: key))
+        let url = objectURL(bucket, key) + "?uploadId=" + SigV4Signer.uriEncode(uploadID, keepSlash: false)
+        try call.send("AbortMultipartUpload", request: { HTTPRequest(method: "DELETE", url: url) }) { r in
+            guard r.isSuccess || r.status == 404 else { throw call.failure(r, step: "AbortMultipartUpload") }
+            return .accepted(())
+        }
+    }
+
     // MARK: Objects
 
     /// HeadObject: size, ETag and user metadata; nil when there is no such object.

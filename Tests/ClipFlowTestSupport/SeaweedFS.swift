@@ -127,6 +127,13 @@ public final class SeaweedFS: @unchecked Sendable {
         try oracle(["put", "--bucket", bucket ?? self.bucket, "--key", key, "--file", file.path, "--metadata", meta])
     }
 
+    /// PutObject of every file under `dir` at `prefix` + its path relative to `dir` (one boto3
+    /// process for all of them); returns the keys.
+    @discardableResult
+    public func putTree(_ dir: URL, prefix: String, bucket: String? = nil) throws -> [String] {
+        (try json(["put-tree", "--bucket", bucket ?? self.bucket, "--dir", dir.path, "--prefix", prefix]) as? [String]) ?? []
+    }
+
     /// Every key under `prefix` (all pages), in the server's order.
     public func keys(prefix: String = "", bucket: String? = nil) throws -> [String] {
         (try json(["keys", "--bucket", bucket ?? self.bucket, "--prefix", prefix]) as? [String]) ?? []

@@ -10,6 +10,7 @@ addressing), one attempt each (no retries hide a failure). Each command prints o
         that signatures are checked: a request signed with a wrong secret must get 403, else exit 1.
         Prints {"buckets": [...], "wrong_secret": {"status": 403, "code": ...}, "waited": seconds}.
     s3_oracle.py put  --bucket B --key K --file F [--metadata JSON]   {"etag": ...}
+    s3_oracle.py put-tree --bucket B --dir D --prefix P   every file under D at P + its relative path; [key, ...]
     s3_oracle.py keys --bucket B [--prefix P]       [key, ...] (every page)
     s3_oracle.py get  --bucket B --key K --out F    {"sha256", "size", "etag"}
     s3_oracle.py head --bucket B --key K            {"size", "etag", "content_type", "metadata": {...}}
@@ -71,6 +72,18 @@ def put(args):
     print(json.dumps({"etag": r["ETag"]}))
 
 
+def put_tree(args):
+    s3, out = client(), []
+    for top, _, files in os.walk(args.dir):
+        for name in sorted(files):
+            path = os.path.join(top, name)
+            key = args.prefix + os.path.relpath(path, args.dir)
+            with open(path, "rb") as f:
+                s3.put_object(Bucket=args.bucket, Key=key, Body=f)
+            out.append(key)
+    print(json.dumps(sorted(out)))
+
+
 def keys(args):
     out = []
     for page in client().get_paginator("list_objects_v2").paginate(Bucket=args.bucket, Prefix=args.prefix):
@@ -109,6 +122,10 @@ def main():
     s = sub.add_parser("setup")
     s.add_argument("--bucket", action="append", required=True)
     s.add_argument("--wait", type=float, default=30)
+    t = sub.add_parser("put-tree")
+    t.add_argument("--bucket", required=True)
+    t.add_argument("--dir", required=True)
+    t.add_argument("--prefix", default="")
     for name in ("put", "keys", "get", "head", "pending-uploads"):
         p = sub.add_parser(name)
         p.add_argument("--bucket", required=True)
@@ -122,7 +139,7 @@ def main():
         if name == "keys":
             p.add_argument("--prefix", default="")
     args = ap.parse_args()
-    {"setup": setup, "put": put,
+    {"setup": setup, "put": put, "put-tree": put_tree,
      "keys": keys, "get": get, "head": head, "pending-uploads": pending_uploads}[args.cmd](args)
 
 

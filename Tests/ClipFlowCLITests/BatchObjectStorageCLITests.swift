@@ -89,6 +89,37 @@ final class BatchObjectStorageCLITests: XCTestCase {
         XCTAssertEqual(left, [])
     }
 
+    /// `clipflow run` takes s3:// paths the same way: the fragments fetched, the three outputs
+    /// (a file, its cover, a published folder) uploaded once the run completed; a local-only
+    /// parameter refuses an s3:// URL, naming the field.
+    func testRunTakesObjectStoragePathsToo() throws {
+        let s3 = try SeaweedFS.start()
+        defer { s3.stop() }
+        let dir = fx.scratch("run-s3")
+        _ = try fragmentSets(1, on: s3, in: dir)
+        let r = try Run.run(
+            [binary, "run", Self.pipeline, "--set", "CLIPS=s3://\(s3.bucket)/sets/set-0", "--set", "OUT=s3://\(s3.bucket)/single"], env: s3.environment,
+            check: false)
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(Set(try s3.keys(prefix: "single/")), Set(Self.outputs.map { "single/\($0)" }))
+        let local = dir.appendingPathComponent("single.mp4")
+        try s3.download(key: "single/merged.mp4", to: local)
+        XCTAssertEqual(try Probe.videoFrames(local.path), 150)
+
+        let pipeline = dir.appendingPathComponent("queue.json").path
+        try """
+        {"version": 1, "stages": [
+          {"id": "clips", "kind": "files", "glob": "s3://\(s3.bucket)/sets/set-0/fragment*.mp4"},
+          {"id": "up", "kind": "upload", "inputs": ["clips"], "method": "tus", "endpoint": "http://127.0.0.1:9/files", "queue-dir": "s3://\(s3.bucket)/queue"}
+        ]}
+        """.write(toFile: pipeline, atomically: true, encoding: .utf8)
+        let refused = try Run.run([binary, "run", pipeline], env: s3.environment, check: false)
+        XCTAssertEqual(refused.status, 65, refused.stderr)
+        XCTAssertTrue(
+            refused.stderr.contains("stages[1].queue-dir: 's3://\(s3.bucket)/queue': object storage is taken only for files a stage reads or writes; give a local path"),
+            refused.stderr)
+    }
+
     func testStorageOutageIsRetryableAndAMissingObjectIsNot() throws {
         let s3 = try SeaweedFS.start()
         let dir = fx.scratch("batch-s3-fail")

@@ -309,6 +309,28 @@ final class S3ObjectStoreTests: XCTestCase {
         XCTAssertEqual(try leftovers(except: ["cut-source.bin"]), ["cut.bin"])
     }
 
+    /// An answer whose bytes do not match the object's plain-MD5 ETag (the proxy answers once in
+    /// the server's place with other bytes of the same length) is fetched again; the file is the
+    /// object.
+    func testDownloadWhoseMD5DoesNotMatchTheETagIsFetchedAgain() throws {
+        let source = try makeFile("md5-source.bin", size: 1000, seed: 11)
+        let k = key("md5.bin")
+        try s3.put(file: source, key: k)
+        let etag = try XCTUnwrap(try s3.head(key: k)["etag"] as? String)
+        try proxy.setRules([
+            [
+                "method": "GET", "path_contains": "md5.bin", "action": "status", "status": 200, "times": 1,
+                "body": String(repeating: "A", count: 1000), "headers": ["Content-Type": "application/octet-stream", "ETag": etag]
+            ]
+        ])
+        let out = dir + "/md5.bin"
+        let info = try store(viaProxy: true).download(bucket: s3.bucket, key: k, to: out)
+        XCTAssertEqual(info.etag, etag)
+        XCTAssertEqual(try sha256(ofFile: out), try sha256(ofFile: source))
+        let stats = try stats { $0.count("GET", pathContains: "md5.bin") >= 2 }
+        XCTAssertEqual(stats.requests.filter { $0.method == "GET" && $0.target.contains("md5.bin") }.map(\.outcome), ["status:200", "200"])
+    }
+
     /// A multipart object (ETag not an MD5) downloads by size; a zero-byte object makes an empty file.
     func testDownloadOfAMultipartAndAnEmptyObject() throws {
         let source = try makeFile("mp.bin", size: (11 << 20) + 17, seed: 8)

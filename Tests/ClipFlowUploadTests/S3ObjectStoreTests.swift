@@ -1,6 +1,7 @@
 import XCTest
 import Foundation
 import ClipFlowCore
+import Synchronization
 import ClipFlowTestSupport
 @testable import ClipFlowUpload
 
@@ -62,16 +63,24 @@ final class S3ObjectStoreTests: XCTestCase {
         S3ObjectStore(access: try access(viaProxy: viaProxy, retry: retry), pageSize: pageSize, partSize: partSize, resumeStorePath: dir + "/resume.json")
     }
 
-    /// `size` pseudo-random bytes (xorshift) in a file of the test folder.
+    /// `size` pseudo-random bytes (xorshift) in a file of the test folder, written 1 MiB at a time
+    /// (so making a big file does not raise the process's memory).
     func makeFile(_ name: String, size: Int, seed: UInt64 = 1) throws -> URL {
         var state = seed &* 0x9E3779B97F4A7C15 | 1
-        var bytes = [UInt8](repeating: 0, count: size)
-        for i in bytes.indices {
-            state ^= state << 13; state ^= state >> 7; state ^= state << 17
-            bytes[i] = UInt8(truncatingIfNeeded: state)
-        }
         let url = URL(fileURLWithPath: dir).appendingPathComponent(name)
-        try Data(bytes).write(to: url)
+        guard FileManager.default.createFile(atPath: url.path, contents: nil) else { throw ServerError("cannot create \(url.path)") }
+        let handle = try FileHandle(forWritingTo: url)
+        defer { try? handle.close() }
+        var left = size
+        while left > 0 {
+            var chunk = [UInt8](repeating: 0, count: min(left, 1 << 20))
+            for i in chunk.indices {
+                state ^= state << 13; state ^= state >> 7; state ^= state << 17
+                chunk[i] = UInt8(truncatingIfNeeded: state)
+            }
+            try handle.write(contentsOf: chunk)
+            left -= chunk.count
+        }
         return url
     }
 
@@ -189,6 +198,29 @@ final class S3ObjectStoreTests: XCTestCase {
         }
     }
 
+    /// The server refuses the keys as expired (400 ExpiredToken, once): the credentials command
+    /// runs again and the same request goes through with what it printed.
+    func testExpiredKeysAreRenewedThroughTheCredentialsCommand() throws {
+        let json = dir + "/creds.json", counter = dir + "/count"
+        try JSONSerialization.data(withJSONObject: ["AccessKeyId": s3.accessKey, "SecretAccessKey": s3.secretKey]).write(to: URL(fileURLWithPath: json))
+        var env = s3.environment
+        env["AWS_ENDPOINT_URL_S3"] = proxy.url
+        var a = try S3Access.fromEnvironment(env, credentialsCommand: "echo run >> '\(counter)'; cat '\(json)'")
+        a.retry = .fast
+        let k = key("renewed.mp4")
+        try s3.put(file: try makeFile("renewed.mp4", size: 321), key: k)
+        try proxy.setRules([
+            [
+                "method": "HEAD", "action": "status", "status": 400, "times": 1, "headers": ["Content-Type": "application/xml"],
+                "body": "<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>"
+            ]
+        ])
+        let info = try S3ObjectStore(access: a).head(bucket: s3.bucket, key: k)
+        XCTAssertEqual(info?.size, 321)
+        XCTAssertEqual(try String(contentsOfFile: counter, encoding: .utf8), "run\nrun\n", "once at the start, once on the refusal")
+        XCTAssertEqual(try stats { $0.requests.count >= 2 }.requests.map(\.outcome), ["status:400", "200"])
+    }
+
     /// A wrong secret: refused by the server's signature check, reported as a credentials problem
     /// (retryable for a batch, not bad input), with neither secret nor signature in the message.
     func testWrongSecretIsACredentialsErrorWithoutSecrets() throws {
@@ -267,21 +299,23 @@ final class S3ObjectStoreTests: XCTestCase {
     // MARK: Download
 
     /// 20 MiB put by boto3 streams to the file: the same sha256 as boto3's own download, nothing
-    /// left but the file, and the process's peak memory does not grow by the object's size.
+    /// left but the file, and the process's peak memory (reset just before) does not grow by the
+    /// object's size.
     func testDownloadStreams20MiBToTheFile() throws {
         let source = try makeFile("source.bin", size: 20 << 20, seed: 3)
         let k = key("big.bin")
         try s3.put(file: source, key: k)
         try FileManager.default.removeItem(at: source)
         let out = dir + "/big.bin"
-        let before = peakResidentBytes()
-        let info = try store().download(bucket: s3.bucket, key: k, to: out)
-        let grown = peakResidentBytes() - before
+        let store = try store()
+        let before = try Memory.startPeak()
+        let info = try store.download(bucket: s3.bucket, key: k, to: out)
+        let grown = try Memory.peak() - before
         XCTAssertEqual(info.size, 20 << 20)
         XCTAssertEqual(info.etag, try s3.head(key: k)["etag"] as? String)
         XCTAssertEqual(try sha256(ofFile: out), try s3.objectSHA256(key: k))
         XCTAssertEqual(try leftovers(), ["big.bin"])
-        XCTAssertLessThan(grown, 12 << 20, "peak memory grew by \(grown) bytes for a 20 MiB download")
+        XCTAssertLessThan(grown, 8 << 20, "peak memory grew by \(grown) bytes for a 20 MiB download")
     }
 
     /// The proxy cuts the answer after 3 MiB: the download continues with a Range request (the
@@ -297,6 +331,28 @@ final class S3ObjectStoreTests: XCTestCase {
         let stats = try stats { $0.count("GET", pathContains: "cut.bin") >= 2 }
         XCTAssertEqual(stats.requests.filter { $0.method == "GET" && $0.target.contains("cut.bin") }.map(\.outcome), ["cut_response", "206"])
         XCTAssertEqual(try leftovers(except: ["cut-source.bin"]), ["cut.bin"])
+    }
+
+    /// An answer whose bytes do not match the object's plain-MD5 ETag (the proxy answers once in
+    /// the server's place with other bytes of the same length) is fetched again; the file is the
+    /// object.
+    func testDownloadWhoseMD5DoesNotMatchTheETagIsFetchedAgain() throws {
+        let source = try makeFile("md5-source.bin", size: 1000, seed: 11)
+        let k = key("md5.bin")
+        try s3.put(file: source, key: k)
+        let etag = try XCTUnwrap(try s3.head(key: k)["etag"] as? String)
+        try proxy.setRules([
+            [
+                "method": "GET", "path_contains": "md5.bin", "action": "status", "status": 200, "times": 1,
+                "body": String(repeating: "A", count: 1000), "headers": ["Content-Type": "application/octet-stream", "ETag": etag]
+            ]
+        ])
+        let out = dir + "/md5.bin"
+        let info = try store(viaProxy: true).download(bucket: s3.bucket, key: k, to: out)
+        XCTAssertEqual(info.etag, etag)
+        XCTAssertEqual(try sha256(ofFile: out), try sha256(ofFile: source))
+        let stats = try stats { $0.count("GET", pathContains: "md5.bin") >= 2 }
+        XCTAssertEqual(stats.requests.filter { $0.method == "GET" && $0.target.contains("md5.bin") }.map(\.outcome), ["status:200", "200"])
     }
 
     /// A multipart object (ETag not an MD5) downloads by size; a zero-byte object makes an empty file.
@@ -371,6 +427,25 @@ final class S3ObjectStoreTests: XCTestCase {
         }
         XCTAssertLessThan(Date().timeIntervalSince(started), 3)
         XCTAssertEqual(try leftovers(except: ["slow.bin"]), [])
+    }
+
+    /// One store used by several threads at once (as `--jobs N` does): every download is whole.
+    func testCallsRunAtOnceFromSeveralThreads() throws {
+        let sources = try (0..<4).map { try makeFile("par\($0).bin", size: 300_000 + $0, seed: UInt64(20 + $0)) }
+        for (i, f) in sources.enumerated() { try s3.put(file: f, key: key("par\(i).bin")) }
+        let store = try store()
+        let failures = Mutex<[String]>([])
+        let bucket = s3.bucket, keys = (0..<4).map { key("par\($0).bin") }, dir = self.dir
+        DispatchQueue.concurrentPerform(iterations: 8) { n in
+            do {
+                _ = try store.download(bucket: bucket, key: keys[n % 4], to: dir + "/copy\(n).bin")
+                _ = try store.list(bucket: bucket, prefix: keys[n % 4])
+            } catch {
+                failures.withLock { $0.append("\(error)") }
+            }
+        }
+        XCTAssertEqual(failures.withLock { $0 }, [])
+        for n in 0..<8 { XCTAssertEqual(try sha256(ofFile: dir + "/copy\(n).bin"), try sha256(ofFile: sources[n % 4]), "copy \(n)") }
     }
 
     // MARK: Upload
@@ -456,9 +531,23 @@ final class S3ObjectStoreTests: XCTestCase {
     }
 }
 
-/// The largest resident set of this process so far (getrusage: ru_maxrss is in KiB on Linux).
-func peakResidentBytes() -> Int {
-    var usage = rusage()
-    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
-    return usage.ru_maxrss * 1024
+/// This process's memory from /proc/self/status: the resident set now and its peak since
+/// `startPeak` (writing 5 to /proc/self/clear_refs resets the peak, VmHWM).
+enum Memory {
+    /// Resets the peak and returns the resident bytes now.
+    static func startPeak() throws -> Int {
+        try "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
+        return try field("VmRSS")
+    }
+
+    /// The peak resident bytes since `startPeak`.
+    static func peak() throws -> Int { try field("VmHWM") }
+
+    static func field(_ name: String) throws -> Int {
+        let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(name + ":") }),
+            let kib = Int(line.dropFirst(name.count + 1).trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "")
+        else { throw ServerError("/proc/self/status has no \(name)") }
+        return kib * 1024
+    }
 }

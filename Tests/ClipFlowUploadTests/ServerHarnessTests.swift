@@ -256,6 +256,47 @@ final class ServerHarnessTests: XCTestCase {
         XCTAssertTrue(expired.body.contains("ExpiredToken"))
     }
 
+    // MARK: S3 (SeaweedFS)
+
+    /// SeaweedFS starts in seconds on 127.0.0.1 only, checks every signature (curl's own SigV4 is
+    /// the client here), serves what boto3 put, and leaves no process behind when stopped.
+    func testSeaweedFSChecksSignaturesAndStopsWithNothingLeft() throws {
+        let started = Date()
+        let s3 = try SeaweedFS.start(buckets: ["clipflow", "second"])
+        let startup = Date().timeIntervalSince(started)
+        XCTAssertLessThan(startup, 30, "SeaweedFS took \(startup) s to serve")
+        let file = try blob("s3.bin", size: 200_000)
+        let hash = try sha256(ofFile: file)
+        let emptyHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        func signed(_ secret: String, payload: String = emptyHash) -> [String] {
+            ["--aws-sigv4", "aws:amz:\(s3.region):s3", "--user", "\(s3.accessKey):\(secret)", "-H", "x-amz-content-sha256: \(payload)"]
+        }
+        let obj = "\(s3.endpoint)/second/dir/clip.mp4"
+        let put = try curl(signed(s3.secretKey, payload: hash) + ["-T", file.path, "-H", "x-amz-meta-clip-id: 42", obj])
+        XCTAssertEqual(put.code, 200, put.body)
+        XCTAssertEqual(try s3.objectSHA256(key: "dir/clip.mp4", bucket: "second"), hash)
+        XCTAssertEqual((try s3.head(key: "dir/clip.mp4", bucket: "second")["metadata"] as? [String: String])?["clip-id"], "42")
+        XCTAssertEqual(try s3.keys(bucket: "second"), ["dir/clip.mp4"])
+        let badSecret = try curl(signed("wrong-secret") + [obj])
+        XCTAssertEqual(badSecret.code, 403)
+        XCTAssertTrue(badSecret.body.contains("SignatureDoesNotMatch"), badSecret.body)
+        XCTAssertEqual(try curl([obj]).code, 403, "an unsigned request is refused")
+        let range = try curl(signed(s3.secretKey) + ["-H", "Range: bytes=100-", obj])
+        XCTAssertEqual(range.code, 206)
+        XCTAssertEqual(header("Content-Range", in: range.headers), "bytes 100-199999/200000")
+
+        // Every listening socket of the server is on 127.0.0.1.
+        let pids = try Run.run(["pgrep", "-f", "^[^ ]*weed -logdir=\(s3.folder.path)"], check: false).out.split(separator: "\n").map(String.init)
+        XCTAssertEqual(pids.count, 1, "one weed process")
+        let sockets = try Run.run(["ss", "-ltnpH"]).out.split(separator: "\n").filter { line in pids.contains { line.contains("pid=\($0),") } }
+        XCTAssertGreaterThanOrEqual(sockets.count, 8, sockets.joined(separator: "\n"))
+        for line in sockets { XCTAssertTrue(line.contains(" 127.0.0.1:"), String(line)) }
+
+        s3.stop()
+        XCTAssertEqual(try Run.run(["pgrep", "-f", "^[^ ]*weed -logdir=\(s3.folder.path)"], check: false).out, "", "weed still running")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: s3.folder.path), "the data folder is removed")
+    }
+
     // MARK: Gcore stand-in
 
     func testGcoreStandIn() throws {

@@ -6,7 +6,8 @@ import Foundation
 /// documentation ("Examples of signature calculations", credentials AKIAIOSFODNN7EXAMPLE, bucket
 /// examplebucket, 24 May 2013), and the curl CLI's own `--aws-sigv4` implementation, which signs
 /// the same requests independently (given the same X-Amz-Date it must produce the same
-/// Authorization). The moto tests in S3Tests are the third oracle (a server that checks).
+/// Authorization). Servers that check are the third oracle: SeaweedFS in S3UploaderTests and
+/// S3ObjectStoreTests, moto in S3Tests.
 final class SigV4Tests: XCTestCase {
     let docsCredentials = AWSCredentials(accessKeyID: "AKIAIOSFODNN7EXAMPLE", secretAccessKey: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
     let may24 = Date(timeIntervalSince1970: 1_369_353_600)  // 2013-05-24T00:00:00Z

@@ -44,6 +44,21 @@ struct VariableFlags: ParsableArguments {
 }
 
 /// Reads and validates a pipeline file; prints every issue as FILE:LINE:COL: PATH: MESSAGE.
+/// Object storage for a pipeline's `s3://` paths, when its text, a variable or the environment
+/// names one: inputs fetched to a scratch folder, outputs uploaded by `publish` after the run.
+func objectStaging(_ file: String, _ variables: [String: String], credentialsCommand: String?) throws -> ObjectStaging? {
+    let text = try readPipelineText(file)
+    let env = ProcessInfo.processInfo.environment
+    guard text.contains("s3://") || variables.values.contains(where: { $0.contains("s3://") }) || env.values.contains(where: { $0.hasPrefix("s3://") })
+    else { return nil }
+    let store: S3ObjectStore
+    do { store = S3ObjectStore(access: try S3Access.fromEnvironment(env, credentialsCommand: credentialsCommand)) } catch let e as UploadError {
+        throw e.asClipFlowError
+    }
+    let parent = env["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+    return try ObjectStaging(store: store, scratchParent: parent, name: "clipflow-run-scratch", shouldAbort: { false })
+}
+
 /// `remote` serves its `s3://` paths (fetching inputs); nil: every path is local.
 func loadPipeline(_ file: String, variables: [String: String], registry: StageRegistry, remote: RemotePaths? = nil) throws -> Pipeline {
     let text = try readPipelineText(file)
@@ -63,11 +78,16 @@ struct Validate: ParsableCommand {
 
     @Argument(help: "Pipeline JSON file.") var file: String
     @OptionGroup var vars: VariableFlags
+    @Option(name: .customLong("credentials-command"), help: "Shell command printing S3 credentials JSON, for s3:// inputs (fetched to be checked).")
+    var credentialsCommand: String?
 
     func run() throws {
         let registry = makeRegistry()
         try ErrorReport.run {
-            let p = try loadPipeline(file, variables: try vars.variables(), registry: registry)
+            let variables = try vars.variables()
+            let staging = try objectStaging(file, variables, credentialsCommand: credentialsCommand)
+            defer { staging?.discard() }
+            let p = try loadPipeline(file, variables: variables, registry: registry, remote: staging)
             print(
                 "\(file): valid (\(p.stages.count) stage\(p.stages.count == 1 ? "" : "s"): \(p.stages.map { "\($0.id) (\($0.kind))" }.joined(separator: ", ")))"
             )
@@ -123,7 +143,7 @@ struct Run: ParsableCommand {
         let door = FrontDoor(flags)
         try ErrorReport.run {
             let variables = try vars.variables()
-            let staging = try objectStaging(variables)
+            let staging = try objectStaging(file, variables, credentialsCommand: credentialsCommand)
             defer { staging?.discard() }
             let pipeline = try loadPipeline(file, variables: variables, registry: registry, remote: staging)
             let graph = try pipeline.makeGraph(registry)
@@ -139,18 +159,4 @@ struct Run: ParsableCommand {
         }
     }
 
-    /// Object storage for the pipeline's `s3://` paths, when its text or a variable names one:
-    /// inputs fetched to a scratch folder, outputs uploaded after the run completes.
-    func objectStaging(_ variables: [String: String]) throws -> ObjectStaging? {
-        let text = try readPipelineText(file)
-        let env = ProcessInfo.processInfo.environment
-        guard text.contains("s3://") || variables.values.contains(where: { $0.contains("s3://") }) || env.values.contains(where: { $0.hasPrefix("s3://") })
-        else { return nil }
-        let store: S3ObjectStore
-        do { store = S3ObjectStore(access: try S3Access.fromEnvironment(env, credentialsCommand: credentialsCommand)) } catch let e as UploadError {
-            throw e.asClipFlowError
-        }
-        let parent = env["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
-        return try ObjectStaging(store: store, scratchParent: parent, name: "clipflow-run-scratch", shouldAbort: { false })
-    }
 }

@@ -106,6 +106,19 @@ final class BatchObjectStorageCLITests: XCTestCase {
         try s3.download(key: "single/merged.mp4", to: local)
         XCTAssertEqual(try Probe.videoFrames(local.path), 150)
 
+        // --each-dir on a prefix: one row per "folder" under it.
+        let each = dir.appendingPathComponent("each.json").path
+        try """
+        {"version": 1, "stages": [
+          {"id": "clips", "kind": "files", "glob": "${DIR}/fragment*.mp4", "sort": "name"},
+          {"id": "merged", "kind": "merge", "inputs": ["clips"], "output": "s3://\(s3.bucket)/each/${NAME}.mp4"}
+        ]}
+        """.write(toFile: each, atomically: true, encoding: .utf8)
+        let rows = try Run.run(
+            [binary, "batch", each, "--each-dir", "s3://\(s3.bucket)/sets/", "--summary", dir.path + "/each.json.summary"], env: s3.environment, check: false)
+        XCTAssertEqual(rows.status, 0, rows.stderr)
+        XCTAssertEqual(try s3.keys(prefix: "each/"), ["each/set-0.mp4"])
+
         let pipeline = dir.appendingPathComponent("queue.json").path
         try """
         {"version": 1, "stages": [
@@ -116,7 +129,8 @@ final class BatchObjectStorageCLITests: XCTestCase {
         let refused = try Run.run([binary, "run", pipeline], env: s3.environment, check: false)
         XCTAssertEqual(refused.status, 65, refused.stderr)
         XCTAssertTrue(
-            refused.stderr.contains("stages[1].queue-dir: 's3://\(s3.bucket)/queue': object storage is taken only for files a stage reads or writes; give a local path"),
+            refused.stderr.contains(
+                "stages[1].queue-dir: 's3://\(s3.bucket)/queue': object storage is taken only for files a stage reads or writes; give a local path"),
             refused.stderr)
     }
 

@@ -26,12 +26,14 @@
 # configuration does without it:
 #   - No systemd as PID 1: the packaged units (slurmctld.service, slurmd.service, munge.service)
 #     cannot run; the daemons are started directly with their pid files in CLIPFLOW_SLURM_DIR.
-#   - No writable cgroup hierarchy of our own: proctrack/cgroup and task/cgroup need slurmd to
-#     create cgroups (and, on cgroup v2, systemd to delegate a subtree), so processes are tracked by
-#     parent process id (proctrack/linuxproc: a process that daemonizes escapes it), tasks are not
-#     confined (task/none), usage is not sampled (jobacct_gather/none), and memory is not a
-#     consumable resource (SelectTypeParameters=CR_Core): a job's memory is not limited.
-#     cgroup.conf is written for completeness (no plugin here loads it).
+#   - cgroups: proctrack/cgroup and task/cgroup need slurmd to create cgroups, and on cgroup v2 a
+#     subtree delegated by systemd, which a container usually lacks. (This machine mounts cgroup v1
+#     read-write, and a job did run here with proctrack/cgroup and task/cgroup; other containers
+#     refuse it.) So the configuration relies on no cgroup: processes are tracked by parent process
+#     id (proctrack/linuxproc: a process that daemonizes escapes it), tasks are not confined
+#     (task/none), usage is not sampled (jobacct_gather/none), and memory is not a consumable
+#     resource (SelectTypeParameters=CR_Core): a job's memory is not limited. cgroup.conf is
+#     written for completeness (no plugin here loads it).
 #   - No slurmdbd/MySQL: no accounting, so no `sacct`; jobcomp/filetxt records each finished job
 #     and `scontrol show job` shows a job for MinJobAge seconds after it ends.
 #   - Hostname: the node is named localhost (slurmd -N localhost), whatever the container is called.
@@ -54,7 +56,7 @@ pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # The port already written in slurm.conf, if any (a restart keeps its ports).
-conf_port() { [ -f "$conf" ] && sed -n "s/^$1=//p" "$conf" || true; }
+conf_port() { if [ -f "$conf" ]; then sed -n "s/^$1=//p" "$conf"; fi; }
 
 write_config() {
   local ctld_port slurmd_port hardware cred_expire
@@ -86,7 +88,7 @@ SlurmctldPidFile=$dir/run/slurmctld.pid
 SlurmdPidFile=$dir/run/slurmd.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd.log
-# No cgroups in a container without delegation: track processes by parent id, confine nothing.
+# No cgroups (a container may have none to write): track processes by parent id, confine nothing.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -112,7 +114,7 @@ PartitionName=batch Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
   cat >"$dir/cgroup.conf" <<EOF
 # Written by deploy/slurm/local-cluster.sh. Not loaded: slurm.conf uses proctrack/linuxproc and
-# task/none because this container has no cgroup hierarchy slurmd may write (see the script).
+# task/none, which need no cgroup hierarchy slurmd may write (see the script).
 CgroupPlugin=autodetect
 EOF
 }

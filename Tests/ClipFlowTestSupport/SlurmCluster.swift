@@ -47,7 +47,7 @@ public final class SlurmCluster: @unchecked Sendable {
     }
 
     /// `bash` polling the test process: once it is gone, or after `maxSeconds`, it runs
-    /// `local-cluster.sh stop`. It ignores SIGHUP/SIGINT so that it survives the test run's end.
+    /// `local-cluster.sh stop` and deletes the folder. It ignores SIGHUP/SIGINT so that it survives the test run's end.
     private static func startWatchdog(directory: URL, maxSeconds: Int) throws -> Process {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/bin/bash")
@@ -57,6 +57,7 @@ public final class SlurmCluster: @unchecked Sendable {
             end=$((SECONDS + \(maxSeconds)))
             while kill -0 \(getpid()) 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 1; done
             CLIPFLOW_SLURM_DIR='\(directory.path)' '\(controlScript)' stop
+            rm -rf '\(directory.path)'
             """
         p.arguments = ["-c", script]
         p.standardInput = FileHandle.nullDevice

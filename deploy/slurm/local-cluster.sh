@@ -40,6 +40,15 @@
 set -euo pipefail
 
 dir=${CLIPFLOW_SLURM_DIR:-/tmp/clipflow-slurm}
+
+# The daemons must not inherit the caller's descriptors beyond 0-2: munged keeps whatever it
+# inherits open for its lifetime, and a caller waiting for EOF on one of them (a test harness
+# reading this script's output, Foundation's Process waiting for its child) would wait forever.
+# (255 is bash's own copy of this script, close-on-exec already.)
+for fd in "/proc/$$/fd/"*; do
+  fd=${fd##*/}
+  if [ "$fd" -gt 2 ] && [ "$fd" -ne 255 ]; then eval "exec $fd>&-"; fi
+done
 conf=$dir/slurm.conf
 
 die() { echo "local-cluster: $*" >&2; exit 1; }

@@ -45,16 +45,20 @@ final class BatchSlurmCLITests: XCTestCase {
     /// and the output keys, row by row.
     func makeFragmentSets(count: Int, on s3: SeaweedFS, in dir: URL) throws -> (rows: URL, outputs: [String]) {
         let fragments = try (0..<Self.fragmentsPerSet).map { try fx.toneClip($0, seconds: 0.5, size: "320x240") }
+        let tree = dir.appendingPathComponent("fragments")
         var csv = "CLIPS,OUT\n"
         var outputs: [String] = []
         for set in 0..<count {
             let name = String(format: "set-%03d", set)
+            let folder = tree.appendingPathComponent(name)
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             for (i, fragment) in fragments.enumerated() {
-                try s3.put(file: URL(fileURLWithPath: fragment), key: "fragments/\(name)/fragment\(i).mp4")
+                try FileManager.default.linkItem(atPath: fragment, toPath: folder.appendingPathComponent("fragment\(i).mp4").path)
             }
             outputs.append("merged/\(name).mp4")
             csv += "s3://\(s3.bucket)/fragments/\(name),s3://\(s3.bucket)/merged/\(name).mp4\n"
         }
+        try s3.putTree(tree, prefix: "fragments/")
         let rows = dir.appendingPathComponent("rows.csv")
         try csv.write(to: rows, atomically: true, encoding: .utf8)
         return (rows, outputs)
@@ -62,8 +66,9 @@ final class BatchSlurmCLITests: XCTestCase {
 
     // MARK: Tests
 
-    /// The run: an array of one task per row against SeaweedFS; one task cancelled while
-    /// it runs (`scancel`) and requeued (`scontrol requeue`); one row whose fragments do not exist.
+    /// The run: an array of one task per row against SeaweedFS; one task cancelled
+    /// (`scancel`) once its row has started, and requeued (`scontrol requeue`); one row whose
+    /// fragments do not exist.
     /// Every good row's output exists exactly once and plays, no multipart upload is left open,
     /// and the bad row fails alone, for good (exit 65, not requeued).
     func testArrayJobWithACancelledAndRequeuedTaskWritesEveryOutputOnce() throws {
@@ -81,12 +86,12 @@ final class BatchSlurmCLITests: XCTestCase {
         let badRow = goodRows
 
         let job = try cluster.submitArray(
-            script: SlurmCluster.clipflowBatchScript, arguments: [pipeline.path, rows.path], tasks: 0...badRow,
+            script: SlurmCluster.clipflowBatchScript, arguments: [pipeline.path, rows.path, "--events", "json"], tasks: 0...badRow,
             environment: s3.environment.merging(["CLIPFLOW": binary, "CLIPFLOW_MAX_REQUEUES": "2"]) { _, new in new },
             workingDirectory: work)
 
-        // Cancel a good row's task while clipflow runs it: once the script has said it starts
-        // clipflow. A task can finish first (a row takes about a second): then try the next one.
+        // Cancel a good row's task while clipflow runs it: once clipflow's events say the row has
+        // started. A task can finish first (a row takes well under a second): then try the next.
         var victim: Int?
         var cancelled: SlurmCluster.Task?
         var tried: Set<Int> = [badRow]
@@ -97,12 +102,14 @@ final class BatchSlurmCLITests: XCTestCase {
             let task = try XCTUnwrap(running.values.filter { $0.state == "RUNNING" && !tried.contains($0.task) }.map(\.task).min())
             tried.insert(task)
             let deadline = Date().addingTimeInterval(30)
-            while !cluster.output(job: job, task: task).contains("attempt 1"), Date() < deadline { usleep(10_000) }
+            let started = "\"stage\":\"batch\",\"row\":\(task),\"event\":\"started\""
+            while !cluster.output(job: job, task: task).contains(started), Date() < deadline { usleep(5_000) }
             _ = try cluster.command(["scancel", "\(job)_\(task)"], check: false)
             let ended = try cluster.wait(job: job, timeout: 60, for: "task \(task) ended") { $0[task]?.hasEnded == true }
             if ended[task]?.state == "CANCELLED" { (victim, cancelled) = (task, ended[task]) }
         }
         let killed = try XCTUnwrap(victim, "every task finished before scancel reached it")
+        XCTAssertEqual(cancelled?.exitStatus, 130, "clipflow stops the row on SIGTERM: \(cluster.output(job: job, task: killed))")
         XCTAssertEqual(try s3.pendingMultipartUploads(), 0, "a cancelled task aborts its upload: \(cluster.output(job: job, task: killed))")
         XCTAssertFalse(
             try s3.keys(prefix: "merged/").contains(outputs[killed]), "a cancelled run leaves no output: \(cluster.output(job: job, task: killed))")
@@ -274,12 +281,8 @@ final class BatchSlurmCLITests: XCTestCase {
         XCTAssertEqual(words.first, "clipflow")
         let rows = try String(contentsOf: config.appendingPathComponent("rows.csv"), encoding: .utf8)
         XCTAssertTrue(rows.contains("s3://clipflow/fragments/set-001,s3://clipflow/merged/set-001.mp4"), rows)
-        let fragments = try (0..<Self.fragmentsPerSet).map { try fx.toneClip($0, seconds: 0.5, size: "320x240") }
-        for set in ["set-000", "set-001"] {
-            for (i, fragment) in fragments.enumerated() {
-                try s3.put(file: URL(fileURLWithPath: fragment), key: "fragments/\(set)/fragment\(i).mp4")
-            }
-        }
+        // The example rows' fragments: fragments/set-000 and fragments/set-001 in bucket clipflow.
+        _ = try makeFragmentSets(count: 2, on: s3, in: work)
         let run = try Run.run(
             [binary] + words.dropFirst(), env: s3.environment.merging(["JOB_COMPLETION_INDEX": "1", "TMPDIR": scratch.path]) { _, new in new },
             check: false)

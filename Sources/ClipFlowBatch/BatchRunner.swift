@@ -144,7 +144,7 @@ public final class BatchRunner: Sendable {
     public func run() -> [RowResult] {
         state.withLock { $0.tally.started = clock.now() }
         emitBatch(.progress(completed: 0, total: Int64(plan.selected.count), unit: "rows"))
-        let plans = planRows()
+        let clashes = clashingRows()
         let workers = max(1, min(plan.jobs, plan.selected.count))
         let group = DispatchGroup()
         for _ in 0..<workers {
@@ -153,7 +153,9 @@ public final class BatchRunner: Sendable {
                 defer { group.leave() }
                 while let i = nextRow() {
                     let t0 = clock.now()
-                    var r = runRow(i, plans[i] ?? RowPlan(variables: [:], problem: "not planned"))
+                    var rp = planRow(i)
+                    if let clash = clashes[i] { rp.problem = clash }
+                    var r = runRow(i, rp)
                     r.seconds = clock.now() - t0
                     finish(r)
                 }
@@ -176,37 +178,42 @@ public final class BatchRunner: Sendable {
         var problem: String?
     }
 
-    func planRows() -> [Int: RowPlan] {
-        var plans: [Int: RowPlan] = [:]
+    /// A row's plan, made when its turn comes (a batch of thousands of rows holds no plans).
+    func planRow(_ i: Int) -> RowPlan {
+        let row = plan.rows[i]
+        var vars = plan.variables.merging(row.values) { _, r in r }
+        if vars["ROW"] == nil { vars["ROW"] = String(i) }
+        var p = RowPlan(variables: vars)
+        if let problem = row.problem {
+            p.problem = problem
+            return p
+        }
+        let v = PipelineValidator(registry: plan.registry, variables: vars, environment: plan.environment, checksFiles: false)
+        switch validate(v) {
+        case .valid(let pipeline):
+            p.pipeline = pipeline
+            p.paths = RowPaths(pipeline, registry: plan.registry)
+        case .invalid(let issues):
+            p.problem = issues.map { "\(plan.pipelineFile):\($0.description)" }.joined(separator: "; ")
+        }
+        return p
+    }
+
+    /// Rows whose plans write an output another row writes too, with the reason: they fail
+    /// before anything runs. Only the outputs' paths are kept while looking.
+    func clashingRows() -> [Int: String] {
         var writers: [String: [Int]] = [:]
         for i in plan.selected {
-            let row = plan.rows[i]
-            var vars = plan.variables.merging(row.values) { _, r in r }
-            if vars["ROW"] == nil { vars["ROW"] = String(i) }
-            var p = RowPlan(variables: vars)
-            if let problem = row.problem {
-                p.problem = problem
-            } else {
-                let v = PipelineValidator(registry: plan.registry, variables: vars, environment: plan.environment, checksFiles: false)
-                switch validate(v) {
-                case .valid(let pipeline):
-                    p.pipeline = pipeline
-                    let paths = RowPaths(pipeline, registry: plan.registry)
-                    p.paths = paths
-                    for w in paths.writes { writers[Self.normalised(w.path), default: []].append(i) }
-                case .invalid(let issues):
-                    p.problem = issues.map { "\(plan.pipelineFile):\($0.description)" }.joined(separator: "; ")
-                }
-            }
-            plans[i] = p
+            for w in planRow(i).paths?.writes ?? [] { writers[Self.normalised(w.path), default: []].append(i) }
         }
+        var problems: [Int: String] = [:]
         for (path, rows) in writers where Set(rows).count > 1 {
-            for i in Set(rows) where plans[i]?.problem == nil {
+            for i in Set(rows) where problems[i] == nil {
                 let others = Set(rows).subtracting([i]).sorted().map(String.init).joined(separator: ", ")
-                plans[i]?.problem = "writes '\(path)', which row(s) \(others) write too; give each row its own outputs"
+                problems[i] = "writes '\(path)', which row(s) \(others) write too; give each row its own outputs"
             }
         }
-        return plans
+        return problems
     }
 
     /// Validates the pipeline read once (thousands of rows validate the same document); a file

@@ -106,6 +106,19 @@ final class BatchObjectStorageCLITests: XCTestCase {
         try s3.download(key: "single/merged.mp4", to: local)
         XCTAssertEqual(try Probe.videoFrames(local.path), 150)
 
+        // validate fetches s3:// inputs to check them as run does; a missing one is named.
+        let valid = try Run.run(
+            [binary, "validate", Self.pipeline, "--set", "CLIPS=s3://\(s3.bucket)/sets/set-0", "--set", "OUT=s3://\(s3.bucket)/v"], env: s3.environment,
+            check: false)
+        XCTAssertEqual(valid.status, 0, valid.stderr)
+        XCTAssertTrue(valid.out.contains("valid (4 stages"), valid.out)
+        let invalid = try Run.run(
+            [binary, "validate", Self.pipeline, "--set", "CLIPS=s3://\(s3.bucket)/sets/none", "--set", "OUT=s3://\(s3.bucket)/v"], env: s3.environment,
+            check: false)
+        XCTAssertEqual(invalid.status, 65, invalid.stderr)
+        XCTAssertTrue(invalid.stderr.contains("stages[0].glob: 's3://\(s3.bucket)/sets/none/fragment*.mp4' matches no objects"), invalid.stderr)
+        XCTAssertEqual(try s3.keys(prefix: "v/"), [], "validate writes nothing")
+
         // --each-dir on a prefix: one row per "folder" under it.
         let each = dir.appendingPathComponent("each.json").path
         try """

@@ -193,6 +193,32 @@ final class BatchCLITests: XCTestCase {
         XCTAssertEqual(temporaries(under: dir.appendingPathComponent("out").path), [])
     }
 
+    /// At a terminal (a pseudo-terminal rendered by pyte): while the batch runs, one status line on
+    /// the cursor's row (rows finished of all, done, skipped, failed, running, rate, time left); a
+    /// line for the row that failed; at the end the status line is gone and the summary line says
+    /// what happened.
+    func testTerminalShowsOneStatusLineAndTheFailedRow() throws {
+        let dir = fx.scratch("batch-tty")
+        let (rows, _) = try fragmentSets(8, in: dir)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: rows))
+        handle.seekToEndOfFile()
+        handle.write(Data("\(dir.path)/sets/none,\(dir.path)/out/none\n".utf8))
+        handle.closeFile()
+        let s = try TerminalSession.run(
+            [
+                ["wait": #"batch: [1-8]/9 rows \(\d+ done, 0 skipped, [01] failed\), [0-2] running, [0-9.]+ rows/s, about [0-9:]+ s? ?left"#, "timeout": 90],
+                ["screen": "running"],
+                ["wait": #"batch: 8 done, 0 skipped, 1 failed; summary: "#, "timeout": 120], ["screen": "end"], ["exit": 10]
+            ], [binary, "batch", Self.pipeline, "--rows", rows, "--jobs", "2"])
+        XCTAssertNil(s.failed, s.raw)
+        XCTAssertEqual(s.status, 65)
+        XCTAssertTrue(s.statusRow("running").hasPrefix("batch: "), "the status line is where the cursor is: \(s.screen("running").lines)")
+        let end = s.screen("end").lines.filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty }
+        let shown = end.joined()  // a long line wraps at the terminal's width
+        XCTAssertTrue(shown.contains("row 8: failed (\(rows):10): ") && shown.contains("matches no files"), "\(end)")
+        XCTAssertFalse(end.contains { $0.contains("/9 rows (") }, "the status line is cleared at the end: \(end)")
+    }
+
     /// --each-dir: one row per sub-folder, ${DIR} and ${NAME}; outputs in folders made for them.
     func testEachDirRunsOneRowPerFolder() throws {
         let dir = fx.scratch("batch-each")

@@ -15,41 +15,8 @@ final class RecordTerminalTests: XCTestCase {
     var binary: String {
         URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
     }
-    static let driver = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("Terminal/pty_session.py").path
-
-    /// What the driver saw.
-    struct Session {
-        var json: [String: Any]
-        var status: Int? { json["status"] as? Int }
-        var failed: String? { json["failed"] as? String }
-        var raw: String { json["raw"] as? String ?? "" }
-        func screen(_ name: String) -> (lines: [String], cursor: Int) {
-            let s = (json["screens"] as? [String: Any])?[name] as? [String: Any]
-            return ((s?["lines"] as? [String]) ?? [], (s?["cursor"] as? Int) ?? -1)
-        }
-        /// The line the cursor is on: where the status line is drawn.
-        func statusRow(_ name: String) -> String {
-            let s = screen(name)
-            return s.lines.indices.contains(s.cursor) ? s.lines[s.cursor] : ""
-        }
-        func mode(_ name: String) -> [String: Any] { ((json["modes"] as? [String: Any])?[name] as? [String: Any]) ?? [:] }
-        var before: [String: Any] { json["before"] as? [String: Any] ?? [:] }
-        var after: [String: Any] { json["after"] as? [String: Any] ?? [:] }
-        /// The terminal's mode is exactly what it was before the command.
-        var modeRestored: Bool {
-            func canonical(_ m: [String: Any]) -> Data? { try? JSONSerialization.data(withJSONObject: m, options: .sortedKeys) }
-            return !before.isEmpty && canonical(before) == canonical(after)
-        }
-        var screenNames: [String] { Array((json["screens"] as? [String: Any])?.keys ?? [String: Any]().keys) }
-    }
-
-    func session(_ steps: [[String: Any]], _ args: [String], env: [String: String] = [:]) throws -> Session {
-        let stepsJSON = String(decoding: try JSONSerialization.data(withJSONObject: steps), as: UTF8.self)
-        let r = try Run.run(["python3", Self.driver, stepsJSON, "--", binary] + args, env: env, check: false)
-        XCTAssertEqual(r.status, 0, "the pty driver failed: \(r.stderr)")
-        let json = try XCTUnwrap(try JSONSerialization.jsonObject(with: r.stdout) as? [String: Any], r.stderr)
-        return Session(json: json)
+    func session(_ steps: [[String: Any]], _ args: [String], env: [String: String] = [:]) throws -> TerminalSession {
+        try TerminalSession.run(steps, [binary] + args, env: env)
     }
 
     /// The status line's numbers: fragment, seconds in it, total seconds, camera and queue drops.

@@ -412,9 +412,8 @@ public final class BatchRunner: Sendable {
 }
 
 /// The object-storage client for one row, made when first asked (a row with local paths only
-/// never reads credentials).
-final class StoreOnce: @unchecked Sendable {
-    // Used by one row's worker thread only.
+/// never reads credentials). Confined to the row's worker thread: not Sendable.
+final class StoreOnce {
     let make: @Sendable () throws -> S3ObjectStore
     var made: S3ObjectStore?
     init(make: @escaping @Sendable () throws -> S3ObjectStore) { self.make = make }

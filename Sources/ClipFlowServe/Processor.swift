@@ -36,6 +36,8 @@ final class Processor: Sendable {
     let alone: Bool
     /// How a failure's reason is shown without the data folder (`media`'s parent).
     let dataPaths: DataPaths
+    /// Told of every job's state changes (the server's log and metrics).
+    let observer: any ProcessingObserver
     /// Seconds a worker waits after a job found the disk full.
     static let diskFullPause: Double = 5
     /// Seconds a worker waits after handing back the job of a stopped video (being removed).
@@ -71,7 +73,7 @@ final class Processor: Sendable {
 
     init(
         database: any ServeStore, uploads: UploadFiles, media: URL, workers: Int, limits: ProcessingLimits = ProcessingLimits(), lease: Double = 60,
-        alone: Bool
+        alone: Bool, observer: any ProcessingObserver = NoProcessingObserver()
     ) throws {
         self.database = database
         self.uploads = uploads
@@ -80,6 +82,7 @@ final class Processor: Sendable {
         self.limits = limits
         self.lease = lease
         self.alone = alone
+        self.observer = observer
         dataPaths = DataPaths(media.deletingLastPathComponent())
         owner = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         do { try FileManager.default.createDirectory(at: media, withIntermediateDirectories: true) } catch {

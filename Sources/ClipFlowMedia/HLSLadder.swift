@@ -72,16 +72,21 @@ public struct HLSLadder: Sendable {
     public var encoderPreset: String
     /// One file per rendition, segments addressed by byte ranges.
     public var singleFile: Bool
+    /// Renditions (and the poster) of an earlier ladder of the same source, linked into this one
+    /// instead of being made again (nil: everything is made). When they include the audio, this
+    /// ladder encodes none.
+    public var reuse: LadderReuse?
 
     public init(
         output: String, ladder: LadderChoice = LadderChoice(rungs: nil), schedule: SegmentSchedule = .vod, encoderPreset: String = "veryfast",
-        singleFile: Bool = false
+        singleFile: Bool = false, reuse: LadderReuse? = nil
     ) {
         self.output = output
         self.ladder = ladder
         self.schedule = schedule
         self.encoderPreset = encoderPreset
         self.singleFile = singleFile
+        self.reuse = reuse
     }
 
     /// The link from the decode to each rendition: a few pictures (shared, not copied).
@@ -92,8 +97,8 @@ public struct HLSLadder: Sendable {
     /// copy; a copy-only ladder decodes nothing.
     public func graph(id: String) -> StageGraph {
         let folder = LadderFolder(output: URL(fileURLWithPath: output))
-        let (schedule, preset, single) = (self.schedule, encoderPreset, singleFile)
-        var nodes = [StageNode(id) { LadderStage(id: id, folder: folder) }]
+        let (schedule, preset, single, reuse) = (self.schedule, encoderPreset, singleFile, self.reuse)
+        var nodes = [StageNode(id) { LadderStage(id: id, folder: folder, reuse: reuse) }]
         var edges: [Edge] = []
         var entries: [String] = []
         let rungs = ladder.rungs ?? LadderRung.standard
@@ -115,8 +120,10 @@ public struct HLSLadder: Sendable {
                     })
                 edges += [Edge(from: decodeID, to: rid, limits: Self.pictureLink), Edge(from: rid, to: id)]
             }
-            nodes.append(StageNode(audioID) { AudioRenditionStage(id: audioID, ladder: folder, schedule: schedule, singleFile: single) })
-            edges += [Edge(from: decodeID, to: audioID, limits: Self.pictureLink), Edge(from: audioID, to: id)]
+            if reuse?.tracks.contains(LadderReuse.audio) != true {
+                nodes.append(StageNode(audioID) { AudioRenditionStage(id: audioID, ladder: folder, schedule: schedule, singleFile: single) })
+                edges += [Edge(from: decodeID, to: audioID, limits: Self.pictureLink), Edge(from: audioID, to: id)]
+            }
         }
         if ladder.copy {
             let copyID = "\(id).copy", alone = rungs.isEmpty

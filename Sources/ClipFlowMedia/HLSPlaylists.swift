@@ -3,7 +3,7 @@ import Foundation
 /// One media segment as written: its file, length in seconds, size, where it starts in that file
 /// (nil: the file is the segment; a number: one file holds the rendition, `--single-file`), and
 /// the I-frame byte range of its first (sync) sample, from the file's start.
-struct HLSSegment: Equatable {
+struct HLSSegment: Equatable, Codable {
     var uri: String
     var seconds: Double
     var bytes: Int
@@ -12,14 +12,14 @@ struct HLSSegment: Equatable {
 }
 
 /// `length` bytes from `offset` (EXT-X-BYTERANGE).
-struct ByteRange: Equatable {
+struct ByteRange: Equatable, Codable {
     var offset: Int
     var length: Int
     var tag: String { "\(length)@\(offset)" }
 }
 
 /// One rendition's playlist inputs.
-struct HLSTrack {
+struct HLSTrack: Codable {
     var playlistURI: String
     var initURI: String
     /// Where the init section lies in `initURI` when that file holds more (`--single-file`).

@@ -42,15 +42,17 @@ public enum HLSStage {
 final class LadderStage: Stage {
     let id: String
     private let folder: LadderFolder
+    private let reuse: LadderReuse?
     private var video: [HLSTrack] = []
     private var audio: HLSTrack?
     private var committed = false
     var inputTypes: Set<PortType> { [.rendition] }
     var outputType: PortType? { nil }
 
-    init(id: String, folder: LadderFolder) {
+    init(id: String, folder: LadderFolder, reuse: LadderReuse? = nil) {
         self.id = id
         self.folder = folder
+        self.reuse = reuse
     }
 
     func prepare(_ context: StageContext) throws { try folder.create() }
@@ -63,13 +65,19 @@ final class LadderStage: Stage {
 
     func drain(_ context: StageContext) throws {
         if context.stopRequested { return }
+        let work = try folder.work
+        if let reuse {
+            for t in try reuse.link(into: work) {
+                if t.width > 0 { video.append(t) } else { audio = t }
+            }
+        }
         guard !video.isEmpty else { throw ClipFlowError.badInput("no picture reached the ladder") }
         // The richest first (a player without a bandwidth estimate starts there).
         video.sort { $0.peak > $1.peak }
-        let work = try folder.work
         try folder.write(HLSPlaylists.master(video: video, audio: audio), to: "master.m3u8")
         try folder.write(feedManifest(id: folder.output.lastPathComponent, video: video, audio: audio), to: "feed.json")
-        try writePoster(of: video[0], in: work)
+        try folder.write(LadderTracks(video: video, audio: audio).serialized(), to: LadderTracks.file)
+        if reuse?.poster != true { try writePoster(of: video[0], in: work) }
         try folder.commit()
         committed = true
         let master = folder.output.appendingPathComponent("master.m3u8")

@@ -73,6 +73,8 @@ final class PostgresStore: ServeStore {
                       state TEXT NOT NULL, attempts INT NOT NULL, queued_at DOUBLE PRECISION NOT NULL, owner TEXT, heartbeat DOUBLE PRECISION)
                     """, logger: logger)
                 try await db.query("ALTER TABLE uploads ADD COLUMN IF NOT EXISTS video_id BIGINT", logger: logger)
+                try await db.query("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS step TEXT NOT NULL DEFAULT 'playable'", logger: logger)
+                try await db.query("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS plan TEXT", logger: logger)
                 try await db.query("CREATE INDEX IF NOT EXISTS uploads_video_id ON uploads (video_id)", logger: logger)
             }
         } catch {
@@ -236,17 +238,27 @@ final class PostgresStore: ServeStore {
 
     // MARK: jobs
 
-    func takeJob(owner: String, now: Double) async throws -> JobRow? {
+    func takeJob(owner: String, now: Double, steps: Set<JobRow.Step>) async throws -> JobRow? {
+        let names = steps.map(\.rawValue)
         let rows = try await client.query(
             """
             UPDATE jobs SET state = 'running', attempts = attempts + 1, owner = \(owner), heartbeat = \(now)
-            WHERE id = (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
-            RETURNING id, video_id, attempts, queued_at
+            WHERE id = (SELECT id FROM jobs WHERE state = 'queued' AND step = ANY(\(names))
+              ORDER BY step = 'ladder', id FOR UPDATE SKIP LOCKED LIMIT 1)
+            RETURNING id, video_id, attempts, queued_at, step, plan
             """, logger: logger)
-        for try await (id, video, attempts, queued) in rows.decode((Int64, Int64, Int32, Double).self) {
-            return JobRow(id: id, videoID: video, state: .running, attempts: Int(attempts), queuedAt: queued, owner: owner, heartbeat: now)
+        for try await (id, video, attempts, queued, step, plan) in rows.decode((Int64, Int64, Int32, Double, String, String?).self) {
+            return JobRow(
+                id: id, videoID: video, state: .running, attempts: Int(attempts), queuedAt: queued, owner: owner, heartbeat: now,
+                step: JobRow.Step(rawValue: step) ?? .playable, plan: plan)
         }
         return nil
+    }
+
+    func queueLadder(_ id: Int64, plan: String) async throws {
+        try await client.query(
+            "UPDATE jobs SET state = 'queued', step = 'ladder', plan = \(plan), attempts = 0, queued_at = \(Date().timeIntervalSince1970) WHERE id = \(id)",
+            logger: logger)
     }
 
     func heartbeat(job: Int64, now: Double) async throws {

@@ -21,6 +21,9 @@ public struct ProcessingLimits: Sendable, Equatable {
     /// Times a job is started before a worker dying (or the server stopping) under it ends it in
     /// `error`.
     public var attempts = 3
+    /// Seconds a ladder folder stays after a newer one of its video is published, for players in
+    /// the middle of its playlists.
+    public var supersededGrace: Double = 600
 
     public init() {}
 

@@ -3,24 +3,31 @@ import ClipFlowMedia
 import Foundation
 import Synchronization
 
-/// Turns uploaded videos into published HLS ladders, at most `workers` at once, from the job
-/// queue in the database (so a job survives a restart; one interrupted by a crash runs again).
+/// Turns uploaded videos into published HLS ladders, from the job queue in the database (so a
+/// job survives a restart; one interrupted by a crash runs again).
 ///
 /// Every step that reads the upload runs in a worker process (`WorkerProcess`), never in the
-/// server: a `ladder` video is probed (a file FFmpeg cannot read as a video, or one beyond
-/// `limits`, ends in `error` with the reason), then published twice: first its smallest rendition
-/// alone (`viewable`: it plays while the rest is made), then the whole feed ladder (`ready`); a
-/// `copy` video is remuxed only. Each ladder is written into its own new folder under
-/// `DATA/media/ID`, named afresh by each try (`aN-XXXXXXXX-first`, never the name of a folder the
-/// video has), and published by switching the video's `published` folder in the database; older
-/// folders are removed after the switch.
+/// server. A job has two steps (`JobRow.Step`). `playable`: the upload is probed (a file FFmpeg
+/// cannot read as a video, or one beyond `limits`, ends in `error` with the reason) and the first
+/// thing that plays is published (`PlayableFirst`: a copy of the upload, else the smallest rung;
+/// `viewable`). `ladder`: the encoded rungs from one decode, joined by what the first step made
+/// that the ladder needs (`ready`). A `copy` video is remuxed only. `workers` workers take either
+/// step, a `playable` one first; one more takes `playable` steps only, so a video never waits for
+/// another's ladder to become playable.
 ///
-/// A worker that dies (a signal, an unexpected exit) sends its job back to the queue; a job
+/// Each ladder is written into its own new folder under `DATA/media/ID`, named afresh by each try
+/// (`aN-XXXXXXXX-first`, never the name of a folder the video has), and published by switching
+/// the video's `published` folder in the database. A superseded folder stays for
+/// `limits.supersededGrace` seconds (players in the middle of its playlists keep working), then
+/// goes.
+///
+/// A worker that dies (a signal, an unexpected exit) sends its job back to the queue; a step
 /// started `limits.attempts` times (counted in the database, so restarts of the server count
 /// too) ends in `error` with the reason. A full disk sends the job back without counting, and
 /// the worker waits before it takes another. `stop(video:)` holds a video's job until
 /// `release(video:)` (its worker is killed, no other step starts, and the job goes back to the
-/// queue without counting, to run again once released). Thread-safe; `Sendable`.
+/// queue without counting, to run again once released). Every change of a job's state goes to
+/// `observer`. Thread-safe; `Sendable`.
 final class Processor: Sendable {
     let database: any ServeStore
     let uploads: UploadFiles
@@ -104,10 +111,17 @@ final class Processor: Sendable {
                     try? await Task.sleep(for: .seconds(self.lease / 4))
                 }
             }
-            for _ in 0..<workers {
+            group.addTask {
+                while !Task.isCancelled {
+                    await self.sweepSuperseded()
+                    try? await Task.sleep(for: .seconds(min(60, max(1, self.limits.supersededGrace / 4))))
+                }
+            }
+            let lanes: [Set<JobRow.Step>] = Array(repeating: [.playable, .ladder], count: workers) + [[.playable]]
+            for steps in lanes {
                 group.addTask {
                     while !Task.isCancelled {
-                        guard let job = try? await self.database.takeJob(owner: self.owner, now: now()), let jobID = job.id else {
+                        guard let job = try? await self.database.takeJob(owner: self.owner, now: now(), steps: steps), let jobID = job.id else {
                             try? await Task.sleep(for: .milliseconds(250))
                             continue
                         }
@@ -147,81 +161,131 @@ final class Processor: Sendable {
         jobs.withLock { _ = $0.stopped.remove(video) }
     }
 
-    /// Processes one job; returns the seconds the worker waits before it takes the next (the disk
-    /// is full, or the job went back because its video is stopped), or 0.
+    /// Processes one step of a job; returns the seconds the worker waits before it takes the next
+    /// (the disk is full, or the job went back because its video is stopped), or 0.
     private func process(_ job: JobRow, _ jobID: Int64) async -> Double {
         let id = job.videoID
         switch jobs.withLock({ $0.admit(id) }) {
         case .admitted: break
         case .runningAlready: return 0
-        case .stopped: return await handBack(jobID)
+        case .stopped: return await handBack(jobID, job)
         }
-        defer {
-            jobs.withLock { _ = $0.active.remove(id) }
-            _ = progress.withLock { $0.removeValue(forKey: id) }
-        }
+        defer { jobs.withLock { _ = $0.active.remove(id) } }
         guard var video = try? await database.video(id) else { return 0 }
+        let began = Date()
+        let event = { (kind: JobEvent.Kind) in JobEvent(kind: kind, video: id, job: jobID, phase: job.step.rawValue) }
         if job.attempts > limits.attempts {
-            await fail(&video, jobID, "processing was cut short \(limits.attempts) times (the server stopped while it ran)")
+            await fail(&video, jobID, "processing was cut short \(limits.attempts) times (the server stopped while it ran)", event(.failed), began)
             return 0
         }
+        observer.job(event(.started))
         let folder = media.appendingPathComponent(String(id))
         do {
             guard let upload = video.uploadID else { throw ClipFlowError.badInput("the video has no upload") }
             let input = uploads.path(upload)
-            removeUnpublished(in: folder, keeping: video.published)
-            let probe = try await self.probe(id, input)
-            if let refusal = limits.refusal(probe) { throw ClipFlowError.badInput(refusal) }
-            video.duration = probe.duration
-            try await database.update(video)
-            let prefix = Self.folderPrefix(attempt: job.attempts, besides: video.published)
-            switch video.mode {
-            case .copy:
-                try await ladder(id, input, LadderChoice(rungs: [], copy: true), into: folder.appendingPathComponent("\(prefix)-copy"))
-                try await publish(&video, "\(prefix)-copy", status: .ready, renditions: ["copy"])
-            case .ladder:
-                let short = min(probe.width, probe.height)
-                let rungs = LadderRung.standard.filter { $0.height <= short }
-                let smallest = LadderRung.standard[LadderRung.standard.count - 1]
-                try await ladder(id, input, LadderChoice(rungs: [smallest]), into: folder.appendingPathComponent("\(prefix)-first"))
-                if rungs.count > 1 {
-                    try await publish(&video, "\(prefix)-first", status: .viewable, renditions: [smallest.name])
-                    try await ladder(id, input, LadderChoice(rungs: rungs), into: folder.appendingPathComponent("\(prefix)-full"))
-                    try await publish(&video, "\(prefix)-full", status: .ready, renditions: rungs.map(\.name))
-                } else {
-                    try await publish(&video, "\(prefix)-first", status: .ready, renditions: [smallest.name])
-                }
+            removeLeftovers(in: folder, keeping: video.published)
+            let finished: Bool
+            switch job.step {
+            case .playable: finished = try await playable(&video, jobID, attempt: job.attempts, input: input, folder: folder)
+            case .ladder: finished = try await ladder(&video, jobID, job, input: input, folder: folder)
             }
-            removeUnpublished(in: folder, keeping: video.published)
-            try await database.finishJob(jobID, failed: false)
+            if finished {
+                try await database.finishJob(jobID, failed: false)
+                progress.withLock { _ = $0.removeValue(forKey: id) }
+                var done = event(.done)
+                done.seconds = Date().timeIntervalSince(began)
+                observer.job(done)
+            }
         } catch StepFault.stopped {
-            return await handBack(jobID)
+            return await handBack(jobID, job)
         } catch StepFault.died(let reason) {
             if job.attempts < limits.attempts {
                 try? await database.retryJob(jobID, counted: true)
+                var e = event(.requeued)
+                e.reason = reason
+                observer.job(e)
             } else {
-                await fail(&video, jobID, "\(reason) (attempt \(job.attempts) of \(limits.attempts))")
+                await fail(&video, jobID, "\(reason) (attempt \(job.attempts) of \(limits.attempts))", event(.failed), began)
             }
-        } catch StepFault.diskFull {
+        } catch StepFault.diskFull(let reason) {
             try? await database.retryJob(jobID, counted: false)
+            var e = event(.requeued)
+            e.reason = "the disk is full: \(dataPaths.scrub(reason))"
+            observer.job(e)
             return Self.diskFullPause
         } catch {
-            if isStopped(id) { return await handBack(jobID) }
+            if isStopped(id) { return await handBack(jobID, job) }
             if database.isFull(error) {
                 // The server's own store, not the video, failed: try again once there is space.
                 try? await database.retryJob(jobID, counted: false)
+                var e = event(.requeued)
+                e.reason = "the database is full"
+                observer.job(e)
                 return Self.diskFullPause
             }
-            await fail(&video, jobID, dataPaths.scrub((error as? ClipFlowError)?.message ?? "\(error)"))
+            await fail(&video, jobID, dataPaths.scrub((error as? ClipFlowError)?.message ?? "\(error)"), event(.failed), began)
         }
         return 0
+    }
+
+    /// The `playable` step: probes, checks the limits and publishes what plays first (a `copy`
+    /// video: its whole remux). Returns whether the job is finished (else its `ladder` step is
+    /// queued).
+    private func playable(_ video: inout VideoRow, _ jobID: Int64, attempt: Int, input: String, folder: URL) async throws -> Bool {
+        let id = video.id!
+        let probe = try await self.probe(id, input)
+        if let refusal = limits.refusal(probe) { throw ClipFlowError.badInput(refusal) }
+        video.duration = probe.duration
+        try await database.update(video)
+        let prefix = Self.folderPrefix(attempt: attempt, besides: video.published)
+        if video.mode == .copy {
+            try await ladder(id, input, LadderChoice(rungs: [], copy: true), into: folder.appendingPathComponent("\(prefix)-copy"), share: (0, 1))
+            try await publish(&video, jobID, "\(prefix)-copy", status: .ready, renditions: ["copy"])
+            return true
+        }
+        var copied = probe.copyRefusal == nil
+        var first = PlayableFirst.first(copyable: copied)
+        var name = "\(prefix)-\(copied ? "copy" : "first")"
+        do {
+            try await ladder(id, input, first.choice, into: folder.appendingPathComponent(name), share: (0, 0.1))
+        } catch let e as ClipFlowError where copied && e.kind == .badInput {
+            // The copy refused what the probe let through: the smallest rung instead.
+            copied = false
+            first = PlayableFirst.first(copyable: false)
+            name = "\(prefix)-first"
+            try await ladder(id, input, first.choice, into: folder.appendingPathComponent(name), share: (0, 0.1))
+        }
+        let plan = PlayableFirst.ladder(rungs: PlayableFirst.rungs(width: probe.width, height: probe.height), copyable: copied)
+        try await publish(&video, jobID, name, status: plan == nil ? .ready : .viewable, renditions: first.renditions)
+        guard let plan else { return true }
+        try await database.queueLadder(jobID, plan: plan.json)
+        return false
+    }
+
+    /// The `ladder` step: the plan's rungs from one decode, with the renditions it reuses from
+    /// the published folder. Returns true (the job is finished).
+    private func ladder(_ video: inout VideoRow, _ jobID: Int64, _ job: JobRow, input: String, folder: URL) async throws -> Bool {
+        let id = video.id!
+        guard let plan = LadderStepPlan(json: job.plan), !video.published.isEmpty else {
+            throw ClipFlowError.failure("internal: the ladder step has no plan or nothing published to build on")
+        }
+        let rungs = plan.rungs.compactMap { name in LadderRung.standard.first { $0.name == name } }
+        let name = "\(Self.folderPrefix(attempt: job.attempts, besides: video.published))-full"
+        try await ladder(
+            id, input, LadderChoice(rungs: rungs), into: folder.appendingPathComponent(name), share: (0.1, 1),
+            reuse: (folder.appendingPathComponent(video.published).path, plan.reuse))
+        try await publish(&video, jobID, name, status: .ready, renditions: plan.renditions)
+        return true
     }
 
     /// Hands back a job that a stop cut short; returns the pause before the next take. When the
     /// server is stopping, it hands its jobs back itself (`releaseJobs`); when the video is
     /// stopped, the job goes back to the queue without counting (its removal deletes it; a
     /// removal that fails releases the video, and the job runs again).
-    private func handBack(_ jobID: Int64) async -> Double {
+    private func handBack(_ jobID: Int64, _ job: JobRow) async -> Double {
+        var e = JobEvent(kind: .requeued, video: job.videoID, job: jobID, phase: job.step.rawValue)
+        e.reason = Task.isCancelled ? "the server is stopping" : "the video is being removed"
+        observer.job(e)
         guard !Task.isCancelled else { return 0 }
         try? await database.retryJob(jobID, counted: false)
         return Self.stoppedPause
@@ -229,18 +293,39 @@ final class Processor: Sendable {
 
     private func isStopped(_ video: Int64) -> Bool { Task.isCancelled || jobs.withLock { $0.stopped.contains(video) } }
 
-    private func fail(_ video: inout VideoRow, _ jobID: Int64, _ reason: String) async {
+    private func fail(_ video: inout VideoRow, _ jobID: Int64, _ reason: String, _ event: JobEvent, _ began: Date) async {
         video.status = .error
         video.error = reason
         try? await database.update(video)
         try? await database.finishJob(jobID, failed: true)
+        if let id = video.id { progress.withLock { _ = $0.removeValue(forKey: id) } }
+        var e = event
+        e.reason = reason
+        e.seconds = Date().timeIntervalSince(began)
+        observer.job(e)
     }
 
-    private func publish(_ video: inout VideoRow, _ folder: String, status: VideoRow.Status, renditions: [String]) async throws {
+    /// Switches the video to `folder`; the folder it had starts its grace period (`removeLeftovers`,
+    /// `sweepSuperseded`). The first time a video plays, the observer hears how long after its
+    /// upload's last byte.
+    private func publish(_ video: inout VideoRow, _ jobID: Int64, _ folder: String, status: VideoRow.Status, renditions: [String]) async throws {
+        let wasPlayable = !video.published.isEmpty
+        let superseded = video.published
+        if !superseded.isEmpty, let id = video.id {
+            // Its grace starts now (before the switch: a sweep never sees it superseded and old).
+            _ = utimes(media.appendingPathComponent(String(id)).appendingPathComponent(superseded).path, nil)
+        }
         video.published = folder
         video.status = status
         video.renditions = renditions.joined(separator: ",")
         try await database.update(video)
+        var e = JobEvent(kind: .published, video: video.id ?? 0, job: jobID, phase: wasPlayable ? JobRow.Step.ladder.rawValue : JobRow.Step.playable.rawValue)
+        e.renditions = renditions
+        e.status = status
+        if !wasPlayable, let upload = video.uploadID, let row = try? await database.upload(upload), let last = row.completedAt {
+            e.seconds = max(0, Date().timeIntervalSince1970 - last)
+        }
+        observer.job(e)
     }
 
     private func probe(_ id: Int64, _ input: String) async throws -> WorkerProbe {
@@ -252,11 +337,17 @@ final class Processor: Sendable {
         return probe
     }
 
-    /// One ladder of `input` (feed profile) into `output`.
-    private func ladder(_ id: Int64, _ input: String, _ choice: LadderChoice, into output: URL) async throws {
-        try await step(id, ["--step", "ladder", "--input", input, "--output", output.path, "--rungs", WorkerLadder.argument(choice)]) { line in
+    /// One ladder of `input` (feed profile) into `output`, taking `reuse`'s renditions from a
+    /// published folder. Its progress moves the video's from `share.0` to `share.1`, never back.
+    private func ladder(
+        _ id: Int64, _ input: String, _ choice: LadderChoice, into output: URL, share: (Double, Double), reuse: (folder: String, tracks: [String])? = nil
+    ) async throws {
+        var arguments = ["--step", "ladder", "--input", input, "--output", output.path, "--rungs", WorkerLadder.argument(choice)]
+        if let reuse { arguments += ["--reuse", reuse.folder, "--reuse-tracks", reuse.tracks.joined(separator: ",")] }
+        try await step(id, arguments) { line in
             if let p = try? JSONDecoder().decode([String: Double].self, from: Data(line.utf8)), let fraction = p["progress"] {
-                self.progress.withLock { $0[id] = fraction }
+                let overall = share.0 + (share.1 - share.0) * min(1, max(0, fraction))
+                self.progress.withLock { $0[id] = max($0[id] ?? 0, overall) }
             }
         }
     }
@@ -295,12 +386,35 @@ final class Processor: Sendable {
         return prefix
     }
 
-    /// Everything in a video's media folder but the published ladder (earlier or unfinished ones).
-    private func removeUnpublished(in folder: URL, keeping published: String) {
+    /// Removes from a video's media folder what no player can be using: unfinished ladders (hidden
+    /// temporaries) and folders other than the published one whose grace period is over (a
+    /// folder's time is when it was written, or superseded).
+    private func removeLeftovers(in folder: URL, keeping published: String) {
         let fm = FileManager.default
+        let cutoff = Date().addingTimeInterval(-limits.supersededGrace)
         for name in (try? fm.contentsOfDirectory(atPath: folder.path)) ?? [] where name != published {
-            try? fm.removeItem(at: folder.appendingPathComponent(name))
+            let path = folder.appendingPathComponent(name)
+            let time = (try? fm.attributesOfItem(atPath: path.path)[.modificationDate] as? Date) ?? .distantPast
+            if name.hasPrefix(".") || time < cutoff { try? fm.removeItem(at: path) }
         }
     }
 
+    /// Removes every video's superseded folders whose grace period is over (videos no job runs
+    /// for: a running job sweeps its own folder). Only a folder holding more than the published
+    /// ladder costs a look at the database.
+    private func sweepSuperseded() async {
+        let fm = FileManager.default
+        let cutoff = Date().addingTimeInterval(-limits.supersededGrace)
+        for id in (try? fm.contentsOfDirectory(atPath: media.path)) ?? [] {
+            guard let video = Int64(id), !jobs.withLock({ $0.active.contains(video) }) else { continue }
+            let folder = media.appendingPathComponent(id)
+            let names = ((try? fm.contentsOfDirectory(atPath: folder.path)) ?? []).filter { !$0.hasPrefix(".") }
+            guard names.count > 1, let row = try? await database.video(video), !row.published.isEmpty else { continue }
+            for name in names where name != row.published {
+                let path = folder.appendingPathComponent(name)
+                let time = (try? fm.attributesOfItem(atPath: path.path)[.modificationDate] as? Date) ?? .distantPast
+                if time < cutoff { try? fm.removeItem(at: path) }
+            }
+        }
+    }
 }

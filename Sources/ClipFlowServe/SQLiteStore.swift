@@ -81,6 +81,12 @@ final class SQLiteStore: ServeStore {
                 t.add(column: "heartbeat", .double)
             }
         }
+        m.registerMigration("job steps") { db in
+            try db.alter(table: "jobs") { t in
+                t.add(column: "step", .text).notNull().defaults(to: JobRow.Step.playable.rawValue)
+                t.add(column: "plan", .text)
+            }
+        }
         m.registerMigration("uploads name their video") { db in
             try db.alter(table: "uploads") { t in t.add(column: "videoID", .integer) }
             try db.create(index: "uploads_videoID", on: "uploads", columns: ["videoID"])
@@ -160,15 +166,26 @@ final class SQLiteStore: ServeStore {
 
     // MARK: jobs
 
-    func takeJob(owner: String, now: Double) async throws -> JobRow? {
+    func takeJob(owner: String, now: Double, steps: Set<JobRow.Step>) async throws -> JobRow? {
         try await queue.write { db in
-            guard var job = try JobRow.filter(sql: "state = 'queued'").order(Column("id")).fetchOne(db) else { return nil }
+            guard
+                var job = try JobRow.filter(sql: "state = 'queued'").filter(steps.map(\.rawValue).contains(Column("step")))
+                    .order(sql: "step = 'ladder', id").fetchOne(db)
+            else { return nil }
             job.state = .running
             job.attempts += 1
             job.owner = owner
             job.heartbeat = now
             try job.update(db)
             return job
+        }
+    }
+
+    func queueLadder(_ id: Int64, plan: String) async throws {
+        try await queue.write { db in
+            try db.execute(
+                sql: "UPDATE jobs SET state = 'queued', step = 'ladder', plan = ?, attempts = 0, queuedAt = ? WHERE id = ?",
+                arguments: [plan, Date().timeIntervalSince1970, id])
         }
     }
 

@@ -63,8 +63,11 @@ struct VideoRow: Codable, Sendable, Equatable {
 /// A processing job: one per uploaded video. One worker holds it at a time (`state` running,
 /// `owner` its server, `heartbeat` renewed while it works; `attempts` counted when it starts); a
 /// running job whose heartbeat stopped was cut short by a crash and goes back in the queue.
+/// A job has two steps: `playable` (probe, then publish something that plays) and `ladder` (the
+/// encoded ladder, as `plan` says); a queued `playable` step is always taken before any `ladder`.
 struct JobRow: Codable, Sendable, Equatable {
     enum State: String, Codable, Sendable { case queued, running, done, failed }
+    enum Step: String, Codable, Sendable, CaseIterable { case playable, ladder }
     var id: Int64?
     var videoID: Int64
     var state: State
@@ -72,6 +75,9 @@ struct JobRow: Codable, Sendable, Equatable {
     var queuedAt: Double
     var owner: String?
     var heartbeat: Double?
+    var step: Step = .playable
+    /// What the `ladder` step makes (`LadderStepPlan`, as JSON); nil for `playable`.
+    var plan: String? = nil
 }
 
 /// Where `clipflow serve` keeps its truth: uploads and their durable offsets, videos, processing
@@ -105,8 +111,12 @@ protocol ServeStore: Sendable {
     /// leaves both or neither); a video bound already is left as it is.
     func uploaded(video: Int64, upload: String) async throws
 
-    /// Takes the oldest queued job for `owner` (never one another server holds); nil when none.
-    func takeJob(owner: String, now: Double) async throws -> JobRow?
+    /// Takes a queued job of one of `steps` for `owner` (never one another server holds): the
+    /// oldest `playable` one, else the oldest `ladder` one; nil when none.
+    func takeJob(owner: String, now: Double, steps: Set<JobRow.Step>) async throws -> JobRow?
+    /// The job's `playable` step is done: it goes back in the queue for its `ladder` step, with
+    /// `plan` and its attempts counted afresh.
+    func queueLadder(_ id: Int64, plan: String) async throws
     /// `owner` still works on the job.
     func heartbeat(job: Int64, now: Double) async throws
     func finishJob(_ id: Int64, failed: Bool) async throws

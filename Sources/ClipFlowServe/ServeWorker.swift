@@ -20,8 +20,12 @@ public enum ServeWorker {
     }
 
     /// Runs `step` and returns the process's exit status. `memoryLimit` bytes (0: none) bounds the
-    /// process's data (RLIMIT_DATA: heap and private mappings), set before any work.
-    public static func run(step: Step, input: String, output: String?, rungs: String?, memoryLimit: Int64) -> Int32 {
+    /// process's data (RLIMIT_DATA: heap and private mappings), set before any work. `reuse`: a
+    /// ladder takes these renditions (comma-separated names) and the poster from the complete
+    /// ladder in that folder (`LadderReuse`).
+    public static func run(
+        step: Step, input: String, output: String?, rungs: String?, reuse: (folder: String, tracks: String)? = nil, memoryLimit: Int64
+    ) -> Int32 {
         endWhenServerGoes()
         if memoryLimit > 0 {
             var limit = rlimit(rlim_cur: rlim_t(memoryLimit), rlim_max: rlim_t(memoryLimit))
@@ -35,13 +39,16 @@ public enum ServeWorker {
                 let info = try Transcoder.probe(input)
                 let probe = WorkerProbe(
                     duration: info.duration, width: info.video.displaySize.width, height: info.video.displaySize.height,
-                    frameRate: info.video.frameRate)
+                    frameRate: info.video.frameRate, copyRefusal: try PlayableFirst.copyRefusal(info, spacing: KeyframeSpacing.measure(input)))
                 try emit(probe)
             case .ladder:
                 guard let output, let rungs, let choice = WorkerLadder.choice(rungs) else {
                     return fail(.failed, "ladder: expected --output and --rungs (rendition names such as 360p,720p, or copy)")
                 }
-                _ = try HLSLadder(output: output, ladder: choice, schedule: .feed).run(inputs: [input], events: ProgressLines())
+                let reused = reuse.map {
+                    LadderReuse(folder: URL(fileURLWithPath: $0.folder), tracks: $0.tracks.split(separator: ",").map(String.init), poster: true)
+                }
+                _ = try HLSLadder(output: output, ladder: choice, schedule: .feed, reuse: reused).run(inputs: [input], events: ProgressLines())
             }
             return WorkerExit.finished.rawValue
         } catch {
@@ -99,6 +106,8 @@ struct WorkerProbe: Codable, Sendable, Equatable {
     var width: Int
     var height: Int
     var frameRate: Double?
+    /// Why the upload cannot be published first as a copy of itself (nil: it can; `PlayableFirst`).
+    var copyRefusal: String?
 }
 
 /// A ladder's rungs as the server names them on the worker's command line: names of

@@ -23,6 +23,11 @@ struct ServeProcessingOptions: ParsableArguments {
     @Option(name: .customLong("job-attempts"), help: "Times a job is started before a worker dying under it ends the video in error.")
     var jobAttempts: Int = 3
 
+    @Option(
+        name: .customLong("superseded-grace"),
+        help: "Seconds a video's earlier renditions stay after better ones are published (players in the middle of them keep working).")
+    var supersededGrace: Double = 600
+
     func validate() throws {
         guard let p = PictureSize(parsing: maxPicture), p.width >= 16, p.height >= 16 else {
             throw ValidationError("--max-picture: expected WxH with even sides of at least 16, got '\(maxPicture)'")
@@ -33,6 +38,7 @@ struct ServeProcessingOptions: ParsableArguments {
             throw ValidationError("--worker-memory: expected 0 (no bound) or 64 to 1048576 MiB")
         }
         if !(workerStall >= 1) { throw ValidationError("--worker-stall must be at least 1 second") }
+        if !(supersededGrace >= 0) { throw ValidationError("--superseded-grace must be 0 or more seconds") }
         if !(1...100).contains(jobAttempts) { throw ValidationError("--job-attempts must be 1 to 100") }
     }
 
@@ -44,6 +50,7 @@ struct ServeProcessingOptions: ParsableArguments {
         l.workerMemory = workerMemory << 20
         l.workerStall = workerStall
         l.attempts = jobAttempts
+        l.supersededGrace = supersededGrace
         return l
     }
 }

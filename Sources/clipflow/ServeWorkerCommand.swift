@@ -13,12 +13,15 @@ struct ServeWorkerCommand: ParsableCommand {
     @Option var input: String
     @Option var output: String?
     @Option var rungs: String?
+    @Option var reuse: String?
+    @Option(name: .customLong("reuse-tracks")) var reuseTracks: String?
     @Option(name: .customLong("memory-limit")) var memoryLimit: Int64 = 0
 
     func run() throws {
         guard let s = ServeWorker.Step(rawValue: step) else {
             throw ValidationError("--step: expected \(ServeWorker.Step.allCases.map(\.rawValue).joined(separator: " or "))")
         }
-        throw ExitCode(ServeWorker.run(step: s, input: input, output: output, rungs: rungs, memoryLimit: memoryLimit))
+        throw ExitCode(
+            ServeWorker.run(step: s, input: input, output: output, rungs: rungs, reuse: reuse.map { ($0, reuseTracks ?? "") }, memoryLimit: memoryLimit))
     }
 }

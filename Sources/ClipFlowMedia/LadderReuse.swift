@@ -1,0 +1,65 @@
+import ClipFlowCore
+import Foundation
+
+/// What a ladder's folder holds, as `tracks.json`: each rendition's description (files, measured
+/// segments, codecs, size), so that a later ladder of the same source can take renditions from it
+/// (`LadderReuse`) and still write a master playlist from what the segments measure.
+struct LadderTracks: Codable {
+    static let file = "tracks.json"
+    var video: [HLSTrack]
+    var audio: HLSTrack?
+
+    func serialized() throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return String(decoding: try encoder.encode(self), as: UTF8.self) + "\n"
+    }
+
+    static func read(from folder: URL) throws -> LadderTracks {
+        let url = folder.appendingPathComponent(file)
+        do { return try JSONDecoder().decode(LadderTracks.self, from: Data(contentsOf: url)) } catch {
+            throw ClipFlowError.badInput("'\(url.path)': cannot read the ladder's description: \(error.localizedDescription)")
+        }
+    }
+}
+
+/// Renditions of an earlier, complete ladder of the same source that a new ladder takes as they
+/// are: their files are hard-linked into the new folder (no copy, no encode; the folders must be
+/// on one file system) and they join its master playlist. `tracks` names them by their playlists'
+/// names without `.m3u8` ("360p", `audio`); a name the earlier ladder does not have is skipped
+/// (a source without sound has no `audio`). `poster`: its `poster.jpg` is taken too.
+public struct LadderReuse: Sendable, Equatable {
+    /// The name of a ladder's audio rendition.
+    public static let audio = "audio"
+    public var folder: URL
+    public var tracks: [String]
+    public var poster: Bool
+
+    public init(folder: URL, tracks: [String], poster: Bool) {
+        self.folder = folder
+        self.tracks = tracks
+        self.poster = poster
+    }
+
+    /// Links the named renditions' files (and the poster) into `work`; returns their descriptions.
+    func link(into work: URL) throws -> [HLSTrack] {
+        let described = try LadderTracks.read(from: folder)
+        let chosen = (described.video + [described.audio].compactMap { $0 }).filter { tracks.contains(String($0.playlistURI.dropLast(5))) }
+        var files = Set<String>()
+        for t in chosen {
+            files.formUnion([t.playlistURI, t.initURI] + t.segments.map(\.uri) + [t.iframesURI].compactMap { $0 })
+        }
+        if poster { files.insert("poster.jpg") }
+        let fm = FileManager.default
+        for name in files.sorted() {
+            let from = folder.appendingPathComponent(name), to = work.appendingPathComponent(name)
+            do {
+                try fm.createDirectory(at: to.deletingLastPathComponent(), withIntermediateDirectories: true)
+                try fm.linkItem(at: from, to: to)
+            } catch {
+                throw ClipFlowError.output("cannot link '\(from.path)' into the new ladder: \(error.localizedDescription)")
+            }
+        }
+        return chosen
+    }
+}

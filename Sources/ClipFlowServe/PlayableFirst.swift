@@ -1,0 +1,79 @@
+import ClipFlowMedia
+import Foundation
+
+/// How an upload becomes playable before its ladder exists, and what its ladder then makes.
+///
+/// The `playable` step publishes, as fast as it can, something every browser plays: a `copy` of
+/// the upload (its packets cut into fMP4 segments, nothing decoded) when the upload allows it
+/// (`copyRefusal`), else the ladder's smallest rung (with the audio and the poster). The `ladder`
+/// step then encodes the other rungs from one decode and takes over, as they are, what the first
+/// step made that the ladder also needs (the copied or encoded audio, the smallest rung, the
+/// poster), so nothing is made twice.
+enum PlayableFirst {
+    /// The longest a copied upload may go without a keyframe: a copy's segments start at its
+    /// keyframes, and a player starts on a segment's first frame.
+    static let maxKeyframeGap: Double = 4
+
+    /// Why `info` cannot be published as a copy of itself (nil: it can). H.264 only: HEVC plays in
+    /// Safari but in neither Chromium nor Firefox, so an HEVC copy would leave those viewers
+    /// without a picture until the ladder exists.
+    static func copyRefusal(_ info: SourceInfo, spacing: KeyframeSpacing) -> String? {
+        if info.video.codec != "h264" { return "its video is \(info.video.codec), and only H.264 plays in every browser" }
+        if let a = info.audio, a.codec != "aac" { return "its audio is \(a.codec), not AAC" }
+        if info.video.rotation != 0 || info.video.mirrored { return "its pictures are turned by a display matrix, which players treat differently" }
+        if !spacing.startsWithKeyframe { return "its video does not start with a keyframe" }
+        if spacing.longestGap > maxKeyframeGap {
+            return "its keyframes are up to \(String(format: "%.1f", spacing.longestGap)) s apart (a copy needs at most \(Int(maxKeyframeGap)) s)"
+        }
+        return nil
+    }
+
+    /// The rungs of an upload whose picture, as displayed, is `width`x`height`: the standard ones
+    /// at or below its short side, never fewer than the smallest.
+    static func rungs(width: Int, height: Int) -> [LadderRung] {
+        let short = min(width, height)
+        let fitting = LadderRung.standard.filter { $0.height <= short }
+        return fitting.isEmpty ? [smallest] : fitting
+    }
+
+    static var smallest: LadderRung { LadderRung.standard[LadderRung.standard.count - 1] }
+
+    /// The `playable` step's ladder and the renditions it publishes: the copy, or the smallest rung.
+    static func first(copyable: Bool) -> (choice: LadderChoice, renditions: [String]) {
+        copyable ? (LadderChoice(rungs: [], copy: true), ["copy"]) : (LadderChoice(rungs: [smallest]), [smallest.name])
+    }
+
+    /// The `ladder` step after a first step of `copyable`'s kind: nil when the first step made the
+    /// whole ladder already (a picture no larger than the smallest rung, not copied).
+    static func ladder(rungs: [LadderRung], copyable: Bool) -> LadderStepPlan? {
+        if copyable { return LadderStepPlan(rungs: rungs.map(\.name), reuse: [LadderReuse.audio]) }
+        let rest = rungs.filter { $0 != smallest }
+        return rest.isEmpty ? nil : LadderStepPlan(rungs: rest.map(\.name), reuse: [smallest.name, LadderReuse.audio])
+    }
+}
+
+/// What a job's `ladder` step makes: the rungs it encodes, and the renditions it takes from the
+/// folder the `playable` step published (`LadderReuse`). Kept in the job (`JobRow.plan`, JSON).
+struct LadderStepPlan: Codable, Sendable, Equatable {
+    var rungs: [String]
+    var reuse: [String]
+
+    var json: String { String(decoding: (try? JSONEncoder().encode(self)) ?? Data(), as: UTF8.self) }
+
+    init(rungs: [String], reuse: [String]) {
+        self.rungs = rungs
+        self.reuse = reuse
+    }
+
+    init?(json: String?) {
+        guard let json, let p = try? JSONDecoder().decode(LadderStepPlan.self, from: Data(json.utf8)) else { return nil }
+        self = p
+    }
+
+    /// The renditions the published ladder holds: the encoded rungs and the reused ones, the
+    /// audio apart.
+    var renditions: [String] {
+        let all = LadderRung.standard.map(\.name).filter { rungs.contains($0) || reuse.contains($0) }
+        return all
+    }
+}

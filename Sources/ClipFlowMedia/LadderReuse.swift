@@ -31,6 +31,8 @@ struct LadderTracks: Codable {
 public struct LadderReuse: Sendable, Equatable {
     /// The name of a ladder's audio rendition.
     public static let audio = "audio"
+    /// The name that stands for the poster in a list of what to reuse (`named`).
+    public static let poster = "poster"
     public var folder: URL
     public var tracks: [String]
     public var poster: Bool
@@ -39,6 +41,11 @@ public struct LadderReuse: Sendable, Equatable {
         self.folder = folder
         self.tracks = tracks
         self.poster = poster
+    }
+
+    /// Reuse of `names`: renditions, and `poster` for the poster.
+    public init(folder: URL, named names: [String]) {
+        self.init(folder: folder, tracks: names.filter { $0 != Self.poster }, poster: names.contains(Self.poster))
     }
 
     /// Links the named renditions' files (and the poster) into `work`; returns their descriptions.

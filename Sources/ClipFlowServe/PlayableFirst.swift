@@ -7,8 +7,9 @@ import Foundation
 /// the upload (its packets cut into fMP4 segments, nothing decoded) when the upload allows it
 /// (`copyRefusal`), else the ladder's smallest rung (with the audio and the poster). The `ladder`
 /// step then encodes the other rungs from one decode and takes over, as they are, what the first
-/// step made that the ladder also needs (the copied or encoded audio, the smallest rung, the
-/// poster), so nothing is made twice.
+/// step made that the ladder also needs (the copied or encoded audio, the smallest rung), so no
+/// rendition is made twice. The poster is taken from a copy (the upload's own pictures); after the
+/// smallest rung, the ladder makes it again from its top rung (a cover as sharp as the video).
 enum PlayableFirst {
     /// The longest a copied upload may go without a keyframe: a copy's segments start at its
     /// keyframes, and a player starts on a segment's first frame.
@@ -46,7 +47,7 @@ enum PlayableFirst {
     /// The `ladder` step after a first step of `copyable`'s kind: nil when the first step made the
     /// whole ladder already (a picture no larger than the smallest rung, not copied).
     static func ladder(rungs: [LadderRung], copyable: Bool) -> LadderStepPlan? {
-        if copyable { return LadderStepPlan(rungs: rungs.map(\.name), reuse: [LadderReuse.audio]) }
+        if copyable { return LadderStepPlan(rungs: rungs.map(\.name), reuse: [LadderReuse.audio, LadderReuse.poster]) }
         let rest = rungs.filter { $0 != smallest }
         return rest.isEmpty ? nil : LadderStepPlan(rungs: rest.map(\.name), reuse: [smallest.name, LadderReuse.audio])
     }

@@ -21,8 +21,8 @@ public enum ServeWorker {
 
     /// Runs `step` and returns the process's exit status. `memoryLimit` bytes (0: none) bounds the
     /// process's data (RLIMIT_DATA: heap and private mappings), set before any work. `reuse`: a
-    /// ladder takes these renditions (comma-separated names) and the poster from the complete
-    /// ladder in that folder (`LadderReuse`).
+    /// ladder takes these renditions (comma-separated names, `poster` for the poster) from the
+    /// complete ladder in that folder (`LadderReuse`).
     public static func run(
         step: Step, input: String, output: String?, rungs: String?, reuse: (folder: String, tracks: String)? = nil, memoryLimit: Int64
     ) -> Int32 {
@@ -45,9 +45,7 @@ public enum ServeWorker {
                 guard let output, let rungs, let choice = WorkerLadder.choice(rungs) else {
                     return fail(.failed, "ladder: expected --output and --rungs (rendition names such as 360p,720p, or copy)")
                 }
-                let reused = reuse.map {
-                    LadderReuse(folder: URL(fileURLWithPath: $0.folder), tracks: $0.tracks.split(separator: ",").map(String.init), poster: true)
-                }
+                let reused = reuse.map { LadderReuse(folder: URL(fileURLWithPath: $0.folder), named: $0.tracks.split(separator: ",").map(String.init)) }
                 _ = try HLSLadder(output: output, ladder: choice, schedule: .feed, reuse: reused).run(inputs: [input], events: ProgressLines())
             }
             return WorkerExit.finished.rawValue

@@ -238,10 +238,10 @@ final class ServeHostingCLITests: XCTestCase {
     }
 
     /// `kill -9` while a video is being processed; after a restart the job runs again and the video
-    /// ends ready with one published ladder.
+    /// ends ready with one published ladder (superseded folders removed at once: no grace).
     func testProcessingResumesAfterKillDashNine() throws {
         let data = fx.scratch("serve-crash-processing")
-        let s = server(data)
+        let s = ServerProcess.clipflowServe(binary: binary, data: data, ["--superseded-grace", "0"], environment: ["CLIPFLOW_API_KEY": key])
         try s.start()
         defer { s.stop() }
         let up = try Run.run(
@@ -256,7 +256,12 @@ final class ServeHostingCLITests: XCTestCase {
         try s.start()
         let (v, _) = try waitFor(s, 1, ["ready", "error"])
         XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
-        let folders = try FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("media/1").path)
+        var folders: [String] = []
+        for _ in 0..<100 {
+            folders = try FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("media/1").path)
+            if folders.count == 1 { break }
+            usleep(100_000)
+        }
         XCTAssertEqual(folders.count, 1, "one published ladder, no leftovers: \(folders)")
         let lint = try Run.run([binary, "hls", "lint", try XCTUnwrap(v["hls_url"] as? String)], check: false)
         XCTAssertEqual(lint.status, 0, lint.out)

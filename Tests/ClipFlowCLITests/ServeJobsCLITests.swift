@@ -63,16 +63,18 @@ final class ServeJobsCLITests: XCTestCase {
         try Run.run(["python3", "-c", script, "http://127.0.0.1:\(s.port)/files", file, String(id), token])
     }
 
-    /// Worker processes of this data folder doing `step` (their command lines name its uploads).
-    func workers(_ data: URL, step: String = "ladder") throws -> [Int32] {
-        let r = try Run.run(["pgrep", "-f", "serve-worker --step \(step) --input \(data.path)/"], check: false)
+    /// Worker processes of this data folder doing `step` (their command lines name its uploads),
+    /// for one video when `video` is given (a ladder's output is in its media folder).
+    func workers(_ data: URL, step: String = "ladder", video: Int? = nil) throws -> [Int32] {
+        let output = video.map { ".*--output \(data.path)/media/\($0)/" } ?? ""
+        let r = try Run.run(["pgrep", "-f", "serve-worker --step \(step) --input \(data.path)/\(output)"], check: false)
         return r.out.split(separator: "\n").compactMap { Int32($0) }
     }
 
-    func waitForWorker(_ data: URL, excluding: Set<Int32>, seconds: Double = 60) throws -> Int32 {
+    func waitForWorker(_ data: URL, excluding: Set<Int32>, video: Int? = nil, seconds: Double = 60) throws -> Int32 {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
-            if let pid = try workers(data).first(where: { !excluding.contains($0) }) { return pid }
+            if let pid = try workers(data, video: video).first(where: { !excluding.contains($0) }) { return pid }
             usleep(50_000)
         }
         throw ServerError("no new processing worker within \(seconds) s")
@@ -96,10 +98,10 @@ final class ServeJobsCLITests: XCTestCase {
         let serverPID = try s.supervisedPID()
         var killed: Set<Int32> = []
 
-        let first = try waitForWorker(data, excluding: killed)
+        let first = try waitForWorker(data, excluding: killed, video: doomed)
         kill(first, SIGKILL)
         killed.insert(first)
-        let second = try waitForWorker(data, excluding: killed)
+        let second = try waitForWorker(data, excluding: killed, video: doomed)
         XCTAssertEqual(try s.supervisedPID(), serverPID, "the server outlived its worker")
         XCTAssertEqual(try video(s, doomed)["status"] as? String, "processing")
         kill(serverPID, SIGKILL)
@@ -112,7 +114,7 @@ final class ServeJobsCLITests: XCTestCase {
         XCTAssertEqual(orphaned, [], "a worker ends with its server")
         try s.start()
         let restarted = try s.supervisedPID()
-        let third = try waitForWorker(data, excluding: killed)
+        let third = try waitForWorker(data, excluding: killed, video: doomed)
         kill(third, SIGKILL)
 
         let failed = try waitFor(s, doomed, ["error", "ready"], seconds: 60)

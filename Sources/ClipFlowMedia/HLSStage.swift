@@ -93,12 +93,16 @@ final class LadderStage: Stage {
         if !committed { folder.discard() }
     }
 
-    /// `poster.jpg`: a representative frame of the top rendition, upright. With one file per
-    /// rendition that file is a whole fragmented MP4; otherwise its parts are put end to end, one
-    /// part in memory at a time.
+    /// `poster.jpg`: a representative frame of the top rendition, upright. A copy's is taken from
+    /// its source file; with one file per rendition that file is a whole fragmented MP4; otherwise
+    /// its parts are put end to end, one part in memory at a time.
     private func writePoster(of v: HLSTrack, in work: URL) throws {
         let fm = FileManager.default
         let jpeg = work.appendingPathComponent("poster.jpg")
+        if let source = v.source {
+            _ = try Thumbnailer(path: source).write(to: jpeg)
+            return
+        }
         if v.initRange != nil {
             _ = try Thumbnailer(path: work.appendingPathComponent(v.initURI).path).write(to: jpeg)
             return

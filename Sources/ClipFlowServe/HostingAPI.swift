@@ -249,6 +249,7 @@ extension HostingAPI {
     func completed(_ upload: UploadRow) async {
         guard let vid = TUSServer.metadata(upload.metadata)["video_id"].flatMap({ Int64($0) }) else { return }
         try? await database.uploaded(video: vid, upload: upload.id)
+        processor.wake()
     }
 
     /// Finished uploads whose video a crash left unbound (between the last byte and the binding).

@@ -52,6 +52,11 @@ final class Processor: Sendable {
     /// Media seconds decoded / total, per video being processed (for `GET /videos`).
     private let progress = Mutex<[Int64: Double]>([:])
     private let jobs = Mutex(RunningJobs())
+    /// Counts `wake()` calls: an idle worker looks for a job as soon as it changes.
+    private let queued = Atomic<Int>(0)
+    /// Seconds an idle worker waits before it asks the database again (jobs queued by another
+    /// server, or requeued).
+    static let idlePoll: Double = 0.25
 
     /// The jobs this server runs now: by video, the worker process of the step in progress.
     private struct RunningJobs {
@@ -121,8 +126,9 @@ final class Processor: Sendable {
             for steps in lanes {
                 group.addTask {
                     while !Task.isCancelled {
+                        let seen = self.queued.load(ordering: .acquiring)
                         guard let job = try? await self.database.takeJob(owner: self.owner, now: now(), steps: steps), let jobID = job.id else {
-                            try? await Task.sleep(for: .milliseconds(250))
+                            await self.idle(since: seen)
                             continue
                         }
                         let beating = Task {
@@ -137,6 +143,19 @@ final class Processor: Sendable {
                     }
                 }
             }
+        }
+    }
+
+    /// Tells the idle workers that a job was queued (an upload completed): one takes it at once
+    /// rather than at its next look at the database.
+    func wake() { queued.add(1, ordering: .releasing) }
+
+    /// Returns after `idlePoll` seconds, or soon after a `wake()` (one since `seen`).
+    private func idle(since seen: Int) async {
+        let slices = 10
+        for _ in 0..<slices {
+            if queued.load(ordering: .acquiring) != seen || Task.isCancelled { return }
+            try? await Task.sleep(for: .seconds(Self.idlePoll / Double(slices)))
         }
     }
 
@@ -259,6 +278,7 @@ final class Processor: Sendable {
         try await publish(&video, jobID, name, status: plan == nil ? .ready : .viewable, renditions: first.renditions)
         guard let plan else { return true }
         try await database.queueLadder(jobID, plan: plan.json)
+        wake()
         return false
     }
 

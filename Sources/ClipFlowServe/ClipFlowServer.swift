@@ -111,7 +111,7 @@ public enum ClipFlowServer {
             database: database, uploads: files, media: media, workers: options.workers, limits: options.processing, lease: options.jobLease,
             alone: postgres == nil)
         let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files)
-        let tus = TUSServer(database: database, files: files, limits: options.tus, admit: api.admit, completed: api.completed)
+        let tus = TUSServer(database: database, files: files, limits: options.tus, admit: api.admit, completed: api.completed, abandoned: api.abandoned)
         try await api.reconcile()
         let router = Router()
         router.middlewares.add(RequestGuard(checksHost: !options.hasAPIKey, listenName: options.host))

@@ -19,11 +19,12 @@ import Hummingbird
 /// error), error, duration, screenshot, hls_url, renditions [{name, status}], progress,
 /// created_at`. The management routes need `Authorization: Bearer` with the API key or an access
 /// token when the server has a key (401 otherwise); the upload's TUS creation carries the upload
-/// token in its metadata (`TUSAdmission`). Bodies above 64 KiB are refused (413); POST bodies
-/// must be `application/json` (415), and each field of the right type and range (400 naming the
-/// field; fields the API does not know are ignored). Query numbers out of range or not whole
-/// numbers are refused (400 naming the parameter). Answers are not to be cached (`no-store`; the
-/// public feed: `no-cache`), and no answer shows an absolute path of the data folder.
+/// token in its metadata, or the API key to make a video of a plain TUS upload (`admit`). Bodies
+/// above 64 KiB are refused (413); POST bodies must be `application/json` (415), and each field of
+/// the right type and range (400 naming the field; fields the API does not know are ignored).
+/// Query numbers out of range or not whole numbers are refused (400 naming the parameter).
+/// Answers are not to be cached (`no-store`; the public feed: `no-cache`), and no answer shows an
+/// absolute path of the data folder.
 struct HostingAPI: Sendable {
     let database: any ServeStore
     let tokens: Tokens
@@ -157,8 +158,12 @@ struct HostingAPI: Sendable {
         return n
     }
 
-    private func authorize(_ request: Request) throws {
-        let header = request.headers[.authorization] ?? ""
+    private func authorize(_ request: Request) throws { try authorize(request.headers[.authorization]) }
+
+    /// Whether an `Authorization` header carries the API key or an access token (401 otherwise);
+    /// on a server without an API key, anything passes.
+    private func authorize(_ header: String?) throws {
+        let header = header ?? ""
         let bearer = header.hasPrefix("Bearer ") ? String(header.dropFirst(7)) : nil
         switch tokens.checkBearer(bearer) {
         case .valid: return
@@ -228,13 +233,30 @@ struct HostingAPI: Sendable {
 }
 
 extension HostingAPI {
-    /// Whether a TUS upload may be created: one that names a video must carry that video's
-    /// upload token (another video's or a forged one: 403; an expired one: 401) and the video must
-    /// still wait for its upload (409); without a video, only a server without an API key takes it.
-    func admit(_ metadata: [String: String]) async throws {
+    /// Whether a TUS upload may be created, and the video it will carry:
+    /// - one that names a video (`video_id`) must carry that video's upload token (another
+    ///   video's or a forged one: 403; an expired one: 401) and the video must still wait for its
+    ///   upload (409): it carries that video;
+    /// - one that names none but is sent with `Authorization: Bearer` (the API key or an access
+    ///   token; 401 otherwise) carries a new video, made now (`pending`), named by its `filename`
+    ///   metadata, else `name` (as Uppy sends), else "untitled";
+    /// - one with neither is refused on a server with an API key (401) and, on one without, kept
+    ///   as a file that no video carries.
+    func admit(_ metadata: [String: String], authorization: String?) async throws -> Int64? {
         guard let vid = metadata["video_id"] else {
-            if tokens.apiKey != nil { throw TUSRefusal(.unauthorized, "an upload token is needed (Upload-Metadata video_id and token)") }
-            return
+            if authorization == nil {
+                if tokens.apiKey != nil {
+                    throw TUSRefusal(.unauthorized, "an upload token (Upload-Metadata video_id and token) or the API key (Authorization: Bearer) is needed")
+                }
+                return nil
+            }
+            try authorize(authorization)
+            let named = [metadata["filename"], metadata["name"]].compactMap { $0?.trimmingCharacters(in: .whitespacesAndNewlines) }.first { !$0.isEmpty }
+            let video = try await database.insert(
+                VideoRow(
+                    id: nil, name: String((named ?? "untitled").prefix(500)), description: nil, clientID: 1, status: .pending, mode: .ladder, error: nil,
+                    duration: nil, uploadID: nil, published: "", renditions: "", createdAt: Date().timeIntervalSince1970))
+            return video.id
         }
         guard let id = Int64(vid), let v = try await database.video(id) else { throw TUSRefusal(.notFound, "video_id: no such video") }
         switch tokens.checkUpload(metadata["token"], video: id) {
@@ -243,13 +265,24 @@ extension HostingAPI {
         case .wrong: throw TUSRefusal(.forbidden, "the upload token is not this video's")
         }
         guard v.status == .pending else { throw TUSRefusal(.conflict, "video \(id) was uploaded already") }
+        return id
     }
 
-    /// A finished upload that names a video: bound to it and queued for processing.
+    /// A finished upload that carries a video: bound to it and queued for processing.
     func completed(_ upload: UploadRow) async {
-        guard let vid = TUSServer.metadata(upload.metadata)["video_id"].flatMap({ Int64($0) }) else { return }
+        guard let vid = upload.videoID else { return }
         try? await database.uploaded(video: vid, upload: upload.id)
         processor.wake()
+    }
+
+    /// An upload removed unfinished: the video made for it at its creation (`admit`), still
+    /// waiting for it, is deleted with it; a video made by `POST /videos` stays (its client may
+    /// upload again).
+    func abandoned(_ upload: UploadRow) async {
+        guard TUSServer.metadata(upload.metadata)["video_id"] == nil, let vid = upload.videoID,
+            let v = try? await database.video(vid), v.status == .pending, v.uploadID == nil
+        else { return }
+        try? await database.deleteVideo(vid)
     }
 
     /// Finished uploads whose video a crash left unbound (between the last byte and the binding).

@@ -128,7 +128,8 @@ func uncancelled<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) 
 }
 
 /// A TUS 1.0.0 server (https://tus.io/protocols/resumable-upload): core protocol plus creation,
-/// creation-with-upload, termination, checksum (sha1, sha256) and expiration, under `/files`.
+/// creation-with-upload, termination, checksum (sha1, sha256) and expiration, under `/files` and
+/// `/upload` (`paths`).
 ///
 /// Durability: a PATCH writes its bytes at the upload's offset, makes them durable (fsync) and
 /// only then records the new offset in the database, which is the truth: after a crash the
@@ -142,9 +143,13 @@ public final class TUSServer: Sendable {
     let files: UploadFiles
     let limits: TUSLimits
     var locks: UploadLocks { files.locks }
-    /// Decides whether an upload with this metadata may be created (throws a `TUSRefusal`).
-    let admit: @Sendable ([String: String]) async throws -> Void
+    /// Decides whether an upload with this metadata and `Authorization` header may be created
+    /// (throws a `TUSRefusal`); returns the video it will carry (nil: none).
+    let admit: @Sendable (_ metadata: [String: String], _ authorization: String?) async throws -> Int64?
+    /// An upload became complete.
     let completed: @Sendable (UploadRow) async -> Void
+    /// An upload was removed before it was complete (terminated, expired, or its creation failed).
+    let abandoned: @Sendable (UploadRow) async -> Void
     /// Another request (on another server sharing the database) moved the upload's offset while
     /// this one wrote: this one's bytes are not recorded.
     static let movedElsewhere = TUSRefusal(.conflict, "the upload's offset moved while this PATCH was written (another request); HEAD it and resume")
@@ -155,18 +160,29 @@ public final class TUSServer: Sendable {
     static let commitEvery: Int64 = 64 << 20
 
     init(
-        database: any ServeStore, files: UploadFiles, limits: TUSLimits, admit: @escaping @Sendable ([String: String]) async throws -> Void = { _ in },
-        completed: @escaping @Sendable (UploadRow) async -> Void = { _ in }
+        database: any ServeStore, files: UploadFiles, limits: TUSLimits,
+        admit: @escaping @Sendable (_ metadata: [String: String], _ authorization: String?) async throws -> Int64? = { _, _ in nil },
+        completed: @escaping @Sendable (UploadRow) async -> Void = { _ in }, abandoned: @escaping @Sendable (UploadRow) async -> Void = { _ in }
     ) {
         self.database = database
         self.files = files
         self.limits = limits
         self.admit = admit
         self.completed = completed
+        self.abandoned = abandoned
     }
 
-    /// Adds the routes to `router` under `path`.
-    func addRoutes<Context: RequestContext>(to router: Router<Context>, path: String = "files") {
+    /// Where uploads are created: `/files` (tusd's usual path) and `/upload` (where Gcore's
+    /// clients send them). The same protocol on each; an upload's URL is under the path it was
+    /// created on, and either path reaches it.
+    static let paths = ["files", "upload"]
+
+    /// Adds the routes to `router` under each of `paths`.
+    func addRoutes<Context: RequestContext>(to router: Router<Context>, paths: [String] = TUSServer.paths) {
+        for path in paths { addRoutes(to: router, path: path) }
+    }
+
+    private func addRoutes<Context: RequestContext>(to router: Router<Context>, path: String) {
         router.on(RouterPath(path), method: .options) { _, _ in self.options() }
         router.post(RouterPath(path)) { request, _ in await self.respond { try await self.create(request, base: path) } }
         router.on(RouterPath("\(path)/:id"), method: .head) { request, context in
@@ -244,17 +260,21 @@ public final class TUSServer: Sendable {
         guard length <= limits.maxSize else { throw TUSRefusal(.contentTooLarge, "Upload-Length \(length) is above Tus-Max-Size \(limits.maxSize)") }
         let header = request.headers[.uploadMetadata] ?? ""
         if let problem = Self.metadataProblem(header) { throw TUSRefusal(.badRequest, "Upload-Metadata: \(problem)") }
-        let values = Self.metadata(header)
-        try await admit(values)
+        let video = try await admit(Self.metadata(header), request.headers[.authorization])
         let now = Date().timeIntervalSince1970
         let id = Self.newID(), key = Self.key(id)
         // The token did its work (admission): it is neither kept nor ever echoed.
         var row = UploadRow(
             id: key, length: length, offset: 0, metadata: Self.metadata(header, without: "token"), createdAt: now, expiresAt: now + limits.expiration,
-            completedAt: length == 0 ? now : nil, videoID: values["video_id"].flatMap { Int64($0) })
-        try await files.create(key)
-        do { try await database.insert(row) } catch {
-            try? await files.remove(key)
+            completedAt: length == 0 ? now : nil, videoID: video)
+        do {
+            try await files.create(key)
+            do { try await database.insert(row) } catch {
+                try? await files.remove(key)
+                throw error
+            }
+        } catch {
+            await abandoned(row)
             throw error
         }
         let location = "/\(base)/\(id)"
@@ -308,6 +328,7 @@ public final class TUSServer: Sendable {
             throw TUSRefusal(.conflict, "upload \(id) is the source of video \(video); delete the video (DELETE /videos/\(video)) to remove it")
         }
         guard try await files.discard(row.id, from: database) else { throw TUSRefusal(.locked, "upload \(id) is busy") }
+        if !row.isComplete { await abandoned(row) }
         return Response(status: .noContent, headers: headers())
     }
 
@@ -398,13 +419,16 @@ public final class TUSServer: Sendable {
         return updated
     }
 
-    /// Removes unfinished uploads whose time ran out, and finished ones no video will take (their
-    /// video was deleted, or took another upload); returns how many.
+    /// Removes unfinished uploads whose time ran out (each `abandoned`), and finished ones no video
+    /// will take (their video was deleted, or took another upload); returns how many.
     @discardableResult
     func sweep(now: Double = Date().timeIntervalSince1970) async throws -> Int {
         let gone = try await database.expired(before: now) + database.unclaimedUploads()
         var removed = 0
-        for row in gone where try await files.discard(row.id, from: database) { removed += 1 }
+        for row in gone where try await files.discard(row.id, from: database) {
+            removed += 1
+            if !row.isComplete { await abandoned(row) }
+        }
         return removed
     }
 }

@@ -23,7 +23,8 @@ public struct UploadDestination: Codable, Sendable, Equatable {
     public var keyPrefix: String?
     /// S3 addressing: "path" (endpoint/bucket/key) or "virtual" (bucket.endpoint/key).
     public var addressing: S3Options.AddressingStyle?
-    /// Gcore: where the TUS upload goes; `{hostname}` is replaced by the server the API names.
+    /// Gcore: where the TUS upload goes; `{hostname}` is replaced by the server the API names (nil:
+    /// `GcoreOptions.defaultUploadURLTemplate`).
     public var uploadURLTemplate: String?
     /// TUS chunk size / S3 part size in bytes (nil: automatic).
     public var chunkSize: Int64?

@@ -34,8 +34,7 @@ extension UploadDestination {
             guard let provider = credentials.provider(for: .gcore, settings: settings) else {
                 throw UploadError(.credentials, message: "gcore upload: no credentials source")
             }
-            var o = GcoreOptions(apiBase: endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint)
-            if let t = uploadURLTemplate { o.uploadURLTemplate = t }
+            var o = GcoreOptions(apiBase: endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint, uploadURLTemplate: uploadURLTemplate)
             o.tus = tusOptions
             return GcoreUploader(options: o, store: store, credentials: provider)
         case .s3:

@@ -13,13 +13,15 @@ import Synchronization
 // refresh token when there is one, else by asking the credential provider again) and repeats the call.
 // A 401/403 from the upload server does the same, then fetches a fresh upload token for the same
 // video before a creation is repeated. A cancelled or discarded upload deletes its video
-// (DELETE {api}/videos/{id}), as a cancelled TUS upload is deleted on its server.
+// (DELETE {api}/videos/{id}), as a cancelled TUS upload is deleted on its server; so does a failed
+// one that cannot be resumed (`abandon`), so no video is left waiting for an upload that ended.
 
 /// Options of a Gcore destination. No secrets (those come from the `CredentialProvider`).
 public struct GcoreOptions: Codable, Sendable, Equatable {
     public var apiBase: String
-    /// The TUS creation URL; `{hostname}` is replaced by the upload server the API names.
-    public var uploadURLTemplate: String = "https://{hostname}/upload"
+    /// The TUS creation URL; `{hostname}` is replaced by the upload server the API names
+    /// (default: `defaultUploadURLTemplate(apiBase:)`).
+    public var uploadURLTemplate: String
     /// The video's name (default: metadata "title", else the file name).
     public var name: String?
     public var description: String?
@@ -27,14 +29,21 @@ public struct GcoreOptions: Codable, Sendable, Equatable {
     public var tus: TUSOptions = TUSOptions(endpoint: "")
 
     public init(
-        apiBase: String, uploadURLTemplate: String = "https://{hostname}/upload", name: String? = nil,
+        apiBase: String, uploadURLTemplate: String? = nil, name: String? = nil,
         description: String? = nil, tus: TUSOptions = TUSOptions(endpoint: "")
     ) {
         self.apiBase = apiBase
-        self.uploadURLTemplate = uploadURLTemplate
+        self.uploadURLTemplate = uploadURLTemplate ?? Self.defaultUploadURLTemplate(apiBase: apiBase)
         self.name = name
         self.description = description
         self.tus = tus
+    }
+
+    /// Where Gcore's clients upload: `https://{hostname}/upload`, over the API's own scheme (so an
+    /// API reached over plain `http://`, such as `clipflow serve` without TLS, is uploaded to over
+    /// `http://` too; Gcore's API is `https://`).
+    public static func defaultUploadURLTemplate(apiBase: String) -> String {
+        (apiBase.lowercased().hasPrefix("http://") ? "http" : "https") + "://{hostname}/upload"
     }
 
     private enum CodingKeys: String, CodingKey { case apiBase, uploadURLTemplate, name, description, tus }
@@ -138,22 +147,41 @@ public final class GcoreUploader: FileUploader, Sendable {
         let name = options.name ?? metadata["title"] ?? (file as NSString).lastPathComponent
         let description = options.description ?? metadata["description"]
         let api = API(uploader: self, id: id, control: control, observer: observer)
-        // The video this upload made or resumes: deleted if the upload is cancelled.
-        var videoID = (try? FileFingerprint.of(file)).flatMap { store.record(for: $0, destination: destination)?.extra["video_id"] }
+        // The video this upload made or resumes: deleted if the upload is cancelled or abandoned.
+        let fingerprint = try? FileFingerprint.of(file)
+        var videoID = fingerprint.flatMap { store.record(for: $0, destination: destination)?.extra["video_id"] }
         do {
-            return try run(file: file, id: id, control: control, observer: observer, api: api, name: name, description: description) {
-                videoID = $0
-            }
+            return try run(
+                file: file, id: id, control: control, observer: observer, api: api, name: name, description: description,
+                made: { videoID = $0 },
+                failing: { e in
+                    guard let videoID, let fingerprint else { return e }
+                    return self.abandon(videoID, of: fingerprint, after: e)
+                })
         } catch let e as UploadError where e.kind == .cancelled {
             if options.tus.deleteOnCancel, let videoID { deleteVideos([videoID]) }
             throw e
         }
     }
 
-    /// The TUS upload with a Gcore target; `made` is told the video's id once it is known.
+    /// After the upload of the file `fingerprint` identifies failed with `e`: gives it up, with its
+    /// video, when trying again later cannot help or when none of its bytes are on the upload
+    /// server (no TUS upload was made: starting anew loses nothing), and returns `e` saying so;
+    /// otherwise the video waits for the upload to be resumed and `e` is returned as it is.
+    private func abandon(_ videoID: String, of fingerprint: FileFingerprint, after e: UploadError) -> UploadError {
+        guard !e.retryable || store.record(for: fingerprint, destination: destination)?.uploadURL == nil else { return e }
+        try? tus.discard(fingerprint)
+        deleteVideos([videoID])
+        var said = e
+        said.message += " The video \(videoID) made for it was deleted (DELETE /videos/\(videoID)); uploading the file again makes a new one."
+        return said
+    }
+
+    /// The TUS upload with a Gcore target; `made` is told the video's id once it is known, and
+    /// `failing` gets a failure (not a pause or a cancel) before it is reported.
     private func run(
         file: String, id: String, control: UploadControl, observer: UploadObserver, api: API, name: String,
-        description: String?, made: @escaping (String) -> Void
+        description: String?, made: @escaping (String) -> Void, failing: @escaping (UploadError) -> UploadError
     ) throws -> UploadResult {
         let fileName = (file as NSString).lastPathComponent
         let store = self.store
@@ -217,7 +245,7 @@ public final class GcoreUploader: FileUploader, Sendable {
                 result.videoID = record.extra["video_id"]
                 let hls = record.extra["hls_url"] ?? ""
                 result.playbackURL = hls.isEmpty ? nil : hls
-            })
+            }, failing: failing)
     }
 
     /// Drops the file's resume records and deletes what they name: the TUS uploads and the videos.

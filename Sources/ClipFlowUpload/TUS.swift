@@ -75,7 +75,12 @@ public final class TUSUploader: FileUploader, Sendable {
     }
 
     public func discard(file: String) throws {
-        let fp = try FileFingerprint.of(file)
+        try discard(try FileFingerprint.of(file))
+    }
+
+    /// Drops the resume records of the file `fp` identifies (and any stale ones of its path) and
+    /// terminates the uploads they name.
+    func discard(_ fp: FileFingerprint) throws {
         let transport = try CurlTransport(settings: cleanupSettings)
         var records = store.staleRecords(path: fp.path, destination: destination, current: fp)
         if let r = store.record(for: fp, destination: destination) { records.append(r) }
@@ -89,12 +94,15 @@ public final class TUSUploader: FileUploader, Sendable {
     /// the `extra` of the record being replaced (or of a resumable record without URL), if any,
     /// and is called only when a new upload must be created. `renew` (when the uploader has no
     /// `refreshHeaders`) renews the credentials behind `target` after the server refused a
-    /// request; a creation not yet made then asks `target` again with the same `extra`.
+    /// request; a creation not yet made then asks `target` again with the same `extra`. `failing`
+    /// gets a failure (not a pause or a cancel) before it is reported, and returns what is reported
+    /// and thrown (the Gcore flow deletes its video there, and says so).
     func run(
         file: String, id: String, metadata: [String: String], control: UploadControl, observer: UploadObserver,
         target: @escaping (_ previousExtra: [String: String]?) throws -> TUSTarget,
         renew: ((_ reason: String) throws -> Void)? = nil,
-        finish: ((inout UploadResult, ResumeRecord) -> Void)? = nil
+        finish: ((inout UploadResult, ResumeRecord) -> Void)? = nil,
+        failing: ((UploadError) -> UploadError)? = nil
     ) throws -> UploadResult {
         stats.withLock { $0 = TUSRunStats() }
         var session: TUSSession?
@@ -115,7 +123,8 @@ public final class TUSUploader: FileUploader, Sendable {
             case let t as TransportError: u = UploadError(.transport, message: t.message, retryable: t.isRetryable)
             default: u = UploadError(.internal, message: "\(error)")
             }
-            let e = u.concerning(URL(fileURLWithPath: file).standardizedFileURL.path)
+            var e = u.concerning(URL(fileURLWithPath: file).standardizedFileURL.path)
+            if let failing, e.kind != .paused, e.kind != .cancelled { e = failing(e) }
             if let session { session.conclude(e) } else { observer.upload(.failed(id: id, code: e.code, message: e.message)) }
             throw e
         }

@@ -81,7 +81,9 @@ public final class UploadStage: Stage {
             ParamSpec(
                 "addressing", .choice(S3Options.AddressingStyle.allCases.map(\.rawValue)),
                 help: "s3: path style (endpoint/bucket/key, default) or virtual-hosted (bucket.endpoint/key)"),
-            ParamSpec("upload-url", .string, help: "gcore: TUS URL template, {hostname} replaced (default https://{hostname}/upload)"),
+            ParamSpec(
+                "upload-url", .string,
+                help: "gcore: TUS URL template, {hostname} replaced (default https://{hostname}/upload; http:// when the endpoint is http://)"),
             ParamSpec("chunk-size", .integer(min: 1, max: nil), help: "TUS chunk / S3 part size in bytes (default: automatic)"),
             ParamSpec("min-part-size", .integer(min: 1, max: nil), help: "s3: the backend's smallest part (S3 5242880, OSS 102400)"),
             ParamSpec(

@@ -59,7 +59,9 @@ struct DestinationFlags: ParsableArguments {
     @Option(help: "s3: signing region (default us-east-1).") var region: String?
     @Option(name: .customLong("key-prefix"), help: "s3: object key prefix.") var keyPrefix: String?
     @Option(help: "s3: path or virtual addressing.") var addressing: String?
-    @Option(name: .customLong("upload-url"), help: "gcore: TUS URL template with {hostname} (default https://{hostname}/upload).")
+    @Option(
+        name: .customLong("upload-url"),
+        help: "gcore: TUS URL template with {hostname} (default https://{hostname}/upload; http:// when --endpoint is http://).")
     var uploadURLTemplate: String?
     @Option(name: .customLong("chunk-size"), help: "TUS chunk / S3 part size in bytes (default automatic).") var chunkSize: Int64?
     @Option(name: .customLong("min-part-size"), help: "s3: the backend's smallest part (S3 5242880, OSS 102400).") var minimumPartSize: Int64?

@@ -226,4 +226,15 @@ final class GcoreTests: XCTestCase {
         XCTAssertEqual(requests.filter { $0.hasPrefix("DELETE /videos/") }, ["DELETE /videos/1000 204"])
         XCTAssertEqual((state["videos"] as? [Any])?.count, 0, "the video is gone")
     }
+
+    /// Without `--upload-url`, uploads go to Gcore's `https://{hostname}/upload` for an `https://`
+    /// API (Gcore's own), and over `http://` for an `http://` one (`clipflow serve` without TLS);
+    /// a template given, or kept in a queue entry, is used as it is.
+    func testDefaultUploadURLFollowsTheAPIScheme() throws {
+        XCTAssertEqual(GcoreOptions(apiBase: "https://api.gcore.com/streaming").uploadURLTemplate, "https://{hostname}/upload")
+        XCTAssertEqual(GcoreOptions(apiBase: "HTTP://127.0.0.1:8080").uploadURLTemplate, "http://{hostname}/upload")
+        XCTAssertEqual(GcoreOptions(apiBase: "http://h", uploadURLTemplate: "https://{hostname}/x").uploadURLTemplate, "https://{hostname}/x")
+        let decoded = try JSONDecoder().decode(GcoreOptions.self, from: Data(#"{"apiBase": "https://api.gcore.com/streaming"}"#.utf8))
+        XCTAssertEqual(decoded.uploadURLTemplate, "https://{hostname}/upload")
+    }
 }

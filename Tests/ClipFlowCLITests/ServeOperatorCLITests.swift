@@ -204,6 +204,32 @@ final class ServeOperatorCLITests: XCTestCase {
         XCTAssertEqual(paths, ["/healthz", "/feed.json"], "\(lines)")
     }
 
+    /// With PostgreSQL: the start line names the database without a password; once the database
+    /// stops, `/healthz` answers 503 within its limit and `/metrics` leaves the job counts out.
+    func testHealthFollowsTheDatabase() throws {
+        let pg = try PostgresServer.start()
+        defer { pg.stop() }
+        let data = fx.scratch("serve-operator-pg")
+        let s = ServerProcess.clipflowServe(binary: binary, data: data, ["--database", pg.url], environment: ["CLIPFLOW_API_KEY": key])
+        try s.start()
+        defer { s.stop() }
+        let base = "http://127.0.0.1:\(s.port)"
+        XCTAssertEqual(try HTTP.request("GET", base + "/healthz").text, "ok\n")
+        XCTAssertTrue(try HTTP.request("GET", base + "/metrics").text.contains("clipflow_jobs{state=\"queued\"} 0\n"))
+        pg.stop()
+        let started = Date()
+        let down = try HTTP.request("GET", base + "/healthz")
+        XCTAssertEqual(down.status, 503, down.text)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+        let exposition = try HTTP.request("GET", base + "/metrics")
+        XCTAssertEqual(exposition.status, 200)
+        XCTAssertFalse(exposition.text.contains("clipflow_jobs"), exposition.text)
+        _ = try parsedMetrics(exposition.text)
+        s.stop()
+        let first = s.stderrText.split(separator: "\n").first.map(String.init)
+        XCTAssertEqual(first, "clipflow serve: listening on \(base), data \(data.path), database \(pg.url), 1 worker")
+    }
+
     /// Debian's nginx with deploy/nginx/clipflow-serve.conf ends TLS (a self-signed certificate
     /// made with the openssl CLI) in front of `clipflow serve`: tuspy uploads through https, the
     /// upload's Location stays https, and the video is listed and processed.

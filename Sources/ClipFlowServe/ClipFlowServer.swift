@@ -70,8 +70,11 @@ public struct ServeOptions: Sendable {
         ip == "::1" || ip.hasPrefix("127.") || ip.hasPrefix("::ffff:127.")
     }
 
-    /// `--listen` as given: `HOST:PORT`, an IPv6 host in brackets.
-    var listenText: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+    /// `host` as a URL writes it (an IPv6 address in brackets).
+    var urlHost: String { host.contains(":") ? "[\(host)]" : host }
+
+    /// `--listen` as given: `HOST:PORT`.
+    var listenText: String { "\(urlHost):\(port)" }
 
     /// Whether a host name is loopback without resolving it (`Loopback.isName`).
     static func isLoopback(_ host: String) -> Bool { Loopback.isName(host) }
@@ -144,8 +147,7 @@ public enum ClipFlowServer {
                 availableConnectionsDelegate: .maximum(options.maxConnections, logger: Self.logger)),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? options.port
-                let host = options.host.contains(":") ? "[\(options.host)]" : options.host
-                log.listening(url: "http://\(host):\(port)", data: options.data.path, database: databaseName, workers: options.workers)
+                log.listening(url: "http://\(options.urlHost):\(port)", data: options.data.path, database: databaseName, workers: options.workers)
                 listening(port)
             }, logger: Self.logger)
         let sweeper = Task {

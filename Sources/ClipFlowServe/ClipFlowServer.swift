@@ -34,6 +34,8 @@ public struct ServeOptions: Sendable {
     public static let maxConnectionsBound = 1 << 20
     /// What a processing job may decode and use.
     public var processing = ProcessingLimits()
+    /// How the log lines on stderr are written (the start line, each request, each job change).
+    public var logFormat = ServeLogFormat.text
 
     public init(data: URL) { self.data = data }
 
@@ -68,27 +70,39 @@ public struct ServeOptions: Sendable {
         ip == "::1" || ip.hasPrefix("127.") || ip.hasPrefix("::ffff:127.")
     }
 
+    /// `host` as a URL writes it (an IPv6 address in brackets).
+    var urlHost: String { host.contains(":") ? "[\(host)]" : host }
+
+    /// `--listen` as given: `HOST:PORT`.
+    var listenText: String { "\(urlHost):\(port)" }
+
     /// Whether a host name is loopback without resolving it (`Loopback.isName`).
     static func isLoopback(_ host: String) -> Bool { Loopback.isName(host) }
 }
 
 /// The clipflow server: TUS uploads under `/files` on Hummingbird, state in SQLite (GRDB) in the
 /// data folder. `run` serves until SIGINT/SIGTERM, then stops accepting, lets requests in flight
-/// finish (a PATCH records what it received) and returns.
+/// finish (a PATCH records what it received) and returns. What it tells its operator goes to
+/// stderr as `ServeLog` lines; `/healthz` and `/metrics` answer monitoring.
 public enum ClipFlowServer {
-    /// The framework's own log: warnings and errors only (requests are not logged: their URLs
-    /// and headers may carry tokens).
+    /// The framework's own log: warnings and errors only (requests are logged by `RequestLog`,
+    /// which writes no URL of an upload, no query and no header: they may carry tokens).
     static var logger: Logger {
         var l = Logger(label: "clipflow.serve")
         l.logLevel = .warning
         return l
     }
 
-    /// Serves until a signal; `listening` gets the port once the server accepts connections.
+    /// Serves until a signal; once the server accepts connections it writes its start line and
+    /// `listening` gets the port. An address it cannot listen on is an error before the data
+    /// folder is made.
     public static func run(_ options: ServeOptions, listening: @escaping @Sendable (Int) -> Void = { _ in }) async throws {
         if let p = options.problem { throw ClipFlowError.badInput(p) }
         let address = try options.listenAddress()
+        try Self.checkCanListen(on: address, options.listenText)
         try Self.makePrivateFolder(options.data)
+        let log = ServeLog(format: options.logFormat)
+        let metrics = ServeMetrics()
         let database: any ServeStore
         var lock: DataLock?
         var postgres: PostgresStore?
@@ -109,21 +123,33 @@ public enum ClipFlowServer {
         let media = options.data.appendingPathComponent("media")
         let processor = try Processor(
             database: database, uploads: files, media: media, workers: options.workers, limits: options.processing, lease: options.jobLease,
-            alone: postgres == nil)
+            alone: postgres == nil, observer: ProcessingReport(log: log, metrics: metrics))
         let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files)
-        let tus = TUSServer(database: database, files: files, limits: options.tus, admit: api.admit, completed: api.completed, abandoned: api.abandoned)
+        let tus = TUSServer(
+            database: database, files: files, limits: options.tus, admit: api.admit,
+            completed: { upload in
+                metrics.uploadCompleted()
+                await api.completed(upload)
+            }, abandoned: api.abandoned)
         try await api.reconcile()
         let router = Router()
+        router.middlewares.add(RequestLog(log: log, metrics: metrics, uploadPrefixes: Self.uploadPrefixes))
         router.middlewares.add(RequestGuard(checksHost: !options.hasAPIKey, listenName: options.host))
         router.middlewares.add(MediaFiles(folder: media))
         tus.addRoutes(to: router)
         api.addRoutes(to: router)
+        OperatorEndpoints(database: database, metrics: metrics).addRoutes(to: router)
+        let databaseName = postgres?.display ?? "sqlite"
         let app = Application(
             router: router, server: .http1(configuration: Self.http1),
             configuration: .init(
                 address: .hostname(address.ipAddress ?? options.host, port: options.port), serverName: "clipflow",
                 availableConnectionsDelegate: .maximum(options.maxConnections, logger: Self.logger)),
-            onServerRunning: { channel in listening(channel.localAddress?.port ?? options.port) }, logger: Self.logger)
+            onServerRunning: { channel in
+                let port = channel.localAddress?.port ?? options.port
+                log.listening(url: "http://\(options.urlHost):\(port)", data: options.data.path, database: databaseName, workers: options.workers)
+                listening(port)
+            }, logger: Self.logger)
         let sweeper = Task {
             while !Task.isCancelled {
                 _ = try? await tus.sweep()
@@ -135,7 +161,10 @@ public enum ClipFlowServer {
             sweeper.cancel()
             processing.cancel()
         }
-        try await app.runService()
+        do { try await app.runService() } catch let error as IOError where [EADDRINUSE, EACCES, EADDRNOTAVAIL].contains(error.errnoCode) {
+            // Taken between the check and the server's own bind.
+            throw ClipFlowError.badInput(listenProblem(options.listenText, errno: error.errnoCode))
+        }
         // Work cut short by the shutdown goes back in the queue at once (another server, or this
         // one when it starts again, runs it): once the workers have stopped, so that no job they
         // were taking stays behind as running.
@@ -146,6 +175,33 @@ public enum ClipFlowServer {
 }
 
 extension ClipFlowServer {
+    /// Where TUS uploads are served: the URL below each is an upload's capability.
+    static let uploadPrefixes = ["/files", "/upload"]
+
+    /// Throws, naming `--listen` and the reason, when `address` cannot be listened on now (taken
+    /// by another server, a privileged port, an address of no interface here). Port 0 is always
+    /// free. The check binds a socket as the server will (`SO_REUSEADDR`) and closes it.
+    static func checkCanListen(on address: SocketAddress, _ listenText: String) throws {
+        guard address.port != 0 else { return }
+        let fd = socket(Int32(address.protocol.rawValue), Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var on: Int32 = 1
+        _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+        let bound = address.withSockAddr { pointer, size in bind(fd, pointer, socklen_t(size)) }
+        if bound != 0 { throw ClipFlowError.badInput(listenProblem(listenText, errno: errno)) }
+    }
+
+    /// The message for a `--listen` address the system refused with `errno`.
+    static func listenProblem(_ listen: String, errno: Int32) -> String {
+        switch errno {
+        case EADDRINUSE: return "--listen \(listen): the address is already in use (another server listens there)"
+        case EACCES: return "--listen \(listen): permission denied (ports below 1024 need privileges)"
+        case EADDRNOTAVAIL: return "--listen \(listen): no network interface of this machine has that address"
+        default: return "--listen \(listen): cannot listen there: \(String(cString: strerror(errno)))"
+        }
+    }
+
     /// Seconds a stopping server waits for its workers to let go of their jobs (their worker
     /// processes are killed at once; the bound keeps a database call that hangs from holding
     /// the exit).

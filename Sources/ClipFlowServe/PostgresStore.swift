@@ -283,4 +283,13 @@ final class PostgresStore: ServeStore {
     func releaseJobs(owner: String) async throws {
         try await client.query("UPDATE jobs SET state = 'queued', attempts = attempts - 1 WHERE state = 'running' AND owner = \(owner)", logger: logger)
     }
+
+    func jobCounts() async throws -> [JobRow.State: Int] {
+        var counts: [JobRow.State: Int] = [:]
+        let rows = try await client.query("SELECT state, COUNT(*) FROM jobs GROUP BY state", logger: logger)
+        for try await (state, n) in rows.decode((String, Int64).self) {
+            if let s = JobRow.State(rawValue: state) { counts[s] = Int(n) }
+        }
+        return counts
+    }
 }

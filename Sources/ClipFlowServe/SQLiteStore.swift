@@ -245,4 +245,14 @@ final class SQLiteStore: ServeStore {
             try UploadRow.filter(sql: "completedAt IS NULL AND expiresAt < ?", arguments: [now]).fetchAll(db)
         }
     }
+
+    func jobCounts() async throws -> [JobRow.State: Int] {
+        try await queue.read { db in
+            var counts: [JobRow.State: Int] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM jobs GROUP BY state") {
+                if let state = JobRow.State(rawValue: row["state"]) { counts[state] = row["n"] }
+            }
+            return counts
+        }
+    }
 }

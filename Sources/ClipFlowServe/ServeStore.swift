@@ -131,4 +131,7 @@ protocol ServeStore: Sendable {
     /// `owner`'s running jobs go back in the queue (it is shutting down); the attempts they were
     /// on do not count.
     func releaseJobs(owner: String) async throws
+
+    /// How many jobs are in each state (states without a job are absent).
+    func jobCounts() async throws -> [JobRow.State: Int]
 }

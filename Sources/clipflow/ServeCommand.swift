@@ -13,7 +13,9 @@ struct Serve: ParsableCommand {
             sha256), expiration. Offsets are durable: an upload resumes after a crash with nothing \\
             lost or duplicated. State is kept in DATA/clipflow.sqlite, bytes in DATA/uploads. Listens \\
             on loopback unless told otherwise; beyond loopback it needs CLIPFLOW_API_KEY. SIGINT or \\
-            SIGTERM: stop accepting, finish the requests in flight, exit.
+            SIGTERM: stop accepting, finish the requests in flight, exit. On stderr: a start line, then \\
+            one line per request (method, route, status, bytes, time; never a token) and per \\
+            processing job change. GET /healthz and GET /metrics (Prometheus) need no key.
             """
     )
 
@@ -45,6 +47,9 @@ struct Serve: ParsableCommand {
         name: .customLong("max-connections"),
         help: "Connections served at once; more wait until one closes (the system refuses them once its listen queue of 256 is full).")
     var maxConnections: Int = 2048
+
+    @Option(name: .customLong("log-format"), help: "How lines on stderr are written: text (KEY=VALUE) or json (one object per line).")
+    var logFormat: ServeLogFormat = .text
 
     @OptionGroup var processing: ServeProcessingOptions
 
@@ -79,15 +84,11 @@ struct Serve: ParsableCommand {
         options.jobLease = jobLease
         options.maxConnections = maxConnections
         options.processing = processing.limits
+        options.logFormat = logFormat
         let outcome = ServeOutcome()
         let done = DispatchSemaphore(value: 0)
-        let host = options.host, folder = options.data.path
         Task {
-            do {
-                try await ClipFlowServer.run(options) { port in
-                    FileHandle.standardError.write(Data("clipflow serve: listening on http://\(host):\(port) (data: \(folder))\n".utf8))
-                }
-            } catch { outcome.set(error) }
+            do { try await ClipFlowServer.run(options) } catch { outcome.set(error) }
             done.signal()
         }
         done.wait()
@@ -103,3 +104,5 @@ private final class ServeOutcome: Sendable {
     func set(_ e: any Error) { stored.withLock { $0 = e } }
     var error: (any Error)? { stored.withLock { $0 } }
 }
+
+extension ServeLogFormat: ExpressibleByArgument {}

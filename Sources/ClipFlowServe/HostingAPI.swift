@@ -180,7 +180,7 @@ struct HostingAPI: Sendable {
     }
 
     func describe(_ v: VideoRow, _ request: Request) async throws -> [String: Any] {
-        let host = request.head.authority.map { "http://\($0)" } ?? ""
+        let host = TUSServer.origin(of: request) ?? ""
         let base = v.published.isEmpty ? nil : "\(host)/media/\(v.id!)/\(v.published)/"
         let published = Set(v.renditions.split(separator: ",").map(String.init))
         var renditions: [[String: Any]] = published.sorted().map { ["name": $0, "status": "ready"] }

@@ -495,8 +495,17 @@ extension TUSServer {
 
     /// An absolute URL for `path` on the host the request was sent to.
     static func absolute(_ path: String, _ request: Request) -> String {
-        guard let host = request.head.authority, !host.isEmpty else { return path }
-        return "http://\(host)\(path)"
+        guard let origin = origin(of: request) else { return path }
+        return origin + path
+    }
+
+    /// This server as the request's client reaches it: `https://` when a proxy in front ended TLS
+    /// (`X-Forwarded-Proto: https`), else `http://`, and the request's host; nil without a host.
+    /// The header only shapes the answer to the request that carries it.
+    static func origin(of request: Request) -> String? {
+        guard let host = request.head.authority, !host.isEmpty else { return nil }
+        let forwarded = request.headers[HTTPField.Name("X-Forwarded-Proto")!]?.split(separator: ",").first?.trimmingCharacters(in: .whitespaces)
+        return "\(forwarded?.lowercased() == "https" ? "https" : "http")://\(host)"
     }
 
     /// RFC 9110 date.

@@ -288,6 +288,10 @@ final class ServeOperatorCLITests: XCTestCase {
         XCTAssertTrue(location.hasPrefix(base + "/files/"), "the upload's URL goes through the proxy over https: \(location)")
         let listed = try Run.run(["curl", "-sS", "--cacert", cert, "-H", "Authorization: Bearer \(key)", base + "/videos"])
         XCTAssertTrue(listed.out.contains("\"through nginx\""), listed.out)
+        let described = try Run.run(["curl", "-sS", "--cacert", cert, "-H", "Authorization: Bearer \(key)", base + "/videos/\(id)"])
+        let hls = (try JSONSerialization.jsonObject(with: described.stdout) as? [String: Any])?["hls_url"] as? String ?? ""
+        XCTAssertTrue(hls.isEmpty || hls.hasPrefix(base + "/media/"), "the video's URLs say https behind the proxy: \(described.out)")
+        XCTAssertFalse(described.out.contains("http://"), described.out)
         let health = try Run.run(["curl", "-sS", "--cacert", cert, base + "/healthz"])
         XCTAssertEqual(health.out, "ok\n")
         s.stop()

@@ -252,28 +252,24 @@ final class Processor: Sendable {
     /// queued).
     private func playable(_ video: inout VideoRow, _ jobID: Int64, attempt: Int, input: String, folder: URL) async throws -> Bool {
         let id = video.id!
-        let probe = try await self.probe(id, input)
+        let prefix = Self.folderPrefix(attempt: attempt, besides: video.published)
+        let copyFolder = "\(prefix)-copy"
+        // A ladder video's probe goes on to write its copy when it can (one process, no decode).
+        let (probe, copiedAlready) = try await self.probe(id, input, copyInto: video.mode == .ladder ? folder.appendingPathComponent(copyFolder) : nil)
         if let refusal = limits.refusal(probe) { throw ClipFlowError.badInput(refusal) }
         video.duration = probe.duration
         try await database.update(video)
-        let prefix = Self.folderPrefix(attempt: attempt, besides: video.published)
         if video.mode == .copy {
             try await ladder(id, input, LadderChoice(rungs: [], copy: true), into: folder.appendingPathComponent("\(prefix)-copy"), share: (0, 1))
             try await publish(&video, jobID, "\(prefix)-copy", status: .ready, renditions: ["copy"])
             return true
         }
-        var copied = probe.copyRefusal == nil
-        var first = PlayableFirst.first(copyable: copied)
-        var name = "\(prefix)-\(copied ? "copy" : "first")"
-        do {
-            try await ladder(id, input, first.choice, into: folder.appendingPathComponent(name), share: (0, 0.1))
-        } catch let e as ClipFlowError where copied && e.kind == .badInput {
-            // The copy refused what the probe let through: the smallest rung instead.
-            copied = false
-            first = PlayableFirst.first(copyable: false)
-            name = "\(prefix)-first"
-            try await ladder(id, input, first.choice, into: folder.appendingPathComponent(name), share: (0, 0.1))
-        }
+        // Not copied (it cannot be, or the copy refused what the probe let through): the
+        // smallest rung.
+        let copied = copiedAlready == true
+        let first = PlayableFirst.first(copyable: copied)
+        let name = copied ? copyFolder : "\(prefix)-first"
+        if !copied { try await ladder(id, input, first.choice, into: folder.appendingPathComponent(name), share: (0, 0.1)) }
         let plan = PlayableFirst.ladder(rungs: PlayableFirst.rungs(width: probe.width, height: probe.height), copyable: copied)
         try await publish(&video, jobID, name, status: plan == nil ? .ready : .viewable, renditions: first.renditions)
         guard let plan else { return true }
@@ -348,13 +344,30 @@ final class Processor: Sendable {
         observer.job(e)
     }
 
-    private func probe(_ id: Int64, _ input: String) async throws -> WorkerProbe {
-        let answer = Mutex<WorkerProbe?>(nil)
-        try await step(id, ["--step", "probe", "--input", input]) { line in
-            if let p = try? JSONDecoder().decode(WorkerProbe.self, from: Data(line.utf8)) { answer.withLock { $0 = p } }
+    /// Probes `input`; with `copyInto`, the worker goes on to write the upload's copy there when it
+    /// can (within `limits`). Returns the probe and whether the copy was written (nil: not tried).
+    private func probe(_ id: Int64, _ input: String, copyInto: URL? = nil) async throws -> (WorkerProbe, Bool?) {
+        let answer = Mutex<(probe: WorkerProbe?, copied: Bool?)>((nil, nil))
+        var arguments = ["--step", "probe", "--input", input]
+        if let copyInto {
+            arguments += [
+                "--output", copyInto.path, "--max-picture", "\(limits.maxPicture.width)x\(limits.maxPicture.height)", "--max-duration",
+                String(limits.maxDuration), "--max-frame-rate", String(limits.maxFrameRate)
+            ]
         }
-        guard let probe = answer.withLock({ $0 }) else { throw StepFault.died("the processing worker's probe gave no answer") }
-        return probe
+        try await step(id, arguments) { line in
+            let data = Data(line.utf8)
+            if let p = try? JSONDecoder().decode(WorkerProbe.self, from: data) {
+                answer.withLock { $0.probe = p }
+            } else if let c = try? JSONDecoder().decode([String: Bool].self, from: data), let copied = c["copied"] {
+                answer.withLock { $0.copied = copied }
+            } else if let p = try? JSONDecoder().decode([String: Double].self, from: data), let fraction = p["progress"] {
+                self.progress.withLock { $0[id] = max($0[id] ?? 0, 0.1 * min(1, max(0, fraction))) }
+            }
+        }
+        let (probe, copied) = answer.withLock { $0 }
+        guard let probe else { throw StepFault.died("the processing worker's probe gave no answer") }
+        return (probe, copied)
     }
 
     /// One ladder of `input` (feed profile) into `output`, taking `reuse`'s renditions from a

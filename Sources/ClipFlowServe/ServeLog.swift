@@ -1,3 +1,4 @@
+import ClipFlowCore
 import Foundation
 import Synchronization
 
@@ -91,18 +92,18 @@ final class ServeLog: Sendable {
             }
             emit(parts.joined(separator: " ") + "\n")
         case .json:
-            var parts = ["\"time\":\(Self.jsonString(time))"]
+            var parts = ["\"time\":\(JSONValue.quote(time))"]
             for (key, value) in fields {
                 let v: String
                 switch value {
                 case .null: v = "null"
-                case .string(let s): v = Self.jsonString(s)
+                case .string(let s): v = JSONValue.quote(s)
                 case .int(let n): v = String(n)
-                case .strings(let list): v = "[" + list.map(Self.jsonString).joined(separator: ",") + "]"
+                case .strings(let list): v = "[" + list.map(JSONValue.quote).joined(separator: ",") + "]"
                 case .milliseconds(let s): v = Self.decimal(s * 1000)
                 case .seconds(let s): v = Self.decimal(s)
                 }
-                parts.append("\(Self.jsonString(key)):\(v)")
+                parts.append("\(JSONValue.quote(key)):\(v)")
             }
             emit("{" + parts.joined(separator: ",") + "}\n")
         }
@@ -127,25 +128,7 @@ final class ServeLog: Sendable {
 
     static func textValue(_ s: String) -> String {
         let plain = !s.isEmpty && s.unicodeScalars.allSatisfy { c in c.value > 0x20 && c.value != 0x7F && c != "\"" && c != "=" && c != "\\" }
-        return plain ? s : jsonString(s)
-    }
-
-    /// A JSON string literal (RFC 8259): quotes, backslashes and control characters escaped.
-    static func jsonString(_ s: String) -> String {
-        var out = "\""
-        for c in s.unicodeScalars {
-            switch c {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where c.value < 0x20 || c.value == 0x7F || c.value == 0x2028 || c.value == 0x2029:
-                out += String(format: "\\u%04x", c.value)
-            default: out.unicodeScalars.append(c)
-            }
-        }
-        return out + "\""
+        return plain ? s : JSONValue.quote(s)
     }
 }
 

@@ -23,8 +23,14 @@ public enum ServeWorker {
     /// process's data (RLIMIT_DATA: heap and private mappings), set before any work. `reuse`: a
     /// ladder takes these renditions (comma-separated names, `poster` for the poster) from the
     /// complete ladder in that folder (`LadderReuse`).
+    ///
+    /// A probe with `output` and `copyWithin` goes on, when the upload can be copied
+    /// (`PlayableFirst`) and is within those limits, to write its copy there (nothing decoded: no
+    /// second process to start, no second open), then says `{"copied": true}`, or
+    /// `{"copied": false}` when the copy refused it (the probe stands).
     public static func run(
-        step: Step, input: String, output: String?, rungs: String?, reuse: (folder: String, tracks: String)? = nil, memoryLimit: Int64
+        step: Step, input: String, output: String?, rungs: String?, reuse: (folder: String, tracks: String)? = nil,
+        copyWithin: ProcessingLimits? = nil, memoryLimit: Int64
     ) -> Int32 {
         endWhenServerGoes()
         if memoryLimit > 0 {
@@ -41,6 +47,9 @@ public enum ServeWorker {
                     duration: info.duration, width: info.video.displaySize.width, height: info.video.displaySize.height,
                     frameRate: info.video.frameRate, copyRefusal: try PlayableFirst.copyRefusal(info, spacing: KeyframeSpacing.measure(input)))
                 try emit(probe)
+                if let output, let limits = copyWithin, probe.copyRefusal == nil, limits.refusal(probe) == nil {
+                    try copy(input, into: output)
+                }
             case .ladder:
                 guard let output, let rungs, let choice = WorkerLadder.choice(rungs) else {
                     return fail(.failed, "ladder: expected --output and --rungs (rendition names such as 360p,720p, or copy)")
@@ -52,6 +61,16 @@ public enum ServeWorker {
         } catch {
             let message = (error as? ClipFlowError)?.message ?? "\(error)"
             return fail(diskFull.contains { message.contains($0) } ? .diskFull : .failed, message)
+        }
+    }
+
+    /// The copy of a probe that goes on (`run`): a refusal of the copy's is an answer, not a failure.
+    private static func copy(_ input: String, into output: String) throws {
+        do {
+            _ = try HLSLadder(output: output, ladder: LadderChoice(rungs: [], copy: true), schedule: .feed).run(inputs: [input], events: ProgressLines())
+            try emit(["copied": true])
+        } catch let e as ClipFlowError where e.kind == .badInput {
+            try emit(["copied": false])
         }
     }
 

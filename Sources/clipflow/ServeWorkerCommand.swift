@@ -16,12 +16,16 @@ struct ServeWorkerCommand: ParsableCommand {
     @Option var reuse: String?
     @Option(name: .customLong("reuse-tracks")) var reuseTracks: String?
     @Option(name: .customLong("memory-limit")) var memoryLimit: Int64 = 0
+    /// A probe's copy (with --output) is made within these limits (`ProcessingLimits`).
+    @OptionGroup var limits: ServeProcessingOptions
 
     func run() throws {
         guard let s = ServeWorker.Step(rawValue: step) else {
             throw ValidationError("--step: expected \(ServeWorker.Step.allCases.map(\.rawValue).joined(separator: " or "))")
         }
         throw ExitCode(
-            ServeWorker.run(step: s, input: input, output: output, rungs: rungs, reuse: reuse.map { ($0, reuseTracks ?? "") }, memoryLimit: memoryLimit))
+            ServeWorker.run(
+                step: s, input: input, output: output, rungs: rungs, reuse: reuse.map { ($0, reuseTracks ?? "") }, copyWithin: limits.limits,
+                memoryLimit: memoryLimit))
     }
 }

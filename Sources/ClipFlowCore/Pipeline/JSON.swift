@@ -299,7 +299,12 @@ extension JSONValue {
             case "\r": out += "\\r"
             case "\t": out += "\\t"
             default:
-                if u.value < 0x20 { out += String(format: "\\u%04x", u.value) } else { out.unicodeScalars.append(u) }
+                // Control characters, DEL, and the line separators JavaScript reads as line ends.
+                if u.value < 0x20 || u.value == 0x7F || u.value == 0x2028 || u.value == 0x2029 {
+                    out += String(format: "\\u%04x", u.value)
+                } else {
+                    out.unicodeScalars.append(u)
+                }
             }
         }
         return out + "\""

@@ -8,8 +8,10 @@ import Foundation
 /// schedule's boundaries (the renditions are cut at the same instants, so a player can switch);
 /// alone (a copy-only ladder, `withAudio`) a segment starts at the first keyframe at or after each
 /// boundary, and the AAC audio is copied too, cut at the AAC frame nearest each boundary.
-/// Refused, naming the reason: several inputs, a codec HLS does not carry, pictures turned by a
-/// display matrix (players of HLS differ on it), a first packet that is not a keyframe.
+/// A picture turned by a display matrix is carried in the init segment's track header (which
+/// Chromium's HLS player honours) when the copy is alone; beside encoded renditions
+/// (upright pixels) it is refused, as is a mirrored one. Refused too, naming the reason: several
+/// inputs, a codec HLS does not carry, a first packet that is not a keyframe.
 /// Takes the input files (ports `clips`, `video`); hands the ladder its description(s) (port
 /// `rendition`). Belongs to its stage queue.
 final class CopyRenditionStage: Stage {
@@ -47,11 +49,15 @@ final class CopyRenditionStage: Stage {
         try FF.check(avformat_find_stream_info(source.ctx, nil), "input '\(path)': reading its streams")
         let v = av_find_best_stream(source.ctx, AVMEDIA_TYPE_VIDEO, -1, -1, nil, 0)
         guard v >= 0 else { throw ClipFlowError.badInput("input '\(path)': no video to copy") }
-        let video = try CopiedTrack(source, stream: Int(v), name: "copy", ladder: ladder, schedule: schedule, singleFile: singleFile, path: path)
+        let video = try CopiedTrack(
+            source, stream: Int(v), name: "copy", ladder: ladder, schedule: schedule, singleFile: singleFile, path: path, alone: withAudio)
         var audio: CopiedTrack?
         if withAudio {
             let a = av_find_best_stream(source.ctx, AVMEDIA_TYPE_AUDIO, -1, Int32(v), nil, 0)
-            if a >= 0 { audio = try CopiedTrack(source, stream: Int(a), name: "audio", ladder: ladder, schedule: schedule, singleFile: singleFile, path: path) }
+            if a >= 0 {
+                audio = try CopiedTrack(
+                    source, stream: Int(a), name: "audio", ladder: ladder, schedule: schedule, singleFile: singleFile, path: path, alone: true)
+            }
         }
         let packet = try Packet()
         var lastReport = Date.distantPast
@@ -120,7 +126,12 @@ final class CopyRenditionStage: Stage {
         private let schedule: SegmentSchedule
         private let channels: Int
 
-        init(_ source: Demuxer, stream: Int, name: String, ladder: LadderFolder, schedule: SegmentSchedule, singleFile: Bool, path: String) throws {
+        /// `alone`: no encoded rendition is made beside the copy (a turned picture is carried then).
+        init(
+            _ source: Demuxer, stream: Int, name: String, ladder: LadderFolder, schedule: SegmentSchedule, singleFile: Bool, path: String,
+            alone: Bool
+        ) throws {
+            var turn: Double? = nil
             self.stream = stream
             self.name = name
             self.schedule = schedule
@@ -141,11 +152,13 @@ final class CopyRenditionStage: Stage {
                         "input '\(path)': its video is \(String(cString: avcodec_get_name(par.pointee.codec_id))); copy needs H.264 or HEVC (leave copy out to re-encode)"
                     )
                 }
-                if DisplayOrientation(of: source, stream: stream) != .upright {
+                let orientation = DisplayOrientation(of: source, stream: stream)
+                if orientation.mirrored || (orientation.turn != 0 && !alone) {
                     throw ClipFlowError.badInput(
-                        "input '\(path)': its pictures are turned or mirrored by a display matrix, which HLS players treat differently; leave copy out (the ladder turns the pixels)"
+                        "input '\(path)': its pictures are \(orientation.mirrored ? "mirrored" : "turned") by a display matrix, which a copy carries only alone (no encoded renditions beside it) and never mirrored; leave copy out (the ladder turns the pixels)"
                     )
                 }
+                turn = orientation.turn == 0 ? nil : Double(orientation.turn)
                 size = PictureSize(width: Int(par.pointee.width), height: Int(par.pointee.height))
                 let r = st.pointee.avg_frame_rate.num > 0 ? st.pointee.avg_frame_rate : st.pointee.r_frame_rate
                 frameRate = r.num > 0 && r.den > 0 ? Double(r.num) / Double(r.den) : 30
@@ -162,6 +175,11 @@ final class CopyRenditionStage: Stage {
                 halfFrame = 512 / Double(max(1, par.pointee.sample_rate))
             }
             writer = try FragmentWriter(copying: par, timeBase: timeBase, what: "\(name) (copy)")
+            // The source's turn (clockwise degrees, as the merge writes it) goes into the init
+            // segment's track header, which players honour.
+            if let turn, cf_stream_set_display_rotation(writer.stream, turn) < 0 {
+                throw ClipFlowError.failure("\(name) (copy): cannot write the display matrix")
+            }
             if par.pointee.codec_id == AV_CODEC_ID_HEVC {
                 writer.stream.pointee.codecpar.pointee.codec_tag =
                     UInt32(UInt8(ascii: "h")) | UInt32(UInt8(ascii: "v")) << 8 | UInt32(UInt8(ascii: "c")) << 16 | UInt32(UInt8(ascii: "1")) << 24

@@ -5,7 +5,8 @@ import Foundation
 ///
 /// The `playable` step publishes, as fast as it can, something every browser plays: a `copy` of
 /// the upload (its packets cut into fMP4 segments, nothing decoded) when the upload allows it
-/// (`copyRefusal`), else the ladder's smallest rung (with the audio and the poster). The `ladder`
+/// (`copyRefusal`; a picture turned by a display matrix, as a phone's or a turned merge, is
+/// copied with its matrix), else the ladder's smallest rung (with the audio and the poster). The `ladder`
 /// step then encodes the other rungs from one decode and takes over, as they are, what the first
 /// step made that the ladder also needs (the copied or encoded audio, the smallest rung), so no
 /// rendition is made twice. The poster is taken from a copy (the upload's own pictures); after the
@@ -21,7 +22,7 @@ enum PlayableFirst {
     static func copyRefusal(_ info: SourceInfo, spacing: KeyframeSpacing) -> String? {
         if info.video.codec != "h264" { return "its video is \(info.video.codec), and only H.264 plays in every browser" }
         if let a = info.audio, a.codec != "aac" { return "its audio is \(a.codec), not AAC" }
-        if info.video.rotation != 0 || info.video.mirrored { return "its pictures are turned by a display matrix, which players treat differently" }
+        if info.video.mirrored { return "its pictures are mirrored by a display matrix" }
         if !spacing.startsWithKeyframe { return "its video does not start with a keyframe" }
         if spacing.longestGap > maxKeyframeGap {
             return "its keyframes are up to \(String(format: "%.1f", spacing.longestGap)) s apart (a copy needs at most \(Int(maxKeyframeGap)) s)"

@@ -110,6 +110,33 @@ final class ServePlayableFirstCLITests: XCTestCase {
         XCTAssertTrue(FileManager.default.fileExists(atPath: media.appendingPathComponent("\(copyFolder)/master.m3u8").path))
     }
 
+    /// The reference flow's upload: fragments joined turned 90 degrees by `clipflow merge` (a
+    /// phone's portrait video). Its copy carries the turn: chromium shows it portrait.
+    func testATurnedMergeIsCopiedAndShownTurned() throws {
+        let data = fx.scratch("serve-playable-turned")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        let turned = fx.scratch("serve-playable-turned-src").appendingPathComponent("turned.mp4").path
+        try? FileManager.default.removeItem(atPath: turned)
+        try Run.run([binary, "merge", try copyable("serve-playable-turned.mp4", seconds: 6, size: "1280x720"), "--rotate", "90", "--output", turned, "--quiet"])
+        let id = try upload(s, turned, name: "portrait")
+        let (viewable, _) = try waitFor(s, id, ["viewable", "ready", "error"], seconds: 60)
+        XCTAssertEqual(renditions(viewable), ["copy"], "\(viewable)")
+        let first = try XCTUnwrap(viewable["hls_url"] as? String)
+        let played = try XCTUnwrap(try Probe.browserPlayback([first], options: ["--rate", "4"]).first)
+        XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
+        XCTAssertEqual(played["width"] as? Int, 720, "shown turned: \(played)")
+        XCTAssertEqual(played["height"] as? Int, 1280, "shown turned: \(played)")
+        let initSegment = try HTTP.request("GET", first.replacingOccurrences(of: "master.m3u8", with: "copy/init.mp4")).body
+        let file = fx.scratch("serve-playable-turned-src").appendingPathComponent("init.mp4")
+        try initSegment.write(to: file)
+        let rotation = try Run.run(["ffprobe", "-v", "error", "-show_entries", "stream_side_data=rotation", "-of", "csv=p=0", file.path]).out
+        XCTAssertEqual(rotation.trimmingCharacters(in: .whitespacesAndNewlines), "-90", "ffprobe reads the turn from the copy's init segment")
+        let (ready, _) = try waitFor(s, id, ["ready", "error"])
+        XCTAssertEqual(Set(renditions(ready)), ["720p", "540p", "360p"], "\(ready)")
+    }
+
     /// Decoded pictures counted inside FFmpeg (a preloaded wrapper of avcodec_receive_frame, in the
     /// server and every worker): a copyable upload is decoded once, for its ladder; one that is
     /// not (HEVC) is decoded for its smallest rung and once more for the other rungs, and the

@@ -103,7 +103,9 @@ final class ServeJobsCLITests: XCTestCase {
         killed.insert(first)
         let second = try waitForWorker(data, excluding: killed, video: doomed)
         XCTAssertEqual(try s.supervisedPID(), serverPID, "the server outlived its worker")
-        XCTAssertEqual(try video(s, doomed)["status"] as? String, "processing")
+        // Its smallest rung may be published already (a slow start of this test): then the kills
+        // land on its ladder step, whose attempts count the same way.
+        XCTAssertTrue(["processing", "viewable"].contains(try video(s, doomed)["status"] as? String ?? ""))
         kill(serverPID, SIGKILL)
         killed.insert(second)
         var orphaned = try workers(data)

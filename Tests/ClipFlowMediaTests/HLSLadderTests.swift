@@ -241,7 +241,7 @@ final class HLSLadderFormsTests: XCTestCase {
             names,
             [
                 "360p-iframes.m3u8", "360p.m3u8", "360p.mp4", "720p-iframes.m3u8", "720p.m3u8", "720p.mp4", "audio.m3u8", "audio.mp4", "feed.json",
-                "master.m3u8", "poster.jpg"
+                "master.m3u8", "poster.jpg", "tracks.json"
             ])
         // The engine carried it: one decode fanning out to every rendition through bounded links.
         let links = events.events.compactMap { e -> (String, String, Int)? in

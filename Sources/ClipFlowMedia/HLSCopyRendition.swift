@@ -12,6 +12,8 @@ import Foundation
 /// Chromium's HLS player honours) when the copy is alone; beside encoded renditions
 /// (upright pixels) it is refused, as is a mirrored one. Refused too, naming the reason: several
 /// inputs, a codec HLS does not carry, a first packet that is not a keyframe.
+/// With `makesPoster`, the ladder's poster is made from the source while the packets are copied
+/// (`LadderFolder.startPoster`).
 /// Takes the input files (ports `clips`, `video`); hands the ladder its description(s) (port
 /// `rendition`). Belongs to its stage queue.
 final class CopyRenditionStage: Stage {
@@ -20,16 +22,18 @@ final class CopyRenditionStage: Stage {
     private let schedule: SegmentSchedule
     private let singleFile: Bool
     private let withAudio: Bool
+    private let makesPoster: Bool
     private var inputs: [String] = []
     var inputTypes: Set<PortType> { [.clips, .video] }
     var outputType: PortType? { .rendition }
 
-    init(id: String, ladder: LadderFolder, schedule: SegmentSchedule, singleFile: Bool, withAudio: Bool) {
+    init(id: String, ladder: LadderFolder, schedule: SegmentSchedule, singleFile: Bool, withAudio: Bool, makesPoster: Bool) {
         self.id = id
         self.ladder = ladder
         self.schedule = schedule
         self.singleFile = singleFile
         self.withAudio = withAudio
+        self.makesPoster = makesPoster
     }
 
     func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
@@ -49,6 +53,7 @@ final class CopyRenditionStage: Stage {
         try FF.check(avformat_find_stream_info(source.ctx, nil), "input '\(path)': reading its streams")
         let v = av_find_best_stream(source.ctx, AVMEDIA_TYPE_VIDEO, -1, -1, nil, 0)
         guard v >= 0 else { throw ClipFlowError.badInput("input '\(path)': no video to copy") }
+        if makesPoster { try ladder.startPoster(from: path) }
         let video = try CopiedTrack(
             source, stream: Int(v), name: "copy", ladder: ladder, schedule: schedule, singleFile: singleFile, path: path, alone: withAudio)
         var audio: CopiedTrack?

@@ -1,5 +1,6 @@
 import ClipFlowCore
 import Foundation
+import Synchronization
 
 /// One rung of a ladder: its picture height (width follows the source's shape) and encoder
 /// settings.
@@ -127,7 +128,11 @@ public struct HLSLadder: Sendable {
         }
         if ladder.copy {
             let copyID = "\(id).copy", alone = rungs.isEmpty
-            nodes.append(StageNode(copyID) { CopyRenditionStage(id: copyID, ladder: folder, schedule: schedule, singleFile: single, withAudio: alone) })
+            let poster = reuse?.poster != true
+            nodes.append(
+                StageNode(copyID) {
+                    CopyRenditionStage(id: copyID, ladder: folder, schedule: schedule, singleFile: single, withAudio: alone, makesPoster: poster)
+                })
             edges.append(Edge(from: copyID, to: id))
             entries.append(copyID)
         }
@@ -174,6 +179,8 @@ public final class LadderFolder: @unchecked Sendable {
     public let output: URL
     private let lock = NSLock()
     private var temporary: AtomicOutput?
+    /// The poster being made from a source file while the renditions are written (`startPoster`).
+    private var poster: PosterJob?
 
     init(output: URL) {
         self.output = output
@@ -202,20 +209,56 @@ public final class LadderFolder: @unchecked Sendable {
 
     func write(_ text: String, to uri: String) throws {
         let url = try work.appendingPathComponent(uri)
-        do { try text.write(to: url, atomically: false, encoding: .utf8) } catch {
-            throw ClipFlowError.output("cannot write '\(url.path)': \(error.localizedDescription)")
-        }
+        try DurableFiles.write(Array(text.utf8), to: url.path)
     }
 
+    /// Makes everything in the folder durable, then renames it into place.
     func commit() throws {
         try lock.withLock {
             guard let t = temporary else { throw ClipFlowError.failure("internal: no ladder to move into '\(output.path)'") }
+            try DurableFiles.sync(folder: t.temporary)
             try t.commit()
         }
     }
 
+    /// Starts making `poster.jpg` from `source` (a file this ladder passes through: the poster is
+    /// then the source's own picture) on a thread of its own, beside the renditions being written;
+    /// `awaitPoster` waits for it. At most once.
+    func startPoster(from source: String) throws {
+        let jpeg = try work.appendingPathComponent("poster.jpg")
+        let job = PosterJob()
+        lock.withLock { poster = job }
+        job.done.enter()
+        DispatchQueue.global().async {
+            defer { job.done.leave() }
+            do { _ = try Thumbnailer(path: source, cancel: job.cancel).write(to: jpeg) } catch { job.failure.withLock { $0 = error } }
+        }
+    }
+
+    /// Waits for the poster `startPoster` began: true once it is written, false when none was
+    /// begun; throws its failure.
+    func awaitPoster() throws -> Bool {
+        guard let job = lock.withLock({ poster }) else { return false }
+        job.done.wait()
+        if let e = job.failure.withLock({ $0 }) { throw e }
+        return true
+    }
+
+    private final class PosterJob: Sendable {
+        let done = DispatchGroup()
+        let cancel = CancellationFlag()
+        let failure = Mutex<Error?>(nil)
+    }
+
     /// Removes the unfinished ladder (any stage may, any number of times; nothing once committed).
-    func discard() { lock.withLock { temporary?.discard() } }
+    /// A poster being made is stopped first, so nothing is written into the folder as it goes.
+    func discard() {
+        if let job = lock.withLock({ poster }) {
+            job.cancel.cancel()
+            job.done.wait()
+        }
+        lock.withLock { temporary?.discard() }
+    }
 }
 
 /// `feed.json`: what a feed client needs to start a video fast: its id (the folder's name),

@@ -78,7 +78,7 @@ final class RenditionFiles {
 
     private func save(_ bytes: [UInt8], as uri: String) throws {
         let url = ladder.appendingPathComponent(uri)
-        do { try Data(bytes).write(to: url) } catch { throw ClipFlowError.output("cannot write '\(url.path)': \(error.localizedDescription)") }
+        try DurableFiles.write(bytes, to: url.path)
     }
 }
 

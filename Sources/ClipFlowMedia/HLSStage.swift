@@ -77,7 +77,7 @@ final class LadderStage: Stage {
         try folder.write(HLSPlaylists.master(video: video, audio: audio), to: "master.m3u8")
         try folder.write(feedManifest(id: folder.output.lastPathComponent, video: video, audio: audio), to: "feed.json")
         try folder.write(LadderTracks(video: video, audio: audio).serialized(), to: LadderTracks.file)
-        if reuse?.poster != true { try writePoster(of: video[0], in: work) }
+        if reuse?.poster != true, try !folder.awaitPoster() { try writePoster(of: video[0], in: work) }
         try folder.commit()
         committed = true
         let master = folder.output.appendingPathComponent("master.m3u8")
@@ -93,8 +93,9 @@ final class LadderStage: Stage {
         if !committed { folder.discard() }
     }
 
-    /// `poster.jpg`: a representative frame of the top rendition, upright. A copy's is taken from
-    /// its source file; with one file per rendition that file is a whole fragmented MP4; otherwise
+    /// `poster.jpg` when no copy made it from the source (`LadderFolder.startPoster`): a
+    /// representative frame of the top rendition, upright. A copy's is taken from its source file;
+    /// with one file per rendition that file is a whole fragmented MP4; otherwise
     /// its parts are put end to end, one part in memory at a time.
     private func writePoster(of v: HLSTrack, in work: URL) throws {
         let fm = FileManager.default

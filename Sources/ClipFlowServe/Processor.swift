@@ -289,7 +289,7 @@ final class Processor: Sendable {
         let name = "\(Self.folderPrefix(attempt: job.attempts, besides: video.published))-full"
         try await ladder(
             id, input, LadderChoice(rungs: rungs), into: folder.appendingPathComponent(name), share: (0.1, 1),
-            reuse: (folder.appendingPathComponent(video.published).path, plan.reuse))
+            reuse: (folder.appendingPathComponent(video.published).path, plan.reuse), background: true)
         try await publish(&video, jobID, name, status: .ready, renditions: plan.renditions)
         return true
     }
@@ -372,11 +372,14 @@ final class Processor: Sendable {
 
     /// One ladder of `input` (feed profile) into `output`, taking `reuse`'s renditions from a
     /// published folder. Its progress moves the video's from `share.0` to `share.1`, never back.
+    /// A `background` ladder (a video that plays already) gives the CPU way to playable steps.
     private func ladder(
-        _ id: Int64, _ input: String, _ choice: LadderChoice, into output: URL, share: (Double, Double), reuse: (folder: String, tracks: [String])? = nil
+        _ id: Int64, _ input: String, _ choice: LadderChoice, into output: URL, share: (Double, Double), reuse: (folder: String, tracks: [String])? = nil,
+        background: Bool = false
     ) async throws {
         var arguments = ["--step", "ladder", "--input", input, "--output", output.path, "--rungs", WorkerLadder.argument(choice)]
         if let reuse { arguments += ["--reuse", reuse.folder, "--reuse-tracks", reuse.tracks.joined(separator: ",")] }
+        if background { arguments += ["--nice", String(ServeWorker.backgroundNice)] }
         try await step(id, arguments) { line in
             if let p = try? JSONDecoder().decode([String: Double].self, from: Data(line.utf8)), let fraction = p["progress"] {
                 let overall = share.0 + (share.1 - share.0) * min(1, max(0, fraction))

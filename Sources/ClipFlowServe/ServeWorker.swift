@@ -24,15 +24,18 @@ public enum ServeWorker {
     /// ladder takes these renditions (comma-separated names, `poster` for the poster) from the
     /// complete ladder in that folder (`LadderReuse`).
     ///
+    /// A `nice` above 0 puts every thread of the worker at that CPU priority (`keepNice`).
+    ///
     /// A probe with `output` and `copyWithin` goes on, when the upload can be copied
     /// (`PlayableFirst`) and is within those limits, to write its copy there (nothing decoded: no
     /// second process to start, no second open), then says `{"copied": true}`, or
     /// `{"copied": false}` when the copy refused it (the probe stands).
     public static func run(
         step: Step, input: String, output: String?, rungs: String?, reuse: (folder: String, tracks: String)? = nil,
-        copyWithin: ProcessingLimits? = nil, memoryLimit: Int64
+        copyWithin: ProcessingLimits? = nil, memoryLimit: Int64, nice: Int32 = 0
     ) -> Int32 {
         endWhenServerGoes()
+        if nice > 0 { keepNice(nice) }
         if memoryLimit > 0 {
             var limit = rlimit(rlim_cur: rlim_t(memoryLimit), rlim_max: rlim_t(memoryLimit))
             guard setrlimit(__rlimit_resource_t(RLIMIT_DATA.rawValue), &limit) == 0 else {
@@ -89,6 +92,33 @@ public enum ServeWorker {
         var line = try JSONEncoder().encode(value)
         line.append(UInt8(ascii: "\n"))
         FileHandle.standardOutput.write(line)
+    }
+
+    /// The CPU priority of a worker whose video plays already (a ladder step): it gives way to
+    /// the server and to the steps that make videos playable.
+    public static let backgroundNice: Int32 = 10
+
+    /// Keeps every thread of this process at nice `value` or lower priority, now and every 0.25 s.
+    /// Linux keeps the nice value per thread, and libdispatch gives each worker thread it starts
+    /// the nice value of its queue's QoS, so a value set once (or inherited from the parent)
+    /// would not hold for them; a thread started in between runs at most 0.25 s at its own.
+    private static func keepNice(_ value: Int32) {
+        let which = __priority_which_t(PRIO_PROCESS.rawValue)
+        @Sendable func apply() {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? [] {
+                guard let tid = id_t(name) else { continue }
+                errno = 0
+                let current = getpriority(which, tid)
+                if errno == 0, current < value { _ = setpriority(which, tid, value) }
+            }
+        }
+        apply()
+        Thread.detachNewThread {
+            while true {
+                usleep(250_000)
+                apply()
+            }
+        }
     }
 
     /// Ends the process as soon as its stdin reaches end of file (the server closed its end, or

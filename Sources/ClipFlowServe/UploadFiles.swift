@@ -44,7 +44,7 @@ final class UploadFiles: Sendable {
     /// waiting (sync_file_range), so that the fsync that records them finds little left to do.
     func write(_ fd: Int32, _ bytes: [UInt8], at offset: Int64) async throws {
         try await io.perform {
-            defer { startWriteBack(fd, offset, Int64(bytes.count)) }
+            defer { DurableFiles.startWriteBack(fd, offset, Int64(bytes.count)) }
             try bytes.withUnsafeBytes { raw in
                 var done = 0
                 while done < raw.count {
@@ -115,17 +115,4 @@ extension DispatchQueue {
     func perform<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { c in async { c.resume(with: Result { try body() }) } }
     }
-}
-
-/// Linux's sync_file_range (glibc declares it only under _GNU_SOURCE, which Swift's Glibc module
-/// does not set), looked up once; nil where there is none.
-private let syncFileRange: (@convention(c) (Int32, Int64, Int64, UInt32) -> Int32)? = {
-    guard let sym = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "sync_file_range") else { return nil }
-    return unsafeBitCast(sym, to: (@convention(c) (Int32, Int64, Int64, UInt32) -> Int32).self)
-}()
-
-/// Starts writing `length` bytes at `offset` back to the disk and returns at once
-/// (SYNC_FILE_RANGE_WRITE); durability still comes from the fsync that follows.
-private func startWriteBack(_ fd: Int32, _ offset: Int64, _ length: Int64) {
-    _ = syncFileRange?(fd, offset, length, 2)
 }

@@ -16,6 +16,8 @@ struct ServeWorkerCommand: ParsableCommand {
     @Option var reuse: String?
     @Option(name: .customLong("reuse-tracks")) var reuseTracks: String?
     @Option(name: .customLong("memory-limit")) var memoryLimit: Int64 = 0
+    /// The CPU priority of every thread of the worker (0: the server's).
+    @Option var nice: Int32 = 0
     /// A probe's copy (with --output) is made within these limits (`ProcessingLimits`).
     @OptionGroup var limits: ServeProcessingOptions
 
@@ -26,6 +28,6 @@ struct ServeWorkerCommand: ParsableCommand {
         throw ExitCode(
             ServeWorker.run(
                 step: s, input: input, output: output, rungs: rungs, reuse: reuse.map { ($0, reuseTracks ?? "") }, copyWithin: limits.limits,
-                memoryLimit: memoryLimit))
+                memoryLimit: memoryLimit, nice: nice))
     }
 }

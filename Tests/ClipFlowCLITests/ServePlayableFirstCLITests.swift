@@ -188,8 +188,9 @@ final class ServePlayableFirstCLITests: XCTestCase {
     }
 
     /// One worker, three uploads back to back: each becomes playable while the first one's ladder
-    /// is still being made (a playable step never waits for a ladder). Deleted while their ladders
-    /// are made or queued, they leave no worker running and no folder.
+    /// is still being made (a playable step never waits for a ladder), and that ladder's worker
+    /// runs at a lower CPU priority (nice 10, every thread) than the server. Deleted while their
+    /// ladders are made or queued, they leave no worker running and no folder.
     func testAVideoNeverWaitsForAnothersLadderToPlay() throws {
         let data = fx.scratch("serve-playable-queue")
         let s = server(data, ["--workers", "1"])
@@ -202,10 +203,33 @@ final class ServePlayableFirstCLITests: XCTestCase {
             XCTAssertEqual(v["status"] as? String, "viewable", "\(v)")
         }
         XCTAssertEqual(try video(s, ids[0])["status"] as? String, "viewable", "all three play before the first ladder is done")
+        let ladder = try Run.run(["pgrep", "-f", "serve-worker --step ladder --input \(data.path)/"], check: false).out
+        let ladderPID = try XCTUnwrap(Int32(ladder.split(separator: "\n").first ?? ""), "a ladder worker runs: \(ladder)")
+        // A thread the worker starts runs at most 0.25 s before it is put at nice 10.
+        var ladderNice = threadNiceValues(ladderPID)
+        for _ in 0..<10 where Set(ladderNice) != [10] {
+            usleep(100_000)
+            ladderNice = threadNiceValues(ladderPID)
+        }
+        XCTAssertGreaterThan(ladderNice.count, 2, "the ladder worker's threads")
+        XCTAssertEqual(Set(ladderNice), [10], "every thread of the ladder worker at nice 10")
+        XCTAssertEqual(Set(threadNiceValues(try XCTUnwrap(s.pid))), [0], "the server's threads keep nice 0")
         for id in ids { XCTAssertEqual(try api(s, "DELETE", "/videos/\(id)").status, 204) }
         let workers = try Run.run(["pgrep", "-f", "serve-worker --step ladder --input \(data.path)/"], check: false)
         XCTAssertEqual(workers.out, "", "no worker left")
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("media").path), [], "no folder left")
         for id in ids { XCTAssertEqual(try api(s, "GET", "/videos/\(id)").status, 404) }
+    }
+
+    /// The nice value of each thread of process `pid` (field 19 of /proc/PID/task/TID/stat).
+    private func threadNiceValues(_ pid: Int32) -> [Int] {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        return tasks.compactMap { tid in
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { return nil }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            return fields.count > 16 ? Int(fields[16]) : nil
+        }
     }
 }

@@ -9,7 +9,7 @@ struct Serve: ParsableCommand {
         commandName: "serve",
         abstract: "Serve uploads (TUS 1.0), the hosting API, processing into HLS, and the feed.",
         discussion: """
-            TUS 1.0.0 under /files: creation, creation-with-upload, termination, checksum (sha1, \\
+            TUS 1.0.0 under /files and /upload (as Gcore's clients use): creation, creation-with-upload, termination, checksum (sha1, \\
             sha256), expiration. Offsets are durable: an upload resumes after a crash with nothing \\
             lost or duplicated. State is kept in DATA/clipflow.sqlite, bytes in DATA/uploads. Listens \\
             on loopback unless told otherwise; beyond loopback it needs CLIPFLOW_API_KEY. SIGINT or \\

@@ -314,6 +314,8 @@ final class HLSLadderFormsTests: XCTestCase {
         let master = try String(contentsOf: alone.appendingPathComponent("master.m3u8"), encoding: .utf8)
         XCTAssertTrue(master.contains("RESOLUTION=640x360"), master)
         XCTAssertFalse(FileManager.default.fileExists(atPath: alone.appendingPathComponent("360p").path))
+        // The poster, made from the source while its packets were copied.
+        XCTAssertEqual(try Probe.stream(alone.appendingPathComponent("poster.jpg").path, "v:0", "codec_name,width,height"), "mjpeg,640,360")
         let played = try XCTUnwrap(try Probe.browserPlayback([alone.appendingPathComponent("master.m3u8").path]).first)
         XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
 
@@ -325,8 +327,10 @@ final class HLSLadderFormsTests: XCTestCase {
         .run(inputs: [src])
         XCTAssertEqual(try HLSLint.lint(directory: mixed), [])
         XCTAssertEqual(try packetHashes(try joined(mixed, "copy"), "v:0"), try packetHashes(src, "v:0"))
+        XCTAssertEqual(try Probe.stream(mixed.appendingPathComponent("poster.jpg").path, "v:0", "width,height"), "640,360", "the source's picture")
 
-        // Keyframes off the boundaries (the feed profile's 1 s first segment): refused, nothing left.
+        // Keyframes off the boundaries (the feed profile's 1 s first segment): refused, nothing left
+        // (the poster begun beside the copy is stopped before the folder goes).
         let refused = fx.scratch("ladder-copy-refused")
         XCTAssertThrowsError(
             try HLSLadder(output: refused.appendingPathComponent("hls").path, ladder: try XCTUnwrap(LadderChoice.parse("copy,240")), schedule: .feed)

@@ -120,15 +120,7 @@ public final class AtomicOutput {
         let fd = open(temporary.path, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW)
         guard fd >= 0 else { throw ClipFlowError.output("cannot write '\(target.path)': \(String(cString: strerror(errno)))") }
         defer { close(fd) }
-        try data.withUnsafeBytes { raw in
-            var off = 0
-            while off < raw.count {
-                let n = Glibc.write(fd, raw.baseAddress! + off, raw.count - off)
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { throw ClipFlowError.output("cannot write '\(target.path)': \(String(cString: strerror(errno)))") }
-                off += n
-            }
-        }
+        try data.withUnsafeBytes { try DurableFiles.writeAll(fd, $0, naming: target.path) }
     }
 
     /// Renames the temporary file onto the target (atomic on one filesystem).

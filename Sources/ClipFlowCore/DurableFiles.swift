@@ -15,16 +15,20 @@ public enum DurableFiles {
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o644)
         guard fd >= 0 else { throw ClipFlowError.output("cannot create '\(path)': \(String(cString: strerror(errno)))") }
         defer { close(fd) }
-        try bytes.withUnsafeBytes { raw in
-            var done = 0
-            while done < raw.count {
-                let n = Glibc.write(fd, raw.baseAddress! + done, raw.count - done)
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { throw ClipFlowError.output("cannot write '\(path)': \(String(cString: strerror(errno)))") }
-                done += n
-            }
-        }
+        try bytes.withUnsafeBytes { try writeAll(fd, $0, naming: path) }
         startWriteBack(fd, 0, Int64(bytes.count))
+    }
+
+    /// Writes all of `raw` to `fd` (again after a short write or an interruption); a failure
+    /// names `path`.
+    public static func writeAll(_ fd: Int32, _ raw: UnsafeRawBufferPointer, naming path: String) throws {
+        var done = 0
+        while done < raw.count {
+            let n = Glibc.write(fd, raw.baseAddress! + done, raw.count - done)
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw ClipFlowError.output("cannot write '\(path)': \(String(cString: strerror(errno)))") }
+            done += n
+        }
     }
 
     /// Starts writing `length` bytes at `offset` of `fd` back to the disk and returns at once

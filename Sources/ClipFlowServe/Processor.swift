@@ -186,7 +186,11 @@ final class Processor: Sendable {
         let id = job.videoID
         switch jobs.withLock({ $0.admit(id) }) {
         case .admitted: break
-        case .runningAlready: return 0
+        case .runningAlready:
+            // Its other step is still ending on this server: back to the queue, uncounted (left
+            // running, it would wait for the lease to run out).
+            try? await database.retryJob(jobID, counted: false)
+            return Self.stoppedPause
         case .stopped: return await handBack(jobID, job)
         }
         defer { jobs.withLock { _ = $0.active.remove(id) } }
@@ -273,6 +277,9 @@ final class Processor: Sendable {
         let plan = PlayableFirst.ladder(rungs: PlayableFirst.rungs(width: probe.width, height: probe.height), copyable: copied)
         try await publish(&video, jobID, name, status: plan == nil ? .ready : .viewable, renditions: first.renditions)
         guard let plan else { return true }
+        // The step is over here before its ladder is queued: a lane of this server that takes
+        // the ladder at once must not find the video still running.
+        jobs.withLock { _ = $0.active.remove(id) }
         try await database.queueLadder(jobID, plan: plan.json)
         wake()
         return false

@@ -238,25 +238,24 @@ extension HostingAPI {
     ///   video's or a forged one: 403; an expired one: 401) and the video must still wait for its
     ///   upload (409): it carries that video;
     /// - one that names none but is sent with `Authorization: Bearer` (the API key or an access
-    ///   token; 401 otherwise) carries a new video, made now (`pending`), named by its `filename`
-    ///   metadata, else `name` (as Uppy sends), else "untitled";
+    ///   token; 401 otherwise) carries a new video (`pending`), stored with the upload, named by
+    ///   its `filename` metadata, else `name` (as Uppy sends), else "untitled";
     /// - one with neither is refused on a server with an API key (401) and, on one without, kept
     ///   as a file that no video carries.
-    func admit(_ metadata: [String: String], authorization: String?) async throws -> Int64? {
+    func admit(_ metadata: [String: String], authorization: String?) async throws -> UploadCarrier {
         guard let vid = metadata["video_id"] else {
             if authorization == nil {
                 if tokens.apiKey != nil {
                     throw TUSRefusal(.unauthorized, "an upload token (Upload-Metadata video_id and token) or the API key (Authorization: Bearer) is needed")
                 }
-                return nil
+                return .none
             }
             try authorize(authorization)
             let named = [metadata["filename"], metadata["name"]].compactMap { $0?.trimmingCharacters(in: .whitespacesAndNewlines) }.first { !$0.isEmpty }
-            let video = try await database.insert(
+            return .newVideo(
                 VideoRow(
                     id: nil, name: String((named ?? "untitled").prefix(500)), description: nil, clientID: 1, status: .pending, mode: .ladder, error: nil,
                     duration: nil, uploadID: nil, published: "", renditions: "", createdAt: Date().timeIntervalSince1970))
-            return video.id
         }
         guard let id = Int64(vid), let v = try await database.video(id) else { throw TUSRefusal(.notFound, "video_id: no such video") }
         switch tokens.checkUpload(metadata["token"], video: id) {
@@ -265,7 +264,7 @@ extension HostingAPI {
         case .wrong: throw TUSRefusal(.forbidden, "the upload token is not this video's")
         }
         guard v.status == .pending else { throw TUSRefusal(.conflict, "video \(id) was uploaded already") }
-        return id
+        return .video(id)
     }
 
     /// A finished upload that carries a video: bound to it and queued for processing.

@@ -111,12 +111,29 @@ final class PostgresStore: ServeStore {
         try await uploads(client.query("SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE id = \(id)", logger: logger)).first
     }
 
-    func insert(_ r: UploadRow) async throws {
-        try await client.query(
+    func insert(_ r: UploadRow, carrying newVideo: VideoRow?) async throws -> UploadRow {
+        guard let v = newVideo else {
+            try await client.query(
+                """
+                INSERT INTO uploads (\(unescaped: Self.uploadColumns))
+                VALUES (\(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), \(r.videoID))
+                """, logger: logger)
+            return r
+        }
+        // One statement, so one transaction: the video exists only if the upload does.
+        let rows = try await client.query(
             """
+            WITH v AS (
+              INSERT INTO videos (name, description, client_id, status, mode, error, duration, upload_id, published, renditions, created_at)
+              VALUES (\(v.name), \(v.description), \(v.clientID), \(v.status.rawValue), \(v.mode.rawValue), \(v.error), \(v.duration),
+                \(v.uploadID), \(v.published), \(v.renditions), \(v.createdAt))
+              RETURNING id)
             INSERT INTO uploads (\(unescaped: Self.uploadColumns))
-            VALUES (\(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), \(r.videoID))
+            SELECT \(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), v.id FROM v
+            RETURNING \(unescaped: Self.uploadColumns)
             """, logger: logger)
+        guard let stored = try await uploads(rows).first else { throw ClipFlowError.output("--database \(display): the upload was not stored") }
+        return stored
     }
 
     func setOffset(_ id: String, from: Int64, to: Int64, completedAt: Double?) async throws -> Bool {

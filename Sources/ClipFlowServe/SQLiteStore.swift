@@ -224,8 +224,16 @@ final class SQLiteStore: ServeStore {
         try await queue.read { db in try UploadRow.fetchOne(db, key: id) }
     }
 
-    func insert(_ row: UploadRow) async throws {
-        try await queue.write { db in try row.insert(db) }
+    func insert(_ row: UploadRow, carrying newVideo: VideoRow?) async throws -> UploadRow {
+        try await queue.write { db in
+            var stored = row
+            if var video = newVideo {
+                try video.insert(db)
+                stored.videoID = video.id
+            }
+            try stored.insert(db)
+            return stored
+        }
     }
 
     func setOffset(_ id: String, from: Int64, to: Int64, completedAt: Double?) async throws -> Bool {

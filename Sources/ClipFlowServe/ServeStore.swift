@@ -85,7 +85,10 @@ struct JobRow: Codable, Sendable, Equatable {
 /// sharing one database and one data folder). Implementations are thread-safe.
 protocol ServeStore: Sendable {
     func upload(_ id: String) async throws -> UploadRow?
-    func insert(_ row: UploadRow) async throws
+    /// Stores a new upload; with `newVideo`, that video too, in one transaction, and the upload
+    /// carries it. A failure stores neither, so no video is ever left waiting for an upload that
+    /// does not exist. Returns the upload as stored.
+    func insert(_ row: UploadRow, carrying newVideo: VideoRow?) async throws -> UploadRow
     /// Moves an upload's durable offset from `from` to `to` (`completedAt` set when it is whole);
     /// false when the offset was no longer `from` (another request moved it first).
     func setOffset(_ id: String, from: Int64, to: Int64, completedAt: Double?) async throws -> Bool

@@ -127,6 +127,19 @@ func uncancelled<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) 
     try await Task { try await body() }.value
 }
 
+/// The video a new upload carries, as its admission decides.
+enum UploadCarrier: Sendable {
+    /// None: the upload is kept as a file.
+    case none
+    /// One made before (`POST /videos`), waiting for its upload.
+    case video(Int64)
+    /// One to be made with the upload, in the same transaction.
+    case newVideo(VideoRow)
+
+    var existing: Int64? { if case .video(let id) = self { id } else { nil } }
+    var newVideo: VideoRow? { if case .newVideo(let v) = self { v } else { nil } }
+}
+
 /// A TUS 1.0.0 server (https://tus.io/protocols/resumable-upload): core protocol plus creation,
 /// creation-with-upload, termination, checksum (sha1, sha256) and expiration, under `/files` and
 /// `/upload` (`paths`).
@@ -144,11 +157,11 @@ public final class TUSServer: Sendable {
     let limits: TUSLimits
     var locks: UploadLocks { files.locks }
     /// Decides whether an upload with this metadata and `Authorization` header may be created
-    /// (throws a `TUSRefusal`); returns the video it will carry (nil: none).
-    let admit: @Sendable (_ metadata: [String: String], _ authorization: String?) async throws -> Int64?
+    /// (throws a `TUSRefusal`); returns the video it will carry.
+    let admit: @Sendable (_ metadata: [String: String], _ authorization: String?) async throws -> UploadCarrier
     /// An upload became complete.
     let completed: @Sendable (UploadRow) async -> Void
-    /// An upload was removed before it was complete (terminated, expired, or its creation failed).
+    /// An upload was removed before it was complete (terminated or expired).
     let abandoned: @Sendable (UploadRow) async -> Void
     /// Another request (on another server sharing the database) moved the upload's offset while
     /// this one wrote: this one's bytes are not recorded.
@@ -161,7 +174,7 @@ public final class TUSServer: Sendable {
 
     init(
         database: any ServeStore, files: UploadFiles, limits: TUSLimits,
-        admit: @escaping @Sendable (_ metadata: [String: String], _ authorization: String?) async throws -> Int64? = { _, _ in nil },
+        admit: @escaping @Sendable (_ metadata: [String: String], _ authorization: String?) async throws -> UploadCarrier = { _, _ in .none },
         completed: @escaping @Sendable (UploadRow) async -> Void = { _ in }, abandoned: @escaping @Sendable (UploadRow) async -> Void = { _ in }
     ) {
         self.database = database
@@ -260,21 +273,16 @@ public final class TUSServer: Sendable {
         guard length <= limits.maxSize else { throw TUSRefusal(.contentTooLarge, "Upload-Length \(length) is above Tus-Max-Size \(limits.maxSize)") }
         let header = request.headers[.uploadMetadata] ?? ""
         if let problem = Self.metadataProblem(header) { throw TUSRefusal(.badRequest, "Upload-Metadata: \(problem)") }
-        let video = try await admit(Self.metadata(header), request.headers[.authorization])
+        let carrier = try await admit(Self.metadata(header), request.headers[.authorization])
         let now = Date().timeIntervalSince1970
         let id = Self.newID(), key = Self.key(id)
         // The token did its work (admission): it is neither kept nor ever echoed.
         var row = UploadRow(
             id: key, length: length, offset: 0, metadata: Self.metadata(header, without: "token"), createdAt: now, expiresAt: now + limits.expiration,
-            completedAt: length == 0 ? now : nil, videoID: video)
-        do {
-            try await files.create(key)
-            do { try await database.insert(row) } catch {
-                try? await files.remove(key)
-                throw error
-            }
-        } catch {
-            await abandoned(row)
+            completedAt: length == 0 ? now : nil, videoID: carrier.existing)
+        try await files.create(key)
+        do { row = try await database.insert(row, carrying: carrier.newVideo) } catch {
+            try? await files.remove(key)
             throw error
         }
         let location = "/\(base)/\(id)"

@@ -30,7 +30,7 @@ final class TUSHeaderTests: XCTestCase {
         let row = UploadRow(id: "abc", length: 10, offset: 0, metadata: "", createdAt: 1, expiresAt: 2, completedAt: nil)
         do {
             let db = try SQLiteStore(path: path)
-            try await db.insert(row)
+            _ = try await db.insert(row, carrying: nil)
             let moved = try await db.setOffset("abc", from: 0, to: 4, completedAt: nil)
             XCTAssertTrue(moved)
             let stale = try await db.setOffset("abc", from: 0, to: 8, completedAt: nil)

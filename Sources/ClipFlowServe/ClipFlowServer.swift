@@ -36,6 +36,8 @@ public struct ServeOptions: Sendable {
     public var processing = ProcessingLimits()
     /// How the log lines on stderr are written (the start line, each request, each job change).
     public var logFormat = ServeLogFormat.text
+    /// What this server does (`all` unless several servers share a PostgreSQL database).
+    public var role = ServeRole.all
 
     public init(data: URL) { self.data = data }
 
@@ -46,6 +48,9 @@ public struct ServeOptions: Sendable {
         if !(0...65535).contains(port) { return "--listen: port \(port) is out of range" }
         if !(1...Self.maxConnectionsBound).contains(maxConnections) {
             return "--max-connections: expected 1 to \(Self.maxConnectionsBound), got \(maxConnections)"
+        }
+        if role != .all, database == "sqlite" {
+            return "--role \(role.rawValue): needs --database postgres://… (API servers and workers find each other's work there; sqlite is one server's)"
         }
         return nil
     }
@@ -78,6 +83,20 @@ public struct ServeOptions: Sendable {
 
     /// Whether a host name is loopback without resolving it (`Loopback.isName`).
     static func isLoopback(_ host: String) -> Bool { Loopback.isName(host) }
+}
+
+/// What one `clipflow serve` does. Servers of every role share one PostgreSQL database and one
+/// data folder; API servers and workers scale apart.
+public enum ServeRole: String, Sendable, CaseIterable {
+    /// Uploads, the hosting API, media and processing: one server does everything.
+    case all
+    /// Uploads, the hosting API and media; the jobs it queues are processed by workers.
+    case api
+    /// Processing only; it answers `/healthz` and `/metrics` and nothing else.
+    case worker
+
+    var takesUploads: Bool { self != .worker }
+    var processes: Bool { self != .api }
 }
 
 /// The clipflow server: TUS uploads under `/files` on Hummingbird, state in SQLite (GRDB) in the
@@ -131,15 +150,18 @@ public enum ClipFlowServer {
                 metrics.uploadCompleted()
                 await api.completed(upload)
             }, abandoned: api.abandoned)
-        try await api.reconcile()
         let router = Router()
         router.middlewares.add(RequestLog(log: log, metrics: metrics, uploadPrefixes: Self.uploadPrefixes))
         router.middlewares.add(RequestGuard(checksHost: !options.hasAPIKey, listenName: options.host))
-        router.middlewares.add(MediaFiles(folder: media))
-        tus.addRoutes(to: router)
-        api.addRoutes(to: router)
+        if options.role.takesUploads {
+            try await api.reconcile()
+            router.middlewares.add(MediaFiles(folder: media))
+            tus.addRoutes(to: router)
+            api.addRoutes(to: router)
+        }
         OperatorEndpoints(database: database, metrics: metrics).addRoutes(to: router)
         let databaseName = postgres?.display ?? "sqlite"
+        let (serverStarted, started) = AsyncStream<Void>.makeStream()
         let app = Application(
             router: router, server: .http1(configuration: Self.http1),
             configuration: .init(
@@ -147,16 +169,23 @@ public enum ClipFlowServer {
                 availableConnectionsDelegate: .maximum(options.maxConnections, logger: Self.logger)),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? options.port
-                log.listening(url: "http://\(options.urlHost):\(port)", data: options.data.path, database: databaseName, workers: options.workers)
+                log.listening(
+                    url: "http://\(options.urlHost):\(port)", data: options.data.path, database: databaseName, role: options.role,
+                    workers: options.role.processes ? options.workers : 0)
                 listening(port)
+                started.finish()
             }, logger: Self.logger)
         let sweeper = Task {
-            while !Task.isCancelled {
+            while options.role.takesUploads, !Task.isCancelled {
                 _ = try? await tus.sweep()
                 try? await Task.sleep(for: .seconds(options.sweepInterval))
             }
         }
-        let processing = Task { await processor.run() }
+        // Jobs start once the start line is out (a worker's first line is its start line).
+        let processing = Task {
+            for await _ in serverStarted {}
+            if options.role.processes, !Task.isCancelled { await processor.run() }
+        }
         defer {
             sweeper.cancel()
             processing.cancel()

@@ -44,6 +44,13 @@ struct Serve: ParsableCommand {
     var jobLease: Double = 60
 
     @Option(
+        help: """
+            all (uploads, the API, media and processing), api (uploads, the API and media; workers process) or worker (processing \
+            only; /healthz and /metrics). api and worker need --database postgres://… shared with the others.
+            """)
+    var role: ServeRole = .all
+
+    @Option(
         name: .customLong("max-connections"),
         help: "Connections served at once; more wait until one closes (the system refuses them once its listen queue of 256 is full).")
     var maxConnections: Int = 2048
@@ -85,6 +92,7 @@ struct Serve: ParsableCommand {
         options.maxConnections = maxConnections
         options.processing = processing.limits
         options.logFormat = logFormat
+        options.role = role
         let outcome = ServeOutcome()
         let done = DispatchSemaphore(value: 0)
         Task {
@@ -106,3 +114,4 @@ private final class ServeOutcome: Sendable {
 }
 
 extension ServeLogFormat: ExpressibleByArgument {}
+extension ServeRole: ExpressibleByArgument {}

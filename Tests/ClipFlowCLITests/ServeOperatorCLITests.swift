@@ -153,6 +153,7 @@ final class ServeOperatorCLITests: XCTestCase {
         XCTAssertEqual(start["url"] as? String, base)
         XCTAssertEqual(start["database"] as? String, "sqlite")
         XCTAssertEqual(start["workers"] as? Int, 1)
+        XCTAssertEqual(start["role"] as? String, "all")
         let requests = objects.filter { $0["event"] as? String == "request" }
         let keys: Set = ["time", "event", "method", "path", "status", "received", "sent", "ms"]
         XCTAssertTrue(requests.allSatisfy { Set($0.keys) == keys }, "\(requests)")

@@ -118,6 +118,58 @@ final class ServePostgresCLITests: XCTestCase {
         XCTAssertEqual(folders.count, 1, "the published ladder alone once its grace is over: \(folders)")
     }
 
+    /// `--role api` takes uploads and answers the API but processes nothing; `--role worker`
+    /// processes what API servers queue and answers only `/healthz` and `/metrics`.
+    func testAnAPIServerQueuesAndAWorkerProcesses() throws {
+        let pg = try PostgresServer.start()
+        defer { pg.stop() }
+        let data = fx.scratch("serve-pg-roles")
+        let api = ServerProcess.clipflowServe(binary: binary, data: data, ["--database", pg.url, "--role", "api"], environment: ["CLIPFLOW_API_KEY": key])
+        try api.start()
+        defer { api.stop() }
+
+        // Uploaded while no worker runs: the video waits, its job queued.
+        let clip = try fx.clip("roles.mp4", seconds: 4, size: "640x360")
+        let up = try Run.run(
+            [binary, "upload", clip, "--to", "gcore", "--endpoint", "http://127.0.0.1:\(api.port)", "--queue", fx.scratch("roles-queue").path],
+            env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
+        XCTAssertEqual(up.status, 0, up.stderr)
+        let id = try XCTUnwrap((try get(api, "/videos") as? [[String: Any]])?.first?["id"] as? Int)
+        usleep(1_500_000)
+        XCTAssertEqual((try get(api, "/videos/\(id)") as? [String: Any])?["status"] as? String, "processing")
+        XCTAssertEqual(try pg.psql("SELECT state FROM jobs WHERE video_id = \(id)").trimmingCharacters(in: .whitespacesAndNewlines), "queued")
+
+        let worker = ServerProcess.clipflowServe(
+            binary: binary, data: data, ["--database", pg.url, "--role", "worker"], environment: ["CLIPFLOW_API_KEY": key])
+        try worker.start()
+        defer { worker.stop() }
+        let base = "http://127.0.0.1:\(worker.port)"
+        XCTAssertEqual(try HTTP.request("GET", base + "/healthz").status, 200)
+        XCTAssertEqual(try HTTP.request("GET", base + "/videos", headers: ["Authorization": "Bearer \(key)"]).status, 404, "a worker has no API")
+        XCTAssertEqual(try HTTP.request("POST", base + "/files", headers: ["Tus-Resumable": "1.0.0", "Upload-Length": "10"]).status, 404)
+
+        let v = try waitReady(api, id)
+        XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
+        let lint = try Run.run([binary, "hls", "lint", try XCTUnwrap(v["hls_url"] as? String)], check: false)
+        XCTAssertEqual(lint.status, 0, lint.out)
+        let apiLog = api.stderrText, workerLog = worker.stderrText
+        XCTAssertTrue(apiLog.hasPrefix("clipflow serve (role api): listening on http://127.0.0.1:\(api.port)"), apiLog)
+        XCTAssertTrue(apiLog.split(separator: "\n").first?.hasSuffix(", 0 workers") == true, apiLog)
+        XCTAssertTrue(workerLog.hasPrefix("clipflow serve (role worker): listening on \(base)"), workerLog)
+        XCTAssertFalse(apiLog.contains("event=job"), "the API server ran no job:\n\(apiLog)")
+        XCTAssertTrue(workerLog.contains("event=job kind=published video=\(id)"), workerLog)
+    }
+
+    func testRolesNeedASharedDatabase() throws {
+        let data = fx.scratch("serve-roles-sqlite").appendingPathComponent("data")
+        for role in ["api", "worker"] {
+            let r = try Run.run([binary, "serve", "--data", data.path, "--listen", "127.0.0.1:0", "--role", role], check: false)
+            XCTAssertNotEqual(r.status, 0)
+            XCTAssertTrue(r.stderr.contains("--role \(role): needs --database postgres://"), r.stderr)
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: data.path), "nothing made")
+    }
+
     func testABadDatabaseURLIsRefusedWithoutItsPassword() throws {
         let r = try Run.run(
             [binary, "serve", "--data", fx.scratch("pg-bad").path, "--listen", "127.0.0.1:0", "--database", "postgres://u:hunter2@127.0.0.1:1/db"],

@@ -184,14 +184,18 @@ struct HostingAPI: Sendable {
         let base = v.published.isEmpty ? nil : "\(host)/media/\(v.id!)/\(v.published)/"
         let published = Set(v.renditions.split(separator: ",").map(String.init))
         var renditions: [[String: Any]] = published.sorted().map { ["name": $0, "status": "ready"] }
+        var progress = v.status == .ready ? 1.0 : 0
         if v.status == .viewable || v.status == .processing {
-            renditions.append(["name": "ladder", "status": "processing", "progress": processor.progress(of: v.id!) ?? 0])
+            // This server's own worker knows it best; another server's recorded it in the store.
+            let recorded = (try? await database.progress(ofVideo: v.id!)) ?? 0
+            progress = max(processor.progress(of: v.id!) ?? 0, recorded)
+            renditions.append(["name": "ladder", "status": "processing", "progress": progress])
         }
         return [
             "id": v.id!, "name": v.name, "description": v.description ?? NSNull(), "client_id": v.clientID, "status": v.status.rawValue,
             "mode": v.mode.rawValue, "error": v.error.map(processor.dataPaths.scrub) ?? NSNull(), "duration": v.duration ?? NSNull(),
             "screenshot": base.map { $0 + "poster.jpg" } ?? "", "hls_url": base.map { $0 + "master.m3u8" } ?? "", "renditions": renditions,
-            "progress": v.status == .ready ? 1 : processor.progress(of: v.id!) ?? 0, "created_at": v.createdAt
+            "progress": progress, "created_at": v.createdAt
         ]
     }
 

@@ -75,6 +75,7 @@ final class PostgresStore: ServeStore {
                 try await db.query("ALTER TABLE uploads ADD COLUMN IF NOT EXISTS video_id BIGINT", logger: logger)
                 try await db.query("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS step TEXT NOT NULL DEFAULT 'playable'", logger: logger)
                 try await db.query("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS plan TEXT", logger: logger)
+                try await db.query("ALTER TABLE videos ADD COLUMN IF NOT EXISTS progress DOUBLE PRECISION NOT NULL DEFAULT 0", logger: logger)
                 try await db.query("CREATE INDEX IF NOT EXISTS uploads_video_id ON uploads (video_id)", logger: logger)
             }
         } catch {
@@ -278,8 +279,17 @@ final class PostgresStore: ServeStore {
             logger: logger)
     }
 
-    func heartbeat(job: Int64, now: Double) async throws {
-        try await client.query("UPDATE jobs SET heartbeat = \(now) WHERE id = \(job) AND state = 'running'", logger: logger)
+    func heartbeat(job: Int64, now: Double, progress: Double) async throws {
+        try await client.query(
+            """
+            WITH j AS (UPDATE jobs SET heartbeat = \(now) WHERE id = \(job) AND state = 'running' RETURNING video_id)
+            UPDATE videos SET progress = GREATEST(progress, \(progress)) WHERE id IN (SELECT video_id FROM j)
+            """, logger: logger)
+    }
+
+    func progress(ofVideo video: Int64) async throws -> Double {
+        for try await p in try await client.query("SELECT progress FROM videos WHERE id = \(video)", logger: logger).decode(Double.self) { return p }
+        return 0
     }
 
     func finishJob(_ id: Int64, failed: Bool) async throws {

@@ -57,6 +57,9 @@ final class Processor: Sendable {
     /// Seconds an idle worker waits before it asks the database again (jobs queued by another
     /// server, or requeued).
     static let idlePoll: Double = 0.25
+    /// Seconds between records of a running job's progress (with its heartbeat), which the API
+    /// servers answer from.
+    static let progressEvery: Double = 2
 
     /// The jobs this server runs now: by video, the worker process of the step in progress.
     private struct RunningJobs {
@@ -133,8 +136,8 @@ final class Processor: Sendable {
                         }
                         let beating = Task {
                             while !Task.isCancelled {
-                                try? await Task.sleep(for: .seconds(self.lease / 4))
-                                try? await self.database.heartbeat(job: jobID, now: now())
+                                try? await Task.sleep(for: .seconds(min(self.lease / 4, Self.progressEvery)))
+                                try? await self.database.heartbeat(job: jobID, now: now(), progress: self.progress(of: job.videoID) ?? 0)
                             }
                         }
                         let pause = await self.process(job, jobID)

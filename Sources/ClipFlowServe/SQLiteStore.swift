@@ -91,6 +91,9 @@ final class SQLiteStore: ServeStore {
             try db.alter(table: "uploads") { t in t.add(column: "videoID", .integer) }
             try db.create(index: "uploads_videoID", on: "uploads", columns: ["videoID"])
         }
+        m.registerMigration("videos record their progress") { db in
+            try db.alter(table: "videos") { t in t.add(column: "progress", .double).notNull().defaults(to: 0) }
+        }
         return m
     }
 
@@ -189,8 +192,16 @@ final class SQLiteStore: ServeStore {
         }
     }
 
-    func heartbeat(job: Int64, now: Double) async throws {
-        try await queue.write { db in try db.execute(sql: "UPDATE jobs SET heartbeat = ? WHERE id = ?", arguments: [now, job]) }
+    func heartbeat(job: Int64, now: Double, progress: Double) async throws {
+        try await queue.write { db in
+            try db.execute(sql: "UPDATE jobs SET heartbeat = ? WHERE id = ?", arguments: [now, job])
+            try db.execute(
+                sql: "UPDATE videos SET progress = MAX(progress, ?) WHERE id = (SELECT videoID FROM jobs WHERE id = ?)", arguments: [progress, job])
+        }
+    }
+
+    func progress(ofVideo video: Int64) async throws -> Double {
+        try await queue.read { db in try Double.fetchOne(db, sql: "SELECT progress FROM videos WHERE id = ?", arguments: [video]) } ?? 0
     }
 
     func finishJob(_ id: Int64, failed: Bool) async throws {

@@ -121,7 +121,11 @@ protocol ServeStore: Sendable {
     /// `plan` and its attempts counted afresh.
     func queueLadder(_ id: Int64, plan: String) async throws
     /// `owner` still works on the job.
-    func heartbeat(job: Int64, now: Double) async throws
+    /// Records that `job` is alive at `now` and that its video's processing is `progress` done
+    /// (0...1; what is stored only grows, so any server answers it moving forward).
+    func heartbeat(job: Int64, now: Double, progress: Double) async throws
+    /// How far the processing of `video` got, as its worker last recorded it (0 before that).
+    func progress(ofVideo video: Int64) async throws -> Double
     func finishJob(_ id: Int64, failed: Bool) async throws
     /// The job goes back in the queue; `counted` false: the attempt it was on does not count (it
     /// failed for a reason of the server's, such as a full disk).

@@ -129,7 +129,7 @@ final class ServePostgresCLITests: XCTestCase {
         defer { api.stop() }
 
         // Uploaded while no worker runs: the video waits, its job queued.
-        let clip = try fx.clip("roles.mp4", seconds: 4, size: "640x360")
+        let clip = try fx.clip("roles.mp4", seconds: 12, size: "1280x720")
         let up = try Run.run(
             [binary, "upload", clip, "--to", "gcore", "--endpoint", "http://127.0.0.1:\(api.port)", "--queue", fx.scratch("roles-queue").path],
             env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
@@ -148,8 +148,19 @@ final class ServePostgresCLITests: XCTestCase {
         XCTAssertEqual(try HTTP.request("GET", base + "/videos", headers: ["Authorization": "Bearer \(key)"]).status, 404, "a worker has no API")
         XCTAssertEqual(try HTTP.request("POST", base + "/files", headers: ["Tus-Resumable": "1.0.0", "Upload-Length": "10"]).status, 404)
 
-        let v = try waitReady(api, id)
+        // The API server answers the worker's progress, moving forward only.
+        var v: [String: Any] = [:], seen: [Double] = []
+        let deadline = Date().addingTimeInterval(180)
+        while Date() < deadline {
+            v = try XCTUnwrap(try get(api, "/videos/\(id)") as? [String: Any])
+            seen.append(v["progress"] as? Double ?? -1)
+            if ["ready", "error"].contains(v["status"] as? String ?? "") { break }
+            usleep(200_000)
+        }
         XCTAssertEqual(v["status"] as? String, "ready", "\(v)")
+        XCTAssertEqual(seen.last, 1)
+        XCTAssertEqual(seen, seen.sorted(), "progress only moves forward")
+        XCTAssertTrue(seen.contains { $0 > 0 && $0 < 1 }, "progress while processing: \(seen)")
         let lint = try Run.run([binary, "hls", "lint", try XCTUnwrap(v["hls_url"] as? String)], check: false)
         XCTAssertEqual(lint.status, 0, lint.out)
         let apiLog = api.stderrText, workerLog = worker.stderrText

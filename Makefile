@@ -17,18 +17,9 @@ demo: build
 	@bash scripts/demo.sh
 
 # The sources must be formatted as .swift-format says (`make format` does it) before the tests run.
-# Each test method runs in a process of its own, TEST_WORKERS at a time: most of the suite waits on
-# servers and real time. More than 3 on 2 cores starves the serve tests' nice-10 ladder workers
-# past their deadlines. SERIAL_TESTS run one at a time after the rest: each starts a Slurm cluster
-# on this host, and two at once disturb each other's job states.
-TEST_WORKERS ?= 3
-SERIAL_TESTS = BatchSlurmCLITests
-
 test: deps
 	$(SWIFT) format lint --strict --recursive Sources Tests Package.swift
-	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build --disable-swift-testing --parallel --num-workers $(TEST_WORKERS) --skip '$(SERIAL_TESTS)'
-	$(SWIFT) test --skip-build --disable-swift-testing --filter '$(SERIAL_TESTS)'
+	$(SWIFT) test --disable-swift-testing
 
 format:
 	$(SWIFT) format format --in-place --recursive Sources Tests Package.swift

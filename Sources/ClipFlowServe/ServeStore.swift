@@ -120,7 +120,6 @@ protocol ServeStore: Sendable {
     /// The job's `playable` step is done: it goes back in the queue for its `ladder` step, with
     /// `plan` and its attempts counted afresh.
     func queueLadder(_ id: Int64, plan: String) async throws
-    /// `owner` still works on the job.
     /// Records that `job` is alive at `now` and that its video's processing is `progress` done
     /// (0...1; what is stored only grows, so any server answers it moving forward).
     func heartbeat(job: Int64, now: Double, progress: Double) async throws

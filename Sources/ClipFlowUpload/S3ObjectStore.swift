@@ -11,12 +11,15 @@ public struct S3ObjectInfo: Sendable, Equatable {
     /// User metadata: `x-amz-meta-*` names without the prefix, values decoded
     /// (`S3Uploader.decodeMetadataValue`). Empty in `list` answers, which carry none.
     public var metadata: [String: String]
+    /// When the object was written, as `list` answers it (nil elsewhere).
+    public var modified: Date?
 
-    public init(key: String, size: Int64, etag: String, metadata: [String: String] = [:]) {
+    public init(key: String, size: Int64, etag: String, metadata: [String: String] = [:], modified: Date? = nil) {
         self.key = key
         self.size = size
         self.etag = etag
         self.metadata = metadata
+        self.modified = modified
     }
 }
 
@@ -87,7 +90,9 @@ public final class S3ObjectStore: Sendable {
             for c in XML.all("Contents", in: text) {
                 guard let key = XML.first("Key", in: c) else { continue }
                 objects.append(
-                    S3ObjectInfo(key: key, size: XML.first("Size", in: c).flatMap { Int64($0) } ?? 0, etag: XML.first("ETag", in: c) ?? ""))
+                    S3ObjectInfo(
+                        key: key, size: XML.first("Size", in: c).flatMap { Int64($0) } ?? 0, etag: XML.first("ETag", in: c) ?? "",
+                        modified: XML.first("LastModified", in: c).flatMap(Self.isoDate)))
             }
             for p in XML.all("CommonPrefixes", in: text) { if let s = XML.first("Prefix", in: p) { prefixes.append(s) } }
             guard XML.first("IsTruncated", in: text)?.lowercased() == "true" else { return (objects, prefixes) }
@@ -281,6 +286,15 @@ public final class S3ObjectStore: Sendable {
         return S3ObjectInfo(key: key, size: size, etag: r.header("etag") ?? "", metadata: metadata)
     }
 
+    /// An ISO 8601 time as S3 lists write it (`2026-11-26T21:37:01.000Z`, fraction optional).
+    static func isoDate(_ text: String) -> Date? {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let d = f.date(from: text) { return d }
+        f.formatOptions = [.withInternetDateTime]
+        return f.date(from: text)
+    }
+
     /// `bytes FIRST-LAST/TOTAL` -> (first, total).
     static func contentRange(_ value: String?) -> (first: Int64, total: Int64)? {
         guard let value, value.hasPrefix("bytes "), let dash = value.firstIndex(of: "-"), let slash = value.firstIndex(of: "/"),
@@ -307,14 +321,17 @@ final class S3Call {
     let requests: RequestExecutor
     private let watch: AbortWatch?
 
-    init(store: S3ObjectStore, location: S3Location, shouldAbort: (@Sendable () -> Bool)? = nil) throws {
+    /// `maxResponseBody`: the largest answer held in memory (nil: the store's network settings).
+    init(store: S3ObjectStore, location: S3Location, shouldAbort: (@Sendable () -> Bool)? = nil, maxResponseBody: Int? = nil) throws {
         let control = UploadControl()
         self.location = location
         self.control = control
         signer = try store.sharedSigner()
         requests = RequestExecutor(policy: store.access.retry, id: location.description, control: control, observer: NoUploadObserver())
         do {
-            transport = try CurlTransport(settings: store.access.network, shouldAbort: { control.shouldStop })
+            var network = store.access.network
+            if let maxResponseBody { network.maxResponseBody = max(network.maxResponseBody, maxResponseBody) }
+            transport = try CurlTransport(settings: network, shouldAbort: { control.shouldStop })
         } catch let e as TransportError {
             throw UploadError(.libraries, message: "\(location): \(e.message)")
         }
@@ -342,7 +359,7 @@ final class S3Call {
                     _ = try? signer.refreshCredentials(reason: "credentials expire within \(Int(signer.options.credentialRefreshMargin)) s")
                 }
                 var req = try request()
-                signer.sign(&req, payloadHash: SigV4Signer.emptyPayloadHash)
+                signer.sign(&req, payloadHash: try SigV4Signer.payloadHash(req.body))
                 let r: HTTPResponse
                 do {
                     r = try transport.perform(req)

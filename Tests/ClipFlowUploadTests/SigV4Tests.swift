@@ -57,6 +57,18 @@ final class SigV4Tests: XCTestCase {
         XCTAssertNil(header(r, "x-amz-security-token"))
     }
 
+    /// AWS docs, "Authenticating Requests: Using Query Parameters": the presigned GET of test.txt,
+    /// valid 86400 s, with the signature the docs print.
+    func testAWSExamplePresignedGet() {
+        let url = SigV4Signer(credentials: docsCredentials, region: "us-east-1")
+            .presign(method: "GET", url: "https://examplebucket.s3.amazonaws.com/test.txt", expires: 86400, date: may24)
+        XCTAssertEqual(
+            url,
+            "https://examplebucket.s3.amazonaws.com/test.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"
+        )
+        XCTAssertFalse(url.contains(docsCredentials.secretAccessKey))
+    }
+
     /// AWS docs, "PUT Object": a `$` in the key, a Date and a storage-class header, signed payload.
     func testAWSExamplePutObject() throws {
         let body = Data("Welcome to Amazon S3.".utf8)

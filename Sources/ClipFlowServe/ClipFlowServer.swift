@@ -1,4 +1,5 @@
 import ClipFlowCore
+import ClipFlowUpload
 import Foundation
 import Hummingbird
 import HummingbirdCore
@@ -38,6 +39,12 @@ public struct ServeOptions: Sendable {
     public var logFormat = ServeLogFormat.text
     /// What this server does (`all` unless several servers share a PostgreSQL database).
     public var role = ServeRole.all
+    /// Where uploads and media are kept: nil, the data folder; `s3://BUCKET[/PREFIX]`, a bucket
+    /// (endpoint and credentials from `environment`, as the AWS tools take them), so that
+    /// servers share no disk.
+    public var storage: String?
+    /// Where `storage`'s endpoint and credentials are read.
+    public var environment: [String: String] = ProcessInfo.processInfo.environment
 
     public init(data: URL) { self.data = data }
 
@@ -52,6 +59,7 @@ public struct ServeOptions: Sendable {
         if role != .all, database == "sqlite" {
             return "--role \(role.rawValue): needs --database postgres://… (API servers and workers find each other's work there; sqlite is one server's)"
         }
+        if let storage, S3Location(url: storage) == nil { return "--storage \(storage): expected s3://BUCKET or s3://BUCKET/PREFIX" }
         return nil
     }
 
@@ -137,12 +145,21 @@ public enum ClipFlowServer {
         defer { connection.cancel() }
         try await postgres?.migrate()
         Self.raiseOpenFileLimit(toServe: options.maxConnections)
-        let files = try UploadFiles(folder: options.data.appendingPathComponent("uploads"))
-        let tokens = try Tokens(data: options.data, apiKey: options.apiKey)
-        let media = options.data.appendingPathComponent("media")
-        let processor = try Processor(
-            database: database, uploads: files, media: media, workers: options.workers, limits: options.processing, lease: options.jobLease,
-            alone: postgres == nil, observer: ProcessingReport(log: log, metrics: metrics))
+        let bucket = try options.storage.map { try ServeBucket(url: $0, environment: options.environment) }
+        try await bucket?.check()
+        let files: any UploadStorage, media: any MediaStorage
+        if let bucket {
+            files = BucketUploads(bucket: bucket, database: database)
+            media = try BucketMedia(bucket: bucket, scratch: options.data.appendingPathComponent("scratch"))
+        } else {
+            files = try UploadFiles(folder: options.data.appendingPathComponent("uploads"))
+            media = try LocalMedia(folder: options.data.appendingPathComponent("media"))
+        }
+        let secret = try Tokens.secret(in: options.data)
+        let tokens = Tokens(secret: try await postgres?.tokenSecret(seed: secret) ?? secret, apiKey: options.apiKey)
+        let processor = Processor(
+            database: database, uploads: files, media: media, data: options.data, workers: options.workers, limits: options.processing,
+            lease: options.jobLease, alone: postgres == nil, observer: ProcessingReport(log: log, metrics: metrics))
         let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files)
         let tus = TUSServer(
             database: database, files: files, limits: options.tus, admit: api.admit,
@@ -155,7 +172,11 @@ public enum ClipFlowServer {
         router.middlewares.add(RequestGuard(checksHost: !options.hasAPIKey, listenName: options.host))
         if options.role.takesUploads {
             try await api.reconcile()
-            router.middlewares.add(MediaFiles(folder: media))
+            if let bucket {
+                router.middlewares.add(BucketMediaFiles(bucket: bucket))
+            } else {
+                router.middlewares.add(MediaFiles(folder: options.data.appendingPathComponent("media")))
+            }
             tus.addRoutes(to: router)
             api.addRoutes(to: router)
         }
@@ -170,7 +191,7 @@ public enum ClipFlowServer {
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? options.port
                 log.listening(
-                    url: "http://\(options.urlHost):\(port)", data: options.data.path, database: databaseName, role: options.role,
+                    url: "http://\(options.urlHost):\(port)", data: options.data.path, storage: bucket?.display, database: databaseName, role: options.role,
                     workers: options.role.processes ? options.workers : 0)
                 listening(port)
                 started.finish()

@@ -29,11 +29,11 @@ struct HostingAPI: Sendable {
     let database: any ServeStore
     let tokens: Tokens
     let processor: Processor
-    let uploads: UploadFiles
+    let uploads: any UploadStorage
     static let maxBody = 64 << 10
     static let maxPage = 1_000_000_000
 
-    init(database: any ServeStore, tokens: Tokens, processor: Processor, uploads: UploadFiles) {
+    init(database: any ServeStore, tokens: Tokens, processor: Processor, uploads: any UploadStorage) {
         self.database = database
         self.tokens = tokens
         self.processor = processor
@@ -132,7 +132,7 @@ struct HostingAPI: Sendable {
         var entries: [Any] = []
         for v in try await database.playable() {
             let base = "/media/\(v.id!)/\(v.published)/"
-            guard let data = FileManager.default.contents(atPath: processor.media.appendingPathComponent("\(v.id!)/\(v.published)/feed.json").path),
+            guard let data = await processor.media.read(v.id!, "\(v.published)/feed.json"),
                 let doc = try? JSONSerialization.jsonObject(with: data) as? [String: Any], var e = (doc["videos"] as? [[String: Any]])?.first
             else { continue }
             e["id"] = v.id!

@@ -26,15 +26,11 @@ struct MediaFiles<Context: RequestContext>: RouterMiddleware {
     let folder: URL
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        let raw = request.uri.path
-        guard raw.hasPrefix(MediaServing.prefix) else { return try await next(request, context) }
-        guard request.method == .get || request.method == .head else {
-            var r = MediaServing.refusal(.methodNotAllowed, "\(request.method): /media answers GET and HEAD")
-            r.headers[.allow] = "GET, HEAD"
-            return r
-        }
-        guard let relative = MediaServing.relativePath(String(raw.dropFirst(MediaServing.prefix.count))) else {
-            return MediaServing.refusal(.notFound, "no such media file")
+        let relative: String
+        switch MediaRequest(request) {
+        case .elsewhere: return try await next(request, context)
+        case .refused(let answer): return answer
+        case .file(let path): relative = path
         }
         let path = folder.appendingPathComponent(relative).path
         let file: OpenMediaFile
@@ -47,6 +43,36 @@ struct MediaFiles<Context: RequestContext>: RouterMiddleware {
             return r
         }
         return MediaServing.answer(request, file)
+    }
+}
+
+/// What a request asks of `/media`.
+enum MediaRequest {
+    /// Nothing: it is not under `/media` (the next handler's).
+    case elsewhere
+    /// An answer at once: a method other than GET and HEAD (405), a path that may not be served
+    /// (404).
+    case refused(Response)
+    /// The file at this path inside the media folder.
+    case file(String)
+
+    init(_ request: Request) {
+        let raw = request.uri.path
+        guard raw.hasPrefix(MediaServing.prefix) else {
+            self = .elsewhere
+            return
+        }
+        guard request.method == .get || request.method == .head else {
+            var r = MediaServing.refusal(.methodNotAllowed, "\(request.method): /media answers GET and HEAD")
+            r.headers[.allow] = "GET, HEAD"
+            self = .refused(r)
+            return
+        }
+        guard let relative = MediaServing.relativePath(String(raw.dropFirst(MediaServing.prefix.count))) else {
+            self = .refused(MediaServing.refusal(.notFound, "no such media file"))
+            return
+        }
+        self = .file(relative)
     }
 }
 

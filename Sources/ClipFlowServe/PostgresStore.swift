@@ -76,6 +76,8 @@ final class PostgresStore: ServeStore {
                 try await db.query("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS step TEXT NOT NULL DEFAULT 'playable'", logger: logger)
                 try await db.query("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS plan TEXT", logger: logger)
                 try await db.query("ALTER TABLE videos ADD COLUMN IF NOT EXISTS progress DOUBLE PRECISION NOT NULL DEFAULT 0", logger: logger)
+                try await db.query("ALTER TABLE uploads ADD COLUMN IF NOT EXISTS multipart_upload TEXT", logger: logger)
+                try await db.query("CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)", logger: logger)
                 try await db.query("CREATE INDEX IF NOT EXISTS uploads_video_id ON uploads (video_id)", logger: logger)
             }
         } catch {
@@ -91,19 +93,38 @@ final class PostgresStore: ServeStore {
         return "\(error)"
     }
 
+    /// The token secret every server sharing the database signs with: the first server to ask
+    /// stores `seed` (its data folder's secret, so tokens it issued before stay valid); the
+    /// others get that one.
+    func tokenSecret(seed: [UInt8]) async throws -> [UInt8] {
+        let hex = seed.map { String(format: "%02x", $0) }.joined()
+        let rows = try await client.query(
+            """
+            WITH new AS (INSERT INTO settings (name, value) VALUES ('token-secret', \(hex)) ON CONFLICT (name) DO NOTHING RETURNING value)
+            SELECT value FROM new UNION ALL SELECT value FROM settings WHERE name = 'token-secret'
+            """, logger: logger)
+        for try await stored in rows.decode(String.self) {
+            let digits = Array(stored.utf8)
+            let bytes = stride(from: 0, to: digits.count - 1, by: 2).compactMap { i in UInt8(String(decoding: digits[i...i + 1], as: UTF8.self), radix: 16) }
+            guard bytes.count == 32 else { throw ClipFlowError.output("--database \(display): the stored token secret is damaged (expected 32 bytes)") }
+            return bytes
+        }
+        throw ClipFlowError.output("--database \(display): the token secret was not stored")
+    }
+
     // MARK: uploads
 
-    private static let uploadColumns = "id, length, received, metadata, created_at, expires_at, completed_at, video_id"
+    private static let uploadColumns = "id, length, received, metadata, created_at, expires_at, completed_at, video_id, multipart_upload"
 
     private func uploads(_ rows: PostgresRowSequence) async throws -> [UploadRow] {
         var out: [UploadRow] = []
-        for try await (id, length, received, metadata, created, expires, completed, video) in rows.decode(
-            (String, Int64, Int64, String, Double, Double, Double?, Int64?).self)
+        for try await (id, length, received, metadata, created, expires, completed, video, multipart) in rows.decode(
+            (String, Int64, Int64, String, Double, Double, Double?, Int64?, String?).self)
         {
             out.append(
                 UploadRow(
                     id: id, length: length, offset: received, metadata: metadata, createdAt: created, expiresAt: expires, completedAt: completed,
-                    videoID: video))
+                    videoID: video, multipartUpload: multipart))
         }
         return out
     }
@@ -117,7 +138,8 @@ final class PostgresStore: ServeStore {
             try await client.query(
                 """
                 INSERT INTO uploads (\(unescaped: Self.uploadColumns))
-                VALUES (\(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), \(r.videoID))
+                VALUES (\(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), \(r.videoID),
+                  \(r.multipartUpload))
                 """, logger: logger)
             return r
         }
@@ -130,11 +152,18 @@ final class PostgresStore: ServeStore {
                 \(v.uploadID), \(v.published), \(v.renditions), \(v.createdAt))
               RETURNING id)
             INSERT INTO uploads (\(unescaped: Self.uploadColumns))
-            SELECT \(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), v.id FROM v
+            SELECT \(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), v.id, \(r.multipartUpload) FROM v
             RETURNING \(unescaped: Self.uploadColumns)
             """, logger: logger)
         guard let stored = try await uploads(rows).first else { throw ClipFlowError.output("--database \(display): the upload was not stored") }
         return stored
+    }
+
+    func setMultipartUpload(_ id: String, to uploadID: String) async throws -> String? {
+        let rows = try await client.query(
+            "UPDATE uploads SET multipart_upload = COALESCE(multipart_upload, \(uploadID)) WHERE id = \(id) RETURNING multipart_upload", logger: logger)
+        for try await stored in rows.decode(String.self) { return stored }
+        return nil
     }
 
     func setOffset(_ id: String, from: Int64, to: Int64, completedAt: Double?) async throws -> Bool {

@@ -1,5 +1,6 @@
 import ClipFlowCore
 import ClipFlowMedia
+import ClipFlowUpload
 import Foundation
 import Synchronization
 
@@ -15,11 +16,13 @@ import Synchronization
 /// step, a `playable` one first; one more takes `playable` steps only, so a video never waits for
 /// another's ladder to become playable.
 ///
-/// Each ladder is written into its own new folder under `DATA/media/ID`, named afresh by each try
-/// (`aN-XXXXXXXX-first`, never the name of a folder the video has), and published by switching
-/// the video's `published` folder in the database. A superseded folder stays for
-/// `limits.supersededGrace` seconds (players in the middle of its playlists keep working), then
-/// goes.
+/// Each ladder is written into its own new folder of the video's work folder (`MediaStorage`:
+/// `DATA/media/ID`, or local scratch for a bucket), named afresh by each try
+/// (`aN-XXXXXXXX-first`, never the name of a folder the video has), put where it is served, and
+/// published by switching the video's `published` folder in the database. A superseded folder
+/// stays for `limits.supersededGrace` seconds (players in the middle of its playlists keep
+/// working), then goes. A step that could not reach the object storage goes back to the queue
+/// without counting.
 ///
 /// A worker that dies (a signal, an unexpected exit) sends its job back to the queue; a step
 /// started `limits.attempts` times (counted in the database, so restarts of the server count
@@ -30,8 +33,8 @@ import Synchronization
 /// `observer`. Thread-safe; `Sendable`.
 final class Processor: Sendable {
     let database: any ServeStore
-    let uploads: UploadFiles
-    let media: URL
+    let uploads: any UploadStorage
+    let media: any MediaStorage
     let workers: Int
     let limits: ProcessingLimits
     /// This server, as jobs name their owner.
@@ -41,11 +44,11 @@ final class Processor: Sendable {
     /// Only this server uses the store (SQLite, behind the data folder's lock): a job found running
     /// when it starts was cut short, whatever its heartbeat says.
     let alone: Bool
-    /// How a failure's reason is shown without the data folder (`media`'s parent).
+    /// How a failure's reason is shown without the data folder.
     let dataPaths: DataPaths
     /// Told of every job's state changes (the server's log and metrics).
     let observer: any ProcessingObserver
-    /// Seconds a worker waits after a job found the disk full.
+    /// Seconds a worker waits after a job found the disk full, or the object storage unreachable.
     static let diskFullPause: Double = 5
     /// Seconds a worker waits after handing back the job of a stopped video (being removed).
     static let stoppedPause: Double = 0.25
@@ -87,9 +90,9 @@ final class Processor: Sendable {
     }
 
     init(
-        database: any ServeStore, uploads: UploadFiles, media: URL, workers: Int, limits: ProcessingLimits = ProcessingLimits(), lease: Double = 60,
-        alone: Bool, observer: any ProcessingObserver = NoProcessingObserver()
-    ) throws {
+        database: any ServeStore, uploads: any UploadStorage, media: any MediaStorage, data: URL, workers: Int,
+        limits: ProcessingLimits = ProcessingLimits(), lease: Double = 60, alone: Bool, observer: any ProcessingObserver = NoProcessingObserver()
+    ) {
         self.database = database
         self.uploads = uploads
         self.media = media
@@ -98,11 +101,8 @@ final class Processor: Sendable {
         self.lease = lease
         self.alone = alone
         self.observer = observer
-        dataPaths = DataPaths(media.deletingLastPathComponent())
+        dataPaths = DataPaths(data)
         owner = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        do { try FileManager.default.createDirectory(at: media, withIntermediateDirectories: true) } catch {
-            throw ClipFlowError.output("cannot create '\(media.path)': \(error.localizedDescription)")
-        }
     }
 
     func progress(of video: Int64) -> Double? { progress.withLock { $0[video] } }
@@ -121,7 +121,9 @@ final class Processor: Sendable {
             }
             group.addTask {
                 while !Task.isCancelled {
-                    await self.sweepSuperseded()
+                    await self.media.sweepSuperseded(
+                        grace: self.limits.supersededGrace, skip: { video in self.jobs.withLock { $0.active.contains(video) } },
+                        published: { video in try? await self.database.video(video)?.published })
                     try? await Task.sleep(for: .seconds(min(60, max(1, self.limits.supersededGrace / 4))))
                 }
             }
@@ -141,12 +143,18 @@ final class Processor: Sendable {
                             }
                         }
                         let pause = await self.process(job, jobID)
+                        await self.media.release(self.workFolder(job))
                         beating.cancel()
                         if pause > 0 { try? await Task.sleep(for: .seconds(pause)) }
                     }
                 }
             }
         }
+    }
+
+    /// Where step `job` (as taken: its step and attempt) writes its ladders.
+    private func workFolder(_ job: JobRow) -> URL {
+        media.workFolder(job.videoID, step: "\(job.id ?? 0)-\(job.step.rawValue)-\(job.attempts)")
     }
 
     /// Tells the idle workers that a job was queued (an upload completed): one takes it at once
@@ -205,11 +213,15 @@ final class Processor: Sendable {
             return 0
         }
         observer.job(event(.started))
-        let folder = media.appendingPathComponent(String(id))
+        let folder = workFolder(job)
         do {
             guard let upload = video.uploadID else { throw ClipFlowError.badInput("the video has no upload") }
-            let input = uploads.path(upload)
-            removeLeftovers(in: folder, keeping: video.published)
+            do { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true) } catch {
+                throw ClipFlowError.output("cannot create '\(folder.path)': \(error.localizedDescription)")
+            }
+            let input = try await uploads.localFile(upload, scratch: folder)
+            await media.removeLeftovers(id, keeping: video.published, grace: limits.supersededGrace)
+            if job.step == .ladder { try await media.prepare(id, published: video.published, in: folder) }
             let finished: Bool
             switch job.step {
             case .playable: finished = try await playable(&video, jobID, attempt: job.attempts, input: input, folder: folder)
@@ -249,6 +261,14 @@ final class Processor: Sendable {
                 observer.job(e)
                 return Self.diskFullPause
             }
+            if let e = error as? UploadError, e.kind != .badInput {
+                // The object storage, not the video, failed: try again once it answers.
+                try? await database.retryJob(jobID, counted: false)
+                var requeued = event(.requeued)
+                requeued.reason = "the object storage failed: \(e.message)"
+                observer.job(requeued)
+                return Self.diskFullPause
+            }
             await fail(&video, jobID, dataPaths.scrub((error as? ClipFlowError)?.message ?? "\(error)"), event(.failed), began)
         }
         return 0
@@ -268,7 +288,7 @@ final class Processor: Sendable {
         try await database.update(video)
         if video.mode == .copy {
             try await ladder(id, input, LadderChoice(rungs: [], copy: true), into: folder.appendingPathComponent("\(prefix)-copy"), share: (0, 1))
-            try await publish(&video, jobID, "\(prefix)-copy", status: .ready, renditions: ["copy"])
+            try await publish(&video, jobID, from: folder, "\(prefix)-copy", status: .ready, renditions: ["copy"])
             return true
         }
         // Not copied (it cannot be, or the copy refused what the probe let through): the
@@ -278,7 +298,7 @@ final class Processor: Sendable {
         let name = copied ? copyFolder : "\(prefix)-first"
         if !copied { try await ladder(id, input, first.choice, into: folder.appendingPathComponent(name), share: (0, 0.1)) }
         let plan = PlayableFirst.ladder(rungs: PlayableFirst.rungs(width: probe.width, height: probe.height), copyable: copied)
-        try await publish(&video, jobID, name, status: plan == nil ? .ready : .viewable, renditions: first.renditions)
+        try await publish(&video, jobID, from: folder, name, status: plan == nil ? .ready : .viewable, renditions: first.renditions)
         guard let plan else { return true }
         // The step is over here before its ladder is queued: a lane of this server that takes
         // the ladder at once must not find the video still running.
@@ -300,7 +320,7 @@ final class Processor: Sendable {
         try await ladder(
             id, input, LadderChoice(rungs: rungs), into: folder.appendingPathComponent(name), share: (0.1, 1),
             reuse: (folder.appendingPathComponent(video.published).path, plan.reuse), background: true)
-        try await publish(&video, jobID, name, status: .ready, renditions: plan.renditions)
+        try await publish(&video, jobID, from: folder, name, status: .ready, renditions: plan.renditions)
         return true
     }
 
@@ -334,17 +354,25 @@ final class Processor: Sendable {
     /// Switches the video to `folder`; the folder it had starts its grace period (`removeLeftovers`,
     /// `sweepSuperseded`). The first time a video plays, the observer hears how long after its
     /// upload's last byte.
-    private func publish(_ video: inout VideoRow, _ jobID: Int64, _ folder: String, status: VideoRow.Status, renditions: [String]) async throws {
+    private func publish(
+        _ video: inout VideoRow, _ jobID: Int64, from work: URL, _ folder: String, status: VideoRow.Status, renditions: [String]
+    ) async throws {
         let wasPlayable = !video.published.isEmpty
         let superseded = video.published
-        if !superseded.isEmpty, let id = video.id {
+        if let id = video.id {
+            try await media.put(id, folder, from: work)
             // Its grace starts now (before the switch: a sweep never sees it superseded and old).
-            _ = utimes(media.appendingPathComponent(String(id)).appendingPathComponent(superseded).path, nil)
+            if !superseded.isEmpty { await media.superseded(id, superseded, grace: limits.supersededGrace) }
         }
         video.published = folder
         video.status = status
         video.renditions = renditions.joined(separator: ",")
         try await database.update(video)
+        if let id = video.id, try await database.video(id) == nil {
+            // Deleted meanwhile (by an API server, whose removal ran before this folder was put).
+            try? await media.remove(id)
+            throw StepFault.stopped
+        }
         var e = JobEvent(kind: .published, video: video.id ?? 0, job: jobID, phase: wasPlayable ? JobRow.Step.ladder.rawValue : JobRow.Step.playable.rawValue)
         e.renditions = renditions
         e.status = status
@@ -430,37 +458,5 @@ final class Processor: Sendable {
             prefix = "a\(attempt)-" + String(repeating: "0", count: 8 - random.count) + random
         } while published.hasPrefix(prefix + "-")
         return prefix
-    }
-
-    /// Removes from a video's media folder what no player can be using: unfinished ladders (hidden
-    /// temporaries) and folders other than the published one whose grace period is over (a
-    /// folder's time is when it was written, or superseded).
-    private func removeLeftovers(in folder: URL, keeping published: String) {
-        let fm = FileManager.default
-        let cutoff = Date().addingTimeInterval(-limits.supersededGrace)
-        for name in (try? fm.contentsOfDirectory(atPath: folder.path)) ?? [] where name != published {
-            let path = folder.appendingPathComponent(name)
-            let time = (try? fm.attributesOfItem(atPath: path.path)[.modificationDate] as? Date) ?? .distantPast
-            if name.hasPrefix(".") || time < cutoff { try? fm.removeItem(at: path) }
-        }
-    }
-
-    /// Removes every video's superseded folders whose grace period is over (videos no job runs
-    /// for: a running job sweeps its own folder). Only a folder holding more than the published
-    /// ladder costs a look at the database.
-    private func sweepSuperseded() async {
-        let fm = FileManager.default
-        let cutoff = Date().addingTimeInterval(-limits.supersededGrace)
-        for id in (try? fm.contentsOfDirectory(atPath: media.path)) ?? [] {
-            guard let video = Int64(id), !jobs.withLock({ $0.active.contains(video) }) else { continue }
-            let folder = media.appendingPathComponent(id)
-            let names = ((try? fm.contentsOfDirectory(atPath: folder.path)) ?? []).filter { !$0.hasPrefix(".") }
-            guard names.count > 1, let row = try? await database.video(video), !row.published.isEmpty else { continue }
-            for name in names where name != row.published {
-                let path = folder.appendingPathComponent(name)
-                let time = (try? fm.attributesOfItem(atPath: path.path)[.modificationDate] as? Date) ?? .distantPast
-                if time < cutoff { try? fm.removeItem(at: path) }
-            }
-        }
     }
 }

@@ -94,6 +94,9 @@ final class SQLiteStore: ServeStore {
         m.registerMigration("videos record their progress") { db in
             try db.alter(table: "videos") { t in t.add(column: "progress", .double).notNull().defaults(to: 0) }
         }
+        m.registerMigration("uploads name their multipart upload") { db in
+            try db.alter(table: "uploads") { t in t.add(column: "multipartUpload", .text) }
+        }
         return m
     }
 
@@ -252,6 +255,13 @@ final class SQLiteStore: ServeStore {
             try db.execute(
                 sql: "UPDATE uploads SET \"offset\" = ?, completedAt = ? WHERE id = ? AND \"offset\" = ?", arguments: [to, completedAt, id, from])
             return db.changesCount == 1
+        }
+    }
+
+    func setMultipartUpload(_ id: String, to uploadID: String) async throws -> String? {
+        try await queue.write { db in
+            try db.execute(sql: "UPDATE uploads SET multipartUpload = COALESCE(multipartUpload, ?) WHERE id = ?", arguments: [uploadID, id])
+            return try String.fetchOne(db, sql: "SELECT multipartUpload FROM uploads WHERE id = ?", arguments: [id])
         }
     }
 

@@ -41,16 +41,17 @@ final class ServeLog: Sendable {
     }
 
     /// The server accepts connections.
-    func listening(url: String, data: String, database: String, role: ServeRole, workers: Int) {
+    func listening(url: String, data: String, storage: String?, database: String, role: ServeRole, workers: Int) {
         switch format {
         case .text:
             let noun = workers == 1 ? "worker" : "workers"
             let what = role == .all ? "" : " (role \(role.rawValue))"
-            emit("clipflow serve\(what): listening on \(url), data \(data), database \(database), \(workers) \(noun)\n")
+            let bytes = storage.map { ", storage \($0)" } ?? ""
+            emit("clipflow serve\(what): listening on \(url), data \(data)\(bytes), database \(database), \(workers) \(noun)\n")
         case .json:
             line([
                 ("event", .string("listening")), ("url", .string(url)), ("role", .string(role.rawValue)), ("data", .string(data)),
-                ("database", .string(database)), ("workers", .int(workers))
+                ("storage", .string(storage ?? "data")), ("database", .string(database)), ("workers", .int(workers))
             ])
         }
     }

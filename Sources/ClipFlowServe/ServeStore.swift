@@ -18,6 +18,9 @@ struct UploadRow: Codable, Sendable, Equatable {
     var completedAt: Double?
     /// The video its metadata names (`video_id`), if any.
     var videoID: Int64? = nil
+    /// The S3 multipart upload its bytes go into, when uploads are kept in a bucket (made by the
+    /// first PATCH; `BucketUploads`).
+    var multipartUpload: String? = nil
 
     var isComplete: Bool { offset == length }
 }
@@ -92,6 +95,9 @@ protocol ServeStore: Sendable {
     /// Moves an upload's durable offset from `from` to `to` (`completedAt` set when it is whole);
     /// false when the offset was no longer `from` (another request moved it first).
     func setOffset(_ id: String, from: Int64, to: Int64, completedAt: Double?) async throws -> Bool
+    /// Records `uploadID` as the upload's multipart upload unless it has one already; returns the
+    /// one it has now (nil: no such upload). Two servers that made one at once agree on the first.
+    func setMultipartUpload(_ id: String, to uploadID: String) async throws -> String?
     func delete(_ id: String) async throws
     /// Unfinished uploads whose time ran out before `now`.
     func expired(before now: Double) async throws -> [UploadRow]

@@ -3,6 +3,7 @@ import ClipFlowUpload
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Logging
 import Synchronization
 
 /// What the TUS server allows.
@@ -144,7 +145,8 @@ enum UploadCarrier: Sendable {
 /// creation-with-upload, termination, checksum (sha1, sha256) and expiration, under `/files` and
 /// `/upload` (`paths`).
 ///
-/// Durability: a PATCH writes its bytes at the upload's offset, makes them durable (fsync) and
+/// Durability: a PATCH writes its bytes at the upload's offset (`UploadStorage`: a file, or a
+/// bucket's multipart upload), makes them durable (fsync; parts and a partial part's object) and
 /// only then records the new offset in the database, which is the truth: after a crash the
 /// upload resumes at the last recorded offset and bytes written past it are overwritten, so
 /// nothing is lost or duplicated. A PATCH cut short keeps what arrived (unless it carries a
@@ -153,7 +155,7 @@ enum UploadCarrier: Sendable {
 /// Thread-safe; `Sendable`.
 public final class TUSServer: Sendable {
     let database: any ServeStore
-    let files: UploadFiles
+    let files: any UploadStorage
     let limits: TUSLimits
     var locks: UploadLocks { files.locks }
     /// Decides whether an upload with this metadata and `Authorization` header may be created
@@ -173,7 +175,7 @@ public final class TUSServer: Sendable {
     static let commitEvery: Int64 = 64 << 20
 
     init(
-        database: any ServeStore, files: UploadFiles, limits: TUSLimits,
+        database: any ServeStore, files: any UploadStorage, limits: TUSLimits,
         admit: @escaping @Sendable (_ metadata: [String: String], _ authorization: String?) async throws -> UploadCarrier = { _, _ in .none },
         completed: @escaping @Sendable (UploadRow) async -> Void = { _ in }, abandoned: @escaping @Sendable (UploadRow) async -> Void = { _ in }
     ) {
@@ -197,15 +199,15 @@ public final class TUSServer: Sendable {
 
     private func addRoutes<Context: RequestContext>(to router: Router<Context>, path: String) {
         router.on(RouterPath(path), method: .options) { _, _ in self.options() }
-        router.post(RouterPath(path)) { request, _ in await self.respond { try await self.create(request, base: path) } }
+        router.post(RouterPath(path)) { request, context in await self.respond(context.logger) { try await self.create(request, base: path) } }
         router.on(RouterPath("\(path)/:id"), method: .head) { request, context in
-            await self.respond { try await self.head(request, id: try context.parameters.require("id")) }
+            await self.respond(context.logger) { try await self.head(request, id: try context.parameters.require("id")) }
         }
         router.patch(RouterPath("\(path)/:id")) { request, context in
-            await self.respond { try await self.patch(request, id: try context.parameters.require("id")) }
+            await self.respond(context.logger) { try await self.patch(request, id: try context.parameters.require("id")) }
         }
         router.delete(RouterPath("\(path)/:id")) { request, context in
-            await self.respond { try await self.terminate(request, id: try context.parameters.require("id")) }
+            await self.respond(context.logger) { try await self.terminate(request, id: try context.parameters.require("id")) }
         }
     }
 
@@ -217,9 +219,12 @@ public final class TUSServer: Sendable {
         return h
     }
 
-    private func respond(_ body: () async throws -> Response) async -> Response {
+    /// The answer of `body`, or its error as the client reads it; an error of the server's (5xx, not
+    /// a refusal made on purpose) is logged with its cause (never a secret: messages hold none).
+    private func respond(_ logger: Logger, _ body: () async throws -> Response) async -> Response {
         do { return try await body() } catch {
             let refusal = error as? TUSRefusal ?? Self.refusal(error, database: database)
+            if !(error is TUSRefusal), refusal.status.code >= 500 { logger.error("upload request failed (\(refusal.status.code)): \(error)") }
             return Response(
                 status: refusal.status, headers: headers([(.contentType, "text/plain; charset=utf-8")]),
                 body: .init(byteBuffer: ByteBuffer(string: refusal.reason + "\n")))
@@ -233,6 +238,9 @@ public final class TUSServer: Sendable {
             return TUSRefusal(.insufficientStorage, "the server's disk is full; what was recorded is kept: resume once there is space")
         }
         if (error as? UploadFileError)?.code == ENOENT { return TUSRefusal(.notFound, "the upload was removed") }
+        if error is UploadError {
+            return TUSRefusal(.serviceUnavailable, "the object storage cannot be used now; what was recorded is kept: resume later")
+        }
         return TUSRefusal(.internalServerError, (error as? ClipFlowError)?.message ?? "\(error)")
     }
 
@@ -280,7 +288,7 @@ public final class TUSServer: Sendable {
         var row = UploadRow(
             id: key, length: length, offset: 0, metadata: Self.metadata(header, without: "token"), createdAt: now, expiresAt: now + limits.expiration,
             completedAt: length == 0 ? now : nil, videoID: carrier.existing)
-        try await files.create(key)
+        try await files.create(key, length: length)
         do { row = try await database.insert(row, carrying: carrier.newVideo) } catch {
             try? await files.remove(key)
             throw error
@@ -353,7 +361,7 @@ public final class TUSServer: Sendable {
         if let text = request.headers[.contentLength], let declared = Int64(text), declared > row.length - row.offset {
             throw TUSRefusal(.contentTooLarge, "the body (\(declared) bytes) goes past Upload-Length \(row.length) from offset \(row.offset)")
         }
-        let fd = try await files.openForWriting(row.id)
+        let writer = try await files.writer(for: row)
         var written = row.offset, committed = row.offset
         var pending: [UInt8] = []
         pending.reserveCapacity(Self.writeChunk)
@@ -371,13 +379,15 @@ public final class TUSServer: Sendable {
                     break
                 }
                 if pending.count >= Self.writeChunk {
-                    try await files.write(fd, pending, at: written)
+                    try await writer.append(pending)
                     written += Int64(pending.count)
                     pending.removeAll(keepingCapacity: true)
                     if digest == nil, written - committed >= Self.commitEvery, written < row.length {
-                        try await files.sync(fd)
-                        try await record(row, from: committed, to: written)
-                        committed = written
+                        let durable = try await writer.checkpoint()
+                        if durable > committed {
+                            try await record(row, from: committed, to: durable)
+                            committed = durable
+                        }
                     }
                 }
             }
@@ -385,23 +395,24 @@ public final class TUSServer: Sendable {
             failure = error
         }
         if let d = digest, failure == nil, d.digest.finish() != d.expected {
-            files.close(fd)
+            await writer.abandon()
             throw TUSRefusal(.checksumMismatch, "Upload-Checksum: the body's \(d.algorithm.rawValue) does not match; nothing was kept")
         }
         // From here on the work only records what arrived: an interruption does not stop it.
         let keep = digest == nil || failure == nil
-        let tail = pending, (start, recorded, cause) = (written, committed, failure)
+        let tail = pending, (recorded, cause) = (committed, failure)
         return try await uncancelled {
-            var end = keep ? start : row.offset
+            var end = recorded
             var failure = cause
-            if keep, !tail.isEmpty {
-                do {
-                    try await self.files.write(fd, tail, at: start)
-                    end += Int64(tail.count)
-                } catch { failure = failure ?? error }
+            if keep {
+                if !tail.isEmpty {
+                    do { try await writer.append(tail) } catch { failure = failure ?? error }
+                }
+                // A failure here throws: nothing past the recorded offset is known to be durable.
+                end = try await writer.finish()
+            } else {
+                await writer.abandon()
             }
-            // A failed fsync throws: nothing past the recorded offset is known to be durable.
-            try await self.files.syncAndClose(fd)
             var updated = row
             updated.offset = recorded
             if end != recorded {

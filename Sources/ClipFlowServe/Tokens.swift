@@ -15,11 +15,17 @@ final class Tokens: Sendable {
     let accessLifetime: Double
     let uploadLifetime: Double
 
-    init(data: URL, apiKey: String?, accessLifetime: Double = 3600, uploadLifetime: Double = 24 * 3600) throws {
+    /// Tokens signed with the secret in `DATA/token-secret`.
+    convenience init(data: URL, apiKey: String?, accessLifetime: Double = 3600, uploadLifetime: Double = 24 * 3600) throws {
+        try self.init(secret: Self.secret(in: data), apiKey: apiKey, accessLifetime: accessLifetime, uploadLifetime: uploadLifetime)
+    }
+
+    /// Tokens signed with `secret` (servers sharing a PostgreSQL database share it there).
+    init(secret: [UInt8], apiKey: String?, accessLifetime: Double = 3600, uploadLifetime: Double = 24 * 3600) {
         self.apiKey = (apiKey ?? "").isEmpty ? nil : apiKey
         self.accessLifetime = accessLifetime
         self.uploadLifetime = uploadLifetime
-        secret = try Self.secret(in: data)
+        self.secret = secret
         if let k = self.apiKey { Secrets.shared.register(k) }
     }
 
@@ -28,7 +34,7 @@ final class Tokens: Sendable {
     /// made durable, then linked to its name (another server sharing the folder that made one
     /// first wins, and both use it) or renamed over a damaged one. An existing secret readable by
     /// others is made 0600.
-    private static func secret(in data: URL) throws -> [UInt8] {
+    static func secret(in data: URL) throws -> [UInt8] {
         let path = data.appendingPathComponent("token-secret").path
         for _ in 0..<3 {
             if let existing = try readSecret(path) { return existing }

@@ -1,13 +1,11 @@
 import ClipFlowCore
 import Foundation
 
-/// The bytes of uploads on disk: one file per upload in `folder`, named by its id (ids are made
-/// here, never taken from a request, so a name cannot leave the folder). Blocking file work runs
-/// on a Dispatch queue of its own, never on the server's event loops or Swift's cooperative
-/// threads. Thread-safe (every call stands alone); `Sendable`.
-final class UploadFiles: Sendable {
+/// The bytes of uploads on disk: one file per upload in `folder`, named by its key. Blocking file
+/// work runs on a Dispatch queue of its own, never on the server's event loops or Swift's
+/// cooperative threads. A writer writes at the offset and makes its bytes durable with fsync.
+final class UploadFiles: UploadStorage {
     let folder: URL
-    /// Who holds each upload (a request writing or removing it).
     let locks = UploadLocks()
     private let io = DispatchQueue(label: "clipflow.serve.files", attributes: .concurrent)
 
@@ -20,9 +18,8 @@ final class UploadFiles: Sendable {
 
     func path(_ id: String) -> String { folder.appendingPathComponent(id).path }
 
-    /// An empty file for a new upload.
-    func create(_ id: String) async throws {
-        let p = path(id)
+    func create(_ key: String, length: Int64) async throws {
+        let p = path(key)
         try await io.perform {
             let fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             guard fd >= 0 else { throw UploadFileError(operation: "create an upload file", code: errno) }
@@ -30,19 +27,52 @@ final class UploadFiles: Sendable {
         }
     }
 
-    /// The upload's file open for writing (close it with `close`).
-    func openForWriting(_ id: String) async throws -> Int32 {
-        let p = path(id)
-        return try await io.perform {
+    func writer(for upload: UploadRow) async throws -> any UploadWriter {
+        let p = path(upload.id)
+        let fd = try await io.perform {
             let fd = open(p, O_WRONLY | O_CLOEXEC)
             guard fd >= 0 else { throw UploadFileError(operation: "open an upload file", code: errno) }
             return fd
         }
+        return FileWriter(fd: fd, end: upload.offset, io: io)
     }
 
-    /// Writes `bytes` at `offset` (all of them), and starts writing them back to the disk without
-    /// waiting (sync_file_range), so that the fsync that records them finds little left to do.
-    func write(_ fd: Int32, _ bytes: [UInt8], at offset: Int64) async throws {
+    func remove(_ key: String) async throws {
+        let p = path(key)
+        try await io.perform {
+            guard unlink(p) == 0 || errno == ENOENT else { throw UploadFileError(operation: "remove an upload file", code: errno) }
+        }
+    }
+
+    func localFile(_ key: String, scratch: URL) async throws -> String { path(key) }
+
+    /// Whether `error` is a file operation that found no space left (ENOSPC, EDQUOT).
+    static func isDiskFull(_ error: Error) -> Bool {
+        guard let e = error as? UploadFileError else { return false }
+        return e.code == ENOSPC || e.code == EDQUOT
+    }
+}
+
+/// Writes one request's bytes into an upload's file at its offset. Each write starts writing
+/// back to the disk without waiting (sync_file_range), so that the fsync that makes it durable
+/// finds little left to do.
+private final class FileWriter: UploadWriter, @unchecked Sendable {
+    // Confined to the request that made it (UploadWriter).
+    private let fd: Int32
+    private var end: Int64
+    private var open = true
+    private let io: DispatchQueue
+
+    init(fd: Int32, end: Int64, io: DispatchQueue) {
+        self.fd = fd
+        self.end = end
+        self.io = io
+    }
+
+    deinit { if open { Glibc.close(fd) } }
+
+    func append(_ bytes: [UInt8]) async throws {
+        let (fd, offset) = (self.fd, end)
         try await io.perform {
             defer { DurableFiles.startWriteBack(fd, offset, Int64(bytes.count)) }
             try bytes.withUnsafeBytes { raw in
@@ -55,45 +85,28 @@ final class UploadFiles: Sendable {
                 }
             }
         }
+        end += Int64(bytes.count)
     }
 
-    /// Makes what was written so far durable.
-    func sync(_ fd: Int32) async throws {
+    func checkpoint() async throws -> Int64 {
+        let fd = self.fd
         try await io.perform { try Self.makeDurable(fd) }
+        return end
     }
 
-    /// Makes what was written durable, then closes.
-    func syncAndClose(_ fd: Int32) async throws {
+    func finish() async throws -> Int64 {
+        let fd = self.fd
+        open = false
         try await io.perform {
             defer { Glibc.close(fd) }
             try Self.makeDurable(fd)
         }
+        return end
     }
 
-    func close(_ fd: Int32) { Glibc.close(fd) }
-
-    func remove(_ id: String) async throws {
-        let p = path(id)
-        try await io.perform {
-            guard unlink(p) == 0 || errno == ENOENT else { throw UploadFileError(operation: "remove an upload file", code: errno) }
-        }
-    }
-
-    /// Removes upload `id`: its file first, then its row (so that a full disk, which may refuse
-    /// the database's write, is freed first), holding the upload (a request writing it is
-    /// interrupted and records what it made durable first). False when the upload stayed busy.
-    func discard(_ id: String, from database: any ServeStore) async throws -> Bool {
-        let done: Void? = try await locks.holding(id) {
-            try await self.remove(id)
-            try await database.delete(id)
-        }
-        return done != nil
-    }
-
-    /// Whether `error` is a file operation that found no space left (ENOSPC, EDQUOT).
-    static func isDiskFull(_ error: Error) -> Bool {
-        guard let e = error as? UploadFileError else { return false }
-        return e.code == ENOSPC || e.code == EDQUOT
+    func abandon() async {
+        if open { Glibc.close(fd) }
+        open = false
     }
 
     private static func makeDurable(_ fd: Int32) throws {

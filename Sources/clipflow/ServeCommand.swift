@@ -9,12 +9,13 @@ struct Serve: ParsableCommand {
         commandName: "serve",
         abstract: "Serve uploads (TUS 1.0), the hosting API, processing into HLS, and the feed.",
         discussion: """
-            TUS 1.0.0 under /files and /upload (as Gcore's clients use): creation, creation-with-upload, termination, checksum (sha1, \\
-            sha256), expiration. Offsets are durable: an upload resumes after a crash with nothing \\
-            lost or duplicated. State is kept in DATA/clipflow.sqlite, bytes in DATA/uploads. Listens \\
-            on loopback unless told otherwise; beyond loopback it needs CLIPFLOW_API_KEY. SIGINT or \\
-            SIGTERM: stop accepting, finish the requests in flight, exit. On stderr: a start line, then \\
-            one line per request (method, route, status, bytes, time; never a token) and per \\
+            TUS 1.0.0 under /files and /upload (as Gcore's clients use): creation, creation-with-upload, termination, checksum (sha1, \
+            sha256), expiration. Offsets are durable: an upload resumes after a crash with nothing \
+            lost or duplicated. State is kept in DATA/clipflow.sqlite (or PostgreSQL), bytes in \
+            DATA/uploads and DATA/media (or a bucket: --storage s3://BUCKET/PREFIX). Listens \
+            on loopback unless told otherwise; beyond loopback it needs CLIPFLOW_API_KEY. SIGINT or \
+            SIGTERM: stop accepting, finish the requests in flight, exit. On stderr: a start line, then \
+            one line per request (method, route, status, bytes, time; never a token) and per \
             processing job change. GET /healthz and GET /metrics (Prometheus) need no key.
             """
     )
@@ -51,6 +52,14 @@ struct Serve: ParsableCommand {
     var role: ServeRole = .all
 
     @Option(
+        help: """
+            Where uploads and ladders are kept: the data folder (default) or s3://BUCKET[/PREFIX], with the endpoint and keys \
+            from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and AWS_REGION (servers then \
+            share no disk; workers use DATA/scratch).
+            """)
+    var storage: String?
+
+    @Option(
         name: .customLong("max-connections"),
         help: "Connections served at once; more wait until one closes (the system refuses them once its listen queue of 256 is full).")
     var maxConnections: Int = 2048
@@ -70,6 +79,9 @@ struct Serve: ParsableCommand {
             throw ValidationError("--database: expected sqlite or postgres://USER[:PASSWORD]@HOST[:PORT]/DB")
         }
         if jobLease < 1 { throw ValidationError("--job-lease must be at least 1 second") }
+        if let storage, !storage.hasPrefix("s3://") || storage.dropFirst(5).prefix(while: { $0 != "/" }).isEmpty {
+            throw ValidationError("--storage: expected s3://BUCKET or s3://BUCKET/PREFIX, got '\(storage)'")
+        }
     }
 
     static func split(_ s: String) -> (String, Int)? {
@@ -93,6 +105,7 @@ struct Serve: ParsableCommand {
         options.processing = processing.limits
         options.logFormat = logFormat
         options.role = role
+        options.storage = storage
         let outcome = ServeOutcome()
         let done = DispatchSemaphore(value: 0)
         Task {

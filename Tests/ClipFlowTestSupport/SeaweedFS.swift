@@ -116,6 +116,14 @@ public final class SeaweedFS: @unchecked Sendable {
 
     deinit { stop() }
 
+    /// Stops the server (as a crash would: killed) and starts it again on the same ports with the
+    /// same data; returns once it answers signed requests again.
+    public func restart() throws {
+        process.stop()
+        try process.start(timeout: 60)
+        _ = try oracle(["setup", "--wait", "60", "--bucket", bucket])
+    }
+
     /// Ends the server (and every process it started) and removes its data.
     public func stop() {
         process.stop()

@@ -1,0 +1,164 @@
+import ClipFlowCore
+import ClipFlowUpload
+import Foundation
+
+/// The bytes of uploads in a bucket, so that any API server can take any PATCH of an upload:
+/// each upload is an S3 multipart upload to `uploads/KEY` (made by its first PATCH and named in
+/// its row), completed into that object when its last byte arrives.
+///
+/// Parts have a fixed size per upload (`partSize`), so the recorded offset alone says what is
+/// where: part N (from 1) holds bytes `(N-1)·size ..< N·size`, and the bytes of a part not yet
+/// whole (`offset % size` of them) are in the object `uploads/KEY.part-N`, written when a request
+/// ends mid-part and read back by the next one. Sending a part again replaces it, and a partial
+/// part's object only ever grows by what its client sent next, so bytes written past the
+/// recorded offset by a request that died are overwritten, never read. A `.part-N` object is
+/// removed with the rest when the upload completes or goes. An upload whose object is whole
+/// while its row says otherwise (a server died between completing it and recording that) is
+/// recorded whole by its next request.
+final class BucketUploads: UploadStorage {
+    let bucket: ServeBucket
+    /// Where each upload's multipart upload is named.
+    let database: any ServeStore
+    let locks = UploadLocks()
+
+    init(bucket: ServeBucket, database: any ServeStore) {
+        self.bucket = bucket
+        self.database = database
+    }
+
+    /// The smallest part: 8 MiB (S3's least is 5 MiB but for the last part).
+    static let minimumPart: Int64 = 8 << 20
+
+    /// The part size of an upload of `length` bytes: 8 MiB, or more so that it fits S3's 10,000
+    /// parts (a whole number of MiB).
+    static func partSize(length: Int64) -> Int64 {
+        let mib: Int64 = 1 << 20
+        return max(minimumPart, (length + 9_999) / 10_000 / mib * mib + mib)
+    }
+
+    func objectKey(_ key: String) -> String { bucket.key("uploads/\(key)") }
+
+    func partialKey(_ key: String, part: Int64) -> String { bucket.key("uploads/\(key).part-\(part)") }
+
+    func create(_ key: String, length: Int64) async throws {
+        // A zero-length upload is whole at once: its object is there for processing.
+        if length == 0 { try await bucket.perform { s, b in try s.put(Data(), bucket: b, key: self.objectKey(key)) } }
+    }
+
+    func writer(for upload: UploadRow) async throws -> any UploadWriter {
+        // A whole upload takes no more bytes (the request's body is refused past the length).
+        if upload.isComplete { return WholeUpload(length: upload.length) }
+        let key = objectKey(upload.id)
+        var multipart = upload.multipartUpload
+        if multipart != nil, try await bucket.perform({ s, b in try s.head(bucket: b, key: key) })?.size == upload.length {
+            return WholeUpload(length: upload.length)
+        }
+        if multipart == nil {
+            let made = try await bucket.perform { s, b in try s.createMultipartUpload(bucket: b, key: key) }
+            guard let stored = try await database.setMultipartUpload(upload.id, to: made) else {
+                try? await bucket.perform { s, b in try s.abortUpload(bucket: b, key: key, uploadID: made) }
+                throw UploadFileError(operation: "write the upload", code: ENOENT)
+            }
+            if stored != made { try? await bucket.perform { s, b in try s.abortUpload(bucket: b, key: key, uploadID: made) } }
+            multipart = stored
+        }
+        let size = Self.partSize(length: upload.length)
+        let part = upload.offset / size + 1, held = upload.offset % size
+        let partial = partialKey(upload.id, part: part)
+        let start = held == 0 ? Data() : try await bucket.perform { s, b in try s.read(bucket: b, key: partial, length: held) }
+        return PartWriter(uploads: self, upload: upload, multipartUpload: multipart!, partSize: size, part: part, held: start)
+    }
+
+    func remove(_ key: String) async throws {
+        let prefix = objectKey(key)
+        try await bucket.perform { s, b in try s.deleteAll(bucket: b, prefix: prefix) }
+    }
+
+    func localFile(_ key: String, scratch: URL) async throws -> String {
+        let path = scratch.appendingPathComponent("upload").path
+        let object = objectKey(key)
+        try await bucket.perform { s, b in try s.download(bucket: b, key: object, to: path) }
+        return path
+    }
+}
+
+/// One request's bytes into an upload's multipart upload: whole parts are sent as they fill; at
+/// the end, the part not yet whole is kept as its `.part-N` object, or, when the upload is
+/// whole, sent as the last part and the upload completed.
+private final class PartWriter: UploadWriter, @unchecked Sendable {
+    // Confined to the request that made it (UploadWriter).
+    private let uploads: BucketUploads
+    private let upload: UploadRow
+    private let multipartUpload: String
+    private let partSize: Int64
+    /// The part being filled (from 1) and its bytes so far.
+    private var part: Int64
+    private var held: Data
+
+    init(uploads: BucketUploads, upload: UploadRow, multipartUpload: String, partSize: Int64, part: Int64, held: Data) {
+        self.uploads = uploads
+        self.upload = upload
+        self.multipartUpload = multipartUpload
+        self.partSize = partSize
+        self.part = part
+        self.held = held
+        self.held.reserveCapacity(Int(partSize))
+    }
+
+    private var end: Int64 { (part - 1) * partSize + Int64(held.count) }
+
+    func append(_ bytes: [UInt8]) async throws {
+        held.append(contentsOf: bytes)
+        while held.count >= partSize {
+            let whole = held.prefix(Int(partSize))
+            try await send(Data(whole), as: part)
+            held.removeFirst(Int(partSize))
+            part += 1
+        }
+    }
+
+    func checkpoint() async throws -> Int64 { (part - 1) * partSize }
+
+    func finish() async throws -> Int64 {
+        let end = self.end
+        if end == upload.offset { return end }
+        let key = uploads.objectKey(upload.id), id = multipartUpload, bytes = held, number = part
+        if end == upload.length {
+            if !bytes.isEmpty || number == 1 { try await send(bytes, as: number) }
+            let count = bytes.isEmpty && number > 1 ? number - 1 : number
+            try await uploads.bucket.perform { s, b in
+                let parts = try s.parts(bucket: b, key: key, uploadID: id)
+                let etags = try (1...count).map { n -> (Int, String) in
+                    guard let p = parts[Int(n)] else {
+                        throw UploadError(.protocol, message: "s3://\(b)/\(key): part \(n) of the upload is missing", retryable: true)
+                    }
+                    return (Int(n), p.etag)
+                }
+                try s.completeMultipartUpload(bucket: b, key: key, uploadID: id, etags: etags)
+                for partial in try s.list(bucket: b, prefix: key + ".part-").objects { try s.delete(bucket: b, key: partial.key) }
+            }
+        } else if !bytes.isEmpty {
+            let partial = uploads.partialKey(upload.id, part: number)
+            try await uploads.bucket.perform { s, b in try s.put(bytes, bucket: b, key: partial) }
+        }
+        return end
+    }
+
+    func abandon() async {}
+
+    private func send(_ data: Data, as number: Int64) async throws {
+        let key = uploads.objectKey(upload.id), id = multipartUpload
+        try await uploads.bucket.perform { s, b in try s.uploadPart(data, number: Int(number), bucket: b, key: key, uploadID: id) }
+    }
+}
+
+/// The writer of an upload whose bytes are all in the bucket already: what a request sends is
+/// not needed, and the upload is recorded whole.
+private final class WholeUpload: UploadWriter {
+    let length: Int64
+    init(length: Int64) { self.length = length }
+    func append(_ bytes: [UInt8]) async throws {}
+    func checkpoint() async throws -> Int64 { length }
+    func finish() async throws -> Int64 { length }
+    func abandon() async {}
+}

@@ -1,0 +1,48 @@
+import ClipFlowCore
+import Foundation
+
+/// Where the bytes of TUS uploads are kept: files in the data folder (`UploadFiles`, the default)
+/// or objects in a bucket (`BucketUploads`). The database's offset is the truth either way: a
+/// writer makes bytes durable before the offset that covers them is recorded, and bytes it kept
+/// past the recorded offset are overwritten by the next request. Upload keys are made by the
+/// server (`TUSServer.key`), never taken from a request. Implementations are thread-safe.
+protocol UploadStorage: Sendable {
+    /// Who holds each upload on this server (a request writing or removing it).
+    var locks: UploadLocks { get }
+    /// Makes room for a new upload of `length` bytes (a zero-length upload is whole at once).
+    func create(_ key: String, length: Int64) async throws
+    /// A writer that appends to the upload from its recorded offset.
+    func writer(for upload: UploadRow) async throws -> any UploadWriter
+    /// Removes everything kept of upload `key` (absent already: nothing to do).
+    func remove(_ key: String) async throws
+    /// The complete upload as a local file for processing: a bucket's is downloaded into
+    /// `scratch`, a data folder's is read where it is.
+    func localFile(_ key: String, scratch: URL) async throws -> String
+}
+
+extension UploadStorage {
+    /// Removes upload `id`: its bytes first, then its row (so that a full disk, which may refuse
+    /// the database's write, is freed first), holding the upload (a request writing it is
+    /// interrupted and records what it made durable first). False when the upload stayed busy.
+    func discard(_ id: String, from database: any ServeStore) async throws -> Bool {
+        let done: Void? = try await locks.holding(id) {
+            try await self.remove(id)
+            try await database.delete(id)
+        }
+        return done != nil
+    }
+}
+
+/// One request's writes into an upload, from its recorded offset on. Confined to the request.
+protocol UploadWriter: AnyObject, Sendable {
+    /// Appends `bytes` after what was appended before.
+    func append(_ bytes: [UInt8]) async throws
+    /// The offset up to which what was appended is durable now, made so at a cost fit for every
+    /// `TUSServer.commitEvery` bytes (a file: fsync; a bucket: the whole parts sent).
+    func checkpoint() async throws -> Int64
+    /// Makes everything appended durable and lets go; returns the end. A failure here leaves
+    /// nothing past the recorded offset known durable.
+    func finish() async throws -> Int64
+    /// Lets go without making anything more durable.
+    func abandon() async
+}

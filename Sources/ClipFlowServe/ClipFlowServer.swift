@@ -45,6 +45,9 @@ public struct ServeOptions: Sendable {
     public var storage: String?
     /// Where `storage`'s endpoint and credentials are read.
     public var environment: [String: String] = ProcessInfo.processInfo.environment
+    /// A shell command printing `storage`'s credentials as JSON, run at start and when the bucket
+    /// refuses them as expired (nil: the keys in `environment`).
+    public var storageCredentialsCommand: String?
 
     public init(data: URL) { self.data = data }
 
@@ -121,12 +124,16 @@ public enum ClipFlowServer {
     }
 
     /// Serves until a signal; once the server accepts connections it writes its start line and
-    /// `listening` gets the port. An address it cannot listen on is an error before the data
-    /// folder is made.
+    /// `listening` gets the port. An address it cannot listen on, or a bucket it cannot use, is an
+    /// error before the data folder is made.
     public static func run(_ options: ServeOptions, listening: @escaping @Sendable (Int) -> Void = { _ in }) async throws {
         if let p = options.problem { throw ClipFlowError.badInput(p) }
         let address = try options.listenAddress()
         try Self.checkCanListen(on: address, options.listenText)
+        let bucket = try options.storage.map {
+            try ServeBucket(url: $0, environment: options.environment, credentialsCommand: options.storageCredentialsCommand)
+        }
+        try await bucket?.check()
         try Self.makePrivateFolder(options.data)
         let log = ServeLog(format: options.logFormat)
         let metrics = ServeMetrics()
@@ -145,8 +152,6 @@ public enum ClipFlowServer {
         defer { connection.cancel() }
         try await postgres?.migrate()
         Self.raiseOpenFileLimit(toServe: options.maxConnections)
-        let bucket = try options.storage.map { try ServeBucket(url: $0, environment: options.environment) }
-        try await bucket?.check()
         let files: any UploadStorage, media: any MediaStorage
         if let bucket {
             files = BucketUploads(bucket: bucket, database: database)

@@ -4,7 +4,7 @@ import Foundation
 
 /// The bucket a server keeps its uploads and media in (`--storage s3://BUCKET/PREFIX`): every key
 /// it writes is under PREFIX (`uploads/…`, `media/ID/FOLDER/…`). The endpoint and credentials are
-/// the AWS tools' variables (`S3Access.fromEnvironment`). S3 calls block, so they run on a
+/// the AWS tools' variables, or the keys come from a credentials command (`S3Access.fromEnvironment`). S3 calls block, so they run on a
 /// Dispatch queue of their own, never on an event loop or a thread of Swift's cooperative pool.
 /// Thread-safe; `Sendable`.
 final class ServeBucket: Sendable {
@@ -20,12 +20,12 @@ final class ServeBucket: Sendable {
     static let attempts = 6
     static let retryDelay: Double = 4
 
-    init(url: String, environment: [String: String]) throws {
+    init(url: String, environment: [String: String], credentialsCommand: String? = nil) throws {
         guard let location = S3Location(url: url) else {
             throw ClipFlowError.badInput("--storage \(url): expected s3://BUCKET or s3://BUCKET/PREFIX")
         }
         var access: S3Access
-        do { access = try S3Access.fromEnvironment(environment) } catch let e as UploadError {
+        do { access = try S3Access.fromEnvironment(environment, credentialsCommand: credentialsCommand) } catch let e as UploadError {
             throw ClipFlowError.badInput("--storage \(url): \(e.message)")
         }
         access.retry.maxAttemptsWithoutProgress = min(access.retry.maxAttemptsWithoutProgress, Self.attempts)

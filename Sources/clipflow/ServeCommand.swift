@@ -60,6 +60,11 @@ struct Serve: ParsableCommand {
     var storage: String?
 
     @Option(
+        name: .customLong("credentials-command"),
+        help: "For --storage: a shell command printing S3 credentials JSON, run at start and whenever the bucket refuses them as expired.")
+    var credentialsCommand: String?
+
+    @Option(
         name: .customLong("max-connections"),
         help: "Connections served at once; more wait until one closes (the system refuses them once its listen queue of 256 is full).")
     var maxConnections: Int = 2048
@@ -79,9 +84,6 @@ struct Serve: ParsableCommand {
             throw ValidationError("--database: expected sqlite or postgres://USER[:PASSWORD]@HOST[:PORT]/DB")
         }
         if jobLease < 1 { throw ValidationError("--job-lease must be at least 1 second") }
-        if let storage, !storage.hasPrefix("s3://") || storage.dropFirst(5).prefix(while: { $0 != "/" }).isEmpty {
-            throw ValidationError("--storage: expected s3://BUCKET or s3://BUCKET/PREFIX, got '\(storage)'")
-        }
     }
 
     static func split(_ s: String) -> (String, Int)? {
@@ -106,6 +108,7 @@ struct Serve: ParsableCommand {
         options.logFormat = logFormat
         options.role = role
         options.storage = storage
+        options.storageCredentialsCommand = credentialsCommand
         let outcome = ServeOutcome()
         let done = DispatchSemaphore(value: 0)
         Task {

@@ -313,10 +313,16 @@ final class ServeObjectStorageCLITests: XCTestCase {
     func testExpiredAndTerminatedUploadsLeaveNothingInTheBucket() throws {
         let weed = try SeaweedFS.start()
         defer { weed.stop() }
-        // One server on SQLite, bytes in the bucket; unfinished uploads expire after 7.2 s.
+        // One server on SQLite, bytes in the bucket, its keys from a credentials command; unfinished
+        // uploads expire after 7.2 s.
+        let keys = fx.scratch("serve-bucket-keys").appendingPathComponent("keys.json")
+        try FileManager.default.createDirectory(at: keys.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try JSONSerialization.data(withJSONObject: ["AccessKeyId": weed.accessKey, "SecretAccessKey": weed.secretKey]).write(to: keys)
         let s = ServerProcess.clipflowServe(
             binary: binary, data: fx.scratch("serve-bucket-expiry"),
-            ["--storage", "s3://\(weed.bucket)/\(prefix)", "--expiration", "0.002", "--sweep-every", "1"], environment: weed.environment)
+            [
+                "--storage", "s3://\(weed.bucket)/\(prefix)", "--credentials-command", "cat \(keys.path)", "--expiration", "0.002", "--sweep-every", "1"
+            ], environment: ["AWS_ENDPOINT_URL_S3": weed.endpoint, "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""])
         try s.start(timeout: 60)
         defer { s.stop() }
         let sent = Data((0..<9_500_000).map { UInt8(truncatingIfNeeded: $0 &* 40_503 >> 7) })
@@ -341,5 +347,30 @@ final class ServeObjectStorageCLITests: XCTestCase {
         XCTAssertTrue([404, 410].contains(try HTTP.request("HEAD", url(s, paths[1]), headers: tus).status))
         XCTAssertEqual(try weed.keys(prefix: ""), [], "no object left")
         XCTAssertEqual(try weed.pendingMultipartUploads(), 0, "no unfinished multipart upload left")
+    }
+
+    func testABucketThatCannotBeUsedIsOneClearErrorBeforeAnythingIsMade() throws {
+        let weed = try SeaweedFS.start()
+        defer { weed.stop() }
+        let data = fx.scratch("serve-bucket-bad").appendingPathComponent("data")
+        var wrongSecret = weed.environment
+        wrongSecret["AWS_SECRET_ACCESS_KEY"] = "not-the-secret-\(UInt32.random(in: 0...UInt32.max))"
+        let nobody = ["AWS_ENDPOINT_URL_S3": "http://127.0.0.1:\(ServerProcess.freePort())", "AWS_MAX_ATTEMPTS": "1"]
+        let cases: [(storage: String, env: [String: String], says: String)] = [
+            ("videos/site", weed.environment, "--storage videos/site: expected s3://BUCKET or s3://BUCKET/PREFIX"),
+            ("s3:///site", weed.environment, "--storage s3:///site: expected s3://BUCKET or s3://BUCKET/PREFIX"),
+            ("s3://\(weed.bucket)/site", ["AWS_ENDPOINT_URL_S3": weed.endpoint, "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""], "AWS_ACCESS_KEY_ID"),
+            ("s3://\(weed.bucket)/site", wrongSecret, "the secret access key for access key"),
+            ("s3://no-such-bucket-here/site", weed.environment, "no such bucket"),
+            ("s3://\(weed.bucket)/site", weed.environment.merging(nobody) { _, b in b }, "--storage s3://\(weed.bucket)/site/:")
+        ]
+        for c in cases {
+            let r = try Run.run([binary, "serve", "--data", data.path, "--listen", "127.0.0.1:0", "--storage", c.storage], env: c.env, check: false)
+            XCTAssertNotEqual(r.status, 0, c.storage)
+            XCTAssertTrue(r.stderr.contains(c.says), "\(c.storage): \(r.stderr)")
+            XCTAssertEqual(r.stderr.split(separator: "\n").count, 1, "one line: \(r.stderr)")
+            XCTAssertFalse(r.stderr.contains(weed.secretKey) || r.stderr.contains(wrongSecret["AWS_SECRET_ACCESS_KEY"]!))
+            XCTAssertFalse(FileManager.default.fileExists(atPath: data.path), "nothing made: \(c.storage)")
+        }
     }
 }

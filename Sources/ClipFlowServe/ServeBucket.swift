@@ -40,7 +40,8 @@ final class ServeBucket: Sendable {
 
     func key(_ path: String) -> String { prefix + path }
 
-    /// Runs blocking S3 work off the event loops and the cooperative pool.
+    /// Runs blocking S3 work off the event loops and the cooperative pool; its result.
+    @discardableResult
     func perform<T: Sendable>(_ body: @escaping @Sendable (S3ObjectStore, String) throws -> T) async throws -> T {
         let (store, name) = (self.store, self.name)
         return try await io.perform { try body(store, name) }

@@ -109,9 +109,13 @@ private final class PartWriter: UploadWriter, @unchecked Sendable {
 
     func append(_ bytes: [UInt8]) async throws {
         held.append(contentsOf: bytes)
+        try await sendWholeParts()
+    }
+
+    /// Sends the whole parts `held` begins with; what could not be sent stays held, in order.
+    private func sendWholeParts() async throws {
         while held.count >= partSize {
-            let whole = held.prefix(Int(partSize))
-            try await send(Data(whole), as: part)
+            try await send(Data(held.prefix(Int(partSize))), as: part)
             held.removeFirst(Int(partSize))
             part += 1
         }
@@ -120,6 +124,7 @@ private final class PartWriter: UploadWriter, @unchecked Sendable {
     func checkpoint() async throws -> Int64 { (part - 1) * partSize }
 
     func finish() async throws -> Int64 {
+        try await sendWholeParts()
         let end = self.end
         if end == upload.offset { return end }
         let key = uploads.objectKey(upload.id), id = multipartUpload, bytes = held, number = part

@@ -379,9 +379,11 @@ public final class TUSServer: Sendable {
                     break
                 }
                 if pending.count >= Self.writeChunk {
-                    try await writer.append(pending)
-                    written += Int64(pending.count)
+                    // Handed over before the write: bytes a failed write took are not sent twice.
+                    let batch = pending
                     pending.removeAll(keepingCapacity: true)
+                    try await writer.append(batch)
+                    written += Int64(batch.count)
                     if digest == nil, written - committed >= Self.commitEvery, written < row.length {
                         let durable = try await writer.checkpoint()
                         if durable > committed {

@@ -35,7 +35,8 @@ extension UploadStorage {
 
 /// One request's writes into an upload, from its recorded offset on. Confined to the request.
 protocol UploadWriter: AnyObject, Sendable {
-    /// Appends `bytes` after what was appended before.
+    /// Appends `bytes` after what was appended before. A failure may leave them taken but not
+    /// written yet (`finish` writes them, or fails): they are never to be appended again.
     func append(_ bytes: [UInt8]) async throws
     /// The offset up to which what was appended is durable now, made so at a cost fit for every
     /// `TUSServer.commitEvery` bytes (a file: fsync; a bucket: the whole parts sent).

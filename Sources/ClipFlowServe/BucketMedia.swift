@@ -7,8 +7,8 @@ import Synchronization
 
 /// Published ladders as objects `media/ID/FOLDER/…` in a bucket. A worker writes a ladder into
 /// a local scratch folder of the step's own (`SCRATCH/ID-STEP`, removed when the step ends: the
-/// scratch space a worker needs is bounded by the steps it runs at once), then puts every file of it; a ladder step first
-/// downloads the published folder it reuses. A folder's time is its newest object's
+/// scratch space a worker needs is bounded by the steps it runs at once), then puts every file
+/// of it; a ladder step first downloads the published folder it reuses. A folder's time is its newest object's
 /// (`LastModified`); a superseded folder is removed once its grace is over by this server (a
 /// restart meanwhile leaves it to the next step of the video, or to the video's removal).
 final class BucketMedia: MediaStorage {

@@ -85,8 +85,7 @@ final class BucketUploads: UploadStorage {
 /// One request's bytes into an upload's multipart upload: whole parts are sent as they fill; at
 /// the end, the part not yet whole is kept as its `.part-N` object, or, when the upload is
 /// whole, sent as the last part and the upload completed.
-private final class PartWriter: UploadWriter, @unchecked Sendable {
-    // Confined to the request that made it (UploadWriter).
+private actor PartWriter: UploadWriter {
     private let uploads: BucketUploads
     private let upload: UploadRow
     private let multipartUpload: String

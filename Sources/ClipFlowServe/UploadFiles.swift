@@ -56,8 +56,7 @@ final class UploadFiles: UploadStorage {
 /// Writes one request's bytes into an upload's file at its offset. Each write starts writing
 /// back to the disk without waiting (sync_file_range), so that the fsync that makes it durable
 /// finds little left to do.
-private final class FileWriter: UploadWriter, @unchecked Sendable {
-    // Confined to the request that made it (UploadWriter).
+private actor FileWriter: UploadWriter {
     private let fd: Int32
     private var end: Int64
     private var open = true

@@ -225,13 +225,13 @@ public final class LadderFolder: @unchecked Sendable {
     /// then the source's own picture) on a thread of its own, beside the renditions being written;
     /// `awaitPoster` waits for it. At most once.
     func startPoster(from source: String) throws {
-        let jpeg = try work.appendingPathComponent("poster.jpg")
+        let work = try work
         let job = PosterJob()
         lock.withLock { poster = job }
         job.done.enter()
         DispatchQueue.global().async {
             defer { job.done.leave() }
-            do { _ = try Thumbnailer(path: source, cancel: job.cancel).write(to: jpeg) } catch { job.failure.withLock { $0 = error } }
+            do { try LadderCovers.write(Thumbnailer(path: source, cancel: job.cancel), into: work) } catch { job.failure.withLock { $0 = error } }
         }
     }
 
@@ -261,21 +261,55 @@ public final class LadderFolder: @unchecked Sendable {
     }
 }
 
+/// The covers a ladder writes: `poster.jpg` at the video's display size, and the same picture
+/// fitted within each of `sizes` pixels (its long side) as `poster-N.jpg`, so a screen loads no
+/// more than it shows.
+enum LadderCovers {
+    static let full = "poster.jpg"
+    static let sizes = [640, 1280]
+    static func name(_ size: Int) -> String { "poster-\(size).jpg" }
+    static var all: [String] { [full] + sizes.map(name) }
+
+    static func write(_ thumbnailer: Thumbnailer, into work: URL) throws {
+        _ = try thumbnailer.write(
+            to: work.appendingPathComponent(full),
+            also: sizes.map { (work.appendingPathComponent(name($0)), ThumbnailSize(maxWidth: $0, maxHeight: $0)) })
+    }
+}
+
 /// `feed.json`: what a feed client needs to start a video fast: its id (the folder's name),
-/// cover, master playlist, duration, and the init and first segments of the rendition a player
-/// starts on (the lowest) and of the audio, to prefetch while the video before it plays.
-func feedManifest(id: String, video: [HLSTrack], audio: HLSTrack?) -> String {
+/// cover (and the smaller covers present in `work`, by the long side they fit), master playlist,
+/// duration, the init and first segments of the rendition a player starts on (the lowest) and of
+/// the audio, to prefetch while the video before it plays, and every rendition (name, playlist,
+/// size, peak bits per second, codecs, init and first segment) so a player can start on the rung
+/// the connection sustains.
+func feedManifest(id: String, video: [HLSTrack], audio: HLSTrack?, covers work: URL) -> String {
     func node(_ v: JSONValue) -> JSONNode { JSONNode(v) }
+    func str(_ s: String) -> JSONNode { node(.string(s)) }
+    func num(_ n: Double) -> JSONNode { node(.number(n)) }
     var prefetch: [JSONNode] = []
     for t in [video.last, audio].compactMap({ $0 }) {
         guard let first = t.segments.first else { continue }
-        prefetch.append(node(.object([(key: "init", value: node(.string(t.initURI))), (key: "segment", value: node(.string(first.uri)))])))
+        prefetch.append(node(.object([(key: "init", value: str(t.initURI)), (key: "segment", value: str(first.uri))])))
     }
+    func rendition(_ t: HLSTrack) -> JSONNode {
+        var fields: [(key: String, value: JSONNode)] = [
+            (key: "name", value: str(String(t.playlistURI.dropLast(5)))), (key: "playlist", value: str(t.playlistURI)),
+            (key: "codecs", value: str(t.codecs)), (key: "bandwidth", value: num(t.peak.rounded())), (key: "init", value: str(t.initURI)),
+            (key: "segment", value: str(t.segments.first?.uri ?? ""))
+        ]
+        if t.width > 0 { fields += [(key: "width", value: num(Double(t.width))), (key: "height", value: num(Double(t.height)))] }
+        return node(.object(fields))
+    }
+    let covers = LadderCovers.sizes.filter { FileManager.default.fileExists(atPath: work.appendingPathComponent(LadderCovers.name($0)).path) }
+        .map { node(.object([(key: "uri", value: str(LadderCovers.name($0))), (key: "size", value: num(Double($0)))])) }
     let seconds = video.first.map { $0.segments.reduce(0) { $0 + $1.seconds } } ?? 0
-    let entry = JSONValue.object([
-        (key: "id", value: node(.string(id))), (key: "cover", value: node(.string("poster.jpg"))),
-        (key: "master", value: node(.string("master.m3u8"))), (key: "duration", value: node(.number((seconds * 1000).rounded() / 1000))),
-        (key: "prefetch", value: node(.array(prefetch)))
-    ])
-    return JSONValue.object([(key: "videos", value: node(.array([node(entry)])))]).serialized + "\n"
+    var entry: [(key: String, value: JSONNode)] = [
+        (key: "id", value: str(id)), (key: "cover", value: str(LadderCovers.full)), (key: "covers", value: node(.array(covers))),
+        (key: "master", value: str("master.m3u8")), (key: "duration", value: num((seconds * 1000).rounded() / 1000)),
+        (key: "prefetch", value: node(.array(prefetch))),
+        (key: "renditions", value: node(.array(video.filter { $0.initRange == nil }.map(rendition))))
+    ]
+    if let audio, audio.initRange == nil { entry.append((key: "audio", value: rendition(audio))) }
+    return JSONValue.object([(key: "videos", value: node(.array([node(.object(entry))])))]).serialized + "\n"
 }

@@ -75,9 +75,9 @@ final class LadderStage: Stage {
         // The richest first (a player without a bandwidth estimate starts there).
         video.sort { $0.peak > $1.peak }
         try folder.write(HLSPlaylists.master(video: video, audio: audio), to: "master.m3u8")
-        try folder.write(feedManifest(id: folder.output.lastPathComponent, video: video, audio: audio), to: "feed.json")
         try folder.write(LadderTracks(video: video, audio: audio).serialized(), to: LadderTracks.file)
         if reuse?.poster != true, try !folder.awaitPoster() { try writePoster(of: video[0], in: work) }
+        try folder.write(feedManifest(id: folder.output.lastPathComponent, video: video, audio: audio, covers: work), to: "feed.json")
         try folder.commit()
         committed = true
         let master = folder.output.appendingPathComponent("master.m3u8")
@@ -93,19 +93,18 @@ final class LadderStage: Stage {
         if !committed { folder.discard() }
     }
 
-    /// `poster.jpg` when no copy made it from the source (`LadderFolder.startPoster`): a
+    /// The covers (`LadderCovers`) when no copy made them from the source (`LadderFolder.startPoster`): a
     /// representative frame of the top rendition, upright. A copy's is taken from its source file;
     /// with one file per rendition that file is a whole fragmented MP4; otherwise
     /// its parts are put end to end, one part in memory at a time.
     private func writePoster(of v: HLSTrack, in work: URL) throws {
         let fm = FileManager.default
-        let jpeg = work.appendingPathComponent("poster.jpg")
         if let source = v.source {
-            _ = try Thumbnailer(path: source).write(to: jpeg)
+            try LadderCovers.write(Thumbnailer(path: source), into: work)
             return
         }
         if v.initRange != nil {
-            _ = try Thumbnailer(path: work.appendingPathComponent(v.initURI).path).write(to: jpeg)
+            try LadderCovers.write(Thumbnailer(path: work.appendingPathComponent(v.initURI).path), into: work)
             return
         }
         let whole = work.appendingPathComponent(".poster-source.mp4")
@@ -120,7 +119,7 @@ final class LadderStage: Stage {
             try? out.close()
             throw ClipFlowError.output("cannot write '\(whole.path)' for the poster: \(error.localizedDescription)")
         }
-        _ = try Thumbnailer(path: whole.path).write(to: jpeg)
+        try LadderCovers.write(Thumbnailer(path: whole.path), into: work)
     }
 }
 

@@ -27,7 +27,7 @@ struct LadderTracks: Codable {
 /// are: their files are hard-linked into the new folder (no copy, no encode; the folders must be
 /// on one file system) and they join its master playlist. `tracks` names them by their playlists'
 /// names without `.m3u8` ("360p", `audio`); a name the earlier ladder does not have is skipped
-/// (a source without sound has no `audio`). `poster`: its `poster.jpg` is taken too.
+/// (a source without sound has no `audio`). `poster`: its covers (`LadderCovers`) are taken too.
 public struct LadderReuse: Sendable, Equatable {
     /// The name of a ladder's audio rendition.
     public static let audio = "audio"
@@ -56,8 +56,9 @@ public struct LadderReuse: Sendable, Equatable {
         for t in chosen {
             files.formUnion([t.playlistURI, t.initURI] + t.segments.map(\.uri) + [t.iframesURI].compactMap { $0 })
         }
-        if poster { files.insert("poster.jpg") }
         let fm = FileManager.default
+        // A ladder made before the smaller covers existed has only the full one.
+        if poster { files.formUnion(LadderCovers.all.filter { fm.fileExists(atPath: folder.appendingPathComponent($0).path) }) }
         for name in files.sorted() {
             let from = folder.appendingPathComponent(name), to = work.appendingPathComponent(name)
             do {

@@ -52,7 +52,9 @@ public final class Thumbnailer {
         return String(format: "'%@' (the clip at %.2f-%.2f s of '%@')", s.path, s.start, s.end, path)
     }
 
-    public func write(to url: URL, limit: ThumbnailSize? = nil) throws -> Result {
+    /// Writes the cover to `url` (fitted within `limit`) and the same picture, smaller, to each of
+    /// `also` (fitted within its size).
+    public func write(to url: URL, limit: ThumbnailSize? = nil, also: [(URL, ThumbnailSize)] = []) throws -> Result {
         let dmx = try Demuxer(path: path)
         var vi = -1
         for i in 0..<dmx.streamCount where dmx.codecpar(i).pointee.codec_type == AVMEDIA_TYPE_VIDEO {
@@ -115,8 +117,23 @@ public final class Thumbnailer {
             let from = firstProblem ?? (sources.isEmpty ? "'\(path)'" : "'\(path)' (joined from \(sources.map { "'\($0.path)'" }.joined(separator: ", ")))")
             throw ClipFlowError.badInput("no picture for a cover could be decoded from \(from)")
         }
-        let f = chosen.frame.f.pointee
-        // Display size: pixel aspect applied, then the turn.
+        let (jpeg, width, height) = try encode(chosen.frame, turned: rotation, limit: limit)
+        let out = try AtomicOutput(target: url, label: "cover")
+        try out.write(jpeg)
+        try out.commit()
+        for (smaller, size) in also {
+            let (bytes, _, _) = try encode(chosen.frame, turned: rotation, limit: size)
+            let o = try AtomicOutput(target: smaller, label: "cover")
+            try o.write(bytes)
+            try o.commit()
+        }
+        return Result(width: width, height: height, time: chosen.time)
+    }
+
+    /// `frame` as a JPEG: at display size (pixel aspect applied, then turned `turned` degrees
+    /// clockwise), fitted within `limit`.
+    private func encode(_ frame: Frame, turned rotation: Int, limit: ThumbnailSize?) throws -> (Data, Int, Int) {
+        let f = frame.f.pointee
         var dw = Double(f.width), dh = Double(f.height)
         let sar = f.sample_aspect_ratio
         if sar.num > 0 && sar.den > 0 && sar.num != sar.den { dw = dw * Double(sar.num) / Double(sar.den) }
@@ -132,14 +149,9 @@ public final class Thumbnailer {
         let scaler = try Scaler(
             srcW: f.width, srcH: f.height, srcFormat: AVPixelFormat(rawValue: f.format),
             dstW: Int32(sw), dstH: Int32(sh), dstFormat: AV_PIX_FMT_YUVJ420P)
-        try scaler.scale(chosen.frame, into: scaled)
+        try scaler.scale(frame, into: scaled)
         let upright = try turn(scaled, clockwise: rotation)
-        let jpeg = try encodeJPEG(upright)
-
-        let out = try AtomicOutput(target: url, label: "cover")
-        try out.write(jpeg)
-        try out.commit()
-        return Result(width: Int(upright.f.pointee.width), height: Int(upright.f.pointee.height), time: chosen.time)
+        return (try encodeJPEG(upright), Int(upright.f.pointee.width), Int(upright.f.pointee.height))
     }
 
     private func firstFrame(_ dmx: Demuxer, _ dec: CodecContext, _ vi: Int, _ pkt: Packet) throws -> Frame? {

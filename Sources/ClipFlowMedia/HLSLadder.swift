@@ -281,8 +281,8 @@ enum LadderCovers {
 /// cover (and the smaller covers present in `work`, by the long side they fit), master playlist,
 /// duration, the init and first segments of the rendition a player starts on (the lowest) and of
 /// the audio, to prefetch while the video before it plays, and every rendition (name, playlist,
-/// size, peak bits per second, codecs, init and first segment) so a player can start on the rung
-/// the connection sustains.
+/// size, peak bits per second (with the audio, as the master playlist's BANDWIDTH), codecs, init
+/// and first segment) so a player can start on the rung the connection sustains.
 func feedManifest(id: String, video: [HLSTrack], audio: HLSTrack?, covers work: URL) -> String {
     func node(_ v: JSONValue) -> JSONNode { JSONNode(v) }
     func str(_ s: String) -> JSONNode { node(.string(s)) }
@@ -292,10 +292,10 @@ func feedManifest(id: String, video: [HLSTrack], audio: HLSTrack?, covers work: 
         guard let first = t.segments.first else { continue }
         prefetch.append(node(.object([(key: "init", value: str(t.initURI)), (key: "segment", value: str(first.uri))])))
     }
-    func rendition(_ t: HLSTrack) -> JSONNode {
+    func rendition(_ t: HLSTrack, bandwidth: Double) -> JSONNode {
         var fields: [(key: String, value: JSONNode)] = [
             (key: "name", value: str(String(t.playlistURI.dropLast(5)))), (key: "playlist", value: str(t.playlistURI)),
-            (key: "codecs", value: str(t.codecs)), (key: "bandwidth", value: num(t.peak.rounded())), (key: "init", value: str(t.initURI)),
+            (key: "codecs", value: str(t.codecs)), (key: "bandwidth", value: num(bandwidth)), (key: "init", value: str(t.initURI)),
             (key: "segment", value: str(t.segments.first?.uri ?? ""))
         ]
         if t.width > 0 { fields += [(key: "width", value: num(Double(t.width))), (key: "height", value: num(Double(t.height)))] }
@@ -308,8 +308,11 @@ func feedManifest(id: String, video: [HLSTrack], audio: HLSTrack?, covers work: 
         (key: "id", value: str(id)), (key: "cover", value: str(LadderCovers.full)), (key: "covers", value: node(.array(covers))),
         (key: "master", value: str("master.m3u8")), (key: "duration", value: num((seconds * 1000).rounded() / 1000)),
         (key: "prefetch", value: node(.array(prefetch))),
-        (key: "renditions", value: node(.array(video.filter { $0.initRange == nil }.map(rendition))))
+        (
+            key: "renditions",
+            value: node(.array(video.filter { $0.initRange == nil }.map { rendition($0, bandwidth: ($0.peak + (audio?.peak ?? 0)).rounded(.up)) }))
+        )
     ]
-    if let audio, audio.initRange == nil { entry.append((key: "audio", value: rendition(audio))) }
+    if let audio, audio.initRange == nil { entry.append((key: "audio", value: rendition(audio, bandwidth: audio.peak.rounded(.up)))) }
     return JSONValue.object([(key: "videos", value: node(.array([node(.object(entry))])))]).serialized + "\n"
 }

@@ -75,6 +75,24 @@ final class HLSLadderTests: XCTestCase {
         let prefetch = try XCTUnwrap(video["prefetch"] as? [[String: String]])
         XCTAssertEqual(prefetch.map { $0["segment"] ?? "" }, ["360p/seg-0.m4s", "audio/seg-0.m4s"])
         for p in prefetch { XCTAssertTrue(FileManager.default.fileExists(atPath: dir.appendingPathComponent(p["init"]!).path)) }
+        // Every rendition, as the master playlist names it, with what a player needs to start it.
+        let renditions = try XCTUnwrap(video["renditions"] as? [[String: Any]])
+        XCTAssertEqual(renditions.map { $0["name"] as? String }, ["720p", "360p"])
+        let master = try String(contentsOf: r.master, encoding: .utf8)
+        for rendition in renditions + [try XCTUnwrap(video["audio"] as? [String: Any])] {
+            let playlist = try XCTUnwrap(rendition["playlist"] as? String)
+            XCTAssertTrue(master.contains(playlist), playlist)
+            XCTAssertTrue(master.contains(try XCTUnwrap(rendition["codecs"] as? String)), "\(rendition)")
+            for key in ["init", "segment"] {
+                XCTAssertTrue(FileManager.default.fileExists(atPath: dir.appendingPathComponent(try XCTUnwrap(rendition[key] as? String)).path))
+            }
+            XCTAssertGreaterThan(rendition["bandwidth"] as? Double ?? 0, 0)
+        }
+        XCTAssertEqual(renditions.map { [$0["width"] as? Int, $0["height"] as? Int] }, [[1280, 720], [640, 360]])
+        XCTAssertTrue(master.contains("BANDWIDTH=\(Int(renditions[0]["bandwidth"] as? Double ?? 0))"), master)
+        // Smaller covers of the same picture, fitted within their long side.
+        XCTAssertEqual((video["covers"] as? [[String: Any]])?.map { $0["uri"] as? String }, ["poster-640.jpg", "poster-1280.jpg"])
+        XCTAssertEqual(try Probe.stream(dir.appendingPathComponent("poster-640.jpg").path, "v:0", "width,height"), "640,360")
         // Nothing is replaced.
         XCTAssertThrowsError(try HLSLadder(output: dir.path, ladder: LadderChoice(rungs: rungs), schedule: SegmentSchedule(length: 2)).run(inputs: [src])) {
             e in
@@ -241,7 +259,7 @@ final class HLSLadderFormsTests: XCTestCase {
             names,
             [
                 "360p-iframes.m3u8", "360p.m3u8", "360p.mp4", "720p-iframes.m3u8", "720p.m3u8", "720p.mp4", "audio.m3u8", "audio.mp4", "feed.json",
-                "master.m3u8", "poster.jpg", "tracks.json"
+                "master.m3u8", "poster-1280.jpg", "poster-640.jpg", "poster.jpg", "tracks.json"
             ])
         // The engine carried it: one decode fanning out to every rendition through bounded links.
         let links = events.events.compactMap { e -> (String, String, Int)? in

@@ -100,7 +100,7 @@ sys.exit(0 if all(v["status"] == "ready" for v in videos) else 1)
 PY
 "$bin" hls lint "$(curl -s -H 'Authorization: Bearer demo-key' "http://127.0.0.1:$sport/videos/1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["hls_url"])')"; echo
 if [ -t 0 ] && [ -z "${CI:-}" ]; then
-  echo "--- serving: the feed at http://127.0.0.1:$sport/ , the list at http://127.0.0.1:$sport/videos (Ctrl-C to stop)"
+  echo "--- serving: the feed at http://127.0.0.1:$sport/ , the list at http://127.0.0.1:$sport/videos (password demo-key, any user name) (Ctrl-C to stop)"
   wait $serve
 else
   echo "--- served: the feed was at http://127.0.0.1:$sport/ (stopped: not a terminal)"

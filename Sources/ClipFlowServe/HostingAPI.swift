@@ -13,7 +13,8 @@ import Hummingbird
 ///     DELETE /videos/{id}                                    -> 204 (its upload and media removed)
 ///     GET    /videos/{id}/upload  -> {"servers": [{"id", "hostname"}], "token", "video": {"id", "client_id"}}
 ///     GET    /feed.json           every viewable or ready video's feed entry (public)
-///     GET    /                    the feed page; GET /videos asked for as HTML: the list page (`Pages`)
+///     GET    /, /v/{id}           the feed page (public); GET /videos asked for as HTML: the list page
+///                                 (`Pages`; the API key as a Bearer token or a Basic password)
 ///
 /// A video: `id, name, description, client_id, status (pending, processing, viewable, ready,
 /// error), error, duration, screenshot, hls_url, renditions [{name, status}], progress,
@@ -50,18 +51,14 @@ struct HostingAPI: Sendable {
         }
         router.get("videos") { request, _ in
             await respond {
-                // A browser asking for the page gets the list page (public, read-only).
-                if (request.headers[.accept] ?? "").contains("text/html"), request.headers[.authorization] == nil {
-                    let (rows, _) = try await database.videos(page: 1, perPage: 100)
-                    var described: [[String: Any]] = []
-                    for r in rows { described.append(try await describe(r, request)) }
-                    return Pages.list(described)
-                }
+                // A browser asking for the page gets the list page, under the list's own rule.
+                if (request.headers[.accept] ?? "").contains("text/html") { return try await listPage(request) }
                 try authorize(request)
                 return try await list(request)
             }
         }
         router.get("/") { _, _ in Pages.feed() }
+        router.get("v/:id") { _, _ in Pages.feed() }
         router.get("videos/:id") { request, context in
             await respond {
                 try authorize(request)
@@ -115,6 +112,28 @@ struct HostingAPI: Sendable {
         return response
     }
 
+    /// The list page: the newest 100 videos. With an API key it takes what the JSON list takes, or
+    /// the key as a Basic password (what a browser sends once asked: 401 with
+    /// `WWW-Authenticate: Basic`).
+    private func listPage(_ request: Request) async throws -> Response {
+        let header = request.headers[.authorization] ?? ""
+        var bearer = header
+        if header.hasPrefix("Basic "), let decoded = Data(base64Encoded: String(header.dropFirst(6))).map({ String(decoding: $0, as: UTF8.self) }),
+            let colon = decoded.firstIndex(of: ":")
+        {
+            bearer = "Bearer " + decoded[decoded.index(after: colon)...]
+        }
+        do { try authorize(bearer) } catch let refusal as TUSRefusal {
+            var response = Pages.refusal(refusal.reason)
+            response.headers[.wwwAuthenticate] = "Basic realm=\"clipflow videos\", charset=\"UTF-8\""
+            return response
+        }
+        let (rows, _) = try await database.videos(page: 1, perPage: 100)
+        var described: [[String: Any]] = []
+        for r in rows { described.append(try await describe(r, request)) }
+        return Pages.list(described)
+    }
+
     private func remove(_ v: VideoRow) async throws -> Response {
         try await processor.removeVideo(v.id!)
         return Response(status: .noContent)
@@ -140,6 +159,15 @@ struct HostingAPI: Sendable {
             e["status"] = v.status.rawValue
             for key in ["cover", "master"] { if let s = e[key] as? String { e[key] = base + s } }
             e["prefetch"] = (e["prefetch"] as? [[String: String]] ?? []).map { $0.mapValues { base + $0 } }
+            func absolute(_ r: [String: Any], _ keys: [String]) -> [String: Any] {
+                var r = r
+                for k in keys { if let s = r[k] as? String { r[k] = base + s } }
+                return r
+            }
+            let files = ["playlist", "init", "segment"]
+            e["renditions"] = (e["renditions"] as? [[String: Any]]).map { $0.map { absolute($0, files) } }
+            e["audio"] = (e["audio"] as? [String: Any]).map { absolute($0, files) }
+            e["covers"] = (e["covers"] as? [[String: Any]]).map { $0.map { absolute($0, ["uri"]) } }
             entries.append(e)
         }
         return try json(["videos": entries], cache: "no-cache")

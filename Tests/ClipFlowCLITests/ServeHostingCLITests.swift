@@ -130,7 +130,8 @@ final class ServeHostingCLITests: XCTestCase {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let shots = root.appendingPathComponent(".build/test-artifacts/serve-pages")
         let r = try Run.run(
-            ["python3", root.appendingPathComponent("scripts/feed-check").path, "http://127.0.0.1:\(s.port)", "--screenshots", shots.path], check: false)
+            ["python3", root.appendingPathComponent("scripts/feed-check").path, "http://127.0.0.1:\(s.port)", "--screenshots", shots.path, "--key", key],
+            check: false)
         let j = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(r.out.utf8)) as? [String: Any], r.stderr)
         XCTAssertEqual(r.status, 0, "\(j) \(r.stderr)")
         XCTAssertEqual(j["first_playing"] as? Bool, true)
@@ -138,7 +139,63 @@ final class ServeHostingCLITests: XCTestCase {
         XCTAssertLessThanOrEqual(j["next_start_ms"] as? Int ?? 10_000, 1000, "\(j)")
         XCTAssertEqual(j["first_paused"] as? Bool, true)
         XCTAssertEqual(j["covers_loaded"] as? Int, 3)
+        XCTAssertEqual(j["covers_linked"] as? Int, 3, "each cover links to its video in the feed")
         for name in ["feed.png", "videos.png"] { XCTAssertTrue(FileManager.default.fileExists(atPath: shots.appendingPathComponent(name).path)) }
+        print("screenshots: \(shots.path)")
+    }
+
+    /// Every control of the feed, used in chromium as a viewer would (scripts/feed-controls: keys,
+    /// taps, the bar, the wheel, deep links, the fetches of upcoming and passed videos, layouts
+    /// and screenshots read back with ffmpeg, the fallbacks), on five videos of both shapes; and
+    /// the sized covers feed.json lists, judged by ffprobe.
+    func testFeedControlsInABrowser() throws {
+        let data = fx.scratch("serve-feed-controls")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        // Uploaded oldest first: the feed (newest first) opens on a landscape video, then a portrait one.
+        var files: [String] = []
+        for (i, size, seconds) in [(1, "1280x720", 8), (2, "720x1280", 8), (3, "640x360", 6), (4, "360x640", 6), (5, "1280x720", 6)] {
+            files.append(
+                try fx.clip(
+                    "serve-feed-controls-\(i).mp4",
+                    [
+                        "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=30", "-f", "lavfi", "-i", "sine=f=\(200 * i):r=48000", "-t", String(seconds),
+                        "-vf", "hue=h=\(i * 70)", "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac"
+                    ]))
+        }
+        let up = try Run.run(
+            [binary, "upload"] + files + [
+                "--to", "gcore", "--endpoint", "http://127.0.0.1:\(s.port)", "--upload-url", "http://{hostname}/files", "--queue",
+                fx.scratch("serve-feed-controls-queue").path
+            ], env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
+        XCTAssertEqual(up.status, 0, up.stderr)
+        for id in 1...5 { XCTAssertEqual(try waitFor(s, id, ["ready", "error"]).0["status"] as? String, "ready") }
+
+        // The covers: the full one at display size, the smaller ones fitted within their size.
+        let feed = try XCTUnwrap(try HTTP.request("GET", "http://127.0.0.1:\(s.port)/feed.json").json() as? [String: Any])
+        let first = try XCTUnwrap((feed["videos"] as? [[String: Any]])?.first)
+        func size(_ url: String) throws -> [Int] {
+            let local = fx.scratch("serve-feed-cover").appendingPathComponent("cover.jpg")
+            try HTTP.request("GET", "http://127.0.0.1:\(s.port)\(url)").body.write(to: local)
+            return try Run.run(["ffprobe", "-v", "error", "-show_entries", "stream=width,height", "-of", "csv=p=0", local.path]).out
+                .trimmingCharacters(in: .whitespacesAndNewlines).split(separator: ",").compactMap { Int($0) }
+        }
+        XCTAssertEqual(try size(try XCTUnwrap(first["cover"] as? String)), [1280, 720])
+        let covers = try XCTUnwrap(first["covers"] as? [[String: Any]])
+        XCTAssertEqual(covers.compactMap { $0["size"] as? Int }, [640, 1280])
+        XCTAssertEqual(try size(try XCTUnwrap(covers[0]["uri"] as? String)), [640, 360])
+        XCTAssertEqual(try size(try XCTUnwrap(covers[1]["uri"] as? String)), [1280, 720])
+
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let shots = root.appendingPathComponent(".build/test-artifacts/serve-feed-controls")
+        let r = try Run.run(
+            ["python3", root.appendingPathComponent("scripts/feed-controls").path, "http://127.0.0.1:\(s.port)", "--screenshots", shots.path], check: false)
+        let j = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(r.out.utf8)) as? [String: Any], "\(r.out) \(r.stderr)")
+        let checks = try XCTUnwrap(j["checks"] as? [String: Bool])
+        XCTAssertGreaterThanOrEqual(checks.count, 36, "\(checks.keys.sorted())")
+        for (name, passed) in checks.sorted(by: { $0.key < $1.key }) { XCTAssertTrue(passed, "\(name): \(j["problems"] ?? [])") }
+        XCTAssertEqual(r.status, 0, "\(j) \(r.stderr)")
         print("screenshots: \(shots.path)")
     }
 
@@ -194,9 +251,36 @@ final class ServeHostingCLITests: XCTestCase {
         XCTAssertEqual(try api(s, "GET", "/videos", bearer: access).status, 200)
         XCTAssertEqual(try HTTP.request("POST", "http://127.0.0.1:\(s.port)/auth/refresh", json: ["refresh": "guess"]).status, 401)
 
+        // The list page takes the key as the JSON list does (a Basic password from a browser), and
+        // says how to upload while it is empty.
+        // By curl: URLSession waits for ever on a 401 that asks for Basic credentials.
+        func listPage(password: String?) throws -> HTTPReply {
+            var command = ["curl", "-s", "-D", "-", "-H", "Accept: text/html", "http://127.0.0.1:\(s.port)/videos"]
+            if let password { command += ["-u", "viewer:\(password)"] }
+            let out = try Run.run(command).out
+            let (head, body) = try XCTUnwrap(out.range(of: "\r\n\r\n").map { (out[..<$0.lowerBound], out[$0.upperBound...]) }, out)
+            let lines = head.components(separatedBy: "\r\n")
+            var headers: [String: String] = [:]
+            for line in lines.dropFirst() {
+                if let colon = line.firstIndex(of: ":") {
+                    headers[String(line[..<colon])] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                }
+            }
+            let status = Int(lines[0].split(separator: " ").dropFirst().first ?? "") ?? 0
+            return HTTPReply(status: status, headers: headers, body: Data(body.utf8))
+        }
+        for refused in [try listPage(password: nil), try listPage(password: "guess")] {
+            XCTAssertEqual(refused.status, 401, refused.text)
+            XCTAssertEqual(refused.header("WWW-Authenticate"), "Basic realm=\"clipflow videos\", charset=\"UTF-8\"")
+            XCTAssertTrue(refused.text.contains("API key"), refused.text)
+        }
+        let empty = try listPage(password: key)
+        XCTAssertEqual(empty.status, 200)
+        XCTAssertTrue(empty.text.contains("No videos yet. Upload one with <code>clipflow upload VIDEO --to gcore"), empty.text)
+
         // Names reach the list page as text, never as markup.
         XCTAssertEqual(try api(s, "POST", "/videos", json: ["name": "<img src=x onerror=alert(1)>"]).status, 201)
-        let page = try HTTP.request("GET", "http://127.0.0.1:\(s.port)/videos", headers: ["Accept": "text/html"])
+        let page = try listPage(password: key)
         XCTAssertEqual(page.header("Content-Type"), "text/html; charset=utf-8")
         XCTAssertTrue(page.text.contains("&lt;img src=x onerror=alert(1)&gt;"), page.text)
         XCTAssertFalse(page.text.contains("<img src=x"), page.text)
@@ -231,6 +315,10 @@ final class ServeHostingCLITests: XCTestCase {
         XCTAssertEqual(failed["status"] as? String, "error")
         XCTAssertTrue((failed["error"] as? String ?? "").contains("not a video"), "\(failed)")
         XCTAssertFalse((failed["error"] as? String ?? "").contains(data.path), "no server paths in the reason: \(failed)")
+        let listed = try listPage(password: key).text
+        let reason = (failed["error"] as? String ?? "?").replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
+            .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;").replacingOccurrences(of: "'", with: "&#39;")
+        XCTAssertTrue(listed.contains("<div class=\"error\">\(reason)</div>"), "the failed video's reason is on the list page: \(listed)")
         XCTAssertEqual(try video(s, b!)["status"] as? String, "pending")
         XCTAssertEqual(try api(s, "GET", "/videos/999").status, 404)
         XCTAssertEqual(try create(s, ["filename": "again.mp4", "video_id": String(a!), "token": tokenA!], length: 10).status, 409, "uploaded already")

@@ -183,6 +183,11 @@ public struct HTTPReply: Sendable {
     public var status: Int
     public var headers: [String: String]
     public var body: Data
+    public init(status: Int, headers: [String: String], body: Data) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
     public var text: String { String(decoding: body, as: UTF8.self) }
     public func json() throws -> Any { try JSONSerialization.jsonObject(with: body) }
     public func header(_ name: String) -> String? {

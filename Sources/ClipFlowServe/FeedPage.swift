@@ -1,0 +1,604 @@
+/// The feed page (`/`, and `/v/ID` to open it at one video): one video per screen, vertical,
+/// scroll snapping; the video on screen plays, the others are paused.
+///
+/// What a viewer gets:
+/// - sound: off until asked for (a tap on a muted video, the sound button, `m`), then on for every
+///   next video, remembered across visits (`localStorage` `clipflow.sound`); a browser that refuses
+///   sound without a gesture gets the video muted and the button showing it;
+/// - pause: a tap on a video with sound, `space`, or holding a press (resumes on release);
+/// - a progress bar to seek on (pointer or `←`/`→`, 5 s), the name, the time and the duration;
+/// - paging by exactly one video: `↓`/`↑`, `PageDown`/`PageUp`, `j`/`k`, and one wheel or
+///   trackpad gesture (its inertia is the same gesture), without a click first;
+/// - the address follows the video on screen (`/v/ID`), so it can be shared or reloaded;
+/// - a portrait video fills a portrait screen; anything else is fitted (letterboxed).
+///
+/// How it starts fast: the player is Media Source Extensions over the ladder's fMP4 segments
+/// (`feed.json` lists every rendition's codecs, peak rate, init and first segment). The start rung
+/// is the highest whose peak rate fits 70% of the throughput measured on the page's media
+/// fetches (the smallest before anything was measured) and no larger than the screen shows; later
+/// segments follow the measure. When a video comes on screen, the next two get their covers (the
+/// smallest `feed.json` cover that fills the screen, in view order) and then the init and first
+/// segment of the chosen rung and of the audio, appended to their own paused players, nothing
+/// more; the video on screen keeps 10 s buffered ahead. Videos scrolled more than one past lose
+/// their players, and any download still running for a video no longer on screen or next is
+/// aborted. Without Media Source Extensions (or for a video whose `feed.json` predates the
+/// renditions list), the browser's own HLS plays the master playlist; a browser with neither says
+/// so on the video instead of a black box.
+///
+/// `window.feedLog` records what happened ({what, index, t}: `visible`, `playing`, `prefetched`,
+/// `waiting`, `error`, `sound`, `paused`), for tests and the curious.
+enum FeedPage {
+    static let html = """
+        <!doctype html>
+        <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1,viewport-fit=cover">
+        <title>clipflow feed</title>
+        <style>
+        html, body { margin: 0; height: 100%; background: #000; color: #fff; font: 15px system-ui, sans-serif; overflow: hidden; }
+        #feed { height: 100vh; height: 100dvh; overflow-y: scroll; scroll-snap-type: y mandatory; overscroll-behavior: contain;
+                scrollbar-width: none; outline: none; }
+        #feed::-webkit-scrollbar { display: none; }
+        .item { height: 100vh; height: 100dvh; scroll-snap-align: start; scroll-snap-stop: always; position: relative; overflow: hidden;
+                user-select: none; -webkit-user-select: none; touch-action: pan-y; }
+        .item video { position: absolute; inset: 0; width: 100%; height: 100%; object-fit: contain; }
+        .item.fill video { object-fit: cover; }
+        .info { position: absolute; left: 16px; right: 76px; bottom: 30px; text-shadow: 0 1px 3px #000; pointer-events: none; }
+        .info .name { font-weight: 600; font-size: 16px; overflow-wrap: anywhere; }
+        .info .time { opacity: .9; margin-top: 4px; font-variant-numeric: tabular-nums; }
+        .bar { position: absolute; left: 0; right: 0; bottom: 0; height: 18px; cursor: pointer; touch-action: none; }
+        .bar .track { position: absolute; left: 0; right: 0; bottom: 6px; height: 3px; background: rgba(255,255,255,.3); }
+        .bar .done { height: 100%; width: 0; background: #fff; }
+        .sound { position: absolute; right: 14px; top: 14px; width: 44px; height: 44px; border: 0; border-radius: 22px; padding: 10px;
+                 background: rgba(0,0,0,.45); color: #fff; cursor: pointer; }
+        .sound svg { width: 24px; height: 24px; fill: currentColor; }
+        .sound .on, .sound[aria-pressed="true"] .off { display: none; }
+        .sound[aria-pressed="true"] .on { display: inline; }
+        .paused-mark { position: absolute; left: 50%; top: 50%; width: 60px; height: 60px; margin: -30px 0 0 -30px; display: none;
+                       pointer-events: none; filter: drop-shadow(0 2px 4px #000); }
+        .paused-mark::before, .paused-mark::after { content: ""; position: absolute; top: 6px; width: 16px; height: 48px; background: #fff; }
+        .paused-mark::before { left: 10px; } .paused-mark::after { right: 10px; }
+        .item.paused .paused-mark { display: block; }
+        .problem { position: absolute; left: 16px; right: 16px; top: 45%; text-align: center; text-shadow: 0 1px 3px #000; }
+        #notice { position: fixed; top: 12px; left: 50%; transform: translateX(-50%); background: rgba(0,0,0,.75); padding: 6px 12px;
+                  border-radius: 6px; z-index: 2; }
+        #empty { padding: 2em; }
+        </style></head>
+        <body><main id="feed" tabindex="-1" aria-label="videos"></main>
+        <script>
+        'use strict';
+        window.feedLog = [];
+        const log = (what, index) => window.feedLog.push({ what, index, t: performance.now() });
+        const MS = window.ManagedMediaSource || window.MediaSource;
+        const AHEAD = 10;  // seconds the video on screen keeps buffered ahead
+        const nativeHLS = document.createElement('video').canPlayType('application/vnd.apple.mpegurl') !== '';
+
+        const soundPreference = {
+          get() { try { return localStorage.getItem('clipflow.sound') === 'on'; } catch { return false; } },
+          set(on) { try { localStorage.setItem('clipflow.sound', on ? 'on' : 'off'); } catch {} }
+        };
+        let soundOn = soundPreference.get();
+
+        // Throughput of media fetches, bits per second: a moving average over responses of 16 KB or more.
+        const throughput = {
+          bps: 0,
+          add(bytes, ms) {
+            if (bytes < 16384 || ms <= 0) return;
+            const sample = bytes * 8000 / ms;
+            this.bps = this.bps ? 0.5 * this.bps + 0.5 * sample : sample;
+          }
+        };
+
+        // The rendition to fetch next: the highest whose peak fits 70% of the throughput, no taller
+        // than the screen's short side needs; the smallest before anything was measured.
+        function chooseRendition(renditions) {
+          const sorted = [...renditions].sort((a, b) => a.bandwidth - b.bandwidth);
+          const screenShort = Math.min(innerWidth, innerHeight) * Math.min(devicePixelRatio || 1, 2);
+          let best = sorted[0];
+          for (const r of sorted) {
+            const short = Math.min(r.width || 0, r.height || 0);
+            if (r !== sorted[0] && short > screenShort * 1.25) break;
+            if (throughput.bps && r.bandwidth <= throughput.bps * 0.7) best = r;
+          }
+          return best;
+        }
+
+        async function fetchBytes(url, signal) {
+          const t0 = performance.now();
+          const response = await fetch(url, { signal });
+          if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
+          const data = await response.arrayBuffer();
+          throughput.add(data.byteLength, performance.now() - t0);
+          return data;
+        }
+
+        // A media playlist's segments: [{uri (absolute), start, duration}].
+        async function mediaSegments(url, signal) {
+          const response = await fetch(url, { signal });
+          if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
+          const lines = (await response.text()).split('\\n').map(l => l.trim());
+          const segments = [];
+          let start = 0, duration = null;
+          for (const line of lines) {
+            if (line.startsWith('#EXTINF:')) duration = parseFloat(line.slice(8));
+            else if (line && !line.startsWith('#') && duration !== null) {
+              segments.push({ uri: new URL(line, url).href, start, duration });
+              start += duration;
+              duration = null;
+            }
+          }
+          return segments;
+        }
+
+        function appendTo(buffer, data) {
+          return new Promise((resolve, reject) => {
+            const done = () => { buffer.removeEventListener('error', fail); resolve(); };
+            const fail = () => { buffer.removeEventListener('updateend', done); reject(new Error('the browser refused a segment')); };
+            buffer.addEventListener('updateend', done, { once: true });
+            buffer.addEventListener('error', fail, { once: true });
+            buffer.appendBuffer(data);
+          });
+        }
+
+        const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+
+        // One track (video or audio) of a Media Source player: its SourceBuffer and what comes next.
+        class Track {
+          constructor(player, kind, renditions) {
+            this.player = player;
+            this.kind = kind;
+            this.renditions = renditions;
+            this.rendition = kind === 'video' ? chooseRendition(renditions) : renditions[0];
+            this.buffer = player.source.addSourceBuffer(`${kind}/mp4; codecs="${this.rendition.codecs}"`);
+            this.appendedInit = null;
+            this.segments = new Map();  // rendition name -> its segments, once read
+            this.next = 0;
+            this.seekTo = undefined;
+          }
+          url(uri) { return new URL(uri, this.player.base).href; }
+          async append(data) {
+            try { await appendTo(this.buffer, data); } catch (e) {
+              if (this.player.closed) throw e;
+              throw new Error(`${this.kind}: ${e.message}`);
+            }
+          }
+          async useRendition(r, signal) {
+            if (this.appendedInit === r) return;
+            if (this.appendedInit && r.codecs !== this.appendedInit.codecs && this.buffer.changeType) this.buffer.changeType(`${this.kind}/mp4; codecs="${r.codecs}"`);
+            await this.append(await fetchBytes(this.url(r.init), signal));
+            this.appendedInit = r;
+          }
+          // The init and first segment of the chosen rendition (feed.json names them), while its
+          // playlist is read for the segments after.
+          async first(signal) {
+            this.list(this.rendition, signal);
+            await this.useRendition(this.rendition, signal);
+            await this.append(await fetchBytes(this.url(this.rendition.segment), signal));
+            this.next = 1;
+          }
+          // A rendition's segments, read once (again after a failed or aborted read).
+          list(r, signal) {
+            if (!this.segments.has(r.name)) {
+              const read = mediaSegments(this.url(r.playlist), signal);
+              read.catch(() => { if (this.segments.get(r.name) === read) this.segments.delete(r.name); });
+              this.segments.set(r.name, read);
+            }
+            return this.segments.get(r.name);
+          }
+          bufferedAhead() {
+            const t = this.player.video.currentTime, b = this.buffer.buffered;
+            for (let i = 0; i < b.length; i++) if (b.start(i) <= t + 0.1 && t < b.end(i)) return b.end(i) - t;
+            return 0;
+          }
+          // Appends the next segment; false once there is none.
+          async more(signal) {
+            const r = this.kind === 'video' ? chooseRendition(this.renditions) : this.rendition;
+            const current = await this.list(this.rendition, signal);
+            let segments = current;
+            if (r !== this.rendition) {
+              const other = await this.list(r, signal);
+              // Rungs switch at segment boundaries only, which match when the counts do.
+              if (other.length === current.length) { this.rendition = r; segments = other; }
+            }
+            if (this.next >= segments.length) return false;
+            await this.useRendition(this.rendition, signal);
+            const data = await fetchBytes(segments[this.next].uri, signal);
+            try { await this.append(data); } catch (e) {
+              if (e.name !== 'QuotaExceededError' && !/quota/i.test(e.message)) throw e;
+              await new Promise(resolve => { this.buffer.addEventListener('updateend', resolve, { once: true }); this.buffer.remove(0, Math.max(0, this.player.video.currentTime - 5)); });
+              await this.append(data);
+            }
+            this.next += 1;
+            return true;
+          }
+          // Where to go on after a seek to `t` outside what is buffered.
+          async seek(t, signal) {
+            const segments = await this.list(this.rendition, signal);
+            const i = segments.findIndex(s => t < s.start + s.duration);
+            this.next = i < 0 ? segments.length : i;
+          }
+        }
+
+        // Media Source Extensions over the ladder's fMP4 segments.
+        class SourcePlayer {
+          static fits(entry) {
+            if (!MS || !entry.renditions || entry.renditions.length === 0) return false;
+            const ok = (kind, r) => MS.isTypeSupported(`${kind}/mp4; codecs="${r.codecs}"`);
+            return entry.renditions.every(r => ok('video', r)) && (!entry.audio || ok('audio', entry.audio));
+          }
+          constructor(entry, video, index) {
+            Object.assign(this, { entry, video, index, closed: false, active: false });
+            this.base = new URL(entry.master, location.href).href;
+            this.abort = new AbortController();
+            // Encoded rungs share segment boundaries; a copy of the upload plays alone.
+            const encoded = entry.renditions.filter(r => /^\\d+p$/.test(r.name));
+            this.renditions = encoded.length ? encoded : entry.renditions;
+            this.opened = this.open();
+            this.started = this.opened.then(() => this.firstSegments());
+          }
+          async open() {
+            this.source = new MS();
+            this.video.disableRemotePlayback = true;
+            this.url = URL.createObjectURL(this.source);
+            this.video.src = this.url;
+            await new Promise(resolve => this.source.addEventListener('sourceopen', resolve, { once: true }));
+            if (this.closed) return;
+            this.tracks = [new Track(this, 'video', this.renditions)];
+            if (this.entry.audio) this.tracks.push(new Track(this, 'audio', [this.entry.audio]));
+            if (this.entry.duration > 0) this.source.duration = this.entry.duration;
+          }
+          // The init and first segment of each track: all an upcoming video fetches.
+          async firstSegments() {
+            if (this.closed) return;
+            const signal = this.abort.signal;
+            await Promise.all(this.tracks.map(t => (t.next === 0 ? t.first(signal) : null)));
+            log('prefetched', this.index);
+          }
+          // Plays, keeping AHEAD seconds buffered per track until the end.
+          activate() {
+            this.active = true;
+            if (this.pumping) return;
+            this.pumping = this.opened.then(() => this.started.catch(() => {})).then(() => Promise.all(this.tracks.map(t => this.pump(t)))).then(() => {
+              this.complete = true;
+              if (!this.closed && this.source.readyState === 'open' && this.tracks.every(t => !t.buffer.updating)) this.source.endOfStream();
+            }).catch(e => { if (!this.closed && e.name !== 'AbortError') this.fail(e); }).finally(() => {
+              this.pumping = null;
+              if (this.active && !this.closed && !this.complete) this.activate();
+            });
+          }
+          async pump(track) {
+            while (this.active && !this.closed) {
+              if (track.seekTo !== undefined) { const t = track.seekTo; track.seekTo = undefined; await track.seek(t, this.abort.signal); }
+              if (track.next === 0) { await track.first(this.abort.signal); continue; }
+              if (track.bufferedAhead() >= AHEAD) { await sleep(250); continue; }
+              if (!(await track.more(this.abort.signal))) return;
+            }
+            throw Object.assign(new Error('stopped'), { name: 'AbortError' });
+          }
+          // Resolves once every track has `seconds` buffered ahead, or everything.
+          async buffered(seconds) {
+            await this.opened;
+            while (!this.closed && !this.complete && this.active && !this.tracks.every(t => t.bufferedAhead() >= seconds)) await sleep(100);
+          }
+          // Stops downloading (a video scrolled past); what is buffered stays.
+          stop() {
+            this.active = false;
+            this.abort.abort();
+            this.abort = new AbortController();
+          }
+          // Stops playing on, but lets the first segments still coming arrive (an upcoming video).
+          pause() { this.active = false; }
+          seeking(t) {
+            for (const track of this.tracks || []) if (track.bufferedAhead() === 0) { track.seekTo = t; this.complete = false; }
+            if (this.active) this.activate();
+          }
+          fail(e) {
+            log('error', this.index);
+            console.warn(`video ${this.entry.id}: ${e.message}`);
+            this.onfail && this.onfail(e);
+          }
+          close() {
+            this.closed = true;
+            this.abort.abort();
+            this.video.removeAttribute('src');
+            this.video.load();
+            if (this.url) URL.revokeObjectURL(this.url);
+          }
+        }
+
+        // The browser's own HLS: the master playlist, the browser's own rung choice.
+        class NativePlayer {
+          constructor(entry, video, index) {
+            Object.assign(this, { entry, video, index });
+            this.abort = new AbortController();
+            this.started = Promise.resolve();
+          }
+          activate() { if (!this.video.getAttribute('src')) this.video.src = this.entry.master; }
+          async buffered() {}
+          stop() { this.abort.abort(); this.abort = new AbortController(); }
+          pause() {}
+          seeking() {}
+          close() { this.abort.abort(); this.video.removeAttribute('src'); this.video.load(); }
+        }
+
+        const feed = document.getElementById('feed');
+        const items = [];
+        const players = new Map();
+        let videos = [];
+        let current = -1;
+
+        // The smallest cover that fills what the screen shows of the video (fitted, or filling a
+        // portrait screen) at up to twice its pixel density.
+        function coverFor(entry, item) {
+          const top = (entry.renditions || []).reduce((a, r) => (a && a.height >= r.height ? a : r), null);
+          const w = (top && top.width) || 16, h = (top && top.height) || 9;
+          const scale = item.el.classList.contains('fill') ? Math.max(innerWidth / w, innerHeight / h) : Math.min(innerWidth / w, innerHeight / h);
+          const need = Math.max(w, h) * scale * Math.min(devicePixelRatio || 1, 2) * 0.75;
+          const sized = [...(entry.covers || [])].sort((a, b) => a.size - b.size).find(c => c.size >= need);
+          return sized ? new URL(sized.uri, new URL(entry.master, location.href)).href : entry.cover;
+        }
+
+        function layout(item) {
+          const v = item.video, entry = videos[item.index];
+          const top = (entry.renditions || []).reduce((a, r) => (a && a.height >= r.height ? a : r), null);
+          const w = v.videoWidth || (top && top.width) || 0, h = v.videoHeight || (top && top.height) || 0;
+          item.el.classList.toggle('fill', h > w && innerHeight > innerWidth);
+        }
+
+        function clock(s) {
+          if (!isFinite(s)) s = 0;
+          s = Math.max(0, Math.floor(s));
+          return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
+        }
+
+        function showProblem(item, text) {
+          let p = item.el.querySelector('.problem');
+          if (!p) { p = document.createElement('div'); p.className = 'problem'; item.el.append(p); }
+          p.textContent = text;
+        }
+
+        function playerFor(index) {
+          if (index < 0 || index >= videos.length) return null;
+          let p = players.get(index);
+          if (p) return p;
+          const item = items[index], entry = videos[index];
+          if (SourcePlayer.fits(entry)) {
+            p = new SourcePlayer(entry, item.video, index);
+            p.onfail = () => {
+              players.delete(index);
+              p.close();
+              if (!nativeHLS) { showProblem(item, 'This video cannot be played here.'); return; }
+              const n = new NativePlayer(entry, item.video, index);
+              players.set(index, n);
+              if (index === current) { n.activate(); play(item); }
+            };
+          } else if (nativeHLS) {
+            p = new NativePlayer(entry, item.video, index);
+          } else {
+            showProblem(item, 'This browser plays neither HLS nor Media Source Extensions: the video cannot be shown here.');
+            return null;
+          }
+          players.set(index, p);
+          return p;
+        }
+
+        function play(item) {
+          const v = item.video;
+          v.muted = !soundOn;
+          item.el.classList.remove('paused');
+          v.play().catch(e => {
+            if (e.name === 'NotAllowedError' && !v.muted) {
+              // No sound without a gesture here: play muted, show it; a tap turns it on.
+              v.muted = true;
+              showSound();
+              v.play().catch(() => {});
+            }
+          });
+          showSound();
+        }
+
+        function showSound() {
+          for (const item of items) {
+            const on = !item.video.muted;
+            item.sound.setAttribute('aria-pressed', String(on));
+            item.sound.setAttribute('aria-label', on ? 'Sound on: turn it off (m)' : 'Sound off: turn it on (m)');
+          }
+        }
+
+        function setSound(on) {
+          soundOn = on;
+          soundPreference.set(on);
+          for (const item of items) item.video.muted = !on;
+          showSound();
+          log(on ? 'sound-on' : 'sound-off', current);
+        }
+
+        function togglePause(item) {
+          const v = item.video;
+          if (v.paused) { play(item); log('resumed', item.index); } else { v.pause(); item.el.classList.add('paused'); log('paused', item.index); }
+        }
+
+        // The video at `index` is the one on screen.
+        function focusOn(index) {
+          if (index === current || index < 0 || index >= videos.length) return;
+          current = index;
+          window.currentIndex = index;
+          log('visible', index);
+          history.replaceState(null, '', `/v/${encodeURIComponent(videos[index].id)}`);
+          for (const item of items) {
+            if (item.index !== index) { item.video.pause(); item.el.classList.remove('paused'); }
+          }
+          for (const [i, p] of players) {
+            if (i < index - 1 || i > index + 2) { p.close(); players.delete(i); }
+            else if (i < index) p.stop();
+            else if (i > index) p.pause();
+          }
+          // Covers in view order: this one now; the next two (and the one before, for going back)
+          // once this one's first segments are in.
+          const cover = i => {
+            const item = items[i];
+            if (item && !item.video.getAttribute('poster')) item.video.poster = coverFor(videos[i], item);
+          };
+          cover(index);
+          const p = playerFor(index);
+          if (p) { p.activate(); play(items[index]); }
+          // Then the first segment of the next two, one after the other, once this one has 4 s
+          // buffered ahead (before that, its own segments come first).
+          const started = p ? p.started.catch(() => {}).then(() => { if (current === index) [index + 1, index + 2, index - 1].forEach(cover); return p.buffered(4); }) : Promise.resolve();
+          started.catch(() => {}).then(() => {
+            if (current !== index) return;
+            const next = playerFor(index + 1);
+            return next && next.started.catch(() => {}).then(() => { if (current === index) playerFor(index + 2); });
+          });
+        }
+
+        function go(index) {
+          index = Math.max(0, Math.min(videos.length - 1, index));
+          feed.scrollTo({ top: index * feed.clientHeight, behavior: 'smooth' });
+          focusOn(index);
+        }
+
+        function build(entry, index) {
+          const el = document.createElement('section');
+          el.className = 'item';
+          el.dataset.index = index;
+          el.dataset.id = entry.id;
+          const video = document.createElement('video');
+          Object.assign(video, { muted: !soundOn, playsInline: true, loop: true, preload: 'none' });
+          video.setAttribute('playsinline', '');
+          const info = document.createElement('div');
+          info.className = 'info';
+          const name = document.createElement('div');
+          name.className = 'name';
+          name.textContent = entry.name;
+          const time = document.createElement('div');
+          time.className = 'time';
+          time.textContent = `0:00 / ${clock(entry.duration)}`;
+          info.append(name, time);
+          const sound = document.createElement('button');
+          sound.className = 'sound';
+          sound.type = 'button';
+          sound.innerHTML = '<svg class="off" viewBox="0 0 24 24"><path d="M3 9v6h4l5 5V4L7 9H3zm13.6 3 2.7-2.7-1.4-1.4-2.7 2.7-2.7-2.7-1.4 1.4 2.7 2.7-2.7 2.7 1.4 1.4 2.7-2.7 2.7 2.7 1.4-1.4-2.7-2.7z"/></svg>' +
+            '<svg class="on" viewBox="0 0 24 24"><path d="M3 9v6h4l5 5V4L7 9H3zm13.5 3A4.5 4.5 0 0 0 14 8v8a4.5 4.5 0 0 0 2.5-4zM14 3.2v2.1a7 7 0 0 1 0 13.4v2.1a9 9 0 0 0 0-17.6z"/></svg>';
+          const bar = document.createElement('div');
+          bar.className = 'bar';
+          bar.innerHTML = '<div class="track"><div class="done"></div></div>';
+          const mark = document.createElement('div');
+          mark.className = 'paused-mark';
+          el.append(video, info, mark, sound, bar);
+          const item = { el, video, sound, bar, time, index, done: bar.querySelector('.done') };
+
+          video.addEventListener('playing', () => log('playing', index));
+          video.addEventListener('waiting', () => { if (video.currentTime > 0) log('waiting', index); });
+          video.addEventListener('loadedmetadata', () => layout(item));
+          video.addEventListener('seeking', () => { const p = players.get(index); if (p) p.seeking(video.currentTime); });
+          sound.addEventListener('click', e => { e.stopPropagation(); setSound(video.muted); });
+
+          // A tap: sound on when muted, else pause or resume. A press held: paused until released.
+          let press = null;
+          el.addEventListener('pointerdown', e => {
+            if (e.target.closest('.bar, .sound') || e.button !== 0) return;
+            press = { x: e.clientX, y: e.clientY, held: false };
+            press.timer = setTimeout(() => { if (press && !video.paused) { press.held = true; video.pause(); el.classList.add('paused'); } }, 400);
+          });
+          el.addEventListener('pointermove', e => {
+            if (press && Math.hypot(e.clientX - press.x, e.clientY - press.y) > 12) { clearTimeout(press.timer); press = null; }
+          });
+          const release = tap => {
+            if (!press) return;
+            clearTimeout(press.timer);
+            const held = press.held;
+            press = null;
+            if (held) { play(item); return; }
+            if (!tap) return;
+            if (video.muted) setSound(true); else togglePause(item);
+          };
+          el.addEventListener('pointerup', () => release(true));
+          el.addEventListener('pointercancel', () => release(false));
+
+          // Seeking on the bar: where it is pressed, and while dragged.
+          const seekAt = e => {
+            const r = bar.getBoundingClientRect(), d = video.duration || entry.duration;
+            if (!(d > 0)) return;
+            video.currentTime = Math.max(0, Math.min(d - 0.05, (e.clientX - r.left) / r.width * d));
+          };
+          bar.addEventListener('pointerdown', e => { e.stopPropagation(); bar.setPointerCapture(e.pointerId); seekAt(e); });
+          bar.addEventListener('pointermove', e => { if (bar.hasPointerCapture(e.pointerId)) seekAt(e); });
+          return item;
+        }
+
+        // The bar and time of the video on screen, each frame.
+        function tick() {
+          const item = items[current];
+          if (item) {
+            const v = item.video, d = v.duration || videos[current].duration;
+            item.done.style.width = d > 0 ? `${Math.min(100, v.currentTime / d * 100)}%` : '0';
+            item.time.textContent = `${clock(v.currentTime)} / ${clock(d)}`;
+          }
+          requestAnimationFrame(tick);
+        }
+
+        // Keys work from the start: they are read on the document, not the scrolled element.
+        document.addEventListener('keydown', e => {
+          if (e.altKey || e.ctrlKey || e.metaKey || !videos.length) return;
+          const item = items[current];
+          switch (e.key) {
+            case 'ArrowDown': case 'PageDown': case 'j': go(current + 1); break;
+            case 'ArrowUp': case 'PageUp': case 'k': go(current - 1); break;
+            case ' ': if (item) togglePause(item); break;
+            case 'm': case 'M': setSound(!soundOn || (item && item.video.muted)); break;
+            case 'ArrowRight': if (item) item.video.currentTime = Math.min((item.video.duration || 0) - 0.05, item.video.currentTime + 5); break;
+            case 'ArrowLeft': if (item) item.video.currentTime = Math.max(0, item.video.currentTime - 5); break;
+            default: return;
+          }
+          e.preventDefault();
+        });
+
+        // One wheel or trackpad gesture (with its inertia: events less than 200 ms apart) moves one video.
+        const wheel = { sum: 0, last: 0, moved: false };
+        feed.addEventListener('wheel', e => {
+          e.preventDefault();
+          const now = performance.now();
+          if (now - wheel.last > 200) { wheel.sum = 0; wheel.moved = false; }
+          wheel.last = now;
+          if (wheel.moved) return;
+          wheel.sum += e.deltaMode === 1 ? e.deltaY * 40 : e.deltaMode === 2 ? e.deltaY * feed.clientHeight : e.deltaY;
+          if (Math.abs(wheel.sum) >= 30) { wheel.moved = true; go(current + Math.sign(wheel.sum)); }
+        }, { passive: false });
+
+        addEventListener('resize', () => { for (const item of items) layout(item); });
+
+        fetch('/feed.json').then(r => r.json()).then(doc => {
+          videos = doc.videos;
+          if (videos.length === 0) {
+            feed.innerHTML = '<p id="empty">No videos yet. Upload one (<code>clipflow upload VIDEO --to gcore --endpoint URL</code>, or any TUS client) and it appears here once it plays.</p>';
+            return;
+          }
+          videos.forEach((entry, index) => {
+            const item = build(entry, index);
+            items.push(item);
+            feed.append(item.el);
+            layout(item);
+          });
+          const wanted = decodeURIComponent((location.pathname.match(/^\\/v\\/([^/]+)$/) || [])[1] || '');
+          let start = wanted ? videos.findIndex(v => String(v.id) === wanted) : 0;
+          if (start < 0) {
+            start = 0;
+            const notice = document.createElement('div');
+            notice.id = 'notice';
+            notice.textContent = `Video ${wanted} is not in the feed (not ready yet, or removed).`;
+            document.body.append(notice);
+            setTimeout(() => notice.remove(), 5000);
+          }
+          feed.scrollTop = start * feed.clientHeight;
+          focusOn(start);
+          feed.focus({ preventScroll: true });
+          const observer = new IntersectionObserver(changes => {
+            for (const change of changes) {
+              if (change.isIntersecting && change.intersectionRatio >= 0.6) focusOn(Number(change.target.dataset.index));
+            }
+          }, { root: feed, threshold: [0.6] });
+          for (const item of items) observer.observe(item.el);
+          requestAnimationFrame(tick);
+        });
+        </script></body></html>
+        """
+}

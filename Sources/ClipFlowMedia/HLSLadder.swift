@@ -282,7 +282,8 @@ enum LadderCovers {
 /// duration, the init and first segments of the rendition a player starts on (the lowest) and of
 /// the audio, to prefetch while the video before it plays, and every rendition (name, playlist,
 /// size, peak bits per second (with the audio, as the master playlist's BANDWIDTH), codecs, init
-/// and first segment) so a player can start on the rung the connection sustains.
+/// and first segment) so a player can start on the rung the connection sustains; and the
+/// storyboard's WebVTT track when there is one (`Storyboard`).
 func feedManifest(id: String, video: [HLSTrack], audio: HLSTrack?, covers work: URL) -> String {
     func node(_ v: JSONValue) -> JSONNode { JSONNode(v) }
     func str(_ s: String) -> JSONNode { node(.string(s)) }
@@ -313,6 +314,9 @@ func feedManifest(id: String, video: [HLSTrack], audio: HLSTrack?, covers work: 
             value: node(.array(video.filter { $0.initRange == nil }.map { rendition($0, bandwidth: ($0.peak + (audio?.peak ?? 0)).rounded(.up)) }))
         )
     ]
+    if FileManager.default.fileExists(atPath: work.appendingPathComponent(Storyboard.vtt).path) {
+        entry.append((key: "storyboard", value: str(Storyboard.vtt)))
+    }
     if let audio, audio.initRange == nil { entry.append((key: "audio", value: rendition(audio, bandwidth: audio.peak.rounded(.up)))) }
     return JSONValue.object([(key: "videos", value: node(.array([node(.object(entry))])))]).serialized + "\n"
 }

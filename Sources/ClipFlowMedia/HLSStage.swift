@@ -36,7 +36,8 @@ public enum HLSStage {
 }
 
 /// The end of a ladder's graph: takes every rendition's description (port `rendition`), writes
-/// the master playlist (BANDWIDTH measured, CODECS from the streams), `feed.json` and the poster,
+/// the master playlist (BANDWIDTH measured, CODECS from the streams), `feed.json`, the covers and
+/// the storyboard (from the smallest rendition),
 /// then renames the ladder's folder into place. It creates the folder when prepared (refusing an
 /// existing output) and removes it unless the run completed. Belongs to its stage queue.
 final class LadderStage: Stage {
@@ -77,6 +78,7 @@ final class LadderStage: Stage {
         try folder.write(HLSPlaylists.master(video: video, audio: audio), to: "master.m3u8")
         try folder.write(LadderTracks(video: video, audio: audio).serialized(), to: LadderTracks.file)
         if reuse?.poster != true, try !folder.awaitPoster() { try writePoster(of: video[0], in: work) }
+        try Storyboard.write(from: video[video.count - 1], in: work)
         try folder.write(feedManifest(id: folder.output.lastPathComponent, video: video, audio: audio, covers: work), to: "feed.json")
         try folder.commit()
         committed = true

@@ -150,8 +150,8 @@ public final class Thumbnailer {
             srcW: f.width, srcH: f.height, srcFormat: AVPixelFormat(rawValue: f.format),
             dstW: Int32(sw), dstH: Int32(sh), dstFormat: AV_PIX_FMT_YUVJ420P)
         try scaler.scale(frame, into: scaled)
-        let upright = try turn(scaled, clockwise: rotation)
-        return (try encodeJPEG(upright), Int(upright.f.pointee.width), Int(upright.f.pointee.height))
+        let upright = try Self.turn(scaled, clockwise: rotation)
+        return (try Self.encodeJPEG(upright), Int(upright.f.pointee.width), Int(upright.f.pointee.height))
     }
 
     private func firstFrame(_ dmx: Demuxer, _ dec: CodecContext, _ vi: Int, _ pkt: Packet) throws -> Frame? {
@@ -192,7 +192,7 @@ public final class Thumbnailer {
     }
 
     /// Turns a YUV 4:2:0 picture clockwise by 0/90/180/270 degrees.
-    private func turn(_ src: Frame, clockwise deg: Int) throws -> Frame {
+    static func turn(_ src: Frame, clockwise deg: Int) throws -> Frame {
         if deg == 0 { return src }
         let w = Int(src.f.pointee.width), h = Int(src.f.pointee.height)
         let dst = try Frame()
@@ -220,7 +220,7 @@ public final class Thumbnailer {
         return dst
     }
 
-    private func encodeJPEG(_ frame: Frame) throws -> Data {
+    static func encodeJPEG(_ frame: Frame) throws -> Data {
         let w = frame.f.pointee.width, h = frame.f.pointee.height
         let enc = try CodecContext.encoder(named: "mjpeg", what: "encoding the cover JPEG") { c in
             c.pointee.width = w

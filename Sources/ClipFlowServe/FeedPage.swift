@@ -6,7 +6,8 @@
 ///   next video, remembered across visits (`localStorage` `clipflow.sound`); a browser that refuses
 ///   sound without a gesture gets the video muted and the button showing it;
 /// - pause: a tap on a video with sound, `space`, or holding a press (resumes on release);
-/// - a progress bar to seek on (pointer or `←`/`→`, 5 s), the name, the time and the duration;
+/// - a progress bar to seek on (pointer or `←`/`→`, 5 s), showing the storyboard's picture of the
+///   time under the pointer (`feed.json`'s WebVTT `storyboard`), the name, the time and the duration;
 /// - paging by exactly one video: `↓`/`↑`, `PageDown`/`PageUp`, `j`/`k`, and one wheel or
 ///   trackpad gesture (its inertia is the same gesture), without a click first;
 /// - the address follows the video on screen (`/v/ID`), so it can be shared or reloaded;
@@ -57,6 +58,9 @@ enum FeedPage {
         .paused-mark::before, .paused-mark::after { content: ""; position: absolute; top: 6px; width: 16px; height: 48px; background: #fff; }
         .paused-mark::before { left: 10px; } .paused-mark::after { right: 10px; }
         .item.paused .paused-mark { display: block; }
+        .preview { position: absolute; bottom: 26px; display: none; border: 2px solid #fff; border-radius: 4px; background-repeat: no-repeat;
+                   box-shadow: 0 1px 6px #000; pointer-events: none; }
+        .preview span { position: absolute; left: 0; right: 0; bottom: -22px; text-align: center; text-shadow: 0 1px 3px #000; }
         .problem { position: absolute; left: 16px; right: 16px; top: 45%; text-align: center; text-shadow: 0 1px 3px #000; }
         #notice { position: fixed; top: 12px; left: 50%; transform: translateX(-50%); background: rgba(0,0,0,.75); padding: 6px 12px;
                   border-radius: 6px; z-index: 2; }
@@ -139,6 +143,32 @@ enum FeedPage {
         }
 
         const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+
+        // A WebVTT storyboard's cues: [{start, end, url, x, y, w, h}] (`sprite.jpg#xywh=X,Y,W,H`).
+        function storyboardCues(text, base) {
+          const seconds = s => s.split(':').reduce((t, part) => t * 60 + Number(part), 0);
+          const cues = [];
+          for (const block of text.split(/\\r?\\n\\r?\\n/)) {
+            const lines = block.split(/\\r?\\n/);
+            const at = lines.findIndex(l => l.includes('-->'));
+            if (at < 0 || !lines[at + 1]) continue;
+            const [start, end] = lines[at].split('-->').map(t => seconds(t.trim().split(/\\s+/)[0]));
+            const [file, box] = lines[at + 1].trim().split('#xywh=');
+            if (!box) continue;
+            const [x, y, w, h] = box.split(',').map(Number);
+            cues.push({ start, end, url: new URL(file, base).href, x, y, w, h });
+          }
+          return cues;
+        }
+        const storyboards = new Map();
+        function storyboard(entry) {
+          if (!entry.storyboard) return Promise.resolve([]);
+          if (!storyboards.has(entry.id)) {
+            const url = new URL(entry.storyboard, location.href).href;
+            storyboards.set(entry.id, fetch(url).then(r => (r.ok ? r.text() : '')).then(text => storyboardCues(text, url)).catch(() => []));
+          }
+          return storyboards.get(entry.id);
+        }
 
         // One track (video or audio) of a Media Source player: its SourceBuffer and what comes next.
         class Track {
@@ -483,7 +513,10 @@ enum FeedPage {
           bar.innerHTML = '<div class="track"><div class="done"></div></div>';
           const mark = document.createElement('div');
           mark.className = 'paused-mark';
-          el.append(video, info, mark, sound, bar);
+          const preview = document.createElement('div');
+          preview.className = 'preview';
+          preview.append(document.createElement('span'));
+          el.append(video, info, mark, sound, preview, bar);
           const item = { el, video, sound, bar, time, index, done: bar.querySelector('.done') };
 
           video.addEventListener('playing', () => log('playing', index));
@@ -514,14 +547,32 @@ enum FeedPage {
           el.addEventListener('pointerup', () => release(true));
           el.addEventListener('pointercancel', () => release(false));
 
-          // Seeking on the bar: where it is pressed, and while dragged.
-          const seekAt = e => {
+          // Seeking on the bar: where it is pressed, and while dragged; the storyboard's picture of
+          // the time under the pointer shows above it (hovering, or dragging).
+          const timeAt = e => {
             const r = bar.getBoundingClientRect(), d = video.duration || entry.duration;
-            if (!(d > 0)) return;
-            video.currentTime = Math.max(0, Math.min(d - 0.05, (e.clientX - r.left) / r.width * d));
+            return d > 0 ? Math.max(0, Math.min(d - 0.05, (e.clientX - r.left) / r.width * d)) : null;
           };
-          bar.addEventListener('pointerdown', e => { e.stopPropagation(); bar.setPointerCapture(e.pointerId); seekAt(e); });
-          bar.addEventListener('pointermove', e => { if (bar.hasPointerCapture(e.pointerId)) seekAt(e); });
+          const seekAt = e => { const t = timeAt(e); if (t !== null) video.currentTime = t; };
+          const showPreview = e => {
+            const t = timeAt(e), x = e.clientX;
+            if (t === null) return;
+            storyboard(entry).then(cues => {
+              const cue = cues.find(c => t >= c.start && t < c.end) || cues[cues.length - 1];
+              if (!cue) return;
+              Object.assign(preview.style, {
+                display: 'block', width: `${cue.w}px`, height: `${cue.h}px`, backgroundImage: `url("${cue.url}")`,
+                backgroundPosition: `-${cue.x}px -${cue.y}px`, left: `${Math.max(4, Math.min(innerWidth - cue.w - 8, x - cue.w / 2))}px`
+              });
+              preview.dataset.start = cue.start;
+              preview.firstChild.textContent = clock(t);
+            });
+          };
+          const hidePreview = () => { preview.style.display = 'none'; };
+          bar.addEventListener('pointerdown', e => { e.stopPropagation(); bar.setPointerCapture(e.pointerId); seekAt(e); showPreview(e); });
+          bar.addEventListener('pointermove', e => { if (bar.hasPointerCapture(e.pointerId)) seekAt(e); if (e.pointerType === 'mouse' || bar.hasPointerCapture(e.pointerId)) showPreview(e); });
+          bar.addEventListener('pointerup', e => { if (e.pointerType !== 'mouse') hidePreview(); });
+          bar.addEventListener('pointerleave', e => { if (!bar.hasPointerCapture(e.pointerId)) hidePreview(); });
           return item;
         }
 

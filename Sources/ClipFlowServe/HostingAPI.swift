@@ -157,7 +157,7 @@ struct HostingAPI: Sendable {
             e["id"] = v.id!
             e["name"] = v.name
             e["status"] = v.status.rawValue
-            for key in ["cover", "master"] { if let s = e[key] as? String { e[key] = base + s } }
+            for key in ["cover", "master", "storyboard"] { if let s = e[key] as? String { e[key] = base + s } }
             e["prefetch"] = (e["prefetch"] as? [[String: String]] ?? []).map { $0.mapValues { base + $0 } }
             func absolute(_ r: [String: Any], _ keys: [String]) -> [String: Any] {
                 var r = r

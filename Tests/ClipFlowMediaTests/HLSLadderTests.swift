@@ -93,6 +93,8 @@ final class HLSLadderTests: XCTestCase {
         // Smaller covers of the same picture, fitted within their long side.
         XCTAssertEqual((video["covers"] as? [[String: Any]])?.map { $0["uri"] as? String }, ["poster-640.jpg", "poster-1280.jpg"])
         XCTAssertEqual(try Probe.stream(dir.appendingPathComponent("poster-640.jpg").path, "v:0", "width,height"), "640,360")
+        XCTAssertEqual(video["storyboard"] as? String, "storyboard.vtt")
+        try checkStoryboard(in: dir, source: src, duration: 6, tiles: 3)
         // Nothing is replaced.
         XCTAssertThrowsError(try HLSLadder(output: dir.path, ladder: LadderChoice(rungs: rungs), schedule: SegmentSchedule(length: 2)).run(inputs: [src])) {
             e in
@@ -102,6 +104,53 @@ final class HLSLadderTests: XCTestCase {
 }
 
 extension HLSLadderTests {
+    /// The storyboard as a player reads it: a WebVTT track whose cues follow each other from 0 to
+    /// the end, each naming a box inside the sprite (its size by ffprobe); and each box's picture
+    /// is the source's at the cue's start (ffmpeg's SSIM against that frame, scaled alike, is
+    /// high, and higher than against a frame from elsewhere).
+    func checkStoryboard(in dir: URL, source: String, duration: Double, tiles: Int) throws {
+        let sprite = dir.appendingPathComponent("storyboard.jpg").path
+        let size = try Probe.stream(sprite, "v:0", "width,height").split(separator: ",").compactMap { Int($0) }
+        XCTAssertEqual(size.count, 2)
+        let text = try String(contentsOf: dir.appendingPathComponent("storyboard.vtt"), encoding: .utf8)
+        XCTAssertTrue(text.hasPrefix("WEBVTT\n"), text)
+        func seconds(_ s: Substring) -> Double {
+            s.split(separator: ":").reduce(0.0) { $0 * 60 + (Double($1) ?? .nan) }
+        }
+        var cues: [(start: Double, end: Double, box: [Int])] = []
+        for block in text.components(separatedBy: "\n\n").dropFirst() where !block.isEmpty {
+            let lines = block.split(separator: "\n")
+            XCTAssertEqual(lines.count, 2, block)
+            let times = lines[0].components(separatedBy: " --> ")
+            let target = lines[1].split(separator: "#")
+            XCTAssertEqual(target.first, "storyboard.jpg", block)
+            let box = (target.last ?? "").replacingOccurrences(of: "xywh=", with: "").split(separator: ",").compactMap { Int($0) }
+            cues.append((seconds(Substring(times[0])), seconds(Substring(times.last ?? "")), box))
+        }
+        XCTAssertEqual(cues.count, tiles, text)
+        XCTAssertEqual(cues.first?.start, 0)
+        XCTAssertEqual(cues.last?.end ?? 0, duration, accuracy: 0.05)
+        for (a, b) in zip(cues, cues.dropFirst()) { XCTAssertEqual(a.end, b.start, "cues follow each other: \(text)") }
+        for cue in cues {
+            XCTAssertEqual(cue.box.count, 4, "\(cue)")
+            let (x, y, w, h) = (cue.box[0], cue.box[1], cue.box[2], cue.box[3])
+            XCTAssertTrue(x >= 0 && y >= 0 && w > 0 && h > 0 && x + w <= size[0] && y + h <= size[1], "\(cue) inside \(size)")
+        }
+        func ssim(_ cue: (start: Double, end: Double, box: [Int]), at t: Double) throws -> Double {
+            let (x, y, w, h) = (cue.box[0], cue.box[1], cue.box[2], cue.box[3])
+            let r = try Run.run([
+                "ffmpeg", "-v", "info", "-nostats", "-i", sprite, "-ss", String(t), "-i", source, "-filter_complex",
+                "[0:v]crop=\(w):\(h):\(x):\(y),format=yuv420p[a];[1:v]scale=\(w):\(h),format=yuv420p[b];[a][b]ssim", "-frames:v", "1", "-f", "null", "-"
+            ])
+            let all = r.stderr.components(separatedBy: "All:").last?.split(separator: " ").first
+            return Double(all ?? "") ?? 0
+        }
+        let middle = cues[cues.count / 2]
+        let right = try ssim(middle, at: middle.start), wrong = try ssim(middle, at: (middle.start + duration / 2).truncatingRemainder(dividingBy: duration))
+        XCTAssertGreaterThan(right, 0.8, "the picture at \(middle.start) s")
+        XCTAssertGreaterThan(right, wrong, "the picture is the one at the cue's start")
+    }
+
     func testPortraitSourcesGetPortraitRenditions() throws {
         let plain = try fx.clip(
             "ladder-portrait-src.mp4",
@@ -259,7 +308,7 @@ final class HLSLadderFormsTests: XCTestCase {
             names,
             [
                 "360p-iframes.m3u8", "360p.m3u8", "360p.mp4", "720p-iframes.m3u8", "720p.m3u8", "720p.mp4", "audio.m3u8", "audio.mp4", "feed.json",
-                "master.m3u8", "poster-1280.jpg", "poster-640.jpg", "poster.jpg", "tracks.json"
+                "master.m3u8", "poster-1280.jpg", "poster-640.jpg", "poster.jpg", "storyboard.jpg", "storyboard.vtt", "tracks.json"
             ])
         // The engine carried it: one decode fanning out to every rendition through bounded links.
         let links = events.events.compactMap { e -> (String, String, Int)? in

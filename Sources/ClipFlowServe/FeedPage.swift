@@ -615,6 +615,17 @@ enum FeedPage {
           if (Math.abs(wheel.sum) >= 30) { wheel.moved = true; go(current + Math.sign(wheel.sum)); }
         }, { passive: false });
 
+        // A swipe commits early: once the feed has moved a fifth of a screen from the video on
+        // screen towards the next (or the one before), that one starts; moving back undoes it.
+        let lastTop = 0;
+        feed.addEventListener('scroll', () => {
+          const h = feed.clientHeight, top = feed.scrollTop, direction = Math.sign(top - lastTop);
+          lastTop = top;
+          if (!h || current < 0) return;
+          if (direction > 0 && top - current * h > 0.2 * h) focusOn(current + 1);
+          else if (direction < 0 && current * h - top > 0.2 * h) focusOn(current - 1);
+        }, { passive: true });
+
         addEventListener('resize', () => { for (const item of items) layout(item); });
 
         fetch('/feed.json').then(r => r.json()).then(doc => {

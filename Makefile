@@ -33,6 +33,7 @@ bench: deps
 	@bash benchmarks/record
 	@bash benchmarks/upload
 	@bash benchmarks/serve
+	@bash benchmarks/feed
 
 # Longer runs of the seeded fuzz sets that `make test` runs briefly (CLIPFLOW_FUZZ_CASES, _SEED).
 fuzz: deps

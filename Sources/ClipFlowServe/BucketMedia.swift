@@ -14,6 +14,7 @@ import Synchronization
 final class BucketMedia: MediaStorage {
     let bucket: ServeBucket
     let scratch: URL
+    let mediaOrigin: String?
     /// feed.json by `ID/FOLDER/feed.json`: published folders never change, so a read is kept.
     private let small = Mutex<[String: Data]>([:])
     /// Entries `small` keeps before it starts afresh.
@@ -22,6 +23,7 @@ final class BucketMedia: MediaStorage {
     init(bucket: ServeBucket, scratch: URL) throws {
         self.bucket = bucket
         self.scratch = scratch
+        mediaOrigin = bucket.store.objectOrigin(bucket: bucket.name)
         do {
             // Nothing in scratch outlives a step; what a crash left there goes now.
             try? FileManager.default.removeItem(at: scratch)

@@ -57,8 +57,8 @@ struct HostingAPI: Sendable {
                 return try await list(request)
             }
         }
-        router.get("/") { _, _ in Pages.feed() }
-        router.get("v/:id") { _, _ in Pages.feed() }
+        router.get("/") { _, _ in Pages.feed(mediaOrigin: processor.media.mediaOrigin) }
+        router.get("v/:id") { _, _ in Pages.feed(mediaOrigin: processor.media.mediaOrigin) }
         router.get("videos/:id") { request, context in
             await respond {
                 try authorize(request)
@@ -131,7 +131,7 @@ struct HostingAPI: Sendable {
         let (rows, _) = try await database.videos(page: 1, perPage: 100)
         var described: [[String: Any]] = []
         for r in rows { described.append(try await describe(r, request)) }
-        return Pages.list(described)
+        return Pages.list(described, mediaOrigin: processor.media.mediaOrigin)
     }
 
     private func remove(_ v: VideoRow) async throws -> Response {

@@ -7,6 +7,10 @@ import Foundation
 /// database's switch of the video's `published` folder; a folder is never changed once put.
 /// Implementations are thread-safe.
 protocol MediaStorage: Sendable {
+    /// The origin (`scheme://host[:port]`) a browser fetches media bytes from when it is not this
+    /// server's (a bucket's presigned URLs): what the pages' Content-Security-Policy must allow.
+    var mediaOrigin: String? { get }
+
     /// The local folder step `step` (a name unique among the steps running here) of a job of
     /// `video` writes its ladders into, where the published folder is found for reuse once
     /// `prepare` made it so.
@@ -36,6 +40,7 @@ protocol MediaStorage: Sendable {
 /// folder), served by `MediaFiles`. A folder's time (its modification time, touched when it is
 /// superseded) starts its grace period.
 struct LocalMedia: MediaStorage {
+    var mediaOrigin: String? { nil }
     let folder: URL
 
     init(folder: URL) throws {

@@ -9,9 +9,10 @@ import Hummingbird
 ///   plays), name, duration, status and, for a failed one, why. It shows what the JSON list shows,
 ///   so it asks for the same key (`HostingAPI`).
 enum Pages {
-    static func feed() -> Response { html(FeedPage.html) }
+    /// `mediaOrigin`: where media bytes come from when not from this server (`MediaStorage`).
+    static func feed(mediaOrigin: String?) -> Response { html(FeedPage.html, mediaOrigin: mediaOrigin) }
 
-    static func list(_ videos: [[String: Any]]) -> Response {
+    static func list(_ videos: [[String: Any]], mediaOrigin: String?) -> Response {
         var rows = ""
         for v in videos {
             let id = v["id"] as? Int64 ?? 0
@@ -51,7 +52,7 @@ enum Pages {
             </style></head>
             <body><h1>Videos</h1><p><a href="/">Feed</a></p>
             \(body)</body></html>
-            """)
+            """, mediaOrigin: mediaOrigin)
     }
 
     /// 401 for the list page: why, and what to give.
@@ -67,12 +68,15 @@ enum Pages {
         return response
     }
 
-    private static func html(_ text: String) -> Response {
+    /// A page: only this origin (and `mediaOrigin`, for covers, video and the player's fetches).
+    private static func html(_ text: String, mediaOrigin: String? = nil) -> Response {
         var headers = HTTPFields()
         headers[.contentType] = "text/html; charset=utf-8"
         headers[.cacheControl] = "no-cache"
+        let media = mediaOrigin.map { " " + $0 } ?? ""
         headers[.contentSecurityPolicy] =
-            "default-src 'self'; style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'; img-src 'self'; media-src 'self' blob:"
+            "default-src 'self'; style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'; img-src 'self'\(media); "
+            + "media-src 'self' blob:\(media); connect-src 'self'\(media)"
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
     }
 

@@ -47,6 +47,12 @@ extension S3ObjectStore {
     }
 
     /// A URL that GETs the object without credentials for `expires` seconds.
+    /// The origin (`scheme://host[:port]`) of `bucket`'s object URLs, presigned ones included.
+    public func objectOrigin(bucket: String) -> String? {
+        guard let u = URLComponents(string: objectURL(bucket, "x")), let scheme = u.scheme, let host = u.host else { return nil }
+        return "\(scheme)://\(host)" + (u.port.map { ":\($0)" } ?? "")
+    }
+
     public func presignedGET(bucket: String, key: String, expires: Int) throws -> String {
         let signer = try sharedSigner()
         return SigV4Signer(credentials: signer.currentCredentials(), region: access.options(bucket: bucket).region)

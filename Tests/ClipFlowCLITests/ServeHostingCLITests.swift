@@ -102,6 +102,28 @@ final class ServeHostingCLITests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("uploads").path), [])
     }
 
+    /// Makes a clip per (number, size, seconds) (the test picture in a hue of its own, a tone),
+    /// uploads them in that order by the Gcore flow, and waits until each video is ready.
+    func uploadUntilReady(_ s: ServerProcess, clips name: String, _ specs: [(Int, String, Int)]) throws {
+        var files: [String] = []
+        for (i, size, seconds) in specs {
+            files.append(
+                try fx.clip(
+                    "\(name)-\(i).mp4",
+                    [
+                        "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=30", "-f", "lavfi", "-i", "sine=f=\(200 * i):r=48000", "-t", String(seconds),
+                        "-vf", "hue=h=\(i * 70)", "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac"
+                    ]))
+        }
+        let up = try Run.run(
+            [binary, "upload"] + files + [
+                "--to", "gcore", "--endpoint", "http://127.0.0.1:\(s.port)", "--upload-url", "http://{hostname}/files", "--queue",
+                fx.scratch("\(name)-queue").path
+            ], env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
+        XCTAssertEqual(up.status, 0, up.stderr)
+        for id in 1...specs.count { XCTAssertEqual(try waitFor(s, id, ["ready", "error"]).0["status"] as? String, "ready") }
+    }
+
     /// The pages in chromium: the feed plays the first video, prefetches the next one's first
     /// segment before it is scrolled to, starts it within 1 s of the scroll; the list page shows
     /// every cover. Screenshots are kept in .build/test-artifacts/serve-pages.
@@ -110,23 +132,7 @@ final class ServeHostingCLITests: XCTestCase {
         let s = server(data)
         try s.start()
         defer { s.stop() }
-        var files: [String] = []
-        for i in 1...3 {
-            files.append(
-                try fx.clip(
-                    "serve-feed-\(i).mp4",
-                    [
-                        "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30", "-f", "lavfi", "-i", "sine=f=\(300 * i):r=48000", "-t", "6", "-vf",
-                        "hue=h=\(i * 90)", "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac"
-                    ]))
-        }
-        let up = try Run.run(
-            [binary, "upload"] + files + [
-                "--to", "gcore", "--endpoint", "http://127.0.0.1:\(s.port)", "--upload-url", "http://{hostname}/files", "--queue",
-                fx.scratch("serve-pages-queue").path
-            ], env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
-        XCTAssertEqual(up.status, 0, up.stderr)
-        for id in 1...3 { XCTAssertEqual(try waitFor(s, id, ["ready", "error"]).0["status"] as? String, "ready") }
+        try uploadUntilReady(s, clips: "serve-feed", (1...3).map { ($0, "640x360", 6) })
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let shots = root.appendingPathComponent(".build/test-artifacts/serve-pages")
         let r = try Run.run(
@@ -154,23 +160,8 @@ final class ServeHostingCLITests: XCTestCase {
         try s.start()
         defer { s.stop() }
         // Uploaded oldest first: the feed (newest first) opens on a landscape video, then a portrait one.
-        var files: [String] = []
-        for (i, size, seconds) in [(1, "1280x720", 8), (2, "720x1280", 8), (3, "640x360", 6), (4, "360x640", 6), (5, "1280x720", 6)] {
-            files.append(
-                try fx.clip(
-                    "serve-feed-controls-\(i).mp4",
-                    [
-                        "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=30", "-f", "lavfi", "-i", "sine=f=\(200 * i):r=48000", "-t", String(seconds),
-                        "-vf", "hue=h=\(i * 70)", "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac"
-                    ]))
-        }
-        let up = try Run.run(
-            [binary, "upload"] + files + [
-                "--to", "gcore", "--endpoint", "http://127.0.0.1:\(s.port)", "--upload-url", "http://{hostname}/files", "--queue",
-                fx.scratch("serve-feed-controls-queue").path
-            ], env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
-        XCTAssertEqual(up.status, 0, up.stderr)
-        for id in 1...5 { XCTAssertEqual(try waitFor(s, id, ["ready", "error"]).0["status"] as? String, "ready") }
+        try uploadUntilReady(
+            s, clips: "serve-feed-controls", [(1, "1280x720", 8), (2, "720x1280", 8), (3, "640x360", 6), (4, "360x640", 6), (5, "1280x720", 6)])
 
         // The covers: the full one at display size, the smaller ones fitted within their size.
         let feed = try XCTUnwrap(try HTTP.request("GET", "http://127.0.0.1:\(s.port)/feed.json").json() as? [String: Any])

@@ -185,6 +185,11 @@ final class ServeObjectStorageCLITests: XCTestCase {
         XCTAssertEqual(Array(image.body.prefix(3)), [0xFF, 0xD8, 0xFF], "a JPEG, through the presigned URL")
         let feed = try XCTUnwrap((try HTTP.request("GET", url(a, "/feed.json")).json() as? [String: Any])?["videos"] as? [[String: Any]])
         XCTAssertEqual(feed.count, 10, "the feed lists every video, from manifests in the bucket")
+        // In chromium: the feed plays and prefetches, the list page shows every cover, their bytes
+        // from the bucket (the pages' Content-Security-Policy allows its origin).
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let page = try Run.run(["python3", root.appendingPathComponent("scripts/feed-check").path, url(a, ""), "--key", key], check: false)
+        XCTAssertEqual(page.status, 0, "\(page.out) \(page.stderr)")
 
         // Deleting everything leaves nothing billable: no object, no unfinished multipart upload.
         for v in ids {

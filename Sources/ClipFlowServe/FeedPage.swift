@@ -187,7 +187,7 @@ enum FeedPage {
           async append(data) {
             try { await appendTo(this.buffer, data); } catch (e) {
               if (this.player.closed) throw e;
-              throw new Error(`${this.kind}: ${e.message}`);
+              throw Object.assign(new Error(`${this.kind}: ${e.message}`), { name: e.name });
             }
           }
           async useRendition(r, signal) {
@@ -232,17 +232,20 @@ enum FeedPage {
             await this.useRendition(this.rendition, signal);
             const data = await fetchBytes(segments[this.next].uri, signal);
             try { await this.append(data); } catch (e) {
-              if (e.name !== 'QuotaExceededError' && !/quota/i.test(e.message)) throw e;
-              await new Promise(resolve => { this.buffer.addEventListener('updateend', resolve, { once: true }); this.buffer.remove(0, Math.max(0, this.player.video.currentTime - 5)); });
+              // The buffer is full: what lies more than 5 s behind the playhead goes, then once more.
+              const behind = this.player.video.currentTime - 5;
+              if (e.name !== 'QuotaExceededError' || behind <= 0) throw e;
+              await new Promise(resolve => { this.buffer.addEventListener('updateend', resolve, { once: true }); this.buffer.remove(0, behind); });
               await this.append(data);
             }
             this.next += 1;
             return true;
           }
-          // Where to go on after a seek to `t` outside what is buffered.
+          // Where to go on after a seek: the segment holding `t`, the end of what is buffered from
+          // the new playhead on (a buffered end a little short of a boundary is that boundary).
           async seek(t, signal) {
             const segments = await this.list(this.rendition, signal);
-            const i = segments.findIndex(s => t < s.start + s.duration);
+            const i = segments.findIndex(s => t + 0.05 < s.start + s.duration);
             this.next = i < 0 ? segments.length : i;
           }
         }
@@ -262,7 +265,9 @@ enum FeedPage {
             const encoded = entry.renditions.filter(r => /^\\d+p$/.test(r.name));
             this.renditions = encoded.length ? encoded : entry.renditions;
             this.opened = this.open();
-            this.started = this.opened.then(() => this.firstSegments());
+            // Taken now: a stop before the source opens aborts these fetches too.
+            const signal = this.abort.signal;
+            this.started = this.opened.then(() => this.firstSegments(signal));
           }
           async open() {
             this.source = new MS();
@@ -276,32 +281,41 @@ enum FeedPage {
             if (this.entry.duration > 0) this.source.duration = this.entry.duration;
           }
           // The init and first segment of each track: all an upcoming video fetches.
-          async firstSegments() {
+          async firstSegments(signal) {
             if (this.closed) return;
-            const signal = this.abort.signal;
             await Promise.all(this.tracks.map(t => (t.next === 0 ? t.first(signal) : null)));
             log('prefetched', this.index);
           }
-          // Plays, keeping AHEAD seconds buffered per track until the end.
+          // Plays: one loop per player (never two) keeps AHEAD seconds buffered per track, ends the
+          // stream once every segment is in, and stays until the player is paused or stopped, so
+          // a seek into what is not buffered (or a loop back to the start) is filled.
           activate() {
             this.active = true;
             if (this.pumping) return;
-            this.pumping = this.opened.then(() => this.started.catch(() => {})).then(() => Promise.all(this.tracks.map(t => this.pump(t)))).then(() => {
-              this.complete = true;
-              if (!this.closed && this.source.readyState === 'open' && this.tracks.every(t => !t.buffer.updating)) this.source.endOfStream();
-            }).catch(e => { if (!this.closed && e.name !== 'AbortError') this.fail(e); }).finally(() => {
+            this.pumping = this.pump().catch(e => { if (!this.closed && e.name !== 'AbortError') this.fail(e); }).finally(() => {
               this.pumping = null;
-              if (this.active && !this.closed && !this.complete) this.activate();
+              if (this.active && !this.closed) this.activate();
             });
           }
-          async pump(track) {
+          async pump() {
+            await this.opened;
+            await this.started.catch(() => {});
             while (this.active && !this.closed) {
-              if (track.seekTo !== undefined) { const t = track.seekTo; track.seekTo = undefined; await track.seek(t, this.abort.signal); }
-              if (track.next === 0) { await track.first(this.abort.signal); continue; }
-              if (track.bufferedAhead() >= AHEAD) { await sleep(250); continue; }
-              if (!(await track.more(this.abort.signal))) return;
+              const steps = await Promise.all(this.tracks.map(t => this.step(t, this.abort.signal)));
+              if (steps.every(s => s === 'done')) {
+                if (!this.complete && this.source.readyState === 'open' && this.tracks.every(t => !t.buffer.updating)) this.source.endOfStream();
+                this.complete = true;
+              }
+              if (!steps.includes('fetched')) await sleep(250);
             }
-            throw Object.assign(new Error('stopped'), { name: 'AbortError' });
+          }
+          // One track's next step: after a seek, where to go on; then its first segments, or the
+          // next one while it has less than AHEAD ahead. 'fetched', 'waiting' or 'done'.
+          async step(track, signal) {
+            if (track.seekTo !== undefined) { const t = track.seekTo; track.seekTo = undefined; await track.seek(t, signal); }
+            if (track.next === 0) { await track.first(signal); return 'fetched'; }
+            if (track.bufferedAhead() >= AHEAD) return 'waiting';
+            return (await track.more(signal)) ? 'fetched' : 'done';
           }
           // Resolves once every track has `seconds` buffered ahead, or everything.
           async buffered(seconds) {
@@ -316,8 +330,10 @@ enum FeedPage {
           }
           // Stops playing on, but lets the first segments still coming arrive (an upcoming video).
           pause() { this.active = false; }
+          // Every track goes on from the end of what it has buffered from `t` on.
           seeking(t) {
-            for (const track of this.tracks || []) if (track.bufferedAhead() === 0) { track.seekTo = t; this.complete = false; }
+            for (const track of this.tracks || []) track.seekTo = t + track.bufferedAhead();
+            this.complete = false;
             if (this.active) this.activate();
           }
           fail(e) {
@@ -415,7 +431,7 @@ enum FeedPage {
           v.muted = !soundOn;
           item.el.classList.remove('paused');
           v.play().catch(e => {
-            if (e.name === 'NotAllowedError' && !v.muted) {
+            if (e.name === 'NotAllowedError' && !v.muted && items[current] === item) {
               // No sound without a gesture here: play muted, show it; a tap turns it on.
               v.muted = true;
               showSound();
@@ -557,7 +573,9 @@ enum FeedPage {
           const showPreview = e => {
             const t = timeAt(e), x = e.clientX;
             if (t === null) return;
+            preview.wanted = true;
             storyboard(entry).then(cues => {
+              if (!preview.wanted) return;
               const cue = cues.find(c => t >= c.start && t < c.end) || cues[cues.length - 1];
               if (!cue) return;
               Object.assign(preview.style, {
@@ -568,7 +586,7 @@ enum FeedPage {
               preview.firstChild.textContent = clock(t);
             });
           };
-          const hidePreview = () => { preview.style.display = 'none'; };
+          const hidePreview = () => { preview.wanted = false; preview.style.display = 'none'; };
           bar.addEventListener('pointerdown', e => { e.stopPropagation(); bar.setPointerCapture(e.pointerId); seekAt(e); showPreview(e); });
           bar.addEventListener('pointermove', e => { if (bar.hasPointerCapture(e.pointerId)) seekAt(e); if (e.pointerType === 'mouse' || bar.hasPointerCapture(e.pointerId)) showPreview(e); });
           bar.addEventListener('pointerup', e => { if (e.pointerType !== 'mouse') hidePreview(); });
@@ -640,7 +658,8 @@ enum FeedPage {
             feed.append(item.el);
             layout(item);
           });
-          const wanted = decodeURIComponent((location.pathname.match(/^\\/v\\/([^/]+)$/) || [])[1] || '');
+          let wanted = (location.pathname.match(/^\\/v\\/([^/]+)$/) || [])[1] || '';
+          try { wanted = decodeURIComponent(wanted); } catch {}
           let start = wanted ? videos.findIndex(v => String(v.id) === wanted) : 0;
           if (start < 0) {
             start = 0;

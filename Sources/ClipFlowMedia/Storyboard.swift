@@ -85,40 +85,11 @@ enum Storyboard {
         guard let vi = (0..<dmx.streamCount).first(where: { dmx.codecpar($0).pointee.codec_type == AVMEDIA_TYPE_VIDEO }) else {
             throw ClipFlowError.badInput("'\(path)': no picture for the storyboard")
         }
-        let rot = cf_stream_display_rotation(dmx.stream(vi))
-        let rotation = rot.isNaN ? 0 : ((Int((-rot).rounded()) % 360) + 360) % 360
         let dec = try CodecContext.decoder(for: dmx.codecpar(vi), what: "storyboard decoder")
-        let pkt = try Packet()
-        let frame = try Frame()
-        var got = false
-        while !got, try dmx.read(into: pkt) {
-            guard Int(pkt.p.pointee.stream_index) == vi else { continue }
-            _ = try dec.send(pkt)
-            got = try dec.receive(frame)
+        guard let frame = try Thumbnailer.firstFrame(dmx, dec, vi, try Packet()) else {
+            throw ClipFlowError.badInput("'\(path)': no picture for the storyboard could be decoded")
         }
-        if !got {
-            _ = try dec.send(nil)
-            got = try dec.receive(frame)
-        }
-        guard got else { throw ClipFlowError.badInput("'\(path)': no picture for the storyboard could be decoded") }
-        let f = frame.f.pointee
-        var dw = Double(f.width)
-        let sar = f.sample_aspect_ratio
-        if sar.num > 0 && sar.den > 0 && sar.num != sar.den { dw = dw * Double(sar.num) / Double(sar.den) }
-        let turned = rotation == 90 || rotation == 270
-        let (ow, oh) = ThumbnailSize(maxWidth: tile, maxHeight: tile).fit(
-            width: Int(turned ? Double(f.height) : dw), height: Int(turned ? dw : Double(f.height)))
-        let (sw, sh) = turned ? (oh, ow) : (ow, oh)
-        let scaled = try Frame()
-        scaled.f.pointee.width = Int32(sw)
-        scaled.f.pointee.height = Int32(sh)
-        scaled.f.pointee.format = AV_PIX_FMT_YUVJ420P.rawValue
-        try FF.check(av_frame_get_buffer(scaled.f, 0), "allocating a storyboard picture")
-        try Scaler(
-            srcW: f.width, srcH: f.height, srcFormat: AVPixelFormat(rawValue: f.format), dstW: Int32(sw), dstH: Int32(sh), dstFormat: AV_PIX_FMT_YUVJ420P
-        )
-        .scale(frame, into: scaled)
-        return try Thumbnailer.turn(scaled, clockwise: rotation)
+        return try Thumbnailer.upright(frame, turned: Thumbnailer.clockwiseTurn(of: dmx.stream(vi)), limit: ThumbnailSize(maxWidth: tile, maxHeight: tile))
     }
 
     /// Copies `picture` (4:2:0, `width`x`height` at most) into `sheet` at (`x`, `y`), both even.

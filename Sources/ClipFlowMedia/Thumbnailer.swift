@@ -65,8 +65,7 @@ public final class Thumbnailer {
         let tb = st.time_base
         let start = st.start_time == FF.noPTS ? 0 : st.start_time
         let duration = st.duration > 0 ? st.duration : rescale(dmx.ctx.pointee.duration, AVRational(num: 1, den: Int32(AV_TIME_BASE)), tb)
-        let rot = cf_stream_display_rotation(dmx.stream(vi))
-        let rotation = rot.isNaN ? 0 : ((Int((-rot).rounded()) % 360) + 360) % 360
+        let rotation = Self.clockwiseTurn(of: dmx.stream(vi))
         let dec = try CodecContext.decoder(for: dmx.codecpar(vi), what: "video decoder", threads: 2)
 
         var best: (score: Double, frame: Frame, time: Double)? = nil
@@ -93,7 +92,7 @@ public final class Thumbnailer {
             }
             avcodec_flush_buffers(dec.ctx)
             let decoded: Frame?
-            do { decoded = try firstFrame(dmx, dec, vi, pkt) } catch let e as ClipFlowError where e.kind != .interrupted {
+            do { decoded = try Self.firstFrame(dmx, dec, vi, pkt) } catch let e as ClipFlowError where e.kind != .interrupted {
                 firstProblem = firstProblem ?? String(format: "%@: the picture near %.2f s cannot be decoded (%@)", origin(at: seconds), seconds, e.message)
                 avcodec_flush_buffers(dec.ctx)
                 continue
@@ -109,7 +108,7 @@ public final class Thumbnailer {
         // says (a sync-sample table that marks no keyframe early enough leaves nothing to seek to).
         if best == nil && fallback == nil, case .done = dmx.trySeek(stream: vi, to: start, flags: AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY) {
             avcodec_flush_buffers(dec.ctx)
-            if let frame = try? firstFrame(dmx, dec, vi, pkt) {
+            if let frame = try? Self.firstFrame(dmx, dec, vi, pkt) {
                 fallback = (0, frame, Double(frame.f.pointee.best_effort_timestamp - start) * tb.double)
             }
         }
@@ -130,9 +129,21 @@ public final class Thumbnailer {
         return Result(width: width, height: height, time: chosen.time)
     }
 
-    /// `frame` as a JPEG: at display size (pixel aspect applied, then turned `turned` degrees
-    /// clockwise), fitted within `limit`.
+    /// `frame` as a JPEG: `upright`, then encoded.
     private func encode(_ frame: Frame, turned rotation: Int, limit: ThumbnailSize?) throws -> (Data, Int, Int) {
+        let upright = try Self.upright(frame, turned: rotation, limit: limit)
+        return (try Self.encodeJPEG(upright), Int(upright.f.pointee.width), Int(upright.f.pointee.height))
+    }
+
+    /// The clockwise turn (0, 90, 180 or 270) of `stream`'s display matrix; 0 without one.
+    static func clockwiseTurn(of stream: UnsafeMutablePointer<AVStream>) -> Int {
+        let rot = cf_stream_display_rotation(stream)
+        return rot.isNaN ? 0 : ((Int((-rot).rounded()) % 360) + 360) % 360
+    }
+
+    /// `frame` (any pixel format) as full-range 4:2:0 at display size (pixel aspect applied, then
+    /// turned `rotation` degrees clockwise), fitted within `limit`.
+    static func upright(_ frame: Frame, turned rotation: Int, limit: ThumbnailSize?) throws -> Frame {
         let f = frame.f.pointee
         var dw = Double(f.width), dh = Double(f.height)
         let sar = f.sample_aspect_ratio
@@ -150,11 +161,12 @@ public final class Thumbnailer {
             srcW: f.width, srcH: f.height, srcFormat: AVPixelFormat(rawValue: f.format),
             dstW: Int32(sw), dstH: Int32(sh), dstFormat: AV_PIX_FMT_YUVJ420P)
         try scaler.scale(frame, into: scaled)
-        let upright = try Self.turn(scaled, clockwise: rotation)
-        return (try Self.encodeJPEG(upright), Int(upright.f.pointee.width), Int(upright.f.pointee.height))
+        return try turn(scaled, clockwise: rotation)
     }
 
-    private func firstFrame(_ dmx: Demuxer, _ dec: CodecContext, _ vi: Int, _ pkt: Packet) throws -> Frame? {
+    /// The first picture stream `vi` decodes to from where `dmx` stands (at most 64 packets in),
+    /// or nil.
+    static func firstFrame(_ dmx: Demuxer, _ dec: CodecContext, _ vi: Int, _ pkt: Packet) throws -> Frame? {
         let frame = try Frame()
         var sent = 0
         while try dmx.read(into: pkt) {

@@ -171,6 +171,31 @@ extension HLSLadderTests {
         XCTAssertEqual(try HLSLint.lint(directory: dir), [])
     }
 
+    /// A phone-style MOV written by the ffmpeg CLI (stored 640x360, a display matrix turning it
+    /// 90 degrees), published as a copy with its matrix: the covers and the storyboard show it
+    /// upright (portrait), as a player shows the copy.
+    func testACopiedPhoneMOVGetsUprightCoversAndStoryboard() throws {
+        let folder = fx.scratch("ladder-phone-mov")
+        let encoded = folder.appendingPathComponent("encoded.mp4"), mov = folder.appendingPathComponent("phone.mov")
+        _ = try Run.run([
+            "ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "4",
+            "-c:v", "libx264", "-preset", "ultrafast", "-g", "30", "-c:a", "aac", encoded.path
+        ])
+        // The matrix is written on a stream copy (an encode would apply the turn instead).
+        _ = try Run.run(["ffmpeg", "-v", "error", "-i", encoded.path, "-c", "copy", "-metadata:s:v:0", "rotate=90", "-f", "mov", mov.path])
+        XCTAssertEqual(
+            try Run.run(["ffprobe", "-v", "error", "-show_entries", "stream_side_data=rotation", "-of", "csv=p=0", mov.path]).out.trimmingCharacters(
+                in: .whitespacesAndNewlines), "90")
+        XCTAssertTrue(try Probe.stream(mov.path, "v:0", "width,height").hasPrefix("640,360"), "stored landscape")
+        let dir = fx.scratch("ladder-phone-out").appendingPathComponent("hls")
+        try HLSLadder(output: dir.path, ladder: LadderChoice(rungs: [], copy: true), schedule: .feed).run(inputs: [mov.path])
+        XCTAssertEqual(try Probe.stream(dir.appendingPathComponent("poster.jpg").path, "v:0", "width,height"), "360,640")
+        XCTAssertEqual(try Probe.stream(dir.appendingPathComponent("poster-640.jpg").path, "v:0", "width,height"), "360,640")
+        let vtt = try String(contentsOf: dir.appendingPathComponent("storyboard.vtt"), encoding: .utf8)
+        XCTAssertTrue(vtt.contains("storyboard.jpg#xywh=0,0,90,160"), vtt)
+        XCTAssertEqual(try Probe.stream(dir.appendingPathComponent("storyboard.jpg").path, "v:0", "height"), "160")
+    }
+
     func testSegmentSchedules() {
         XCTAssertEqual(SegmentSchedule.vod.boundary(after: 0), 6)
         XCTAssertEqual(SegmentSchedule.vod.boundary(after: 6), 12)

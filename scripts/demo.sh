@@ -20,7 +20,7 @@ for i in 0 1 2; do
     -f lavfi -i "aevalsrc=0.3*sin(2*PI*440*(t+$((i*3)))):s=48000:d=3" \
     -c:v libx264 -preset veryfast -g 30 -bf 2 -pix_fmt yuv420p -c:a aac -b:a 128k -shortest "$f"
 done
-"$bin" merge --rotate 90 -o "$dir/merged.mp4" --thumbnail "$dir/cover.jpg" "$dir"/fragment{0,1,2}.mp4
+"$bin" merge -y --rotate 90 -o "$dir/merged.mp4" --thumbnail "$dir/cover.jpg" "$dir"/fragment{0,1,2}.mp4
 echo "--- ffprobe of $dir/merged.mp4"
 ffprobe -v error -show_entries stream=codec_name,width,height,nb_frames,duration:stream_side_data=rotation \
   -of compact=p=0 "$dir/merged.mp4"
@@ -36,10 +36,10 @@ echo "--- clips that differ: a webcam clip (320x240, 25 fps, 44.1 kHz mono, MKV)
 [ -s "$dir/webcam.mkv" ] || ffmpeg -v error -y -f lavfi -i "testsrc2=size=320x240:rate=25" \
   -f lavfi -i "sine=f=660:r=44100" -t 2 -c:v libx264 -preset veryfast -c:a aac -ac 1 "$dir/webcam.mkv"
 "$bin" merge --conform --plan "$dir"/fragment{0,1,2}.mp4 "$dir/webcam.mkv"; echo
-"$bin" merge --conform -o "$dir/conformed.mp4" "$dir"/fragment{0,1,2}.mp4 "$dir/webcam.mkv"
+"$bin" merge -y --conform -o "$dir/conformed.mp4" "$dir"/fragment{0,1,2}.mp4 "$dir/webcam.mkv"
 ffprobe -v error -show_entries stream=codec_name,width,height,nb_frames,duration -of compact=p=0 "$dir/conformed.mp4"
 echo "--- transcoded for the web: clipflow transcode --preset web-360p (H.264 High, AAC, fast start)"
-"$bin" transcode --preset web-360p -o "$dir/web-360p.mp4" "$dir/merged.mp4"
+"$bin" transcode -y --preset web-360p -o "$dir/web-360p.mp4" "$dir/merged.mp4"
 ffprobe -v error -show_entries stream=codec_name,profile,width,height,nb_frames:stream_side_data=rotation -of compact=p=0 "$dir/web-360p.mp4"
 echo "--- an HLS ladder for a feed: clipflow hls --profile feed (one decode, portrait renditions, 1 s first segment)"
 rm -rf "$dir/hls"

@@ -272,7 +272,8 @@ public final class BatchRunner: Sendable {
                 return failed(result, error)
             }
         }
-        let validator = PipelineValidator(registry: plan.registry, variables: rp.variables, environment: plan.environment, remote: staging)
+        // A row that runs replaces what its outputs hold: they were found incomplete, or --force.
+        let validator = PipelineValidator(registry: plan.registry, variables: rp.variables, environment: plan.environment, remote: staging, overwrite: true)
         let runnable: Pipeline
         switch validate(validator) {
         case .valid(let p): runnable = p

@@ -58,7 +58,8 @@ public struct BatchSummary: Sendable {
     }
 
     public func write(to path: String) throws {
-        let out = try AtomicOutput(target: URL(fileURLWithPath: path), label: "the batch summary")
+        // The summary is the batch's own report: each run of the batch writes it anew.
+        let out = try AtomicOutput(target: URL(fileURLWithPath: path), label: "the batch summary", replacing: true)
         try out.write(Data(text.utf8))
         try out.commit()
     }

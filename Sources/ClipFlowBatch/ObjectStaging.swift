@@ -33,7 +33,7 @@ public final class ObjectStaging: RemotePaths, Sendable {
     public init(store: S3ObjectStore, scratchParent: String, name: String, shouldAbort: @escaping @Sendable () -> Bool) throws {
         self.store = store
         self.shouldAbort = shouldAbort
-        let f = try AtomicOutput(folder: URL(fileURLWithPath: scratchParent).appendingPathComponent(name), label: "the scratch folder")
+        let f = try AtomicOutput(folder: URL(fileURLWithPath: scratchParent).appendingPathComponent(name), label: "the scratch folder", replacing: false)
         self.scratch = f.temporary.path
         self.folder = Mutex(f)
     }

@@ -20,19 +20,25 @@ import Synchronization
 ///
 /// Write the temporary in place (open it without `O_EXCL`, truncate, or use `write(_:)`);
 /// replacing the file (a new file renamed over it) would leave it unlocked.
+///
+/// An existing target is replaced only when the writer was told to (`replacing`: `-y`,
+/// `"overwrite": true`). Otherwise `init` refuses it, and `commit` refuses one that appeared
+/// while the work ran (the new output is discarded, the file found is kept).
 public final class AtomicOutput {
     public let target: URL
     public let temporary: URL
+    public let replacing: Bool
     /// Holds the writer's lock on the temporary (see the type's comment); -1 once released.
     private var lockFD: Int32
     private var done = false
 
     /// Creates the temporary file; fails early with a clear error if the target's folder is
-    /// missing or not writable, or if the target is an existing directory.
-    public convenience init(target: URL, label: String = "output") throws {
+    /// missing or not writable, if the target is an existing directory, or if it exists and
+    /// `replacing` is false.
+    public convenience init(target: URL, label: String = "output", replacing: Bool) throws {
         do {
             try self.init(
-                target: target, label: label, isFolder: false,
+                target: target, label: label, isFolder: false, replacing: replacing,
                 make: { path in
                     let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o666)
                     if fd >= 0 { close(fd) }
@@ -44,14 +50,21 @@ public final class AtomicOutput {
     }
 
     /// An output folder: the temporary is an empty folder, to be filled and renamed onto `target`
-    /// by `commit` (which fails if `target` exists by then, unless it is an empty folder).
-    /// Fails early with a clear error if `target` exists or its parent is missing or not writable.
-    public convenience init(folder target: URL, label: String = "an output folder") throws {
-        if FileManager.default.fileExists(atPath: target.path) {
-            throw ClipFlowError.output("'\(target.path)' exists; \(label) is written into a new folder (remove it or choose another)")
+    /// by `commit`. With `replacing`, an existing folder at `target` is replaced by it (and then
+    /// removed); without, `commit` fails if `target` exists by then, unless it is an empty folder.
+    /// Fails early with a clear error if `target` exists (without `replacing`; with it, if it is
+    /// not a folder) or its parent is missing or not writable.
+    public convenience init(folder target: URL, label: String = "an output folder", replacing: Bool) throws {
+        var isDir: ObjCBool = false
+        if FileManager.default.fileExists(atPath: target.path, isDirectory: &isDir), !replacing || !isDir.boolValue {
+            throw ClipFlowError.output(
+                replacing
+                    ? "'\(target.path)' exists and is not a folder; \(label) is written as a folder (remove it or choose another)"
+                    : "'\(target.path)' exists; \(label) is written into a new folder (\(AtomicOutput.replaceHint), or remove it, or choose another)")
         }
         do {
-            try self.init(target: target, label: label, isFolder: true, make: { path in mkdir(path, 0o777) == 0 ? 0 : errno })
+            try self.init(
+                target: target, label: label, isFolder: true, replacing: replacing, make: { path in mkdir(path, 0o777) == 0 ? 0 : errno })
         } catch let e as CannotCreate {
             throw ClipFlowError.output(e.description)
         }
@@ -59,24 +72,27 @@ public final class AtomicOutput {
 
     /// An output whose temporary is a hard link to `source` (no byte copied), or nil when the
     /// filesystem cannot link it there (another device, no hard links): copy instead.
-    public static func hardLink(from source: String, target: URL, label: String = "output") throws -> AtomicOutput? {
+    public static func hardLink(from source: String, target: URL, label: String = "output", replacing: Bool) throws -> AtomicOutput? {
         do {
-            return try AtomicOutput(target: target, label: label, isFolder: false, make: { path in link(source, path) == 0 ? 0 : errno })
+            return try AtomicOutput(
+                target: target, label: label, isFolder: false, replacing: replacing, make: { path in link(source, path) == 0 ? 0 : errno })
         } catch is CannotCreate {
             return nil
         }
     }
 
     /// `make` creates the file (or folder) at the path it is given, returning 0 or an errno.
-    private init(target: URL, label: String, isFolder: Bool, make: (String) -> Int32) throws {
+    private init(target: URL, label: String, isFolder: Bool, replacing: Bool, make: (String) -> Int32) throws {
         self.target = target
+        self.replacing = replacing
         let dir = target.deletingLastPathComponent()
         var isDir: ObjCBool = false
         guard FileManager.default.fileExists(atPath: dir.path, isDirectory: &isDir), isDir.boolValue else {
             throw ClipFlowError.output("\(label) '\(target.path)': folder '\(dir.path)' does not exist")
         }
-        if !isFolder, FileManager.default.fileExists(atPath: target.path, isDirectory: &isDir), isDir.boolValue {
-            throw ClipFlowError.output("\(label) '\(target.path)' is a directory; give a file name")
+        if !isFolder, FileManager.default.fileExists(atPath: target.path, isDirectory: &isDir) {
+            if isDir.boolValue { throw ClipFlowError.output("\(label) '\(target.path)' is a directory; give a file name") }
+            if !replacing { throw ClipFlowError.output("\(label) '\(target.path)' exists; it is not replaced unless asked (\(Self.replaceHint))") }
         }
         guard access(dir.path, W_OK) == 0 else {
             throw ClipFlowError.output("\(label) '\(target.path)': folder '\(dir.path)' is not writable")
@@ -123,17 +139,64 @@ public final class AtomicOutput {
         try data.withUnsafeBytes { try DurableFiles.writeAll(fd, $0, naming: target.path) }
     }
 
-    /// Renames the temporary file onto the target (atomic on one filesystem).
+    /// How a person asks for an existing output to be replaced, for messages.
+    public static let replaceHint = "-y or --overwrite on the command line, \"overwrite\": true on a pipeline stage"
+
+    /// Moves the finished temporary onto the target (atomic on one filesystem): replacing what is
+    /// there only when `replacing`; otherwise a target that appeared meanwhile is kept and this
+    /// output discarded, with an error.
     public func commit() throws {
         guard !done else { return }
-        if rename(temporary.path, target.path) != 0 {
-            let why = String(cString: strerror(errno))
+        let failure: String?
+        var isDir: ObjCBool = false
+        if replacing {
+            if FileManager.default.fileExists(atPath: target.path, isDirectory: &isDir), isDir.boolValue,
+                FileManager.default.fileExists(atPath: temporary.path, isDirectory: &isDir), isDir.boolValue
+            {
+                failure = replaceFolder()
+            } else {
+                failure = rename(temporary.path, target.path) == 0 ? nil : String(cString: strerror(errno))
+            }
+        } else if FileManager.default.fileExists(atPath: temporary.path, isDirectory: &isDir), isDir.boolValue {
+            // rename(2) refuses a folder onto a non-empty folder (an empty one is taken over).
+            failure = rename(temporary.path, target.path) == 0 ? nil : String(cString: strerror(errno))
+        } else if link(temporary.path, target.path) == 0 {
+            // A new name made by link(2) never replaces one; then the temporary name goes.
+            unlink(temporary.path)
+            failure = nil
+        } else if errno == EEXIST {
+            failure = "'\(target.path)' appeared while it was being written; it was kept (\(Self.replaceHint) replaces it)"
+        } else if FileManager.default.fileExists(atPath: target.path) {
+            failure = "'\(target.path)' appeared while it was being written; it was kept (\(Self.replaceHint) replaces it)"
+        } else {
+            // No hard links here (FAT, some FUSE filesystems): checked just before, then renamed.
+            failure = rename(temporary.path, target.path) == 0 ? nil : String(cString: strerror(errno))
+        }
+        if let why = failure {
             discard()
             throw ClipFlowError.output("could not move the finished \(target.lastPathComponent) into place: \(why)")
         }
         done = true
         unlock()
         TemporaryFiles.shared.unregister(temporary.path)
+    }
+
+    /// Puts the finished folder in place of the existing one, which is moved aside under a
+    /// temporary's name (swept if this process dies before removing it) and then removed.
+    /// Returns why it failed, or nil.
+    private func replaceFolder() -> String? {
+        let dir = target.deletingLastPathComponent()
+        let aside = dir.appendingPathComponent(
+            ".\(target.lastPathComponent)\(LeftoverTemporaries.marker)\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        ).path
+        guard rename(target.path, aside) == 0 else { return String(cString: strerror(errno)) }
+        guard rename(temporary.path, target.path) == 0 else {
+            let why = String(cString: strerror(errno))
+            _ = rename(aside, target.path)
+            return why
+        }
+        Self.remove(aside)
+        return nil
     }
 
     /// Removes the temporary (idempotent).

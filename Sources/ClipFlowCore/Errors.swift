@@ -29,7 +29,7 @@ public struct ClipFlowError: Error, CustomStringConvertible, Equatable, Sendable
     public static func incompatible(_ message: String) -> ClipFlowError { .init(.incompatible, message) }
     public static func output(_ message: String) -> ClipFlowError { .init(.output, message) }
     public static func failure(_ message: String) -> ClipFlowError { .init(.failure, message) }
-    public static let interrupted = ClipFlowError(.interrupted, "interrupted; no output was written")
+    public static let interrupted = ClipFlowError(.interrupted, "stopped: no output was written")
 
     /// Process exit status for this kind of error: the CLI's `ExitStatus` table (65 bad input, 130
     /// an interruption, as shells report SIGINT, 1 any other failure).

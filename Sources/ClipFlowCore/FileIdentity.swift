@@ -100,6 +100,24 @@ public enum OutputSafety {
         public var description: String { "\(outputLabel) '\(output)' \(reason)" }
     }
 
+    /// The indices of the outputs that exist already (a file, a folder, or a symlink, even one to
+    /// nothing): those a writer must not replace unless asked. An output that is a copy of an
+    /// input and already the same file as it (an earlier hard-linked copy) is not counted.
+    public static func existing(_ outputs: [Use]) -> [Int] {
+        outputs.indices.filter { n in
+            let o = outputs[n]
+            var st = stat()
+            guard lstat(o.path, &st) == 0 else { return false }
+            if let src = o.copyOf, let f = FileIdentity(path: o.path).file, f == FileIdentity(path: src).file { return false }
+            return true
+        }
+    }
+
+    /// The sentence a command prints for an output that exists and was not to be replaced.
+    public static func existsMessage(_ o: Use) -> String {
+        "\(o.label) '\(o.path)' exists; give -y (--overwrite) to replace it"
+    }
+
     /// Every clash, outputs in the order given (each reported once, against the first input or
     /// earlier output it clashes with). Linear in the number of paths.
     public static func clashes(inputs: [Use], outputs: [Use]) -> [Clash] {

@@ -42,7 +42,9 @@ public final class ConformingMerger {
         var paths = inputs
         // The re-encoded clips go into a temporary folder next to the output (never committed:
         // removed when the merge ends, swept by a later run if this one is killed).
-        let work = plan.reencoded.isEmpty ? nil : try AtomicOutput(folder: URL(fileURLWithPath: options.output.path + ".conform"), label: "a working folder")
+        let work =
+            plan.reencoded.isEmpty
+            ? nil : try AtomicOutput(folder: URL(fileURLWithPath: options.output.path + ".conform"), label: "a working folder", replacing: false)
         defer { work?.discard() }
         let folder = work?.temporary ?? options.output.deletingLastPathComponent()  // unused when nothing is re-encoded
         if plan.reencodesAll, let preset {

@@ -115,7 +115,6 @@ public final class DecodeStage: Stage {
             }
             for v in waiting { try send(v) }
         } catch let e as ClipFlowError where e.kind == .interrupted && context.stopRequested && !context.cancellation.isCancelled {
-            context.emit(.notice("stopped while decoding"))
             return
         }
         context.emit(.result([.init("video_frames", .integer(sequence)), .init("audio_samples", .integer(samples))]))

@@ -77,11 +77,14 @@ public struct HLSLadder: Sendable {
     /// instead of being made again (nil: everything is made). When they include the audio, this
     /// ladder encodes none.
     public var reuse: LadderReuse?
+    /// An existing folder at `output` is replaced when the ladder is complete (otherwise refused).
+    public var overwrite: Bool
 
     public init(
         output: String, ladder: LadderChoice = LadderChoice(rungs: nil), schedule: SegmentSchedule = .vod, encoderPreset: String = "veryfast",
-        singleFile: Bool = false, reuse: LadderReuse? = nil
+        singleFile: Bool = false, reuse: LadderReuse? = nil, overwrite: Bool = false
     ) {
+        self.overwrite = overwrite
         self.output = output
         self.ladder = ladder
         self.schedule = schedule
@@ -97,7 +100,7 @@ public struct HLSLadder: Sendable {
     /// `id.<rung>`, `id.audio`, `id.copy`. Inputs (clips or videos) enter at the decode and the
     /// copy; a copy-only ladder decodes nothing.
     public func graph(id: String) -> StageGraph {
-        let folder = LadderFolder(output: URL(fileURLWithPath: output))
+        let folder = LadderFolder(output: URL(fileURLWithPath: output), replacing: overwrite)
         let (schedule, preset, single, reuse) = (self.schedule, encoderPreset, singleFile, self.reuse)
         var nodes = [StageNode(id) { LadderStage(id: id, folder: folder, reuse: reuse) }]
         var edges: [Edge] = []
@@ -117,7 +120,8 @@ public struct HLSLadder: Sendable {
                 nodes.append(
                     StageNode(rid) {
                         try VideoRenditionStage(
-                            id: rid, rung: r, always: r.height == smallest, ladder: folder, schedule: schedule, preset: preset, singleFile: single)
+                            id: rid, rung: r, always: r.height == smallest, asked: ladder.rungs != nil, ladder: folder, schedule: schedule, preset: preset,
+                            singleFile: single)
                     })
                 edges += [Edge(from: decodeID, to: rid, limits: Self.pictureLink), Edge(from: rid, to: id)]
             }
@@ -182,18 +186,22 @@ public final class LadderFolder: @unchecked Sendable {
     /// The poster being made from a source file while the renditions are written (`startPoster`).
     private var poster: PosterJob?
 
-    init(output: URL) {
+    /// An existing folder at `output` is replaced on commit.
+    private let replacing: Bool
+
+    init(output: URL, replacing: Bool) {
         self.output = output
+        self.replacing = replacing
     }
 
-    /// Refuses an existing `output` (a ladder goes into a new folder), creates the temporary (and
-    /// the folders above it, if missing).
+    /// Refuses an existing `output` unless `replacing` (a ladder goes into a new folder), creates
+    /// the temporary (and the folders above it, if missing).
     func create() throws {
         let parent = output.deletingLastPathComponent()
         do { try FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true) } catch {
             throw ClipFlowError.output("cannot create the folder '\(parent.path)' for the ladder: \(error.localizedDescription)")
         }
-        let made = try AtomicOutput(folder: output, label: "a ladder")
+        let made = try AtomicOutput(folder: output, label: "a ladder", replacing: replacing)
         lock.withLock { temporary = made }
     }
 

@@ -88,11 +88,14 @@ final class RenditionFiles {
 /// off, closed GOPs), and starts a segment at each boundary's keyframe, so every rendition of the
 /// ladder cuts at the same instants. At end of stream it hands the ladder its description (port
 /// `rendition`). A rung above the pictures' short side is left out unless `always` (the ladder's
-/// smallest). Belongs to its stage queue.
+/// smallest): said in its result (`left_out`), and as a notice when the rung was asked for by
+/// name (`asked`; an automatic ladder leaves rungs above the source out by design).
+/// Belongs to its stage queue.
 final class VideoRenditionStage: Stage {
     let id: String
     let rung: LadderRung
     let always: Bool
+    let asked: Bool
     private let ladder: LadderFolder
     private let schedule: SegmentSchedule
     private let preset: String
@@ -117,10 +120,13 @@ final class VideoRenditionStage: Stage {
     /// The encoder's clock: 90 kHz.
     static let timeBase = AVRational(num: 1, den: 90_000)
 
-    init(id: String, rung: LadderRung, always: Bool, ladder: LadderFolder, schedule: SegmentSchedule, preset: String, singleFile: Bool) throws {
+    init(
+        id: String, rung: LadderRung, always: Bool, asked: Bool, ladder: LadderFolder, schedule: SegmentSchedule, preset: String, singleFile: Bool
+    ) throws {
         self.id = id
         self.rung = rung
         self.always = always
+        self.asked = asked
         self.ladder = ladder
         self.schedule = schedule
         self.preset = preset
@@ -140,7 +146,9 @@ final class VideoRenditionStage: Stage {
             let short = min(v.width, v.height)
             if rung.height > short, !always {
                 skipped = true
-                context.emit(.notice("\(rung.name) left out: the pictures are \(v.width)x\(v.height), smaller than the rung"))
+                let why = "the pictures are \(v.width)x\(v.height), smaller than the rung"
+                context.emit(.result([EventField("left_out", .string(why))]))
+                if asked { context.emit(.notice("\(rung.name) left out: \(why)")) }
                 return .endOfStream
             }
             try start(v, short: min(rung.height, short))

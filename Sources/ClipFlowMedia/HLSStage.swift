@@ -9,14 +9,15 @@ public enum HLSStage {
         name: "hls", summary: "write an HLS ladder (fMP4 renditions from one decode, playlists from measured segments, poster)",
         inputs: [.clips, .video], minInputs: 1, output: nil,
         params: [
-            ParamSpec("output", .path, required: true, role: .writesFolder, help: "the folder to create (it must not exist)"),
+            ParamSpec("output", .path, required: true, role: .writesFolder, help: "the folder to create (an existing one is refused unless overwrite)"),
             ParamSpec(
                 "ladder", .string, default: .string("auto"),
                 help: "auto (Apple's, never above the source), heights (1080,720,540,360), with copy to pass the source through: copy,auto; copy alone remuxes"),
             ParamSpec("profile", .choice(["vod", "feed"]), default: .string("vod"), help: "vod: 6 s segments; feed: a 1 s first segment, then 2 s"),
             ParamSpec("segment", .number(min: 1, max: 30), help: "segment length in seconds (overrides the profile's)"),
             ParamSpec("encoder-preset", .choice(TranscodeSettings.encoderPresets), default: .string("veryfast"), help: "x264 speed preset"),
-            ParamSpec("single-file", .boolean, default: .bool(false), help: "one file per rendition, segments addressed by byte ranges")
+            ParamSpec("single-file", .boolean, default: .bool(false), help: "one file per rendition, segments addressed by byte ranges"),
+            .overwrite
         ],
         queue: DecodeStage.kind.queue,
         check: { p, path in
@@ -30,7 +31,8 @@ public enum HLSStage {
             HLSLadder(
                 output: p.string("output")!, ladder: LadderChoice.parse(p.string("ladder") ?? "auto") ?? LadderChoice(rungs: nil),
                 schedule: SegmentSchedule(profile: p.string("profile") ?? "vod", segment: p.double("segment")),
-                encoderPreset: p.string("encoder-preset") ?? "veryfast", singleFile: p.bool("single-file") ?? false
+                encoderPreset: p.string("encoder-preset") ?? "veryfast", singleFile: p.bool("single-file") ?? false,
+                overwrite: p.bool("overwrite") ?? false
             ).graph(id: id)
         })
 }

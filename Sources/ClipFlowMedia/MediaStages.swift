@@ -40,6 +40,10 @@ public final class MergeStage: Stage {
     public let id: String
     public let output: String
     public let rotate: Int
+    /// The output's display turn, whatever the clips carry (nil: theirs plus `rotate`).
+    public let setRotation: Int?
+    /// An existing file at `output` is replaced (otherwise refused).
+    public let overwrite: Bool
     /// "discard" or "finish": what a graceful stop does (see above).
     public let onStop: String
     /// Bytes reserved up front for the index (`MergeOptions.moovReserveOverride`); nil: estimated.
@@ -60,7 +64,11 @@ public final class MergeStage: Stage {
             ParamSpec("output", .path, required: true, role: .writes, help: "the merged MP4 (written under a temporary name, renamed when complete)"),
             ParamSpec(
                 "rotate", .integerChoice([0, 90, 180, 270]), default: .number(0),
-                help: "turn the displayed picture clockwise (display matrix; pixels untouched)"),
+                help: "turn the displayed picture clockwise by this much more than the clips' own turn (display matrix; pixels untouched)"),
+            ParamSpec(
+                "set-rotation", .integerChoice([0, 90, 180, 270]),
+                help: "the displayed picture's clockwise turn, replacing the clips' own (ffmpeg's -display_rotation, which counts counter-clockwise)"),
+            .overwrite,
             ParamSpec(
                 "on-stop", .choice(["discard", "finish"]), default: .string("discard"),
                 help: "on a graceful stop (first SIGINT): write nothing, or join the clips that arrived (use finish after a recorder)"),
@@ -75,6 +83,11 @@ public final class MergeStage: Stage {
         // whatever their size on disk (a byte limit here would block the recording feeding it).
         queue: LinkLimits(maxItems: 1024, maxBytes: LinkLimits.noByteLimit),
         check: { p, path in
+            if p.int("set-rotation") != nil, (p.int("rotate") ?? 0) != 0 {
+                return [
+                    PipelineIssue("\(path).set-rotation", "give \"rotate\" (a turn added to the clips' own) or \"set-rotation\" (the turn itself), not both")
+                ]
+            }
             if p.string("preset") != nil, p.bool("conform") != true {
                 return [PipelineIssue("\(path).preset", "a preset goes with \"conform\": true (it sets what the clips that differ are re-encoded to)")]
             }
@@ -93,14 +106,19 @@ public final class MergeStage: Stage {
         files: { p in StageFiles(writes: p.string("output").map { [FileField("output", $0)] } ?? []) },
         make: { id, p in
             MergeStage(
-                id: id, output: p.string("output")!, rotate: p.int("rotate") ?? 0, onStop: p.string("on-stop") ?? "discard",
-                conform: p.bool("conform") ?? false, preset: p.string("preset").flatMap { TranscodePreset.named($0) })
+                id: id, output: p.string("output")!, rotate: p.int("rotate") ?? 0, setRotation: p.int("set-rotation"), overwrite: p.bool("overwrite") ?? false,
+                onStop: p.string("on-stop") ?? "discard", conform: p.bool("conform") ?? false, preset: p.string("preset").flatMap { TranscodePreset.named($0) })
         })
 
-    public init(id: String, output: String, rotate: Int = 0, onStop: String = "discard", conform: Bool = false, preset: TranscodePreset? = nil) {
+    public init(
+        id: String, output: String, rotate: Int = 0, setRotation: Int? = nil, overwrite: Bool = false, onStop: String = "discard", conform: Bool = false,
+        preset: TranscodePreset? = nil
+    ) {
         self.id = id
         self.output = output
         self.rotate = rotate
+        self.setRotation = setRotation
+        self.overwrite = overwrite
         self.onStop = onStop
         self.conform = conform
         self.preset = preset
@@ -124,12 +142,12 @@ public final class MergeStage: Stage {
     }
 
     public func drain(_ context: StageContext) throws {
-        if context.stopRequested && onStop == "discard" {
-            context.emit(.notice("stopped before merging; no output written"))
-            return
-        }
+        // A stop before or during the work writes nothing; the command says so once.
+        if context.stopRequested && onStop == "discard" { return }
         guard !clips.isEmpty else { throw ClipFlowError.badInput("no clips reached the merge") }
         var options = MergeOptions(output: URL(fileURLWithPath: output), rotate: rotate)
+        options.setRotation = setRotation
+        options.overwrite = overwrite
         options.moovReserveOverride = moovReserveOverride
         var merged: [FileOrigin] = []
         do {
@@ -152,10 +170,8 @@ public final class MergeStage: Stage {
                     .init("clips", .integer(Int64(r.clips))), .init("video_frames", .integer(Int64(r.videoFrames))), .init("bytes", .integer(r.bytes)),
                     .init("rotation", .integer(Int64(r.rotation))), .init("own_parameter_sets", .integer(Int64(r.ownParameterSets)))
                 ]))
-            context.emit(.notice("merged \(r.clips) clips, \(r.videoFrames) video frames, \(r.bytes) bytes"))
             merged = r.sources
         } catch let e as ClipFlowError where e.kind == .interrupted && context.stopRequested && !context.cancellation.isCancelled {
-            context.emit(.notice("stopped during the merge; no output written"))
             return
         }
         // The clips travel with the video, so that a later stage blames the clip a problem is in.
@@ -172,6 +188,8 @@ public final class ThumbnailStage: Stage {
     public let id: String
     public let output: String
     public let size: ThumbnailSize?
+    /// An existing file at `output` is replaced (otherwise refused).
+    public let overwrite: Bool
     private let cancelFlag = CancellationFlag()
     public var inputTypes: Set<PortType> { [.video] }
     public var outputType: PortType? { .image }
@@ -181,7 +199,8 @@ public final class ThumbnailStage: Stage {
         inputs: [.video], minInputs: 1, maxInputs: 1, output: .image,
         params: [
             ParamSpec("output", .path, required: true, role: .writes, help: "the JPEG to write"),
-            ParamSpec("size", .string, help: "limit: N pixels on the longer side, or WxH to fit within (default: display size)")
+            ParamSpec("size", .string, help: "limit: N pixels on the longer side, or WxH to fit within (default: display size)"),
+            .overwrite
         ],
         check: { p, path in
             if let s = p.string("size"), ThumbnailSize(parsing: s) == nil {
@@ -191,13 +210,15 @@ public final class ThumbnailStage: Stage {
         },
         files: { p in StageFiles(writes: p.string("output").map { [FileField("output", $0)] } ?? []) },
         make: { id, p in
-            ThumbnailStage(id: id, output: p.string("output")!, size: p.string("size").flatMap { ThumbnailSize(parsing: $0) })
+            ThumbnailStage(
+                id: id, output: p.string("output")!, size: p.string("size").flatMap { ThumbnailSize(parsing: $0) }, overwrite: p.bool("overwrite") ?? false)
         })
 
-    public init(id: String, output: String, size: ThumbnailSize? = nil) {
+    public init(id: String, output: String, size: ThumbnailSize? = nil, overwrite: Bool = false) {
         self.id = id
         self.output = output
         self.size = size
+        self.overwrite = overwrite
     }
 
     public func prepare(_ context: StageContext) throws {
@@ -213,10 +234,10 @@ public final class ThumbnailStage: Stage {
         guard let video = item.path else { return .ok }
         let dir = (output as NSString).deletingLastPathComponent
         if !dir.isEmpty { try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
-        let r = try Thumbnailer(path: video, sources: item.origins, cancel: cancelFlag).write(to: URL(fileURLWithPath: output), limit: size)
+        let r = try Thumbnailer(path: video, sources: item.origins, cancel: cancelFlag).write(
+            to: URL(fileURLWithPath: output), limit: size, replacing: overwrite)
         context.emit(.output(path: output))
         context.emit(.result([.init("width", .integer(Int64(r.width))), .init("height", .integer(Int64(r.height))), .init("time", .number(r.time))]))
-        context.emit(.notice("cover \(r.width)x\(r.height) from \(String(format: "%.2f", r.time)) s"))
         return context.push(.file(output, type: .image)) == .flushing ? .flushing : .ok
     }
 }

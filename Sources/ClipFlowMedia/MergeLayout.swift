@@ -33,10 +33,10 @@ extension Merger {
             return bases.min { $0.double < $1.double } ?? AVRational(num: 1, den: 1)
         }
 
-        init(clips: [ClipInfo], rotate: Int) throws {
+        init(clips: [ClipInfo], rotate: Int, setRotation: Int? = nil) throws {
             self.clips = clips
             let first = clips[0]
-            rotation = (first.video.rotation + rotate) % 360
+            rotation = setRotation ?? (first.video.rotation + rotate) % 360
             videoTB = Self.commonTimeBase(clips.map(\.video.timeBase.av))
             var offsets: [Int64] = []
             var v: Int64 = 0  // V_c, output time of clip c's first frame

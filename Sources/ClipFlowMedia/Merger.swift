@@ -9,6 +9,11 @@ public struct MergeOptions: Sendable {
     public var output: URL
     /// Clockwise turn added to the clips' own orientation: 0, 90, 180 or 270.
     public var rotate: Int = 0
+    /// The output's clockwise display turn, whatever the clips carry (0, 90, 180 or 270; nil:
+    /// the first clip's own plus `rotate`).
+    public var setRotation: Int? = nil
+    /// An existing file at `output` is replaced (otherwise refused).
+    public var overwrite = false
     /// Reserve this many bytes for `moov` instead of the computed bound (tests of the fallback).
     public var moovReserveOverride: Int? = nil
     /// H.264/H.265 clips whose parameter sets differ are joined too: each clip whose sets differ
@@ -75,6 +80,9 @@ public final class Merger {
         guard [0, 90, 180, 270].contains(options.rotate) else {
             throw ClipFlowError.badInput("--rotate must be 0, 90, 180 or 270 (got \(options.rotate))")
         }
+        if let r = options.setRotation, ![0, 90, 180, 270].contains(r) {
+            throw ClipFlowError.badInput("--set-rotation must be 0, 90, 180 or 270 (got \(r))")
+        }
         let inputUses = inputs.enumerated().map { OutputSafety.Use(path: $1, label: "input \($0 + 1)") }
         if let clash = OutputSafety.clashes(inputs: inputUses, outputs: [OutputSafety.Use(path: options.output.path, label: "output")]).first {
             throw ClipFlowError.badInput(clash.description)
@@ -97,9 +105,9 @@ public final class Merger {
                 try Self.refuse(e, inputs)
             }
         }
-        let layout = try Layout(clips: clips, rotate: options.rotate)
+        let layout = try Layout(clips: clips, rotate: options.rotate, setRotation: options.setRotation)
 
-        let out = try AtomicOutput(target: options.output, label: "output")
+        let out = try AtomicOutput(target: options.output, label: "output", replacing: options.overwrite)
         var result: MergeResult
         do {
             result = try mux(layout: layout, to: out.temporary.path, onePass: true, parameterSetsInBand: inBand)

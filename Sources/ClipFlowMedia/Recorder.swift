@@ -376,7 +376,7 @@ public final class FragmentRecorder {
             let o = r.options
             self.index = index
             path = (o.directory as NSString).appendingPathComponent(String(format: "%@-%04d.mp4", o.prefix, index))
-            output = try AtomicOutput(target: URL(fileURLWithPath: path), label: "clip")
+            output = try AtomicOutput(target: URL(fileURLWithPath: path), label: "clip", replacing: false)
             mux = try OutputMuxer(path: output.temporary.path, shownAs: path)
             startTime = first.time
             width = first.width

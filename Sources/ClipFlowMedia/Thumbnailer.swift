@@ -53,8 +53,8 @@ public final class Thumbnailer {
     }
 
     /// Writes the cover to `url` (fitted within `limit`) and the same picture, smaller, to each of
-    /// `also` (fitted within its size).
-    public func write(to url: URL, limit: ThumbnailSize? = nil, also: [(URL, ThumbnailSize)] = []) throws -> Result {
+    /// `also` (fitted within its size); existing files there are replaced only with `replacing`.
+    public func write(to url: URL, limit: ThumbnailSize? = nil, also: [(URL, ThumbnailSize)] = [], replacing: Bool = false) throws -> Result {
         let dmx = try Demuxer(path: path)
         var vi = -1
         for i in 0..<dmx.streamCount where dmx.codecpar(i).pointee.codec_type == AVMEDIA_TYPE_VIDEO {
@@ -117,12 +117,12 @@ public final class Thumbnailer {
             throw ClipFlowError.badInput("no picture for a cover could be decoded from \(from)")
         }
         let (jpeg, width, height) = try encode(chosen.frame, turned: rotation, limit: limit)
-        let out = try AtomicOutput(target: url, label: "cover")
+        let out = try AtomicOutput(target: url, label: "cover", replacing: replacing)
         try out.write(jpeg)
         try out.commit()
         for (smaller, size) in also {
             let (bytes, _, _) = try encode(chosen.frame, turned: rotation, limit: size)
-            let o = try AtomicOutput(target: smaller, label: "cover")
+            let o = try AtomicOutput(target: smaller, label: "cover", replacing: replacing)
             try o.write(bytes)
             try o.commit()
         }

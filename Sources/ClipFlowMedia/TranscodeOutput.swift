@@ -43,10 +43,10 @@ final class TranscodeOutput {
     private(set) var videoSeconds = 0.0
     private let plan: Plan
 
-    init(target: URL, plan: Plan) throws {
+    init(target: URL, replacing: Bool, plan: Plan) throws {
         self.target = target
         self.plan = plan
-        output = try AtomicOutput(target: target, label: "-o")
+        output = try AtomicOutput(target: target, label: "-o", replacing: replacing)
         mux = try OutputMuxer(path: output.temporary.path, shownAs: target.path)
         packet = try Packet()
         let s = plan.settings

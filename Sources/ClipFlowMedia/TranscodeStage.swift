@@ -9,6 +9,8 @@ public final class TranscodeStage: Stage {
     public let id: String
     public let output: String
     public let settings: TranscodeSettings
+    /// An existing file at `output` is replaced (otherwise refused).
+    public let overwrite: Bool
     private var clips = InputOrdered<String>()
     private let cancelFlag = CancellationFlag()
     public var inputTypes: Set<PortType> { [.clips, .video] }
@@ -32,7 +34,8 @@ public final class TranscodeStage: Stage {
             ParamSpec("encoder-preset", .choice(TranscodeSettings.encoderPresets), help: "x264/x265 speed preset; default medium"),
             ParamSpec("audio-bitrate", .string, help: "AAC bit rate; default 128k"),
             ParamSpec("upright", .boolean, default: .bool(false), help: "turn rotated pictures in their pixels (no display matrix)"),
-            ParamSpec("upscale", .boolean, default: .bool(false), help: "allow pictures larger than the source")
+            ParamSpec("upscale", .boolean, default: .bool(false), help: "allow pictures larger than the source"),
+            .overwrite
         ],
         queue: LinkLimits(maxItems: 1024, maxBytes: LinkLimits.noByteLimit),
         check: { p, path in
@@ -42,7 +45,7 @@ public final class TranscodeStage: Stage {
         files: { p in StageFiles(writes: p.string("output").map { [FileField("output", $0)] } ?? []) },
         make: { id, p in
             switch choices(p).resolve() {
-            case .success(let s): return TranscodeStage(id: id, output: p.string("output")!, settings: s)
+            case .success(let s): return TranscodeStage(id: id, output: p.string("output")!, settings: s, overwrite: p.bool("overwrite") ?? false)
             case .failure(let problem): throw ClipFlowError.badInput("stage '\(id)': \(problem.option): \(problem.message)")
             }
         })
@@ -65,10 +68,11 @@ public final class TranscodeStage: Stage {
         return c
     }
 
-    public init(id: String, output: String, settings: TranscodeSettings) {
+    public init(id: String, output: String, settings: TranscodeSettings, overwrite: Bool = false) {
         self.id = id
         self.output = output
         self.settings = settings
+        self.overwrite = overwrite
     }
 
     public func prepare(_ context: StageContext) throws {
@@ -89,13 +93,12 @@ public final class TranscodeStage: Stage {
     }
 
     public func drain(_ context: StageContext) throws {
-        if context.stopRequested {
-            context.emit(.notice("stopped before transcoding; no output written"))
-            return
-        }
+        // A stop before or during the work writes nothing; the command says so once.
+        if context.stopRequested { return }
         guard !clips.isEmpty else { throw ClipFlowError.badInput("no clips reached the transcode") }
         let t = Transcoder(
-            inputs: clips.all, output: URL(fileURLWithPath: output), settings: settings, progress: StageProgress(context: context), cancel: cancelFlag)
+            inputs: clips.all, output: URL(fileURLWithPath: output), settings: settings, overwrite: overwrite, progress: StageProgress(context: context),
+            cancel: cancelFlag)
         do {
             let r = try t.run()
             context.emit(.output(path: r.output.path))
@@ -106,7 +109,6 @@ public final class TranscodeStage: Stage {
                     .init("rotation", .integer(Int64(r.rotation)))
                 ]))
         } catch let e as ClipFlowError where e.kind == .interrupted && context.stopRequested && !context.cancellation.isCancelled {
-            context.emit(.notice("stopped during the transcode; no output written"))
             return
         }
         context.push(.file(output, type: .video))

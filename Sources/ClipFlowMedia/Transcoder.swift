@@ -32,16 +32,19 @@ public final class Transcoder {
     public let inputs: [String]
     public let output: URL
     public let settings: TranscodeSettings
+    /// An existing file at `output` is replaced (otherwise refused).
+    public let overwrite: Bool
     private let progress: ProgressReporter
     private let cancel: CancellationFlag
 
     public init(
-        inputs: [String], output: URL, settings: TranscodeSettings, progress: ProgressReporter = SilentProgress(),
+        inputs: [String], output: URL, settings: TranscodeSettings, overwrite: Bool = false, progress: ProgressReporter = SilentProgress(),
         cancel: CancellationFlag = CancellationFlag()
     ) {
         self.inputs = inputs
         self.output = output
         self.settings = settings
+        self.overwrite = overwrite
         self.progress = progress
         self.cancel = cancel
     }
@@ -51,7 +54,7 @@ public final class Transcoder {
 
     public func run() throws -> TranscodeResult {
         let (opened, plan) = try openAll()
-        let out = try TranscodeOutput(target: output, plan: plan.output)
+        let out = try TranscodeOutput(target: output, replacing: overwrite, plan: plan.output)
         let worker = EncodingWorker(output: out, total: plan.totalSeconds, progress: progress)
         worker.start()
         do {

@@ -204,11 +204,14 @@ final class TUSSession {
     }
 
     func retryable(_ code: UploadErrorCode, _ reason: String, retryAfter: Double? = nil, immediate: Bool = false) -> Retryable {
-        Retryable(reason: reason, retryAfter: retryAfter, immediate: immediate) { [file, url, options] retry in
+        // Where it was going: the upload's URL, else the creation endpoint (a Gcore upload learns
+        // its endpoint from the API: `pendingTarget`), else the uploader's destination.
+        let place = url ?? pendingTarget?.endpoint ?? (options.endpoint.isEmpty ? nil : options.endpoint)
+        let shown = place.map(displayURL) ?? up.destination
+        return Retryable(reason: reason, retryAfter: retryAfter, immediate: immediate) { [file] retry in
             UploadError(
                 code,
-                message:
-                    "\(file): upload to \(displayURL(url ?? options.endpoint)) failed \(retry.failures) times in a row without progress; last: \(reason). It can be resumed later.",
+                message: "\(file): upload to \(shown) failed \(retry.failures) times in a row without progress; last: \(reason). It can be resumed later.",
                 retryable: true)
         }
     }

@@ -22,7 +22,7 @@ public final class UploadQueueStage: Stage {
         summary: "source and sink: upload what the upload queue holds (the given ids, or everything queued), resumably; a stop pauses the uploads",
         output: nil,
         params: StageUploads.queueParams + [
-            ParamSpec("ids", .pathList, help: "the uploads to run (see `clipflow upload list`; default: everything queued)")
+            ParamSpec("ids", .stringList, help: "the uploads to run (see `clipflow upload list`; default: everything queued)")
         ],
         make: { id, p in
             UploadQueueStage(
@@ -110,7 +110,8 @@ enum StageUploads {
         context.emit(
             .result([
                 EventField("finished", count([.finished])), EventField("paused", count([.queued, .running, .paused])),
-                EventField("failed", count([.failed])), EventField("cancelled", count([.cancelled]))
+                EventField("failed", count([.failed])), EventField("cancelled", count([.cancelled])),
+                EventField("failed_ids", .string(ended.filter { $0.state == .failed }.map(\.id).joined(separator: " ")))
             ]))
         if context.stopRequested { return }
         let failed = ended.filter { $0.state == .failed }

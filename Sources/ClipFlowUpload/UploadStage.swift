@@ -102,7 +102,7 @@ public final class UploadStage: Stage {
             ParamSpec("credentials-url", .string, help: "URL returning credentials JSON, called at start and whenever they expire"),
             ParamSpec("title", .string, help: "metadata: title (gcore: the video name; default the file name)"),
             ParamSpec("description", .string, help: "metadata: description"),
-            ParamSpec("tags", .pathList, help: "metadata: tags (a list of strings)"),
+            ParamSpec("tags", .stringList, help: "metadata: tags"),
             ParamSpec("category", .string, help: "metadata: category"),
             ParamSpec("cover-url", .string, help: "metadata: cover image URL")
         ] + StageUploads.queueParams + [

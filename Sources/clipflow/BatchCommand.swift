@@ -65,7 +65,7 @@ struct Batch: ParsableCommand {
             let access = StoreAccess(environment: environment, credentialsCommand: credentialsCommand)
             let table = try loadRows(access)
             let selected = try selection.indices(of: table.count)
-            let renderer: EventRenderer = flags.events == .json ? JSONEventWriter() : TextRenderer(quiet: flags.quiet)
+            let renderer = flags.renderer()
             let view = BatchView(renderer: renderer, json: flags.events == .json)
             let runner = BatchRunner(
                 plan: .init(

@@ -23,7 +23,13 @@ struct ClipFlow: ParsableCommand {
 
     static func main() {
         V4L2Emulation.installFromProcessEnvironment()  // "no camera here": CLIPFLOW_V4L2_EMULATE (README, Capture)
-        main(nil)
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        do {
+            var command = try parseAsRoot(arguments)
+            try command.run()
+        } catch {
+            ErrorReport.exit(error, arguments: arguments)
+        }
     }
 }
 
@@ -45,9 +51,18 @@ struct Merge: ParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "Turn the displayed picture clockwise by this many degrees (0, 90, 180, 270).",
-            discussion: "Written as the track's display matrix; pixels are not touched."))
+            "Turn the displayed picture clockwise by this many degrees more than the clips' own turn (0, 90, 180, 270).",
+            discussion:
+                "Adds to the rotation the clips carry: clips tagged 90 with --rotate 90 show turned 180. Written as the track's display matrix; pixels are not touched."
+        ))
     var rotate: Int = 0
+
+    @Option(
+        name: .customLong("set-rotation"),
+        help: ArgumentHelp(
+            "Show the picture turned clockwise by exactly this many degrees (0, 90, 180, 270), whatever the clips carry.",
+            discussion: "Replaces the clips' own rotation, as the ffmpeg CLI's -display_rotation does (which counts counter-clockwise)."))
+    var setRotation: Int?
 
     @Option(help: "Also write a JPEG cover image of a representative frame to this path.")
     var thumbnail: String?
@@ -69,6 +84,8 @@ struct Merge: ParsableCommand {
     )
     var plan = false
 
+    @OptionGroup var overwrite: OverwriteFlag
+
     @OptionGroup var flags: OutputFlags
 
     @Argument(help: "Input clips (MP4/MOV, H.264/H.265 video, AAC or no audio; with --conform, any video).")
@@ -77,6 +94,10 @@ struct Merge: ParsableCommand {
     func validate() throws {
         if inputs.isEmpty { throw ValidationError("give at least one input clip") }
         if ![0, 90, 180, 270].contains(rotate) { throw ValidationError("--rotate must be 0, 90, 180 or 270 (got \(rotate))") }
+        if let r = setRotation {
+            if ![0, 90, 180, 270].contains(r) { throw ValidationError("--set-rotation must be 0, 90, 180 or 270 (got \(r))") }
+            if rotate != 0 { throw ValidationError("give --rotate (a turn added to the clips' own) or --set-rotation (the turn itself), not both") }
+        }
         if let s = thumbnailSize, ThumbnailSize(parsing: s) == nil {
             throw ValidationError("--thumbnail-size must be N or WxH with positive numbers (got '\(s)')")
         }
@@ -101,16 +122,17 @@ struct Merge: ParsableCommand {
             }
             return
         }
-        let door = FrontDoor(flags)
+        let door = FrontDoor(flags, namesOutputs: true)
         let started = Date()
         try ErrorReport.run {
             try checkOutputs()
             let (outcome, _) = try door.run(nodes: nodes(), edges: edges(), grace: 30)
             if let e = ErrorReport.error(outcome) { throw e }
             if let r = door.log.result("merge") {
+                let clips = Int(r["clips"]?.integer ?? 0)
                 var line = String(
-                    format: "merged %d clips into %@ (%d video frames, %.1f MB) in %.2f s",
-                    Int(r["clips"]?.integer ?? 0), output, Int(r["video_frames"]?.integer ?? 0), Double(r["bytes"]?.integer ?? 0) / 1e6,
+                    format: "merged %d clip%@ into %@ (%d video frames, %.1f MB) in %.2f s",
+                    clips, clips == 1 ? "" : "s", output, Int(r["video_frames"]?.integer ?? 0), Double(r["bytes"]?.integer ?? 0) / 1e6,
                     Date().timeIntervalSince(started))
                 if let turn = r["rotation"]?.integer, turn != 0 { line += ", turned \(turn) degrees" }
                 if let n = r["reencoded_clips"]?.integer, n > 0 { line += ", \(n) re-encoded to match" }
@@ -127,24 +149,28 @@ struct Merge: ParsableCommand {
     private func checkOutputs() throws {
         var outputs = [OutputSafety.Use(path: output, label: "-o")]
         if let thumb = thumbnail { outputs.append(OutputSafety.Use(path: thumb, label: "--thumbnail")) }
-        try checkBeforeWork(inputs: inputs, outputs: outputs)
+        try checkBeforeWork(inputs: inputs, outputs: outputs, overwrite: overwrite.overwrite)
     }
 
     /// files → merge → thumbnail (when `--thumbnail`).
     private func nodes() -> [StageNode] {
-        let inputs = inputs, output = output, rotate = rotate, thumbnail = thumbnail, conform = conform
+        let inputs = inputs, output = output, rotate = rotate, setRotation = setRotation, thumbnail = thumbnail, conform = conform
+        let replacing = overwrite.overwrite
         let preset = preset.flatMap { TranscodePreset.named($0) }
         let size = thumbnailSize.flatMap { ThumbnailSize(parsing: $0) }
         let reserve = ProcessInfo.processInfo.environment["CLIPFLOW_MOOV_RESERVE"].flatMap { Int($0) }
         var nodes = [
             StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) },
             StageNode("merge") {
-                let m = MergeStage(id: "merge", output: output, rotate: rotate, conform: conform, preset: preset)
+                let m = MergeStage(
+                    id: "merge", output: output, rotate: rotate, setRotation: setRotation, overwrite: replacing, conform: conform, preset: preset)
                 m.moovReserveOverride = reserve
                 return m
             }
         ]
-        if let thumbnail { nodes.append(StageNode("thumbnail") { ThumbnailStage(id: "thumbnail", output: thumbnail, size: size) }) }
+        if let thumbnail {
+            nodes.append(StageNode("thumbnail") { ThumbnailStage(id: "thumbnail", output: thumbnail, size: size, overwrite: replacing) })
+        }
         return nodes
     }
 
@@ -155,14 +181,19 @@ struct Merge: ParsableCommand {
     }
 }
 
-/// Before any work: no output may be an input or another output, and the first output's folder
-/// must exist (a pipeline's stages create theirs; the commands do not).
-func checkBeforeWork(inputs: [String], outputs: [OutputSafety.Use]) throws {
+/// Before any work: no output may be an input or another output, none may exist unless
+/// `overwrite` (`-y`; every one that does is named), and the first output's folder must exist
+/// unless the command makes it (`makesFolder`: a ladder's; a pipeline's stages make theirs).
+func checkBeforeWork(inputs: [String], outputs: [OutputSafety.Use], overwrite: Bool, makesFolder: Bool = false) throws {
     let inputUses = inputs.enumerated().map { OutputSafety.Use(path: $1, label: "input \($0 + 1)") }
     if let clash = OutputSafety.clashes(inputs: inputUses, outputs: outputs).first {
         throw ClipFlowError.badInput(clash.description)
     }
-    guard let main = outputs.first else { return }
+    if !overwrite {
+        let existing = OutputSafety.existing(outputs).map { OutputSafety.existsMessage(outputs[$0]) }
+        if !existing.isEmpty { throw ClipFlowError.output(existing.joined(separator: "\n")) }
+    }
+    guard let main = outputs.first, !makesFolder else { return }
     let target = URL(fileURLWithPath: main.path)
     let dir = target.deletingLastPathComponent()
     var isDir: ObjCBool = false

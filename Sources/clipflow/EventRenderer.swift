@@ -89,20 +89,35 @@ final class JSONEventWriter: EventRenderer, Sendable {
     }
 }
 
-/// Text progress on stderr. On a terminal: one status line redrawn with every stage's state
-/// (and every item in progress), or the command's own (`showStatusLine`), cut to the terminal's
-/// width; other lines print above it. Otherwise: a line per output, notice, failure and item event,
-/// and per 10 % of a stage's or an item's progress; no carriage returns.
+/// Text progress on stderr, for a person: only what they wait for or need to know.
+///
+/// - Progress: on a terminal, one status line redrawn with every stage's state (and every item in
+///   progress), or the command's own (`showStatusLine`), cut to the terminal's width, drawn once
+///   the command has run `patience` seconds and erased at `end()`; other lines print above it.
+///   Otherwise a line per 10 % of a stage's or an item's progress, once that stage or item has
+///   run `patience` seconds; no carriage returns.
+/// - Always: notices, item events, the first drop of a stage, a queue that dropped items, and
+///   (unless the command's summary names them) the files written.
+/// - `verbose` adds each stage's failure or stop and every queue's statistics. A failure is
+///   otherwise told once, by the command's `error:` line (`ErrorReport`).
+///
 /// Stages emit from their own threads: what it has drawn is kept under one `Mutex`.
 final class TextRenderer: EventRenderer, Sendable {
     let quiet: Bool
+    let verbose: Bool
+    let showsOutputs: Bool
     let isTTY: Bool
+    /// Seconds of work before progress is shown: shorter work is not waited for.
+    static let patience = 1.0
     /// What the status line shows and what has been said.
     private struct Drawing {
         /// Stages, then items ("stage/item"), in the order first seen; their state for the status line.
         var order: [String] = []
         var state: [String: String] = [:]
         var lastDecile: [String: Int] = [:]
+        /// When each stage or item first reported (by the events' clock), and the first event of all.
+        var firstSeen: [String: Double] = [:]
+        var start: Double?
         var warnedDrops: Set<String> = []
         /// The command's own status line, while it is shown.
         var statusLine: (@Sendable () -> String)?
@@ -137,14 +152,20 @@ final class TextRenderer: EventRenderer, Sendable {
     }
     private let drawing = Mutex(Drawing())
 
-    init(quiet: Bool, isTTY: Bool = isatty(2) == 1) {
+    init(quiet: Bool, verbose: Bool = false, showsOutputs: Bool = true, isTTY: Bool = isatty(2) == 1) {
         self.quiet = quiet
+        self.verbose = verbose
+        self.showsOutputs = showsOutputs
         self.isTTY = isTTY
     }
 
     func emit(_ e: PipelineEvent) {
         drawing.withLock { d in
             if !d.order.contains(e.stage) { d.order.append(e.stage) }
+            if d.start == nil { d.start = e.time }
+            if d.firstSeen[e.stage] == nil { d.firstSeen[e.stage] = e.time }
+            /// Whether `key` (a stage or "stage/item") has worked long enough for its progress to show.
+            func waitedFor(_ key: String) -> Bool { verbose || e.time - (d.firstSeen[key] ?? e.time) >= Self.patience }
             var line: String?
             switch e.kind {
             case .started: d.state[e.stage] = "running"
@@ -155,12 +176,14 @@ final class TextRenderer: EventRenderer, Sendable {
                     d.state[e.stage] = bar + pace
                     if decile != d.lastDecile[e.stage] ?? -1 {
                         d.lastDecile[e.stage] = decile
-                        if !isTTY { line = "\(e.stage): \(Int(min(1, Double(c) / Double(t)) * 100))% (\(c) of \(t) \(u)\(pace))" }
+                        if !isTTY && waitedFor(e.stage) {
+                            line = "\(e.stage): \(Int(min(1, Double(c) / Double(t)) * 100))% (\(c) of \(t) \(u)\(pace))"
+                        }
                     }
                 } else {
                     d.state[e.stage] = "\(c) \(u)"
                 }
-            case .output(let p): line = "\(e.stage): wrote \(p)"
+            case .output(let p): if showsOutputs || verbose { line = "\(e.stage): wrote \(p)" }
             case .dropped(let n):
                 // The first drop is worth a line; totals come at the end. A source (a camera) drops
                 // what it could not deliver in time, any other stage what its full input queue shed.
@@ -168,32 +191,37 @@ final class TextRenderer: EventRenderer, Sendable {
                 if n > 0 && !d.warnedDrops.contains(e.stage) { d.warnedDrops.insert(e.stage); line = "\(e.stage): dropping items (\(n) so far)" }
             case .notice(let m): line = "\(e.stage): \(m)"
             case .queue(let from, let items, _, let dropped):
-                if dropped > 0 || !isTTY { line = "\(e.stage): queue from \(from): at most \(items) queued, \(dropped) dropped" }
+                if dropped > 0 || verbose { line = "\(e.stage): queue from \(from): at most \(items) queued, \(dropped) dropped" }
             case .result: break
             case .item(let id, let name, let f, let text):
                 let key = e.stage + "/" + id
                 if !d.order.contains(key) { d.order.append(key) }
+                if d.firstSeen[key] == nil { d.firstSeen[key] = e.time }
                 if name == "progress", let a = f["acknowledged"]?.integer, let t = f["total"]?.integer, t > 0 {
                     d.state[key] = Self.bar(a, t).bar
                     let decile = Self.bar(a, t).decile
                     if decile != d.lastDecile[key] ?? -1 {
                         d.lastDecile[key] = decile
-                        if !isTTY { line = "\(id): \(text)" }
+                        if !isTTY && waitedFor(key) { line = "\(id): \(text)" }
                     }
                 } else {
                     if ["finished", "failed", "paused", "cancelled"].contains(name) { d.state[key] = nil; d.order.removeAll { $0 == key } }
                     line = "\(id): \(text)"
                 }
             case .finished: d.state[e.stage] = "done"
-            case .failed(let m): d.state[e.stage] = "failed"; line = "\(e.stage): failed: \(m)"
-            case .interrupted: d.state[e.stage] = "stopped"; line = "\(e.stage): stopped"
+            case .failed(let m):
+                d.state[e.stage] = "failed"
+                if verbose { line = "\(e.stage): failed: \(m)" }
+            case .interrupted:
+                d.state[e.stage] = "stopped"
+                if verbose { line = "\(e.stage): stopped" }
             }
             guard !quiet else { return }
             if isTTY {
                 if let line { d.clear(); d.print(line) }
                 if d.statusLine != nil {
                     if line != nil { _ = d.drawOwnLine() }
-                } else if e.time - d.lastDraw > 0.1 || line != nil || e.kind == .finished {
+                } else if e.time - (d.start ?? e.time) >= Self.patience, e.time - d.lastDraw > 0.1 || line != nil || e.kind == .finished {
                     d.lastDraw = e.time
                     let status = d.order.compactMap { k in
                         k.contains("/") ? d.state[k].map { "\(k.split(separator: "/").last ?? ""): \($0)" } : "\(k): \(d.state[k] ?? "waiting")"
@@ -217,15 +245,11 @@ final class TextRenderer: EventRenderer, Sendable {
         }
     }
 
+    /// Erases the status line: what the work came to is the command's summary (or its error).
     func end() {
         drawing.withLock { d in
-            if d.statusLine != nil {
-                d.statusLine = nil
-                d.clear()
-            } else if d.drew {
-                d.print("")
-                d.drew = false
-            }
+            d.statusLine = nil
+            d.clear()
             d.flush()
         }
     }

@@ -12,8 +12,26 @@ struct OutputFlags: ParsableArguments {
     @Flag(name: .shortAndLong, help: "Print no progress (errors are still printed).")
     var quiet = false
 
+    @Flag(name: .shortAndLong, help: "Also print each stage's outcome and its queue statistics.")
+    var verbose = false
+
     @Option(help: "Progress format: text (stderr; a status line on a terminal) or json (one event per line on stdout).")
     var events: EventFormat = .text
+}
+
+/// `-y` / `--overwrite`, on every command that writes files: the one way to let an existing
+/// output be replaced (as the ffmpeg CLI's `-y`). Without it an existing output is refused before
+/// any work, naming it.
+struct OverwriteFlag: ParsableArguments {
+    @Flag(name: [.customShort("y"), .customLong("overwrite")], help: "Replace outputs that exist (without it, they are refused before any work).")
+    var overwrite = false
+}
+
+extension OutputFlags {
+    /// The renderer these flags ask for.
+    func renderer(namesOutputs: Bool = false) -> EventRenderer {
+        events == .json ? JSONEventWriter() : TextRenderer(quiet: quiet, verbose: verbose, showsOutputs: !namesOutputs)
+    }
 }
 
 /// The one way a long command runs (`merge`, `record`, `upload`, `run`): the command builds the
@@ -29,9 +47,15 @@ struct OutputFlags: ParsableArguments {
 final class FrontDoor: Sendable {
     let renderer: EventRenderer
     let log = EventLog()
+    /// A person reads the items' events as they happen (text, not quiet): an item's failure has
+    /// been told, and the command's closing error need only sum up.
+    let showsItems: Bool
 
-    init(_ flags: OutputFlags) {
-        renderer = flags.events == .json ? JSONEventWriter() : TextRenderer(quiet: flags.quiet)
+    /// `namesOutputs`: the command's own summary names what it wrote, so the stages' "wrote
+    /// PATH" lines are left to `--verbose`.
+    init(_ flags: OutputFlags, namesOutputs: Bool = false) {
+        renderer = flags.renderer(namesOutputs: namesOutputs)
+        showsItems = flags.events == .text && !flags.quiet
     }
 
     /// Runs the graph to its end. First SIGINT/SIGTERM: graceful stop with `grace` seconds to

@@ -18,11 +18,12 @@ struct HLSWrite: ParsableCommand {
         commandName: "write",
         abstract: "Write an HLS ladder (the default: `clipflow hls INPUT... -o DIR`).",
         discussion: """
-            The inputs are decoded once (joined in order) and every rendition is encoded from the same \\
-            pictures, keyframes forced at the same instants, so every segment of every rendition starts \\
-            with an IDR on shared boundaries. The folder gets master.m3u8 (BANDWIDTH measured from the \\
-            segments, CODECS from the streams), one playlist, init segment and .m4s segments per \\
-            rendition, I-frame playlists, one AAC rendition and poster.jpg. It must not exist yet.
+            The inputs are decoded once (joined in order) and every rendition is encoded from the same \
+            pictures, keyframes forced at the same instants, so every segment of every rendition starts \
+            with an IDR on shared boundaries. The folder gets master.m3u8 (BANDWIDTH measured from the \
+            segments, CODECS from the streams), one playlist, init segment and .m4s segments per \
+            rendition, I-frame playlists, one AAC rendition and poster.jpg. An existing folder is refused, \
+            or with -y replaced once the new ladder is complete.
             """
     )
 
@@ -47,6 +48,8 @@ struct HLSWrite: ParsableCommand {
     @Flag(name: .customLong("single-file"), help: "One file per rendition, segments addressed by byte ranges.")
     var singleFile = false
 
+    @OptionGroup var overwrite: OverwriteFlag
+
     @OptionGroup var flags: OutputFlags
 
     @Argument(help: "Input videos (any format FFmpeg reads).")
@@ -61,12 +64,14 @@ struct HLSWrite: ParsableCommand {
     }
 
     func run() throws {
-        let door = FrontDoor(flags)
+        let door = FrontDoor(flags, namesOutputs: true)
         try ErrorReport.run {
             let inputs = inputs, output = output, ladder = ladder, encoderPreset = encoderPreset, singleFile = singleFile
+            try checkBeforeWork(inputs: inputs, outputs: [OutputSafety.Use(path: output, label: "-o")], overwrite: overwrite.overwrite, makesFolder: true)
             let schedule = SegmentSchedule(profile: profile, segment: segment)
             let graph = HLSLadder(
-                output: output, ladder: LadderChoice.parse(ladder)!, schedule: schedule, encoderPreset: encoderPreset, singleFile: singleFile
+                output: output, ladder: LadderChoice.parse(ladder)!, schedule: schedule, encoderPreset: encoderPreset, singleFile: singleFile,
+                overwrite: overwrite.overwrite
             ).graph(of: inputs)
             let (outcome, _) = try door.run(nodes: graph.nodes, edges: graph.edges, grace: 5)
             if let e = ErrorReport.error(outcome) { throw e }
@@ -82,8 +87,8 @@ struct HLSLintCommand: ParsableCommand {
         commandName: "lint",
         abstract: "Check an HLS ladder: bandwidths against the measured segments, CODECS against the streams, keyframes, alignment, tags.",
         discussion: """
-            Reads a folder holding master.m3u8, a master playlist file, or a master playlist's http(s) \\
-            address (every playlist and segment is fetched, byte ranges with Range requests). Prints \\
+            Reads a folder holding master.m3u8, a master playlist file, or a master playlist's http(s) \
+            address (every playlist and segment is fetched, byte ranges with Range requests). Prints \
             the findings as JSON on stdout; exits 1 when there is an error (warnings alone: 0).
             """
     )

@@ -60,9 +60,10 @@ func objectStaging(_ file: String, _ variables: [String: String], credentialsCom
 }
 
 /// `remote` serves its `s3://` paths (fetching inputs); nil: every path is local.
-func loadPipeline(_ file: String, variables: [String: String], registry: StageRegistry, remote: RemotePaths? = nil) throws -> Pipeline {
+/// `overwrite`: `-y`, every stage may replace what it writes.
+func loadPipeline(_ file: String, variables: [String: String], registry: StageRegistry, remote: RemotePaths? = nil, overwrite: Bool) throws -> Pipeline {
     let text = try readPipelineText(file)
-    switch PipelineValidator(registry: registry, variables: variables, remote: remote).validate(text: text) {
+    switch PipelineValidator(registry: registry, variables: variables, remote: remote, overwrite: overwrite).validate(text: text) {
     case .valid(let p): return p
     case .invalid(let issues):
         for i in issues { FileHandle.standardError.write("\(file):\(i.description)\n".data(using: .utf8)!) }
@@ -80,6 +81,7 @@ struct Validate: ParsableCommand {
     @OptionGroup var vars: VariableFlags
     @Option(name: .customLong("credentials-command"), help: "Shell command printing S3 credentials JSON, for s3:// inputs (fetched to be checked).")
     var credentialsCommand: String?
+    @OptionGroup var overwrite: OverwriteFlag
 
     func run() throws {
         let registry = makeRegistry()
@@ -87,7 +89,7 @@ struct Validate: ParsableCommand {
             let variables = try vars.variables()
             let staging = try objectStaging(file, variables, credentialsCommand: credentialsCommand)
             defer { staging?.discard() }
-            let p = try loadPipeline(file, variables: variables, registry: registry, remote: staging)
+            let p = try loadPipeline(file, variables: variables, registry: registry, remote: staging, overwrite: overwrite.overwrite)
             print(
                 "\(file): valid (\(p.stages.count) stage\(p.stages.count == 1 ? "" : "s"): \(p.stages.map { "\($0.id) (\($0.kind))" }.joined(separator: ", ")))"
             )
@@ -103,7 +105,8 @@ struct Stages: ParsableCommand {
             let ins = k.isSource ? "source" : "inputs: \(k.inputs.map(\.rawValue).sorted().joined(separator: "|"))"
             let out = k.output.map { "output: \($0.rawValue)" } ?? "sink"
             print("\(k.name) - \(k.summary)")
-            print("    \(ins); \(out)" + (k.isSource ? "" : "; queue: \(k.queue.maxItems) items, \(k.queue.maxBytes) bytes, \(k.policy.rawValue)"))
+            let bytes = k.queue.maxBytes >= LinkLimits.noByteLimit ? "no byte limit" : "\(k.queue.maxBytes) bytes"
+            print("    \(ins); \(out)" + (k.isSource ? "" : "; queue: \(k.queue.maxItems) items, \(bytes), \(k.policy.rawValue)"))
             for p in k.params {
                 var line = "    \(p.name): \(p.type.describe)"
                 if p.required { line += " (required)" } else if let d = p.defaultValue { line += " (default \(d.serialized))" }
@@ -135,6 +138,7 @@ struct Run: ParsableCommand {
     var grace: Double = 30
     @Option(name: .customLong("credentials-command"), help: "Shell command printing S3 credentials JSON for s3:// paths; run at start and when they expire.")
     var credentialsCommand: String?
+    @OptionGroup var overwrite: OverwriteFlag
     @OptionGroup var flags: OutputFlags
 
     func run() throws {
@@ -145,10 +149,10 @@ struct Run: ParsableCommand {
             let variables = try vars.variables()
             let staging = try objectStaging(file, variables, credentialsCommand: credentialsCommand)
             defer { staging?.discard() }
-            let pipeline = try loadPipeline(file, variables: variables, registry: registry, remote: staging)
+            let pipeline = try loadPipeline(file, variables: variables, registry: registry, remote: staging, overwrite: overwrite.overwrite)
             let graph = try pipeline.makeGraph(registry)
             let (outcome, _) = try door.run(nodes: graph.nodes, edges: graph.edges, grace: grace)
-            if outcome == .interrupted { throw ClipFlowError(.interrupted, "interrupted; complete outputs were kept, unfinished ones removed") }
+            if outcome == .interrupted { throw ClipFlowError(.interrupted, "stopped: complete outputs were kept, unfinished ones removed") }
             // A pipeline has many stages: the error names the one that failed.
             if case .failed(let stage, let e) = outcome { throw ClipFlowError(e.kind, "stage '\(stage)': \(e.message)") }
             if let staging {

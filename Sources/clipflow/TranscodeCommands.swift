@@ -58,6 +58,8 @@ struct Transcode: ParsableCommand {
     @Flag(help: "Allow pictures larger than the source.")
     var upscale = false
 
+    @OptionGroup var overwrite: OverwriteFlag
+
     @OptionGroup var flags: OutputFlags
 
     @Argument(help: "Input videos (MP4/MOV, MKV/WebM, MPEG-TS, AVI, ...).")
@@ -87,15 +89,15 @@ struct Transcode: ParsableCommand {
     }
 
     func run() throws {
-        let door = FrontDoor(flags)
+        let door = FrontDoor(flags, namesOutputs: true)
         let started = Date()
         try ErrorReport.run {
             let settings = try choices.resolve().get()
-            try checkBeforeWork(inputs: inputs, outputs: [OutputSafety.Use(path: output, label: "-o")])
-            let inputs = inputs, output = output
+            try checkBeforeWork(inputs: inputs, outputs: [OutputSafety.Use(path: output, label: "-o")], overwrite: overwrite.overwrite)
+            let inputs = inputs, output = output, replacing = overwrite.overwrite
             let nodes = [
                 StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) },
-                StageNode("transcode") { TranscodeStage(id: "transcode", output: output, settings: settings) }
+                StageNode("transcode") { TranscodeStage(id: "transcode", output: output, settings: settings, overwrite: replacing) }
             ]
             let (outcome, _) = try door.run(nodes: nodes, edges: [Edge(from: "files", to: "transcode", limits: TranscodeStage.kind.queue)], grace: 5)
             if let e = ErrorReport.error(outcome) { throw e }

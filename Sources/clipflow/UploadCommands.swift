@@ -31,20 +31,23 @@ struct QueueFlags: ParsableArguments {
     @Option(name: .customLong("queue"), help: ArgumentHelp("Upload queue directory (default $XDG_STATE_HOME/clipflow/uploads).", valueName: "DIR"))
     var directory: String?
 
-    @Option(help: "Uploads at once.")
-    var concurrency: Int = 2
-
     var path: String { directory ?? UploadQueue.defaultDirectory }
-
-    func validate() throws {
-        guard (1...16).contains(concurrency) else { throw ValidationError("--concurrency must be from 1 to 16") }
-    }
 
     /// The queue, for changing it (adding, pausing, listing); uploads run in `UploadQueueStage`.
     func makeQueue() throws -> UploadQueue {
-        try UploadQueue(directory: path, concurrency: concurrency) { d, store in
+        try UploadQueue(directory: path, concurrency: 1) { d, store in
             try d.makeUploader(store: store)
         }
+    }
+}
+
+/// `--concurrency`, on the commands that upload (send, run, resume).
+struct ConcurrencyFlag: ParsableArguments {
+    @Option(help: "Uploads at once (1 to 16).")
+    var concurrency: Int = 2
+
+    func validate() throws {
+        guard (1...16).contains(concurrency) else { throw ValidationError("--concurrency must be from 1 to 16") }
     }
 }
 
@@ -78,7 +81,10 @@ struct DestinationFlags: ParsableArguments {
     @Option(name: .customLong("credentials-url"), help: "URL returning credentials JSON; called at start and when they expire.")
     var credentialsURL: String?
 
-    @Option(help: "Metadata: title (gcore: the video name).") var title: String?
+    @Option(
+        name: .customLong("title"),
+        help: ArgumentHelp("Metadata: title (gcore: the video name). Uploading several files: give one per file, in their order.", valueName: "title"))
+    var titles: [String] = []
     @Option(help: "Metadata: description.") var description: String?
     @Option(name: .customLong("tag"), help: "Metadata: a tag (repeatable).") var tags: [String] = []
     @Option(help: "Metadata: category.") var category: String?
@@ -120,9 +126,18 @@ struct DestinationFlags: ParsableArguments {
         return d
     }
 
-    var metadata: [String: String] {
+    /// Refuses titles that do not go one to a file (a title names one video).
+    func checkTitles(files: Int) throws {
+        guard !titles.isEmpty, titles.count != files else { return }
+        throw ValidationError(
+            "--title: \(titles.count) title\(titles.count == 1 ? "" : "s") for \(files) files; give one per file, in their order, or none (a title names one video)"
+        )
+    }
+
+    /// The metadata of the `index`th file (its own title).
+    func metadata(file index: Int) -> [String: String] {
         var m: [String: String] = [:]
-        if let title { m["title"] = title }
+        if titles.indices.contains(index) { m["title"] = titles[index] }
         if let description { m["description"] = description }
         if !tags.isEmpty { m["tags"] = tags.joined(separator: ",") }
         if let category { m["category"] = category }
@@ -135,14 +150,19 @@ struct DestinationFlags: ParsableArguments {
 /// and concludes: 0 when none failed (uploads paused or cancelled on request are not failures),
 /// 130 when interrupted (the paused uploads stay queued), 1 when one failed (each named, with
 /// the command that retries it).
-func runUploads(_ ids: [String]?, queue: QueueFlags, door: FrontDoor) throws {
-    let path = queue.path, concurrency = queue.concurrency
+func runUploads(_ ids: [String]?, queue: QueueFlags, concurrency: ConcurrencyFlag, door: FrontDoor) throws {
+    let path = queue.path, concurrency = concurrency.concurrency
     let node = StageNode("upload") { UploadQueueStage(id: "upload", directory: path, concurrency: concurrency, ids: ids ?? []) }
     let (outcome, _) = try door.run(nodes: [node], edges: [], grace: 10)
     if outcome == .interrupted {
         let paused = door.log.result("upload")?["paused"]?.integer ?? 0
         throw ClipFlowError(
-            .interrupted, "interrupted: \(paused) upload(s) paused and kept in the queue; `clipflow upload run --queue \(path)` continues them")
+            .interrupted, "stopped: \(paused) upload(s) paused and kept in the queue; `clipflow upload run --queue \(path)` continues them")
+    }
+    // Each failure was told as it happened (with its reason): the closing error sums up.
+    if case .failed(_, let e) = outcome, door.showsItems, let ids = door.log.result("upload")?["failed_ids"]?.string, !ids.isEmpty {
+        let n = ids.split(separator: " ").count
+        throw ClipFlowError(e.kind, "\(n) upload\(n == 1 ? "" : "s") failed (above); `clipflow upload resume \(ids) --queue \(path)` retries")
     }
     if let e = ErrorReport.error(outcome) { throw e }
 }
@@ -156,11 +176,20 @@ struct UploadSend: ParsableCommand {
     @Argument(help: "Files to upload.") var files: [String] = []
     @OptionGroup var destination: DestinationFlags
     @OptionGroup var queue: QueueFlags
+    @OptionGroup var concurrency: ConcurrencyFlag
     @Flag(name: .customLong("no-wait"), help: "Only add to the queue; `clipflow upload run` uploads later.") var noWait = false
     @OptionGroup var flags: OutputFlags
 
     func validate() throws {
         if files.isEmpty { throw ValidationError("give at least one file to upload") }
+        // `clipflow upload lsit`: a misspelt command reads as a file name.
+        if files.count == 1, !FileManager.default.fileExists(atPath: files[0]),
+            let meant = didYouMean(files[0], in: Upload.configuration.subcommands.map { $0._commandName })
+        {
+            throw ValidationError("'\(files[0])' is neither a file nor an upload command; did you mean 'clipflow upload \(meant)'?")
+        }
+        try destination.checkTitles(files: files.count)
+        _ = try destination.destination()
     }
 
     func run() throws {
@@ -169,13 +198,13 @@ struct UploadSend: ParsableCommand {
         try ErrorReport.run {
             let q = try queue.makeQueue()
             var ids: [String] = []
-            for f in files {
-                let e = try q.add(file: f, destination: d, metadata: destination.metadata)
+            for (n, f) in files.enumerated() {
+                let e = try q.add(file: f, destination: d, metadata: destination.metadata(file: n))
                 ids.append(e.id)
                 door.say("queued \(e.id): \(e.file)")
             }
             if noWait { return }
-            try runUploads(ids, queue: queue, door: door)
+            try runUploads(ids, queue: queue, concurrency: concurrency, door: door)
         }
     }
 }
@@ -184,11 +213,12 @@ struct UploadRun: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "run", abstract: "Upload everything queued (continuing paused-by-Ctrl-C and interrupted uploads).")
     @OptionGroup var queue: QueueFlags
+    @OptionGroup var concurrency: ConcurrencyFlag
     @OptionGroup var flags: OutputFlags
 
     func run() throws {
         let door = FrontDoor(flags)
-        try ErrorReport.run { try runUploads(nil, queue: queue, door: door) }
+        try ErrorReport.run { try runUploads(nil, queue: queue, concurrency: concurrency, door: door) }
     }
 }
 
@@ -246,6 +276,7 @@ struct UploadResume: ParsableCommand {
     @OptionGroup var target: IDFlags
     @OptionGroup var queue: QueueFlags
     @Flag(name: .customLong("no-wait"), help: "Only requeue; do not upload now.") var noWait = false
+    @OptionGroup var concurrency: ConcurrencyFlag
     @OptionGroup var flags: OutputFlags
     func run() throws {
         let door = FrontDoor(flags)
@@ -259,7 +290,7 @@ struct UploadResume: ParsableCommand {
                 for id in ids { try q.resume(id) }
             }
             if noWait || ids.isEmpty { return }
-            try runUploads(ids, queue: queue, door: door)
+            try runUploads(ids, queue: queue, concurrency: concurrency, door: door)
         }
     }
 }

@@ -119,24 +119,40 @@ final class FrontDoorCLITests: XCTestCase {
     }
 
     /// Text mode: the same renderer for every command; lines are "STAGE: ..." with no carriage
-    /// return when stderr is not a terminal, and the same progress line shape.
+    /// return when stderr is not a terminal, and the same progress line shape. By default only
+    /// what a person needs (files written, the summary); `--verbose` adds progress and queues.
     func testTextModeLinesLookAlikeAcrossCommands() throws {
         let a = try fx.toneClip(0, seconds: 1), b = try fx.toneClip(1, seconds: 1)
         let dir = fx.scratch("front-door-text")
-        let merge = try clipflow(["merge", "-o", dir.appendingPathComponent("m.mp4").path, a, b])
-        let run = try clipflow(["run", try pipeline("t.json", clips: [a, b], out: dir.appendingPathComponent("r.mp4").path)])
-        let record = try clipflow(["record", "-o", dir.appendingPathComponent("rec").path, "--size", "320x240", "--duration", "1", "--fast"])
-        for (command, r) in [("merge", merge), ("run", run), ("record", record)] {
+        func commands(_ extra: [String], _ tag: String) throws -> [(String, Run)] {
+            [
+                ("merge", try clipflow(["merge", "-o", dir.appendingPathComponent("m\(tag).mp4").path, a, b] + extra)),
+                ("run", try clipflow(["run", try pipeline("t\(tag).json", clips: [a, b], out: dir.appendingPathComponent("r\(tag).mp4").path)] + extra)),
+                (
+                    "record",
+                    try clipflow(["record", "-o", dir.appendingPathComponent("rec\(tag)").path, "--size", "320x240", "--duration", "1", "--fast"] + extra)
+                )
+            ]
+        }
+        let plain = try commands([], "")
+        let verbose = try commands(["--verbose"], "-v")
+        for (command, r) in plain + verbose {
             XCTAssertEqual(r.status, 0, "\(command): \(r.stderr)")
             XCTAssertFalse(r.stderr.contains("\r"), command)
             XCTAssertEqual(r.out, "", "\(command): text mode writes nothing on stdout")
         }
-        for r in [merge, run] {
+        for (command, r) in plain {
+            XCTAssertFalse(r.stderr.contains("queue from"), "\(command): queue statistics are for --verbose: \(r.stderr)")
+            XCTAssertFalse(r.stderr.contains("files: "), "\(command): listing files takes no time: \(r.stderr)")
+        }
+        XCTAssertEqual(plain[0].1.stderr.split(separator: "\n").count, 1, "merge: its summary alone: \(plain[0].1.stderr)")
+        XCTAssertTrue(plain[1].1.stderr.contains("merge: wrote \(dir.appendingPathComponent("r.mp4").path)\n"), plain[1].1.stderr)
+        XCTAssertTrue(plain[2].1.stderr.contains("record: wrote "), plain[2].1.stderr)
+        for (_, r) in verbose.prefix(2) {
             XCTAssertTrue(r.stderr.contains("files: 100% (2 of 2 files)\n"), r.stderr)
             XCTAssertTrue(r.stderr.contains("merge: 100% ("), r.stderr)
             XCTAssertTrue(r.stderr.contains("merge: queue from files: at most "), r.stderr)
         }
-        XCTAssertTrue(record.stderr.contains("record: wrote "), record.stderr)
-        XCTAssertTrue(record.stderr.contains("record: queue from camera: at most "), record.stderr)
+        XCTAssertTrue(verbose[2].1.stderr.contains("record: queue from camera: at most "), verbose[2].1.stderr)
     }
 }

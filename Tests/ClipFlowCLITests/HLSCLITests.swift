@@ -114,7 +114,7 @@ final class HLSCLITests: XCTestCase {
         try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
         let exists = try clipflow(["hls", "-o", out, "--quiet", src])
         XCTAssertNotEqual(exists.status, 0)
-        XCTAssertTrue(exists.stderr.contains("exists; a ladder is written into a new folder"), exists.stderr)
+        XCTAssertTrue(exists.stderr.contains("error: -o '\(out)' exists; give -y (--overwrite) to replace it"), exists.stderr)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: parent.path), ["video"])
     }
 }

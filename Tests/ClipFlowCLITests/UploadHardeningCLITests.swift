@@ -39,9 +39,20 @@ final class UploadHardeningCLITests: XCTestCase {
                 "--retries", "1", "--retry-delay", "0.01"
             ], check: false)
         XCTAssertEqual(r.status, 1, r.stderr)
-        let line = try XCTUnwrap(r.stderr.split(separator: "\n").first { $0.hasPrefix("error:") }, r.stderr)
-        XCTAssertTrue(line.hasPrefix("error: \(file): "), String(line))
+        // The failure as it happens (ID: failed (CODE): FILE: why), then the closing line.
+        let line = try XCTUnwrap(r.stderr.split(separator: "\n").first { $0.contains(": failed (") }, r.stderr)
+        XCTAssertTrue(line.contains(": failed (http-400): \(file): "), String(line))
         XCTAssertEqual(line.components(separatedBy: file).count - 1, 1, "the path is said once: \(line)")
+        XCTAssertTrue(r.stderr.split(separator: "\n").last?.hasPrefix("error: 1 upload failed (above); `clipflow upload resume ") == true, r.stderr)
+        // Without the lines above (--quiet), the error line says it all.
+        let quiet = try Run.run(
+            [
+                binary, "upload", file, "--to", "tus", "--endpoint", server.url + "/files", "--queue", fx.scratch("upload-hard-once-q").path,
+                "--retries", "1", "--retry-delay", "0.01", "--quiet"
+            ], check: false)
+        XCTAssertEqual(quiet.status, 1, quiet.stderr)
+        XCTAssertTrue(quiet.stderr.hasPrefix("error: \(file): "), quiet.stderr)
+        XCTAssertEqual(quiet.stderr.components(separatedBy: file).count - 1, 1, "the path is said once: \(quiet.stderr)")
     }
 
     /// 10 (b) and 5, as the user reads them: an oversized header is named, an endless answer ends.
@@ -147,7 +158,7 @@ final class UploadHardeningCLITests: XCTestCase {
                 "--queue", dir + "/queue"
             ], env: ["LD_LIBRARY_PATH": dir], check: false)
         XCTAssertEqual(r.status, 1, r.stderr)
-        let line = try XCTUnwrap(r.stderr.split(separator: "\n").first { $0.hasPrefix("error:") }, r.stderr)
-        XCTAssertTrue(line.hasPrefix("error: \(file): cannot upload: libcurl has no curl_global_init; install libcurl4"), String(line))
+        let line = try XCTUnwrap(r.stderr.split(separator: "\n").first { $0.contains(": failed (") }, r.stderr)
+        XCTAssertTrue(line.contains("\(file): cannot upload: libcurl has no curl_global_init; install libcurl4"), String(line))
     }
 }

@@ -24,7 +24,7 @@ final class AtomicOutputLeftoverTests: XCTestCase {
         // Left by a writer killed mid-write: nobody holds its lock.
         touch(dir, ".merged.mp4.clipflow-tmp-4242-123456", bytes: 1 << 20)
         touch(dir, ".clip-0003.mp4.clipflow-tmp-1-9")
-        let out = try AtomicOutput(target: dir.appendingPathComponent("out.mp4"))
+        let out = try AtomicOutput(target: dir.appendingPathComponent("out.mp4"), replacing: false)
         XCTAssertEqual(names(dir), [out.temporary.lastPathComponent])
         try out.write(Data("done".utf8))
         try out.commit()
@@ -34,10 +34,10 @@ final class AtomicOutputLeftoverTests: XCTestCase {
 
     func testLiveWritersTemporaryInThisProcessIsKept() throws {
         let dir = fx.scratch("atomic-live-here")
-        let live = try AtomicOutput(target: dir.appendingPathComponent("a.mp4"))
+        let live = try AtomicOutput(target: dir.appendingPathComponent("a.mp4"), replacing: false)
         XCTAssertTrue(FileManager.default.fileExists(atPath: live.temporary.path), "created at once, locked")
         XCTAssertEqual(LeftoverTemporaries.remove(in: dir.path), [])
-        let other = try AtomicOutput(target: dir.appendingPathComponent("b.mp4"))
+        let other = try AtomicOutput(target: dir.appendingPathComponent("b.mp4"), replacing: false)
         XCTAssertEqual(names(dir), [live.temporary.lastPathComponent, other.temporary.lastPathComponent].sorted())
         live.discard()
         other.discard()
@@ -97,7 +97,7 @@ final class AtomicOutputLeftoverTests: XCTestCase {
         let dir = fx.scratch("atomic-link")
         let src = fx.scratch("atomic-link-src").appendingPathComponent("in.mp4")
         XCTAssertTrue(FileManager.default.createFile(atPath: src.path, contents: Data("video".utf8)))
-        let out = try XCTUnwrap(try AtomicOutput.hardLink(from: src.path, target: dir.appendingPathComponent("in.mp4")))
+        let out = try XCTUnwrap(try AtomicOutput.hardLink(from: src.path, target: dir.appendingPathComponent("in.mp4"), replacing: false))
         XCTAssertEqual(LeftoverTemporaries.remove(in: dir.path), [])
         try out.commit()
         var a = stat(), b = stat()
@@ -105,11 +105,11 @@ final class AtomicOutputLeftoverTests: XCTestCase {
         XCTAssertEqual(stat(dir.appendingPathComponent("in.mp4").path, &b), 0)
         XCTAssertEqual(a.st_ino, b.st_ino, "a link, not a copy")
         XCTAssertEqual(names(dir), ["in.mp4"])
-        XCTAssertNil(try AtomicOutput.hardLink(from: "/nonexistent-clipflow/x", target: dir.appendingPathComponent("y.mp4")))
+        XCTAssertNil(try AtomicOutput.hardLink(from: "/nonexistent-clipflow/x", target: dir.appendingPathComponent("y.mp4"), replacing: false))
         // A symlink cannot be linked and locked as a file: nil (the caller copies), nothing left.
         let symlink = fx.scratch("atomic-link-sym").appendingPathComponent("s.mp4")
         try FileManager.default.createSymbolicLink(atPath: symlink.path, withDestinationPath: src.path)
-        XCTAssertNil(try AtomicOutput.hardLink(from: symlink.path, target: dir.appendingPathComponent("s.mp4")))
+        XCTAssertNil(try AtomicOutput.hardLink(from: symlink.path, target: dir.appendingPathComponent("s.mp4"), replacing: false))
         XCTAssertEqual(names(dir), ["in.mp4"])
     }
 
@@ -121,17 +121,17 @@ final class AtomicOutputLeftoverTests: XCTestCase {
         let dead = dir.appendingPathComponent(".ladder.clipflow-tmp-4242-7")
         try FileManager.default.createDirectory(at: dead.appendingPathComponent("360p"), withIntermediateDirectories: true)
         touch(dead.appendingPathComponent("360p"), "seg-0.m4s")
-        let live = try AtomicOutput(folder: dir.appendingPathComponent("ladder"))
+        let live = try AtomicOutput(folder: dir.appendingPathComponent("ladder"), replacing: false)
         XCTAssertEqual(names(dir), [live.temporary.lastPathComponent], "the dead writer's folder went when the next writer came")
         touch(live.temporary, "master.m3u8")
         XCTAssertEqual(LeftoverTemporaries.remove(in: dir.path), [], "a live writer's folder is kept")
         try live.commit()
         XCTAssertEqual(names(dir), ["ladder"])
         XCTAssertEqual(names(dir.appendingPathComponent("ladder")), ["master.m3u8"])
-        XCTAssertThrowsError(try AtomicOutput(folder: dir.appendingPathComponent("ladder"))) {
+        XCTAssertThrowsError(try AtomicOutput(folder: dir.appendingPathComponent("ladder"), replacing: false)) {
             XCTAssertTrue("\($0)".contains("exists"), "\($0)")
         }
-        let discarded = try AtomicOutput(folder: dir.appendingPathComponent("other"))
+        let discarded = try AtomicOutput(folder: dir.appendingPathComponent("other"), replacing: false)
         touch(discarded.temporary, "x")
         discarded.discard()
         XCTAssertEqual(names(dir), ["ladder"])
@@ -139,9 +139,9 @@ final class AtomicOutputLeftoverTests: XCTestCase {
 
     func testDiscardAndDeinitRemoveTheTemporary() throws {
         let dir = fx.scratch("atomic-discard")
-        do { _ = try AtomicOutput(target: dir.appendingPathComponent("a.mp4")) }
+        do { _ = try AtomicOutput(target: dir.appendingPathComponent("a.mp4"), replacing: false) }
         XCTAssertEqual(names(dir), [])
-        XCTAssertThrowsError(try AtomicOutput(target: dir.appendingPathComponent("missing/a.mp4"))) {
+        XCTAssertThrowsError(try AtomicOutput(target: dir.appendingPathComponent("missing/a.mp4"), replacing: false)) {
             XCTAssertTrue("\($0)".contains("does not exist"), "\($0)")
         }
     }

@@ -105,7 +105,7 @@ public enum PipelineSchema {
             n["minimum"] = lo ?? -Double(largest)
             n["maximum"] = hi ?? Double(largest)
             s = ["anyOf": [n, varRef]]
-        case .pathList: s = ["type": "array", "minItems": 1, "items": ["type": "string", "minLength": 1, "pattern": noControlCharacters]]
+        case .pathList, .stringList: s = ["type": "array", "minItems": 1, "items": ["type": "string", "minLength": 1, "pattern": noControlCharacters]]
         }
         s["description"] = p.help
         if let d = p.defaultValue { s["default"] = jsonObject(d) }

@@ -15,6 +15,8 @@ public enum ParamType: Sendable, Equatable {
     case integerChoice([Int])
     /// A list of paths.
     case pathList
+    /// A list of strings (tags, ids): not paths.
+    case stringList
 
     public var describe: String {
         switch self {
@@ -26,6 +28,7 @@ public enum ParamType: Sendable, Equatable {
         case .choice(let c): return "one of " + c.map { "\"\($0)\"" }.joined(separator: ", ")
         case .integerChoice(let c): return "one of " + c.map(String.init).joined(separator: ", ")
         case .pathList: return "a list of paths (strings)"
+        case .stringList: return "a list of strings"
         }
     }
 
@@ -109,6 +112,13 @@ public struct PipelineIssue: Sendable, Equatable, CustomStringConvertible {
         }
         return out
     }
+}
+
+extension ParamSpec {
+    /// The `overwrite` field of every stage kind that writes files: the one way a pipeline lets
+    /// an existing output be replaced (`clipflow run -y` sets it on every stage).
+    public static let overwrite = ParamSpec(
+        "overwrite", .boolean, default: .bool(false), help: "replace an existing output (otherwise it is refused; `clipflow run -y` sets this on every stage)")
 }
 
 /// A file a stage reads or writes, with the parameter that names it (`output`, `paths[2]`, `glob`).
@@ -254,8 +264,25 @@ func editDistance(_ a: String, _ b: String) -> Int {
     return prev[y.count]
 }
 
-func suggestion(for word: String, in candidates: [String]) -> String {
+/// The candidate `word` most likely meant: the closest by spelling (a typo: `mrege` for `merge`),
+/// else one of the same stem (another form of the word: `rotation` for `rotate`, `thumb` for
+/// `thumbnail`); nil when none is near.
+public func didYouMean(_ word: String, in candidates: [String]) -> String? {
     let best = candidates.map { ($0, editDistance(word, $0)) }.min { $0.1 < $1.1 }
-    guard let (name, d) = best, d <= max(2, word.count / 3) else { return "" }
-    return " (did you mean '\(name)'?)"
+    if let (name, d) = best, d <= max(2, word.count / 3) { return name }
+    return candidates.map { ($0, sharedStem(word, $0)) }.filter { $0.1 > 0 }.max { $0.1 < $1.1 }?.0
+}
+
+/// The length of the beginning `a` and `b` share, when it is a stem: at least 4 letters and
+/// most of the shorter word; 0 otherwise.
+func sharedStem(_ a: String, _ b: String) -> Int {
+    let x = Array(a.lowercased()), y = Array(b.lowercased())
+    var n = 0
+    while n < min(x.count, y.count) && x[n] == y[n] { n += 1 }
+    return n >= 4 && Double(n) >= 0.6 * Double(min(x.count, y.count)) ? n : 0
+}
+
+/// " (did you mean 'NAME'?)", or "" (see `didYouMean`).
+func suggestion(for word: String, in candidates: [String]) -> String {
+    didYouMean(word, in: candidates).map { " (did you mean '\($0)'?)" } ?? ""
 }

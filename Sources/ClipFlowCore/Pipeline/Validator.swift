@@ -57,6 +57,9 @@ public struct PipelineValidator {
     /// false: a plan only (what a pipeline would read and write, e.g. to see whether a batch row
     /// is already done): no kind checks (inputs may not exist yet) and no remote paths mapped.
     public let checksFiles: Bool
+    /// Every stage that writes may replace what it writes (`clipflow run -y`): its `overwrite`
+    /// field is set. Otherwise an output that exists is refused unless its stage sets `overwrite`.
+    public let overwrite: Bool
 
     public static let idPattern = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
     static let common: Set<String> = ["id", "kind", "inputs", "queue", "description"]
@@ -64,8 +67,9 @@ public struct PipelineValidator {
 
     public init(
         registry: StageRegistry, variables: [String: String] = [:],
-        environment: [String: String] = ProcessInfo.processInfo.environment, remote: RemotePaths? = nil, checksFiles: Bool = true
+        environment: [String: String] = ProcessInfo.processInfo.environment, remote: RemotePaths? = nil, checksFiles: Bool = true, overwrite: Bool = false
     ) {
+        self.overwrite = overwrite
         self.registry = registry
         self.variables = variables
         self.environment = environment
@@ -182,6 +186,7 @@ public struct PipelineValidator {
         var specs: [Pipeline.StageSpec?] = Array(repeating: nil, count: list.count)
         var inputsOf: [Int: [Int]] = [:]
         var filesOf: [Int: StageFiles] = [:]
+        var replaces = Set<Int>()  // stages whose outputs may replace what is there
         for (i, node) in list.enumerated() {
             let p = "stages[\(i)]"
             guard case .object(let members) = node.value else { continue }
@@ -285,6 +290,7 @@ public struct PipelineValidator {
                 if let v = check(raw, spec, pp, &issues) { values[spec.name] = v }
             }
             if checksFiles, let remote { mapRemotePaths(kind, &values, node, p, remote, &issues) }
+            if overwrite, kind.params.contains(where: { $0.name == ParamSpec.overwrite.name }) { values[ParamSpec.overwrite.name] = .bool(true) }
             var limits = kind.queue, policy = kind.policy
             if let q = node["queue"] {
                 if kind.isSource { issue("\(p).queue", q, "a source has no input queue") }
@@ -300,7 +306,10 @@ public struct PipelineValidator {
                 }
             }
             // Valid values only (a bad one is absent), so the outputs it names are still checked.
-            if let files = kind.files { filesOf[i] = files(params) }
+            if let files = kind.files {
+                filesOf[i] = files(params)
+                if params.bool(ParamSpec.overwrite.name) == true { replaces.insert(i) }
+            }
             if case .string(let id)? = node["id"]?.value {
                 specs[i] = Pipeline.StageSpec(id: id, kind: kind.name, inputs: inputIDs, params: params, queue: limits, policy: policy)
             }
@@ -340,7 +349,7 @@ public struct PipelineValidator {
             }
         }
 
-        checkOutputs(list, filesOf, inputsOf, &issues)
+        checkOutputs(list, filesOf, inputsOf, replaces: replaces, &issues)
 
         if !issues.isEmpty {
             // In reading order (stable: several issues at one place keep their order).
@@ -353,9 +362,14 @@ public struct PipelineValidator {
     }
 
     /// Refuses outputs that would overwrite an input or another output (`OutputSafety`): what
-    /// stages write, and what `directory` sinks copy from the stages feeding them.
-    func checkOutputs(_ list: [JSONNode], _ filesOf: [Int: StageFiles], _ inputsOf: [Int: [Int]], _ issues: inout [PipelineIssue]) {
+    /// stages write, and what `directory` sinks copy from the stages feeding them; and, when files
+    /// are checked, outputs that exist already, unless their stage (index in `replaces`) may
+    /// replace them.
+    func checkOutputs(
+        _ list: [JSONNode], _ filesOf: [Int: StageFiles], _ inputsOf: [Int: [Int]], replaces: Set<Int>, _ issues: inout [PipelineIssue]
+    ) {
         var inputs: [OutputSafety.Use] = [], outputs: [OutputSafety.Use] = [], places: [(path: String, node: JSONNode)] = []
+        var kept: [Int] = []  // indices into `outputs` whose stage does not replace
         /// The node of a field such as "output" or "paths[2]" in stage i.
         func node(_ i: Int, _ field: String) -> JSONNode {
             let parts = field.split(separator: "[", maxSplits: 1)
@@ -367,6 +381,7 @@ public struct PipelineValidator {
             guard let f = filesOf[i] else { continue }
             for r in f.reads { inputs.append(OutputSafety.Use(path: r.path, label: "stages[\(i)].\(r.field)")) }
             for w in f.writes {
+                if !replaces.contains(i) { kept.append(outputs.count) }
                 outputs.append(OutputSafety.Use(path: w.path, label: "stages[\(i)].\(w.field)"))
                 places.append(("stages[\(i)].\(w.field)", node(i, w.field)))
             }
@@ -374,6 +389,7 @@ public struct PipelineValidator {
                 for j in inputsOf[i] ?? [] {
                     for src in filesOf[j]?.passesOn ?? [] {
                         let target = (into.path as NSString).appendingPathComponent((src.path as NSString).lastPathComponent)
+                        if !replaces.contains(i) { kept.append(outputs.count) }
                         outputs.append(OutputSafety.Use(path: target, label: "stages[\(i)].\(into.field)", copyOf: src.path))
                         places.append(("stages[\(i)].\(into.field)", node(i, into.field)))
                     }
@@ -381,10 +397,21 @@ public struct PipelineValidator {
             }
         }
         guard !outputs.isEmpty else { return }
-        for c in OutputSafety.clashes(inputs: inputs, outputs: outputs) {
+        let clashes = OutputSafety.clashes(inputs: inputs, outputs: outputs)
+        for c in clashes {
             let o = outputs[c.outputIndex], at = places[c.outputIndex]
             let what = o.copyOf.map { "would write '\(c.output)' (the copy of '\($0)'), which" } ?? "'\(c.output)'"
             issues.append(PipelineIssue(at.path, "\(what) \(c.reason)", line: at.node.line, column: at.node.column))
+        }
+        guard checksFiles else { return }
+        let clashing = Set(clashes.map(\.outputIndex))
+        for n in OutputSafety.existing(kept.map { outputs[$0] }) where !clashing.contains(kept[n]) {
+            let o = outputs[kept[n]], at = places[kept[n]]
+            let what = o.copyOf.map { "would write '\(o.path)' (the copy of '\($0)'), which" } ?? "'\(o.path)'"
+            issues.append(
+                PipelineIssue(
+                    at.path, "\(what) exists; it is replaced only when asked (\"overwrite\": true on this stage, or -y)", line: at.node.line,
+                    column: at.node.column))
         }
     }
 
@@ -558,19 +585,21 @@ public struct PipelineValidator {
         case .integerChoice(let options):
             guard case .number(let n) = value, options.contains(where: { Double($0) == n }) else { return bad(shown(value)) }
             return value
-        case .pathList:
+        case .pathList, .stringList:
+            let what = spec.type == .pathList ? "a path" : "a string"
             guard case .array(let arr) = value else { return bad(shown(value)) }
             if arr.isEmpty { return bad("an empty list") }
             var out: [JSONNode] = []
             var ok = true
             for (j, e) in arr.enumerated() {
                 guard case .string(let s) = e.value, !s.isEmpty else {
-                    issues.append(PipelineIssue("\(path)[\(j)]", "expected a path (non-empty string), got \(e.value.typeName)", line: e.line, column: e.column))
+                    issues.append(
+                        PipelineIssue("\(path)[\(j)]", "expected \(what) (non-empty string), got \(e.value.typeName)", line: e.line, column: e.column))
                     ok = false
                     continue
                 }
                 guard let x = expand(s, "\(path)[\(j)]", e, &issues) else { ok = false; continue }
-                if pathProblem(x, "\(path)[\(j)]", e) { ok = false; continue }
+                if spec.type == .pathList, pathProblem(x, "\(path)[\(j)]", e) { ok = false; continue }
                 out.append(JSONNode(.string(x), line: e.line, column: e.column))
             }
             return ok ? .array(out) : nil

@@ -134,7 +134,7 @@ public final class DirectoryStage: Stage {
             ParamSpec(
                 "mode", .choice(["copy", "link"]), default: .string("copy"),
                 help: "copy the file, or hard-link it when on the same filesystem (copies otherwise)"),
-            ParamSpec("overwrite", .boolean, default: .bool(true), help: "replace a file of the same name")
+            .overwrite
         ],
         check: { p, path in
             guard let d = p.string("path") else { return [] }
@@ -146,9 +146,9 @@ public final class DirectoryStage: Stage {
             return []
         },
         files: { p in StageFiles(copiesInto: p.string("path").map { FileField("path", $0) }) },
-        make: { id, p in DirectoryStage(id: id, directory: p.string("path")!, mode: p.string("mode") ?? "copy", overwrite: p.bool("overwrite") ?? true) })
+        make: { id, p in DirectoryStage(id: id, directory: p.string("path")!, mode: p.string("mode") ?? "copy", overwrite: p.bool("overwrite") ?? false) })
 
-    public init(id: String, directory: String, mode: String = "copy", overwrite: Bool = true) {
+    public init(id: String, directory: String, mode: String = "copy", overwrite: Bool = false) {
         self.id = id
         self.directory = directory
         self.mode = mode
@@ -165,17 +165,18 @@ public final class DirectoryStage: Stage {
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
         guard let src = item.path else { return .ok }
         let target = URL(fileURLWithPath: directory).appendingPathComponent((src as NSString).lastPathComponent)
-        if !overwrite, FileManager.default.fileExists(atPath: target.path) {
-            throw ClipFlowError.output("'\(target.path)' exists and overwrite is false")
+        // The same file already there (an earlier run's hard link) is this copy, done.
+        let existing = FileIdentity(path: target.path).file
+        if existing == nil || existing != FileIdentity(path: src).file {
+            let out: AtomicOutput
+            if mode == "link", let linked = try AtomicOutput.hardLink(from: src, target: target, label: "directory copy", replacing: overwrite) {
+                out = linked
+            } else {
+                out = try AtomicOutput(target: target, label: "directory copy", replacing: overwrite)
+                try copy(src, to: out.temporary.path, context)
+            }
+            try out.commit()
         }
-        let out: AtomicOutput
-        if mode == "link", let linked = try AtomicOutput.hardLink(from: src, target: target, label: "directory copy") {
-            out = linked
-        } else {
-            out = try AtomicOutput(target: target, label: "directory copy")
-            try copy(src, to: out.temporary.path, context)
-        }
-        try out.commit()
         written.append(target.path)
         context.emit(.output(path: target.path))
         return .ok

@@ -1,8 +1,10 @@
 # clipflow: `make demo` runs the main job on inputs it makes itself; `make test` runs the tests.
 # Both install missing system packages first (Debian 12).
 SWIFT ?= swift
+# `make install PREFIX=...`: where the binary, man pages and completions go (scripts/install.sh).
+PREFIX ?= /usr/local
 
-.PHONY: deps build release demo test format bench fuzz clean
+.PHONY: deps build release install demo test format bench fuzz clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -13,12 +15,17 @@ build: deps
 release: deps
 	$(SWIFT) build -c release
 
+install: release
+	$(SWIFT) build -c release --product generate-manual
+	@bash scripts/install.sh "$(DESTDIR)$(PREFIX)" .build/release
+
 demo: build
 	@bash scripts/demo.sh
 
 # The sources must be formatted as .swift-format says (`make format` does it) before the tests run.
 test: deps
 	$(SWIFT) format lint --strict --recursive Sources Tests Package.swift
+	$(SWIFT) build --product generate-manual
 	$(SWIFT) test --disable-swift-testing
 
 format:

@@ -26,10 +26,22 @@ struct ClipFlow: ParsableCommand {
         let arguments = Array(CommandLine.arguments.dropFirst())
         do {
             var command = try parseAsRoot(arguments)
+            // CLIPFLOW_PARSE_ONLY=1: the command line is checked as a run would check it (options,
+            // values, what goes together), and nothing runs (README, "Checking a command line").
+            if ProcessInfo.processInfo.environment["CLIPFLOW_PARSE_ONLY"] == "1" {
+                print("would run: clipflow \(arguments.map(Self.shellQuoted).joined(separator: " "))")
+                return
+            }
             try command.run()
         } catch {
             ErrorReport.exit(error, arguments: arguments)
         }
+    }
+
+    /// `word` as a shell would need it written (single quotes where it has anything special).
+    static func shellQuoted(_ word: String) -> String {
+        let plain = word.allSatisfy { $0.isLetter || $0.isNumber || "-_./=:,+@%".contains($0) }
+        return plain && !word.isEmpty ? word : "'" + word.replacingOccurrences(of: "'", with: "'\\''") + "'"
     }
 }
 

@@ -115,8 +115,9 @@ final class TextRenderer: EventRenderer, Sendable {
         var order: [String] = []
         var state: [String: String] = [:]
         var lastDecile: [String: Int] = [:]
-        /// When each stage or item first reported (by the events' clock), and the first event of all.
-        var firstSeen: [String: Double] = [:]
+        /// When each stage or item first reported progress (by the events' clock), and the first
+        /// event of all: a stage waiting for its inputs is not work a person waits for.
+        var firstProgress: [String: Double] = [:]
         var start: Double?
         var warnedDrops: Set<String> = []
         /// The command's own status line, while it is shown.
@@ -163,9 +164,11 @@ final class TextRenderer: EventRenderer, Sendable {
         drawing.withLock { d in
             if !d.order.contains(e.stage) { d.order.append(e.stage) }
             if d.start == nil { d.start = e.time }
-            if d.firstSeen[e.stage] == nil { d.firstSeen[e.stage] = e.time }
             /// Whether `key` (a stage or "stage/item") has worked long enough for its progress to show.
-            func waitedFor(_ key: String) -> Bool { verbose || e.time - (d.firstSeen[key] ?? e.time) >= Self.patience }
+            func waitedFor(_ key: String) -> Bool {
+                if d.firstProgress[key] == nil { d.firstProgress[key] = e.time }
+                return verbose || e.time - (d.firstProgress[key] ?? e.time) >= Self.patience
+            }
             var line: String?
             switch e.kind {
             case .started: d.state[e.stage] = "running"
@@ -174,11 +177,9 @@ final class TextRenderer: EventRenderer, Sendable {
                 if t > 0 {
                     let (bar, decile) = Self.bar(c, t)
                     d.state[e.stage] = bar + pace
-                    if decile != d.lastDecile[e.stage] ?? -1 {
+                    if !isTTY && waitedFor(e.stage) && decile != d.lastDecile[e.stage] ?? -1 {
                         d.lastDecile[e.stage] = decile
-                        if !isTTY && waitedFor(e.stage) {
-                            line = "\(e.stage): \(Int(min(1, Double(c) / Double(t)) * 100))% (\(c) of \(t) \(u)\(pace))"
-                        }
+                        line = "\(e.stage): \(Int(min(1, Double(c) / Double(t)) * 100))% (\(c) of \(t) \(u)\(pace))"
                     }
                 } else {
                     d.state[e.stage] = "\(c) \(u)"
@@ -196,13 +197,12 @@ final class TextRenderer: EventRenderer, Sendable {
             case .item(let id, let name, let f, let text):
                 let key = e.stage + "/" + id
                 if !d.order.contains(key) { d.order.append(key) }
-                if d.firstSeen[key] == nil { d.firstSeen[key] = e.time }
                 if name == "progress", let a = f["acknowledged"]?.integer, let t = f["total"]?.integer, t > 0 {
                     d.state[key] = Self.bar(a, t).bar
                     let decile = Self.bar(a, t).decile
-                    if decile != d.lastDecile[key] ?? -1 {
+                    if !isTTY && waitedFor(key) && decile != d.lastDecile[key] ?? -1 {
                         d.lastDecile[key] = decile
-                        if !isTTY && waitedFor(key) { line = "\(id): \(text)" }
+                        line = "\(id): \(text)"
                     }
                 } else {
                     if ["finished", "failed", "paused", "cancelled"].contains(name) { d.state[key] = nil; d.order.removeAll { $0 == key } }

@@ -38,7 +38,9 @@ struct Batch: ParsableCommand {
     @Option(name: .customLong("index-count"), help: "With an index I: run rows I, I+N, I+2N, ... (arrays with fewer tasks than rows).")
     var indexCount: Int?
     @Option(help: ArgumentHelp("Run every N-th row starting at I.", valueName: "I/N")) var shard: String?
-    @Option(help: ArgumentHelp("Where to write the JSON summary, the batch's own report, written anew on each run (default: next to the rows file).", valueName: "FILE"))
+    @Option(
+        help: ArgumentHelp(
+            "Where to write the JSON summary, the batch's own report, written anew on each run (default: next to the rows file).", valueName: "FILE"))
     var summary: String?
     @Flag(help: "Run every row, even those whose outputs are complete.") var force = false
     @Option(help: ArgumentHelp("Folder for rows' object-storage inputs and outputs while they run (default: $TMPDIR or /tmp).", valueName: "DIR"))

@@ -263,6 +263,17 @@ final class CommandLineCLITests: XCTestCase {
         let end = slow.screen("end").lines.filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty }
         XCTAssertEqual(end.count, 1, "the status line is gone, the summary stays: \(end)")
         XCTAssertTrue(end.first?.hasPrefix("transcoded 1 input into ") == true, "\(end)")
+
+        // Ctrl-C: the status line goes, one line says what the stop left, no error.
+        let stopped = try TerminalSession.run(
+            [["wait": "transcode: \\[", "timeout": 60], ["press": "\u{3}"], ["exit": 60], ["screen": "end"]],
+            [binary, "transcode", "-o", dir.appendingPathComponent("stopped.mp4").path, "--preset", "web-360p", long])
+        XCTAssertNil(stopped.failed, stopped.raw)
+        XCTAssertEqual(stopped.status, 130, stopped.raw)
+        let left = stopped.screen("end").lines.filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty }
+        XCTAssertEqual(left.map { $0.trimmingCharacters(in: .whitespaces) }, ["stopped: no output was written"], stopped.raw)
+        XCTAssertTrue(stopped.modeRestored)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir.appendingPathComponent("stopped.mp4").path))
     }
 
     // MARK: 5. Help texts

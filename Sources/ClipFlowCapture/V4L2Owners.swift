@@ -3,11 +3,12 @@ import ClipFlowCore
 import ClipFlowMedia
 import Foundation
 
-// The owners of the kernel objects a camera uses (habit 1): `DeviceDescriptor` closes the fd,
-// `MappedBuffer` unmaps one buffer; `V4L2Device` owns both. Plus the checked ioctl helper
-// (habit 2) and the C string conversions.
+// The owners of the kernel objects a camera uses, one owner per object, released in its deinit:
+// `DeviceDescriptor` closes the fd, `MappedBuffer` unmaps one buffer; `V4L2Device` owns both.
+// Plus the checked ioctl helper (every failure carries the call and the OS's words) and the C
+// string conversions.
 
-/// A failed V4L2 call: which one and the errno (habit 2: the operation and the OS's words).
+/// A failed V4L2 call: which one and the errno (the operation and the OS's words).
 struct V4L2CallError: Error, CustomStringConvertible {
     let operation: String
     let errno: SyscallErrno

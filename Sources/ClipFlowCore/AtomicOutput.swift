@@ -5,7 +5,7 @@ import Synchronization
 #endif
 
 /// An output file or folder written under a temporary name next to its target and renamed into
-/// place only when complete (habit 8). If the work fails or is interrupted, `discard()` (or
+/// place only when complete, so no reader ever sees half a file. If the work fails or is interrupted, `discard()` (or
 /// deinit) removes the temporary (a folder with everything in it), so a failed run leaves nothing
 /// behind. Not thread-safe: one owner.
 ///

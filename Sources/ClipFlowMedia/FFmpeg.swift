@@ -2,8 +2,9 @@ internal import CClipFlowFFmpeg
 import ClipFlowCore
 import Foundation
 
-// Owner classes for FFmpeg objects (habit 1: one owner per C object, freed in deinit) and the one
-// checked helper through which every FFmpeg call that can fail goes (habit 2).
+// Owner classes for FFmpeg objects (one owner per C object, freed in deinit) and the one
+// checked helper through which every FFmpeg call that can fail goes (a failure names the call
+// and FFmpeg's words).
 //
 // Threading: each owner is confined to one thread at a time. Classes are @unchecked Sendable only
 // so that ownership can be handed from one queue to another (an ownership transfer); each says

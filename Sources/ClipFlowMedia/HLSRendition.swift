@@ -380,7 +380,7 @@ extension PixelFormat {
     }
 }
 
-/// Codec parameters filled from an opened encoder (owner class, habit 1).
+/// Codec parameters filled from an opened encoder (an owner class: freed in its deinit).
 final class CodecParameters {
     let p: UnsafeMutablePointer<AVCodecParameters>
     init(from c: CodecContext) throws {

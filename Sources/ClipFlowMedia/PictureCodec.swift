@@ -6,7 +6,7 @@ import Foundation
 // frame (JPEGDecoder), and the emulated camera makes them (JPEGEncoder). Only this module imports
 // FFmpeg, so capture code uses these two classes.
 //
-// Threading: each coder is confined to one queue at a time (owner classes, habit 1).
+// Threading: each coder is confined to one queue at a time (owner classes: one owner per FFmpeg object).
 
 /// Decodes JPEG pictures (MJPEG frames) into packed yuv420p (limited range, as encoders expect).
 /// `@unchecked Sendable`: owns its codec, packet, frame and scaler; used by one thread at a time.

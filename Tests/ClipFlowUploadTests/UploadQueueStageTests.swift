@@ -90,7 +90,12 @@ final class UploadQueueStageTests: XCTestCase {
             XCTAssertEqual(mine.last?.name, "finished")
             XCTAssertEqual(r["bytes"], .integer(Int64(size)))
         }
-        XCTAssertEqual(result(h), [.init("finished", .integer(2)), .init("paused", .integer(0)), .init("failed", .integer(0)), .init("cancelled", .integer(0))])
+        XCTAssertEqual(
+            result(h),
+            [
+                .init("finished", .integer(2)), .init("paused", .integer(0)), .init("failed", .integer(0)), .init("cancelled", .integer(0)),
+                .init("failed_ids", .string(""))
+            ])
         XCTAssertEqual(
             try Data(contentsOf: dir.appendingPathComponent("server/a.mp4")), try Data(contentsOf: URL(fileURLWithPath: a)), "what the server holds")
     }

@@ -11,7 +11,7 @@ import Foundation
 /// copy, in the kernel, from the page cache; `copy_file_range` refuses most cross-filesystem
 /// pairs, e.g. ext4 to tmpfs). Any other write, a seek or closing sends the pending range first,
 /// so the file is written in call order.
-final class FileSink {
+final class MuxerOutputFile {
     static let bufferSize = 1 << 20
     let fd: Int32
     let shownAs: String
@@ -108,18 +108,18 @@ final class FileSink {
     deinit { if !closed { _ = Glibc.close(fd) } }
 }
 
-/// AVIOContext write callback; `opaque` is an unretained `FileSink`.
+/// AVIOContext write callback; `opaque` is an unretained `MuxerOutputFile`.
 func fileSinkWrite(_ opaque: UnsafeMutableRawPointer?, _ buf: UnsafeMutablePointer<UInt8>?, _ size: Int32) -> Int32 {
     guard let opaque, let buf else { return cf_averror(EINVAL) }
-    let sink = Unmanaged<FileSink>.fromOpaque(opaque).takeUnretainedValue()
+    let sink = Unmanaged<MuxerOutputFile>.fromOpaque(opaque).takeUnretainedValue()
     let rc = sink.write(buf, Int(size))
     return rc < 0 ? rc : size
 }
 
-/// AVIOContext seek callback; `opaque` is an unretained `FileSink`.
+/// AVIOContext seek callback; `opaque` is an unretained `MuxerOutputFile`.
 func fileSinkSeek(_ opaque: UnsafeMutableRawPointer?, _ offset: Int64, _ whence: Int32) -> Int64 {
     guard let opaque else { return Int64(cf_averror(EINVAL)) }
-    let sink = Unmanaged<FileSink>.fromOpaque(opaque).takeUnretainedValue()
+    let sink = Unmanaged<MuxerOutputFile>.fromOpaque(opaque).takeUnretainedValue()
     let rc = sink.flush()
     if rc < 0 { return Int64(rc) }
     if whence == AVSEEK_SIZE {

@@ -8,7 +8,7 @@ final class OutputMuxer {
     let path: String
     /// The name errors use: the target, not the hidden temporary file being written.
     let shownAs: String
-    let sink: FileSink
+    let sink: MuxerOutputFile
     private var ioOpen = false
 
     init(path: String, shownAs: String) throws {
@@ -19,17 +19,17 @@ final class OutputMuxer {
         try FF.check(avformat_alloc_output_context2(&c, nil, "mp4", path), "creating the MP4 muxer")
         guard let c else { throw ClipFlowError.failure("creating the MP4 muxer failed") }
         ctx = c
-        sink = try FileSink(path: path, shownAs: shownAs)
-        guard let buf = av_malloc(FileSink.bufferSize)?.assumingMemoryBound(to: UInt8.self) else {
+        sink = try MuxerOutputFile(path: path, shownAs: shownAs)
+        guard let buf = av_malloc(MuxerOutputFile.bufferSize)?.assumingMemoryBound(to: UInt8.self) else {
             throw ClipFlowError.failure("out of memory for the output buffer")
         }
         let opaque = Unmanaged.passUnretained(sink).toOpaque()
-        guard let pb = avio_alloc_context(buf, Int32(FileSink.bufferSize), 1, opaque, nil, fileSinkWrite, fileSinkSeek) else {
+        guard let pb = avio_alloc_context(buf, Int32(MuxerOutputFile.bufferSize), 1, opaque, nil, fileSinkWrite, fileSinkSeek) else {
             av_free(buf)
             throw ClipFlowError.failure("out of memory for the output")
         }
         // Direct mode: every avio_write reaches the sink with the caller's pointer, so packet
-        // payloads that point into a mapped clip are sent from the clip's file (`FileSink`). The
+        // payloads that point into a mapped clip are sent from the clip's file (`MuxerOutputFile`). The
         // buffer still gathers the muxer's small header and index writes.
         pb.pointee.direct = 1
         ctx.pointee.pb = pb

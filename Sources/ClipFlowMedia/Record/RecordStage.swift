@@ -1,0 +1,252 @@
+import ClipFlowCore
+import Foundation
+import Synchronization
+
+/// Commands for a running record stage, from any thread (a terminal, a signal, a test). Applied
+/// on the stage's queue before the next frame.
+public final class RecordControl: Sendable {
+    public enum Command: Sendable, Equatable { case pause, resume, split }
+    private let pending = Mutex<[Command]>([])
+    public init() {}
+    public func send(_ c: Command) { pending.withLock { $0.append(c) } }
+    func take() -> [Command] {
+        pending.withLock { c in
+            defer { c = [] }; return c
+        }
+    }
+}
+
+/// Encodes raw frames into clip fragments (see `FragmentRecorder`) and passes each fragment on
+/// the moment it is closed. One input carries the pictures (and maybe their audio); a second
+/// may carry audio alone (a microphone): pictures then wait for the audio of their instant, and
+/// once the pictures end the stage ends as soon as their audio is in. On a graceful stop, a cancel or a failure upstream, the open fragment
+/// is finalised: what was recorded is kept and playable.
+/// Belongs to its stage queue; `control` is thread-safe (commands from any thread).
+public final class RecordStage: Stage {
+    public let id: String
+    public let options: RecordOptions
+    public let control: RecordControl
+    /// What a status line shows; updated on this stage's queue, read from anywhere.
+    public let status: RecordStatus
+    public private(set) var recorder: FragmentRecorder?
+    /// What the input carries now (from `negotiate`, then in-band changes).
+    public private(set) var incoming: StreamParameters?
+    /// Which input carries the pictures, and which audio alone (nil: none).
+    private var pictureInput = 0
+    private var audioInput: Int?
+    private var picturesEnded = false
+    private var reportedOverruns = 0
+    private var lastProgress = -1
+    public var inputTypes: Set<PortType> { [.frames] }
+    public var outputType: PortType? { .clips }
+
+    public static let kind = StageKind(
+        name: "record", summary: "encode raw frames (H.264 + AAC) into clip fragments, each a complete MP4 when closed",
+        inputs: [.frames], minInputs: 1, maxInputs: 2, output: .clips,
+        params: [
+            ParamSpec("directory", .path, required: true, help: "where fragments go (<prefix>-NNNN.mp4, numbered on from what is there)"),
+            ParamSpec("prefix", .string, default: .string("clip"), help: "fragment file name prefix"),
+            ParamSpec("segment", .number(min: 0, max: nil), default: .number(0), help: "seconds per fragment (0: one fragment until stopped)"),
+            ParamSpec(
+                "max-duration", .number(min: 0, max: nil), default: .number(0), help: "stop once the directory's fragments reach this many seconds (0: no cap)"),
+            ParamSpec("preset", .choice(RecordOptions.presets), default: .string("veryfast"), help: "libx264 preset (ultrafast for 1080p30 on 2 cores)"),
+            ParamSpec("crf", .integer(min: 0, max: 51), default: .number(23), help: "libx264 quality (lower: better, bigger)"),
+            ParamSpec("keyframe-interval", .number(min: 0.04, max: 60), default: .number(2), help: "longest run between keyframes, seconds")
+        ],
+        // Raw pictures are large: at most 32 frames (about 1 s of video with its audio) or 128 MiB.
+        queue: LinkLimits(maxItems: 64, maxBytes: 128 << 20),
+        check: { p, path in
+            if let prefix = p.string("prefix"),
+                prefix.isEmpty || prefix.contains("/") || prefix.unicodeScalars.contains(where: PipelineValidator.isControl)
+            {
+                return [
+                    PipelineIssue("\(path).prefix", "expected a file name prefix (no '/', no control characters), got \(PipelineValidator.escaped(prefix))")
+                ]
+            }
+            guard let d = p.string("directory") else { return [] }
+            var isDir: ObjCBool = false
+            if FileManager.default.fileExists(atPath: d, isDirectory: &isDir) {
+                if !isDir.boolValue { return [PipelineIssue("\(path).directory", "'\(d)' exists and is not a directory")] }
+                if !FileManager.default.isWritableFile(atPath: d) {
+                    return [PipelineIssue("\(path).directory", "'\(d)': permission denied (cannot write there)")]
+                }
+            }
+            return []
+        },
+        make: { id, p in
+            var o = RecordOptions(directory: p.string("directory")!)
+            o.prefix = p.string("prefix") ?? "clip"
+            o.segmentSeconds = p.double("segment") ?? 0
+            o.maxSeconds = p.double("max-duration") ?? 0
+            o.preset = p.string("preset") ?? "veryfast"
+            o.crf = p.int("crf") ?? 23
+            o.keyframeSeconds = p.double("keyframe-interval") ?? 2
+            return RecordStage(id: id, options: o)
+        })
+
+    public init(id: String, options: RecordOptions, control: RecordControl = RecordControl(), status: RecordStatus = RecordStatus()) {
+        self.id = id
+        self.options = options
+        self.control = control
+        self.status = status
+    }
+
+    public func prepare(_ context: StageContext) throws {
+        let r = try FragmentRecorder(options: options)
+        let status = status
+        r.onClosed = { clip in
+            status.update { $0.fragmentsClosed += 1 }
+            context.emit(.output(path: clip.path))
+            context.emit(
+                .notice(
+                    String(
+                        format: "%@: %d pictures, %.2f s, %lld audio samples",
+                        (clip.path as NSString).lastPathComponent, clip.videoFrames, clip.seconds, clip.audioSamples)))
+            context.push(.file(clip.path, type: .clips))
+        }
+        if r.full { context.emit(.notice("the directory already holds \(options.maxSeconds) s of clips (max-duration); nothing will be recorded")) }
+        recorder = r
+    }
+
+    /// Takes raw pictures it can encode (yuv420p, nv12, yuyv422) and raw float audio; announces
+    /// MP4 clip fragments.
+    public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
+        try checkPorts(inputs)
+        for (i, p) in inputs.enumerated() {
+            if let (parameter, reason) = Self.refusal(p) { throw StreamMismatch(input: i, parameter: parameter, reason: reason) }
+        }
+        if inputs.count == 2 {
+            // One picture stream, and audio from one place.
+            guard let v = inputs.firstIndex(where: { $0.video != nil }) else {
+                throw StreamMismatch(input: 0, parameter: "video", reason: "neither input carries pictures; record takes one picture stream")
+            }
+            let other = 1 - v
+            if inputs[other].video != nil {
+                throw StreamMismatch(input: other, parameter: "video", reason: "a second picture stream; record takes one (and audio alone beside it)")
+            }
+            if inputs[v].audio != nil, inputs[other].audio != nil {
+                throw StreamMismatch(input: other, parameter: "audio", reason: "audio from two places (the pictures' input carries audio too)")
+            }
+            pictureInput = v
+            audioInput = inputs[other].audio != nil ? other : nil
+        }
+        if inputs.indices.contains(pictureInput) { incoming = inputs[pictureInput] }
+        if let r = recorder, let a = audioInput.map({ inputs[$0] }) ?? incoming, let audio = a.audio {
+            r.expectAudio(sampleRate: audio.sampleRate, channels: audio.channels)
+            r.audioInputOpen = audioInput != nil
+        }
+        return StreamParameters(port: .clips, container: "mp4")
+    }
+
+    public func inputEnded(_ input: Int, _ context: StageContext) throws -> FlowResult {
+        guard let r = recorder else { return .ok }
+        if input == audioInput {
+            r.audioInputOpen = false
+            try r.releasePictures()
+            return .ok
+        }
+        picturesEnded = true
+        return r.picturesWaiting == 0 ? .flushing : .ok
+    }
+
+    /// Why the recorder cannot take a stream with these parameters, or nil.
+    static func refusal(_ p: StreamParameters) -> (parameter: String, reason: String)? {
+        if let v = p.video {
+            let encodable: [PixelFormat] = [.yuv420p, .nv12, .yuyv422]
+            guard v.codec == "rawvideo", let f = v.pixelFormat, encodable.contains(f) else {
+                let offered = v.codec == "rawvideo" ? v.pixelFormat?.rawValue ?? "unknown" : v.codec
+                return ("pixel format", "\(offered) offered; record encodes raw yuv420p, nv12 or yuyv422 pictures (decode it first)")
+            }
+            if v.width <= 0 || v.height <= 0 { return ("size", "\(v.width)x\(v.height) is not a picture size") }
+        }
+        if let a = p.audio, a.codec != "pcm_f32" {
+            return ("audio codec", "\(a.codec) offered; record encodes raw 32-bit float samples")
+        }
+        return nil
+    }
+
+    /// An in-band change: a new picture size or layout closes the open fragment, and the next
+    /// picture starts one with the new parameters (each fragment has one size, as a phone's do).
+    private func adapt(to p: StreamParameters, _ r: FragmentRecorder, _ context: StageContext) throws {
+        if let (parameter, reason) = Self.refusal(p) { throw ClipFlowError.badInput("record '\(id)': \(parameter): \(reason)") }
+        let old = incoming?.video
+        incoming = p
+        guard let new = p.video, let old, (old.width, old.height, old.pixelFormat) != (new.width, new.height, new.pixelFormat) else { return }
+        if !r.paused {
+            try r.pause()
+            r.resume()
+        }
+        context.emit(.notice("pictures now \(new.width)x\(new.height) \(new.pixelFormat?.rawValue ?? ""); the next fragment starts with them"))
+    }
+
+    public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
+        if let p = item.parameters, let r = recorder {
+            if input == audioInput { return .ok }
+            try adapt(to: p, r, context)
+            return .ok
+        }
+        guard let r = recorder, let media = item.media else { return .ok }
+        for c in control.take() {
+            switch c {
+            case .pause: try r.pause(); context.emit(.notice("paused"))
+            case .resume: r.resume(); context.emit(.notice("recording"))
+            case .split: if !r.paused { try r.pause(); r.resume() }
+            }
+        }
+        if !(try r.append(media)) {
+            context.emit(.notice(String(format: "reached the maximum record time (%.1f s)", options.maxSeconds)))
+            return .endOfStream
+        }
+        publish(r)
+        if r.audioOverruns != reportedOverruns {
+            reportedOverruns = r.audioOverruns
+            context.emit(
+                .notice(
+                    String(
+                        format: "audio lost %d time%@ (%.3f s in all): filled with silence of the same length, sync kept", r.audioOverruns,
+                        r.audioOverruns == 1 ? "" : "s", r.audioLostSeconds)))
+        }
+        // The pictures ended and their audio is in: nothing more to take.
+        if picturesEnded && r.picturesWaiting == 0 { return .flushing }
+        let secs = Int(r.totalSeconds)
+        if secs != lastProgress {
+            lastProgress = secs
+            context.progress(Int64(secs), of: Int64(options.maxSeconds), unit: "seconds")
+        }
+        return .ok
+    }
+
+    public func drain(_ context: StageContext) throws {
+        try recorder?.finish()
+        if let r = recorder { publish(r) }
+        reportMissing(context)
+    }
+
+    /// Copies the recorder's state into `status`.
+    private func publish(_ r: FragmentRecorder) {
+        let total = r.totalSeconds
+        status.update { s in
+            s.fragment = r.currentFragment
+            s.fragmentSeconds = r.openFragmentSeconds
+            s.totalSeconds = total
+            s.paused = r.paused
+            s.picturesMissing = r.missingPictures
+            s.audioOverruns = r.audioOverruns
+            s.audioGapSeconds = r.audioLostSeconds
+            s.audioLevel = r.audioLevel
+        }
+    }
+
+    public func finish(_ context: StageContext, outcome: StageOutcome) {
+        // Failed or cancelled elsewhere: still finalise the open fragment (recorded data is kept).
+        if outcome != .completed, let r = recorder {
+            if (try? r.finish()) == nil { r.abandon() }
+        }
+    }
+
+    private func reportMissing(_ context: StageContext) {
+        if let r = recorder, r.missingPictures > 0 {
+            context.emit(.notice("\(r.missingPictures) pictures were missing from the source (sequence gaps); timing kept from timestamps"))
+        }
+    }
+}

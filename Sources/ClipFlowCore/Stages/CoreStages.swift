@@ -19,8 +19,18 @@ public final class FilesStage: Stage {
     public let id: String
     public let paths: [String]
     public let glob: String?
-    public let sort: String
+    public let sort: Order
     public var inputTypes: Set<PortType> { [] }
+
+    /// The order the clips go out in.
+    public enum Order: String, CaseIterable, Sendable {
+        /// As listed (a glob's matches: by name).
+        case none
+        /// By file name.
+        case name
+        /// By modification time, oldest first.
+        case mtime
+    }
     public var outputType: PortType? { .clips }
 
     public static let kind = StageKind(
@@ -30,7 +40,7 @@ public final class FilesStage: Stage {
             ParamSpec("paths", .pathList, role: .reads, help: "clip files, in order"),
             ParamSpec("glob", .path, role: .readsPattern, help: "a pattern such as clips/*.mp4 (*, ?, [...]); matches are sorted by name"),
             ParamSpec(
-                "sort", .choice(["none", "name", "mtime"]), default: .string("none"),
+                "sort", .choice(Order.allCases.map(\.rawValue)), default: .string(Order.none.rawValue),
                 help: "order: as listed (glob: by name), by file name, or by modification time")
         ],
         check: { params, path in FilesStage.check(params, path) },
@@ -38,9 +48,9 @@ public final class FilesStage: Stage {
             if let g = p.string("glob") { return StageFiles(reads: FilesStage.expandGlob(g).map { FileField("glob", $0) }) }
             return StageFiles(reads: (p.strings("paths") ?? []).enumerated().map { FileField("paths[\($0)]", $1) })
         },
-        make: { id, p in FilesStage(id: id, paths: p.strings("paths") ?? [], glob: p.string("glob"), sort: p.string("sort") ?? "none") })
+        make: { id, p in FilesStage(id: id, paths: p.strings("paths") ?? [], glob: p.string("glob"), sort: p.string("sort").flatMap(Order.init) ?? .none) })
 
-    public init(id: String, paths: [String], glob: String?, sort: String = "none") {
+    public init(id: String, paths: [String], glob: String?, sort: Order = .none) {
         self.id = id
         self.paths = paths
         self.glob = glob
@@ -93,11 +103,11 @@ public final class FilesStage: Stage {
         }
         for f in list { if let p = Self.readableProblem(f) { throw ClipFlowError.badInput("input \(p)") } }
         switch sort {
-        case "name": list.sort { ($0 as NSString).lastPathComponent < ($1 as NSString).lastPathComponent }
-        case "mtime":
+        case .name: list.sort { ($0 as NSString).lastPathComponent < ($1 as NSString).lastPathComponent }
+        case .mtime:
             func m(_ f: String) -> Date { ((try? FileManager.default.attributesOfItem(atPath: f))?[.modificationDate] as? Date) ?? .distantPast }
             list = list.map { ($0, m($0)) }.sorted { $0.1 < $1.1 }.map(\.0)
-        default: break
+        case .none: break
         }
         return list
     }
@@ -119,7 +129,15 @@ public final class FilesStage: Stage {
 public final class DirectoryStage: Stage {
     public let id: String
     public let directory: String
-    public let mode: String
+    public let mode: Mode
+
+    /// How a received file gets into the folder.
+    public enum Mode: String, CaseIterable, Sendable {
+        /// A copy of its bytes.
+        case copy
+        /// A hard link when on the same filesystem (a copy otherwise).
+        case link
+    }
     public let overwrite: Bool
     private let cancelFlag = CancellationFlag()
     public private(set) var written: [String] = []
@@ -132,7 +150,7 @@ public final class DirectoryStage: Stage {
         params: [
             ParamSpec("path", .path, required: true, role: .writesFolder, help: "destination directory (created if missing)"),
             ParamSpec(
-                "mode", .choice(["copy", "link"]), default: .string("copy"),
+                "mode", .choice(Mode.allCases.map(\.rawValue)), default: .string(Mode.copy.rawValue),
                 help: "copy the file, or hard-link it when on the same filesystem (copies otherwise)"),
             .overwrite
         ],
@@ -146,9 +164,11 @@ public final class DirectoryStage: Stage {
             return []
         },
         files: { p in StageFiles(copiesInto: p.string("path").map { FileField("path", $0) }) },
-        make: { id, p in DirectoryStage(id: id, directory: p.string("path")!, mode: p.string("mode") ?? "copy", overwrite: p.bool("overwrite") ?? false) })
+        make: { id, p in
+            DirectoryStage(id: id, directory: p.string("path")!, mode: p.string("mode").flatMap(Mode.init) ?? .copy, overwrite: p.bool("overwrite") ?? false)
+        })
 
-    public init(id: String, directory: String, mode: String = "copy", overwrite: Bool = false) {
+    public init(id: String, directory: String, mode: Mode = .copy, overwrite: Bool = false) {
         self.id = id
         self.directory = directory
         self.mode = mode
@@ -169,7 +189,7 @@ public final class DirectoryStage: Stage {
         let existing = FileIdentity(path: target.path).file
         if existing == nil || existing != FileIdentity(path: src).file {
             let out: AtomicOutput
-            if mode == "link", let linked = try AtomicOutput.hardLink(from: src, target: target, label: "directory copy", replacing: overwrite) {
+            if mode == .link, let linked = try AtomicOutput.hardLink(from: src, target: target, label: "directory copy", replacing: overwrite) {
                 out = linked
             } else {
                 out = try AtomicOutput(target: target, label: "directory copy", replacing: overwrite)

@@ -3,8 +3,8 @@ import Foundation
 
 /// Joins every clip it receives (inputs in order, clips in arrival order) into one fast-start
 /// MP4 at end of stream, then passes the file on. On a graceful stop (first SIGINT) it writes
-/// nothing when `onStop` is "discard" (a merge is all or nothing), or joins the clips that
-/// arrived when it is "finish" (a recording pipeline: stopping the recording still yields the
+/// nothing when `onStop` is `.discard` (a merge is all or nothing), or joins the clips that
+/// arrived when it is `.finish` (a recording pipeline: stopping the recording still yields the
 /// video). The output never exists half-written.
 /// Belongs to its stage queue; a stop or cancel reaches it through `cancelFlag` (thread-safe).
 public final class MergeStage: Stage {
@@ -15,8 +15,16 @@ public final class MergeStage: Stage {
     public let setRotation: Int?
     /// An existing file at `output` is replaced (otherwise refused).
     public let overwrite: Bool
-    /// "discard" or "finish": what a graceful stop does (see above).
-    public let onStop: String
+    /// What a graceful stop does (see above).
+    public let onStop: OnStop
+
+    /// What a graceful stop (first SIGINT) does to a merge.
+    public enum OnStop: String, CaseIterable, Sendable {
+        /// Write nothing: a merge is all or nothing.
+        case discard
+        /// Join the clips that arrived (after a recorder: stopping the recording still yields the video).
+        case finish
+    }
     /// Bytes reserved up front for the index (`MergeOptions.moovReserveOverride`); nil: estimated.
     public var moovReserveOverride: Int?
     /// Clips that differ are joined too (`ConformingMerger`): re-encoded where needed.
@@ -41,7 +49,7 @@ public final class MergeStage: Stage {
                 help: "the displayed picture's clockwise turn, replacing the clips' own (ffmpeg's -display_rotation, which counts counter-clockwise)"),
             .overwrite,
             ParamSpec(
-                "on-stop", .choice(["discard", "finish"]), default: .string("discard"),
+                "on-stop", .choice(OnStop.allCases.map(\.rawValue)), default: .string(OnStop.discard.rawValue),
                 help: "on a graceful stop (first SIGINT): write nothing, or join the clips that arrived (use finish after a recorder)"),
             ParamSpec(
                 "conform", .boolean, default: .bool(false),
@@ -78,11 +86,12 @@ public final class MergeStage: Stage {
         make: { id, p in
             MergeStage(
                 id: id, output: p.string("output")!, rotate: p.int("rotate") ?? 0, setRotation: p.int("set-rotation"), overwrite: p.bool("overwrite") ?? false,
-                onStop: p.string("on-stop") ?? "discard", conform: p.bool("conform") ?? false, preset: p.string("preset").flatMap { TranscodePreset.named($0) })
+                onStop: p.string("on-stop").flatMap(OnStop.init) ?? .discard, conform: p.bool("conform") ?? false,
+                preset: p.string("preset").flatMap { TranscodePreset.named($0) })
         })
 
     public init(
-        id: String, output: String, rotate: Int = 0, setRotation: Int? = nil, overwrite: Bool = false, onStop: String = "discard", conform: Bool = false,
+        id: String, output: String, rotate: Int = 0, setRotation: Int? = nil, overwrite: Bool = false, onStop: OnStop = .discard, conform: Bool = false,
         preset: TranscodePreset? = nil
     ) {
         self.id = id
@@ -97,7 +106,7 @@ public final class MergeStage: Stage {
 
     public func prepare(_ context: StageContext) throws {
         let flag = cancelFlag
-        if onStop == "discard" { context.onStop { flag.cancel() } }
+        if onStop == .discard { context.onStop { flag.cancel() } }
         context.onCancel { flag.cancel() }
         try createFolder(of: output)
     }
@@ -114,7 +123,7 @@ public final class MergeStage: Stage {
 
     public func drain(_ context: StageContext) throws {
         // A stop before or during the work writes nothing; the command says so once.
-        if context.stopRequested && onStop == "discard" { return }
+        if context.stopRequested && onStop == .discard { return }
         guard !clips.isEmpty else { throw ClipFlowError.badInput("no clips reached the merge") }
         var options = MergeOptions(output: URL(fileURLWithPath: output), rotate: rotate)
         options.setRotation = setRotation

@@ -158,17 +158,18 @@ public final class GraphRunner: @unchecked Sendable {
             inputs[e.to, default: []].append(l)
             outputs[e.from, default: []].append(l)
         }
+        // Each stage is made and prepared on its own queue, in node order, before any runs.
+        let queues = Dictionary(uniqueKeysWithValues: nodes.map { ($0.id, DispatchQueue(label: "clipflow.stage.\($0.id)")) })
         lock.lock()
         links = allLinks
         for n in nodes {
-            contexts[n.id] = StageContext(stageID: n.id, clock: clock, outputs: outputs[n.id] ?? [], sink: sink, cancel: cancelFlag)
+            contexts[n.id] = StageContext(
+                stageID: n.id, clock: clock, outputs: outputs[n.id] ?? [], sink: sink, cancel: cancelFlag, queue: queues[n.id])
         }
         let ctx = contexts
         lock.unlock()
         if stopped.load(ordering: .acquiring) { for c in ctx.values { c.requestStop() } }
 
-        // Each stage is made and prepared on its own queue, in node order, before any runs.
-        let queues = Dictionary(uniqueKeysWithValues: nodes.map { ($0.id, DispatchQueue(label: "clipflow.stage.\($0.id)")) })
         var stages: [OwnedStage] = []
         for n in nodes {
             let q = queues[n.id]!

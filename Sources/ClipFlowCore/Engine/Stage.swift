@@ -40,14 +40,16 @@ public final class ManualClock: Clock {
 }
 
 /// What a stage sees while it runs: its outputs, its events, the clock, and whether the graph
-/// is stopping. One context per stage. `push` and `emit` are used only from that stage's queue
-/// (`outputOpen` belongs to it: the confinement the compiler cannot see, hence `@unchecked`);
-/// `requestStop`/`requestCancel` come from any thread and touch only the atomic flags and the
-/// handlers under their mutex.
+/// is stopping. One context per stage. `push` is used only from that stage's queue (`outputOpen`
+/// belongs to it: the confinement the compiler cannot see, hence `@unchecked`; debug builds check
+/// it, `checkConfined`); `emit`, `requestStop`/`requestCancel` come from any thread and touch only
+/// the sink, the atomic flags and the handlers under their mutex.
 public final class StageContext: @unchecked Sendable {
     public let stageID: String
     public let clock: Clock
     let outputs: [Link]
+    /// The stage's serial queue, where the runner calls it (nil: a harness calls it directly).
+    let queue: DispatchQueue?
     let sink: EventSink
     private let stopFlag: Atomic<Bool>
     let cancel: CancellationFlag
@@ -64,10 +66,11 @@ public final class StageContext: @unchecked Sendable {
         var onCancel: [@Sendable () -> Void] = []
     }
 
-    init(stageID: String, clock: Clock, outputs: [Link], sink: EventSink, cancel: CancellationFlag) {
+    init(stageID: String, clock: Clock, outputs: [Link], sink: EventSink, cancel: CancellationFlag, queue: DispatchQueue? = nil) {
         self.stageID = stageID
         self.clock = clock
         self.outputs = outputs
+        self.queue = queue
         self.sink = sink
         self.cancel = cancel
         stopFlag = Atomic(false)
@@ -129,7 +132,16 @@ public final class StageContext: @unchecked Sendable {
     /// wants data; `.flushing` when stopping; `.endOfStream` when every consumer has ended; the
     /// first error otherwise. A stage with no outputs gets `.ok`.
     @discardableResult
+    /// In debug builds, stops the process when called off the stage's queue: for the work a stage
+    /// says belongs to its queue (its state, `push`), where a helper thread touching it would race.
+    public func checkConfined() {
+        #if DEBUG
+            if let queue { dispatchPrecondition(condition: .onQueue(queue)) }
+        #endif
+    }
+
     public func push(_ item: Item) -> FlowResult {
+        checkConfined()
         if outputs.isEmpty { return .ok }
         var anyOpen = false
         for (i, link) in outputs.enumerated() where outputOpen[i] {

@@ -164,9 +164,7 @@ public final class AtomicOutput {
             // A new name made by link(2) never replaces one; then the temporary name goes.
             unlink(temporary.path)
             failure = nil
-        } else if errno == EEXIST {
-            failure = "'\(target.path)' appeared while it was being written; it was kept (\(Self.replaceHint) replaces it)"
-        } else if FileManager.default.fileExists(atPath: target.path) {
+        } else if errno == EEXIST || FileManager.default.fileExists(atPath: target.path) {
             failure = "'\(target.path)' appeared while it was being written; it was kept (\(Self.replaceHint) replaces it)"
         } else {
             // No hard links here (FAT, some FUSE filesystems): checked just before, then renamed.

@@ -1,4 +1,5 @@
 import ClipFlowCore
+import ClipFlowMedia
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -42,94 +43,58 @@ struct HostingAPI: Sendable {
     }
 
     func addRoutes<Context: RequestContext>(to router: Router<Context>) {
-        router.post("auth/refresh") { request, _ in await respond { try await refresh(request) } }
-        router.post("videos") { request, _ in
-            await respond {
-                try authorize(request)
-                return try await create(request)
-            }
-        }
-        router.get("videos") { request, _ in
-            await respond {
-                // A browser asking for the page gets the list page, under the list's own rule.
-                if (request.headers[.accept] ?? "").contains("text/html") { return try await listPage(request) }
-                try authorize(request)
-                return try await list(request)
-            }
-        }
         router.get("/") { _, _ in Pages.feed(mediaOrigin: processor.media.mediaOrigin) }
         router.get("v/:id") { _, _ in Pages.feed(mediaOrigin: processor.media.mediaOrigin) }
-        router.get("videos/:id") { request, context in
-            await respond {
-                try authorize(request)
-                return try json(try await describe(try await video(context), request))
-            }
+        let api = router.group().add(middleware: JSONRefusals<Context>())
+        api.post("auth/refresh") { request, _ in try await refresh(request) }
+        api.get("feed.json") { request, _ in try await feed(request) }
+        let videos = api.group("videos").add(middleware: APIKeyAuth<Context>(tokens: tokens))
+        videos.post { request, _ in try await create(request) }
+        videos.get { request, context in
+            // A browser asking for the page gets the list page (`APIKeyAuth` let it in as one).
+            if APIKeyAuth<Context>.wantsPage(request) { return try await listPage(request) }
+            return try await list(request).response(from: request, context: context)
         }
-        router.delete("videos/:id") { request, context in
-            await respond {
-                try authorize(request)
-                return try await remove(try await video(context))
-            }
-        }
-        router.get("videos/:id/upload") { request, context in
-            await respond {
-                try authorize(request)
-                return try uploadTarget(try await video(context), request)
-            }
-        }
-        router.get("feed.json") { request, _ in await respond { try await feed(request) } }
+        videos.get(":id") { request, context in JSONAnswer(value: try await describe(try await video(context), request)) }
+        videos.delete(":id") { _, context in try await remove(try await video(context)) }
+        videos.get(":id/upload") { request, context in try uploadTarget(try await video(context), request) }
     }
 
     // MARK: routes
 
-    private func refresh(_ request: Request) async throws -> Response {
+    private func refresh(_ request: Request) async throws -> JSONAnswer<AccessGrant> {
         let body = try await jsonBody(request, as: RefreshBody.self)
-        guard tokens.apiKey != nil else { return try json(["access": tokens.access()]) }
-        guard let refresh = body.refresh, tokens.isAPIKey(refresh) else {
-            throw TUSRefusal(.unauthorized, "refresh: unknown refresh token")
+        if tokens.apiKey != nil {
+            guard let refresh = body.refresh, tokens.isAPIKey(refresh) else {
+                throw HTTPRefusal(.unauthorized, "refresh: unknown refresh token")
+            }
         }
-        return try json(["access": tokens.access()])
+        return JSONAnswer(value: AccessGrant(access: tokens.access()))
     }
 
-    private func create(_ request: Request) async throws -> Response {
+    private func create(_ request: Request) async throws -> JSONAnswer<VideoResource> {
         let body = try await jsonBody(request, as: NewVideoBody.self)
         let row = try await database.insert(
             VideoRow(
                 id: nil, name: body.name, description: body.description, clientID: body.clientID, status: .pending, mode: body.mode, error: nil,
                 duration: nil,
                 uploadID: nil, published: "", renditions: "", createdAt: Date().timeIntervalSince1970))
-        return try json(try await describe(row, request), status: .created)
+        return JSONAnswer(value: try await describe(row, request), status: .created)
     }
 
-    private func list(_ request: Request) async throws -> Response {
+    private func list(_ request: Request) async throws -> JSONAnswer<[VideoResource]> {
         let page = try Self.queryNumber(request, "page", in: 1...Self.maxPage) ?? 1
         let perPage = try Self.queryNumber(request, "per_page", in: 1...100) ?? 25
         let (rows, total) = try await database.videos(page: page, perPage: perPage)
-        var out: [Any] = []
+        var out: [VideoResource] = []
         for r in rows { out.append(try await describe(r, request)) }
-        var response = try json(out)
-        response.headers[HTTPField.Name("X-Total-Count")!] = String(total)
-        return response
+        return JSONAnswer(value: out, headers: [(HTTPField.Name("X-Total-Count")!, String(total))])
     }
 
-    /// The list page: the newest 100 videos. With an API key it takes what the JSON list takes, or
-    /// the key as a Basic password (what a browser sends once asked: 401 with
-    /// `WWW-Authenticate: Basic`).
+    /// The list page: the newest 100 videos.
     private func listPage(_ request: Request) async throws -> Response {
-        let header = request.headers[.authorization] ?? ""
-        var bearer = header
-        if header.hasPrefix("Basic "), let decoded = Data(base64Encoded: String(header.dropFirst(6))).map({ String(decoding: $0, as: UTF8.self) }),
-            let colon = decoded.firstIndex(of: ":")
-        {
-            bearer = "Bearer " + decoded[decoded.index(after: colon)...]
-        }
-        do { try authorize(bearer) } catch let refusal as TUSRefusal {
-            var response = Pages.refusal(refusal.reason)
-            response.headers[.wwwAuthenticate] = "Basic realm=\"clipflow videos\", charset=\"UTF-8\""
-            return response
-        }
         let (rows, _) = try await database.videos(page: 1, perPage: 100)
-        var described: [[String: Any]] = []
+        var described: [VideoResource] = []
         for r in rows { described.append(try await describe(r, request)) }
         return Pages.list(described, mediaOrigin: processor.media.mediaOrigin)
     }
@@ -139,38 +104,23 @@ struct HostingAPI: Sendable {
         return Response(status: .noContent)
     }
 
-    private func uploadTarget(_ v: VideoRow, _ request: Request) throws -> Response {
-        guard v.status == .pending else { throw TUSRefusal(.conflict, "video \(v.id!) was uploaded already") }
-        return try json([
-            "servers": [["id": 1, "hostname": request.head.authority ?? "127.0.0.1"]], "token": tokens.upload(video: v.id!),
-            "video": ["id": v.id!, "client_id": v.clientID]
-        ])
+    private func uploadTarget(_ v: VideoRow, _ request: Request) throws -> JSONAnswer<UploadTarget> {
+        guard v.status == .pending else { throw HTTPRefusal(.conflict, "video \(v.id!) was uploaded already") }
+        return JSONAnswer(
+            value: UploadTarget(
+                servers: [.init(id: 1, hostname: request.head.authority ?? "127.0.0.1")], token: tokens.upload(video: v.id!),
+                video: .init(id: v.id!, clientID: v.clientID)))
     }
 
-    private func feed(_ request: Request) async throws -> Response {
-        var entries: [Any] = []
+    private func feed(_ request: Request) async throws -> JSONAnswer<HostedFeed> {
+        var entries: [HostedFeed.Entry] = []
         for v in try await database.playable() {
-            let base = "/media/\(v.id!)/\(v.published)/"
             guard let data = await processor.media.read(v.id!, "\(v.published)/feed.json"),
-                let doc = try? JSONSerialization.jsonObject(with: data) as? [String: Any], var e = (doc["videos"] as? [[String: Any]])?.first
+                let entry = (try? JSONDecoder().decode(FeedManifest.self, from: data))?.videos.first
             else { continue }
-            e["id"] = v.id!
-            e["name"] = v.name
-            e["status"] = v.status.rawValue
-            for key in ["cover", "master", "storyboard"] { if let s = e[key] as? String { e[key] = base + s } }
-            e["prefetch"] = (e["prefetch"] as? [[String: String]] ?? []).map { $0.mapValues { base + $0 } }
-            func absolute(_ r: [String: Any], _ keys: [String]) -> [String: Any] {
-                var r = r
-                for k in keys { if let s = r[k] as? String { r[k] = base + s } }
-                return r
-            }
-            let files = ["playlist", "init", "segment"]
-            e["renditions"] = (e["renditions"] as? [[String: Any]]).map { $0.map { absolute($0, files) } }
-            e["audio"] = (e["audio"] as? [String: Any]).map { absolute($0, files) }
-            e["covers"] = (e["covers"] as? [[String: Any]]).map { $0.map { absolute($0, ["uri"]) } }
-            entries.append(e)
+            entries.append(HostedFeed.Entry(id: v.id!, name: v.name, status: v.status, media: entry.rebased("/media/\(v.id!)/\(v.published)/")))
         }
-        return try json(["videos": entries], cache: "no-cache")
+        return JSONAnswer(value: HostedFeed(videos: entries), cache: "no-cache")
     }
 
     // MARK: helpers
@@ -181,50 +131,34 @@ struct HostingAPI: Sendable {
         let values = request.uri.queryParameters.getAll(name)
         guard let text = values.first else { return nil }
         guard values.count == 1, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let n = Int(text), range.contains(n) else {
-            throw TUSRefusal(.badRequest, "\(name): expected a whole number from \(range.lowerBound) to \(range.upperBound), got '\(text.prefix(40))'")
+            throw HTTPRefusal(.badRequest, "\(name): expected a whole number from \(range.lowerBound) to \(range.upperBound), got '\(text.prefix(40))'")
         }
         return n
     }
 
-    private func authorize(_ request: Request) throws { try authorize(request.headers[.authorization]) }
-
-    /// Whether an `Authorization` header carries the API key or an access token (401 otherwise);
-    /// on a server without an API key, anything passes.
-    private func authorize(_ header: String?) throws {
-        let header = header ?? ""
-        let bearer = header.hasPrefix("Bearer ") ? String(header.dropFirst(7)) : nil
-        switch tokens.checkBearer(bearer) {
-        case .valid: return
-        case .expired: throw TUSRefusal(.unauthorized, "token expired")
-        case .wrong: throw TUSRefusal(.unauthorized, "an API key or access token is needed (Authorization: Bearer)")
-        }
-    }
-
     private func video<Context: RequestContext>(_ context: Context) async throws -> VideoRow {
         guard let id = Int64(try context.parameters.require("id")), let v = try await database.video(id) else {
-            throw TUSRefusal(.notFound, "no such video")
+            throw HTTPRefusal(.notFound, "no such video")
         }
         return v
     }
 
-    func describe(_ v: VideoRow, _ request: Request) async throws -> [String: Any] {
+    func describe(_ v: VideoRow, _ request: Request) async throws -> VideoResource {
         let host = TUSServer.origin(of: request) ?? ""
         let base = v.published.isEmpty ? nil : "\(host)/media/\(v.id!)/\(v.published)/"
         let published = Set(v.renditions.split(separator: ",").map(String.init))
-        var renditions: [[String: Any]] = published.sorted().map { ["name": $0, "status": "ready"] }
+        var renditions = published.sorted().map { VideoResource.RenditionState(name: $0, status: "ready") }
         var progress = v.status == .ready ? 1.0 : 0
         if v.status == .viewable || v.status == .processing {
             // This server's own worker knows it best; another server's recorded it in the store.
             let recorded = (try? await database.progress(ofVideo: v.id!)) ?? 0
             progress = max(processor.progress(of: v.id!) ?? 0, recorded)
-            renditions.append(["name": "ladder", "status": "processing", "progress": progress])
+            renditions.append(.init(name: "ladder", status: "processing", progress: progress))
         }
-        return [
-            "id": v.id!, "name": v.name, "description": v.description ?? NSNull(), "client_id": v.clientID, "status": v.status.rawValue,
-            "mode": v.mode.rawValue, "error": v.error.map(processor.dataPaths.scrub) ?? NSNull(), "duration": v.duration ?? NSNull(),
-            "screenshot": base.map { $0 + "poster.jpg" } ?? "", "hls_url": base.map { $0 + "master.m3u8" } ?? "", "renditions": renditions,
-            "progress": progress, "created_at": v.createdAt
-        ]
+        return VideoResource(
+            id: v.id!, name: v.name, description: v.description, clientID: v.clientID, status: v.status, mode: v.mode,
+            error: v.error.map(processor.dataPaths.scrub), duration: v.duration, screenshot: base.map { $0 + "poster.jpg" } ?? "",
+            hlsURL: base.map { $0 + "master.m3u8" } ?? "", renditions: renditions, progress: progress, createdAt: v.createdAt)
     }
 
     /// The body as `Body`: `application/json`, at most `maxBody` bytes, a JSON object (an empty
@@ -232,36 +166,17 @@ struct HostingAPI: Sendable {
     private func jsonBody<Body: Decodable>(_ request: Request, as: Body.Type) async throws -> Body {
         let type = request.headers[.contentType]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
         guard type == "application/json" else {
-            throw TUSRefusal(.unsupportedMediaType, "Content-Type: expected application/json, got '\((request.headers[.contentType] ?? "").prefix(60))'")
+            throw HTTPRefusal(.unsupportedMediaType, "Content-Type: expected application/json, got '\((request.headers[.contentType] ?? "").prefix(60))'")
         }
         var r = request
         let buffer: ByteBuffer
-        do { buffer = try await r.collectBody(upTo: Self.maxBody) } catch { throw TUSRefusal(.contentTooLarge, "the body is above 64 KiB") }
+        do { buffer = try await r.collectBody(upTo: Self.maxBody) } catch { throw HTTPRefusal(.contentTooLarge, "the body is above 64 KiB") }
         let data = buffer.readableBytes > 0 ? Data(buffer.readableBytesView) : Data("{}".utf8)
-        do { return try JSONDecoder().decode(Body.self, from: data) } catch let refusal as TUSRefusal { throw refusal } catch {
-            throw TUSRefusal(.badRequest, "the body is not a JSON object")
+        do { return try JSONDecoder().decode(Body.self, from: data) } catch let refusal as HTTPRefusal { throw refusal } catch {
+            throw HTTPRefusal(.badRequest, "the body is not a JSON object")
         }
     }
 
-    private func json(_ value: Any, status: HTTPResponse.Status = .ok, cache: String = "no-store") throws -> Response {
-        let data = try JSONSerialization.data(withJSONObject: value, options: [.sortedKeys])
-        var headers = HTTPFields()
-        headers[.contentType] = "application/json"
-        headers[.cacheControl] = cache
-        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
-    }
-
-    private func respond(_ body: () async throws -> Response) async -> Response {
-        do { return try await body() } catch let r as TUSRefusal {
-            var headers = HTTPFields()
-            headers[.contentType] = "application/json"
-            headers[.cacheControl] = "no-store"
-            let data = (try? JSONSerialization.data(withJSONObject: ["detail": r.reason])) ?? Data()
-            return Response(status: r.status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
-        } catch {
-            return Response(status: .internalServerError)
-        }
-    }
 }
 
 extension HostingAPI {
@@ -278,24 +193,24 @@ extension HostingAPI {
         guard let vid = metadata["video_id"] else {
             if authorization == nil {
                 if tokens.apiKey != nil {
-                    throw TUSRefusal(.unauthorized, "an upload token (Upload-Metadata video_id and token) or the API key (Authorization: Bearer) is needed")
+                    throw HTTPRefusal(.unauthorized, "an upload token (Upload-Metadata video_id and token) or the API key (Authorization: Bearer) is needed")
                 }
                 return .none
             }
-            try authorize(authorization)
+            try tokens.authorize(authorization)
             let named = [metadata["filename"], metadata["name"]].compactMap { $0?.trimmingCharacters(in: .whitespacesAndNewlines) }.first { !$0.isEmpty }
             return .newVideo(
                 VideoRow(
                     id: nil, name: String((named ?? "untitled").prefix(500)), description: nil, clientID: 1, status: .pending, mode: .ladder, error: nil,
                     duration: nil, uploadID: nil, published: "", renditions: "", createdAt: Date().timeIntervalSince1970))
         }
-        guard let id = Int64(vid), let v = try await database.video(id) else { throw TUSRefusal(.notFound, "video_id: no such video") }
+        guard let id = Int64(vid), let v = try await database.video(id) else { throw HTTPRefusal(.notFound, "video_id: no such video") }
         switch tokens.checkUpload(metadata["token"], video: id) {
         case .valid: break
-        case .expired: throw TUSRefusal(.unauthorized, "the upload token expired; ask GET /videos/\(id)/upload for a new one")
-        case .wrong: throw TUSRefusal(.forbidden, "the upload token is not this video's")
+        case .expired: throw HTTPRefusal(.unauthorized, "the upload token expired; ask GET /videos/\(id)/upload for a new one")
+        case .wrong: throw HTTPRefusal(.forbidden, "the upload token is not this video's")
         }
-        guard v.status == .pending else { throw TUSRefusal(.conflict, "video \(id) was uploaded already") }
+        guard v.status == .pending else { throw HTTPRefusal(.conflict, "video \(id) was uploaded already") }
         return .video(id)
     }
 
@@ -337,16 +252,16 @@ struct NewVideoBody: Decodable {
     init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: Key.self)
         let name = try field(Key.name, "a non-empty string of at most 500 characters") { try c.decodeIfPresent(String.self, forKey: .name) }
-        guard let name, !name.isEmpty, name.count <= 500 else { throw TUSRefusal(.badRequest, "name: expected a non-empty string of at most 500 characters") }
+        guard let name, !name.isEmpty, name.count <= 500 else { throw HTTPRefusal(.badRequest, "name: expected a non-empty string of at most 500 characters") }
         self.name = name
         description = try field(Key.description, "a string or null") { try c.decodeIfPresent(String.self, forKey: .description) }
         let range = "a whole number from 0 to \(Int64.max)"
         let client = try field(Key.clientID, range) { try c.decodeIfPresent(Int64.self, forKey: .clientID) }
-        guard (client ?? 0) >= 0 else { throw TUSRefusal(.badRequest, "client_id: expected \(range)") }
+        guard (client ?? 0) >= 0 else { throw HTTPRefusal(.badRequest, "client_id: expected \(range)") }
         clientID = client ?? 1
         let modes = "\"ladder\" or \"copy\""
         let text = try field(Key.mode, modes) { try c.decodeIfPresent(String.self, forKey: .mode) }
-        guard let m = VideoRow.Mode(rawValue: text ?? "ladder") else { throw TUSRefusal(.badRequest, "mode: expected \(modes)") }
+        guard let m = VideoRow.Mode(rawValue: text ?? "ladder") else { throw HTTPRefusal(.badRequest, "mode: expected \(modes)") }
         mode = m
     }
 }
@@ -367,5 +282,5 @@ struct RefreshBody: Decodable {
 /// naming the field and what it expects (whatever the decoder threw: a number too large for the
 /// type is reported by an error type of its own).
 private func field<T, K: CodingKey>(_ key: K, _ expected: String, _ read: () throws -> T) throws -> T {
-    do { return try read() } catch { throw TUSRefusal(.badRequest, "\(key.stringValue): expected \(expected)") }
+    do { return try read() } catch { throw HTTPRefusal(.badRequest, "\(key.stringValue): expected \(expected)") }
 }

@@ -12,20 +12,18 @@ enum Pages {
     /// `mediaOrigin`: where media bytes come from when not from this server (`MediaStorage`).
     static func feed(mediaOrigin: String?) -> Response { html(FeedPage.html, mediaOrigin: mediaOrigin) }
 
-    static func list(_ videos: [[String: Any]], mediaOrigin: String?) -> Response {
+    static func list(_ videos: [VideoResource], mediaOrigin: String?) -> Response {
         var rows = ""
         for v in videos {
-            let id = v["id"] as? Int64 ?? 0
-            let status = v["status"] as? String ?? ""
-            let cover = (v["screenshot"] as? String).flatMap { $0.isEmpty ? nil : $0 }
-            let seconds = (v["duration"] as? Double).map { String(format: "%d:%02d", Int($0) / 60, Int($0) % 60) } ?? "–"
+            let cover = v.screenshot.isEmpty ? nil : v.screenshot
+            let seconds = v.duration.map { String(format: "%d:%02d", Int($0) / 60, Int($0) % 60) } ?? "–"
             var picture = cover.map { "<img src=\"\(escape($0))\" alt=\"\" loading=\"lazy\">" } ?? ""
-            if status == "viewable" || status == "ready" { picture = "<a href=\"/v/\(id)\" aria-label=\"play\">\(picture)</a>" }
-            let reason = (v["error"] as? String).map { "<div class=\"error\">\(escape($0))</div>" } ?? ""
+            if v.status == .viewable || v.status == .ready { picture = "<a href=\"/v/\(v.id)\" aria-label=\"play\">\(picture)</a>" }
+            let reason = v.error.map { "<div class=\"error\">\(escape($0))</div>" } ?? ""
             rows += """
-                <li class="video" data-id="\(id)"><div class="cover">\(picture)</div>\
-                <div><div class="name">\(escape(v["name"] as? String ?? ""))</div>\
-                <div class="meta">\(seconds) · <span class="status">\(escape(status))</span></div>\(reason)</div></li>
+                <li class="video" data-id="\(v.id)"><div class="cover">\(picture)</div>\
+                <div><div class="name">\(escape(v.name))</div>\
+                <div class="meta">\(seconds) · <span class="status">\(v.status.rawValue)</span></div>\(reason)</div></li>
 
                 """
         }

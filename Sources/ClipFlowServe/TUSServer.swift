@@ -38,16 +38,6 @@ extension HTTPResponse.Status {
     static let locked = HTTPResponse.Status(code: 423, reasonPhrase: "Locked")
 }
 
-/// A request refused: the status and the reason, sent as text (never a secret).
-struct TUSRefusal: Error {
-    var status: HTTPResponse.Status
-    var reason: String
-    init(_ status: HTTPResponse.Status, _ reason: String) {
-        self.status = status
-        self.reason = reason
-    }
-}
-
 /// Who holds each upload on this server: one request at a time. A request for an upload another
 /// holds takes it over, as tusd does: the holder is interrupted (a PATCH stops reading its body,
 /// makes what arrived durable, records it and lets go) and the newcomer goes on once it has let
@@ -159,7 +149,7 @@ public final class TUSServer: Sendable {
     let limits: TUSLimits
     var locks: UploadLocks { files.locks }
     /// Decides whether an upload with this metadata and `Authorization` header may be created
-    /// (throws a `TUSRefusal`); returns the video it will carry.
+    /// (throws a `HTTPRefusal`); returns the video it will carry.
     let admit: @Sendable (_ metadata: [String: String], _ authorization: String?) async throws -> UploadCarrier
     /// An upload became complete.
     let completed: @Sendable (UploadRow) async -> Void
@@ -167,7 +157,7 @@ public final class TUSServer: Sendable {
     let abandoned: @Sendable (UploadRow) async -> Void
     /// Another request (on another server sharing the database) moved the upload's offset while
     /// this one wrote: this one's bytes are not recorded.
-    static let movedElsewhere = TUSRefusal(.conflict, "the upload's offset moved while this PATCH was written (another request); HEAD it and resume")
+    static let movedElsewhere = HTTPRefusal(.conflict, "the upload's offset moved while this PATCH was written (another request); HEAD it and resume")
     /// Bytes gathered from the request body before one write.
     static let writeChunk = 1 << 20
     /// A long PATCH without a checksum records its progress every this many bytes, so a crash
@@ -223,8 +213,8 @@ public final class TUSServer: Sendable {
     /// a refusal made on purpose) is logged with its cause (never a secret: messages hold none).
     private func respond(_ logger: Logger, _ body: () async throws -> Response) async -> Response {
         do { return try await body() } catch {
-            let refusal = error as? TUSRefusal ?? Self.refusal(error, database: database)
-            if !(error is TUSRefusal), refusal.status.code >= 500 { logger.error("upload request failed (\(refusal.status.code)): \(error)") }
+            let refusal = error as? HTTPRefusal ?? Self.refusal(error, database: database)
+            if !(error is HTTPRefusal), refusal.status.code >= 500 { logger.error("upload request failed (\(refusal.status.code)): \(error)") }
             return Response(
                 status: refusal.status, headers: headers([(.contentType, "text/plain; charset=utf-8")]),
                 body: .init(byteBuffer: ByteBuffer(string: refusal.reason + "\n")))
@@ -233,15 +223,15 @@ public final class TUSServer: Sendable {
 
     /// An error as the client reads it: a full disk or database is 507 (the upload keeps what was
     /// recorded and resumes once there is space); anything else 500.
-    static func refusal(_ error: Error, database: any ServeStore) -> TUSRefusal {
+    static func refusal(_ error: Error, database: any ServeStore) -> HTTPRefusal {
         if UploadFiles.isDiskFull(error) || database.isFull(error) {
-            return TUSRefusal(.insufficientStorage, "the server's disk is full; what was recorded is kept: resume once there is space")
+            return HTTPRefusal(.insufficientStorage, "the server's disk is full; what was recorded is kept: resume once there is space")
         }
-        if (error as? UploadFileError)?.code == ENOENT { return TUSRefusal(.notFound, "the upload was removed") }
+        if (error as? UploadFileError)?.code == ENOENT { return HTTPRefusal(.notFound, "the upload was removed") }
         if error is UploadError {
-            return TUSRefusal(.serviceUnavailable, "the object storage cannot be used now; what was recorded is kept: resume later")
+            return HTTPRefusal(.serviceUnavailable, "the object storage cannot be used now; what was recorded is kept: resume later")
         }
-        return TUSRefusal(.internalServerError, (error as? ClipFlowError)?.message ?? "\(error)")
+        return HTTPRefusal(.internalServerError, (error as? ClipFlowError)?.message ?? "\(error)")
     }
 
     private func options() -> Response {
@@ -255,15 +245,15 @@ public final class TUSServer: Sendable {
 
     private func requireTUS(_ request: Request) throws {
         guard request.headers[.tusResumable] == "1.0.0" else {
-            throw TUSRefusal(.preconditionFailed, "Tus-Resumable: this server speaks TUS 1.0.0")
+            throw HTTPRefusal(.preconditionFailed, "Tus-Resumable: this server speaks TUS 1.0.0")
         }
     }
 
     /// The upload, refused as a client would need to know: unknown (404) or expired (410).
     private func existing(_ id: String) async throws -> UploadRow {
-        guard let row = try await database.upload(Self.key(id)) else { throw TUSRefusal(.notFound, "no upload \(id)") }
+        guard let row = try await database.upload(Self.key(id)) else { throw HTTPRefusal(.notFound, "no upload \(id)") }
         if row.completedAt == nil, row.expiresAt < Date().timeIntervalSince1970 {
-            throw TUSRefusal(.gone, "upload \(id) expired")
+            throw HTTPRefusal(.gone, "upload \(id) expired")
         }
         return row
     }
@@ -274,13 +264,13 @@ public final class TUSServer: Sendable {
 
     private func create(_ request: Request, base: String) async throws -> Response {
         try requireTUS(request)
-        if request.headers[.uploadDeferLength] != nil { throw TUSRefusal(.badRequest, "Upload-Defer-Length is not supported; send Upload-Length") }
+        if request.headers[.uploadDeferLength] != nil { throw HTTPRefusal(.badRequest, "Upload-Defer-Length is not supported; send Upload-Length") }
         guard let text = request.headers[.uploadLength], let length = Int64(text), length >= 0 else {
-            throw TUSRefusal(.badRequest, "Upload-Length: expected a size in bytes")
+            throw HTTPRefusal(.badRequest, "Upload-Length: expected a size in bytes")
         }
-        guard length <= limits.maxSize else { throw TUSRefusal(.contentTooLarge, "Upload-Length \(length) is above Tus-Max-Size \(limits.maxSize)") }
+        guard length <= limits.maxSize else { throw HTTPRefusal(.contentTooLarge, "Upload-Length \(length) is above Tus-Max-Size \(limits.maxSize)") }
         let header = request.headers[.uploadMetadata] ?? ""
-        if let problem = Self.metadataProblem(header) { throw TUSRefusal(.badRequest, "Upload-Metadata: \(problem)") }
+        if let problem = Self.metadataProblem(header) { throw HTTPRefusal(.badRequest, "Upload-Metadata: \(problem)") }
         let carrier = try await admit(Self.metadata(header), request.headers[.authorization])
         let now = Date().timeIntervalSince1970
         let id = Self.newID(), key = Self.key(id)
@@ -300,7 +290,7 @@ public final class TUSServer: Sendable {
         if request.headers[.contentType] == "application/offset+octet-stream" {
             let first = row
             guard let received = try await locks.holding(key, { try await self.receive(request, into: first) }) else {
-                throw TUSRefusal(.locked, "upload \(id) is busy")
+                throw HTTPRefusal(.locked, "upload \(id) is busy")
             }
             row = received
             extra.append((.uploadOffset, String(row.offset)))
@@ -312,7 +302,7 @@ public final class TUSServer: Sendable {
     /// arrived and lets go, so the offset answered is what a resume must send.
     private func head(_ request: Request, id: String) async throws -> Response {
         try requireTUS(request)
-        guard let row = try await locks.holding(Self.key(id), { try await self.existing(id) }) else { throw TUSRefusal(.locked, "upload \(id) is busy") }
+        guard let row = try await locks.holding(Self.key(id), { try await self.existing(id) }) else { throw HTTPRefusal(.locked, "upload \(id) is busy") }
         var extra: [(HTTPField.Name, String)] = [(.uploadOffset, String(row.offset)), (.uploadLength, String(row.length))]
         if !row.metadata.isEmpty { extra.append((.uploadMetadata, row.metadata)) }
         return Response(status: .ok, headers: headers(extra + expiresHeader(row)))
@@ -321,17 +311,17 @@ public final class TUSServer: Sendable {
     private func patch(_ request: Request, id: String) async throws -> Response {
         try requireTUS(request)
         guard request.headers[.contentType] == "application/offset+octet-stream" else {
-            throw TUSRefusal(.unsupportedMediaType, "Content-Type: expected application/offset+octet-stream")
+            throw HTTPRefusal(.unsupportedMediaType, "Content-Type: expected application/offset+octet-stream")
         }
-        guard let text = request.headers[.uploadOffset], let offset = Int64(text) else { throw TUSRefusal(.badRequest, "Upload-Offset: expected a number") }
+        guard let text = request.headers[.uploadOffset], let offset = Int64(text) else { throw HTTPRefusal(.badRequest, "Upload-Offset: expected a number") }
         let received = try await locks.holding(Self.key(id)) {
             let current = try await self.existing(id)
             guard offset == current.offset else {
-                throw TUSRefusal(.conflict, "Upload-Offset \(offset) does not match the upload's offset \(current.offset)")
+                throw HTTPRefusal(.conflict, "Upload-Offset \(offset) does not match the upload's offset \(current.offset)")
             }
             return try await self.receive(request, into: current)
         }
-        guard let row = received else { throw TUSRefusal(.locked, "upload \(id) is busy") }
+        guard let row = received else { throw HTTPRefusal(.locked, "upload \(id) is busy") }
         return Response(status: .noContent, headers: headers([(.uploadOffset, String(row.offset))] + expiresHeader(row)))
     }
 
@@ -341,9 +331,9 @@ public final class TUSServer: Sendable {
         try requireTUS(request)
         let row = try await existing(id)
         if let video = row.videoID, try await database.video(video)?.uploadID == row.id {
-            throw TUSRefusal(.conflict, "upload \(id) is the source of video \(video); delete the video (DELETE /videos/\(video)) to remove it")
+            throw HTTPRefusal(.conflict, "upload \(id) is the source of video \(video); delete the video (DELETE /videos/\(video)) to remove it")
         }
-        guard try await files.discard(row.id, from: database) else { throw TUSRefusal(.locked, "upload \(id) is busy") }
+        guard try await files.discard(row.id, from: database) else { throw HTTPRefusal(.locked, "upload \(id) is busy") }
         if !row.isComplete { await abandoned(row) }
         return Response(status: .noContent, headers: headers())
     }
@@ -359,7 +349,7 @@ public final class TUSServer: Sendable {
     private func receive(_ request: Request, into row: UploadRow) async throws -> UploadRow {
         let digest = try Self.checksum(request.headers[.uploadChecksum])
         if let text = request.headers[.contentLength], let declared = Int64(text), declared > row.length - row.offset {
-            throw TUSRefusal(.contentTooLarge, "the body (\(declared) bytes) goes past Upload-Length \(row.length) from offset \(row.offset)")
+            throw HTTPRefusal(.contentTooLarge, "the body (\(declared) bytes) goes past Upload-Length \(row.length) from offset \(row.offset)")
         }
         let writer = try await files.writer(for: row)
         var written = row.offset, committed = row.offset
@@ -375,7 +365,7 @@ public final class TUSServer: Sendable {
                     digest?.digest.update(kept)
                 }
                 if chunk.readableBytes > room {
-                    failure = TUSRefusal(.contentTooLarge, "the body goes past Upload-Length \(row.length); the bytes up to it are kept")
+                    failure = HTTPRefusal(.contentTooLarge, "the body goes past Upload-Length \(row.length); the bytes up to it are kept")
                     break
                 }
                 if pending.count >= Self.writeChunk {
@@ -398,7 +388,7 @@ public final class TUSServer: Sendable {
         }
         if let d = digest, failure == nil, d.digest.finish() != d.expected {
             await writer.abandon()
-            throw TUSRefusal(.checksumMismatch, "Upload-Checksum: the body's \(d.algorithm.rawValue) does not match; nothing was kept")
+            throw HTTPRefusal(.checksumMismatch, "Upload-Checksum: the body's \(d.algorithm.rawValue) does not match; nothing was kept")
         }
         // From here on the work only records what arrived: an interruption does not stop it.
         let keep = digest == nil || failure == nil
@@ -433,7 +423,7 @@ public final class TUSServer: Sendable {
         updated.offset = to
         updated.completedAt = to == row.length ? Date().timeIntervalSince1970 : nil
         guard try await database.setOffset(row.id, from: from, to: to, completedAt: updated.completedAt) else {
-            if try await database.upload(row.id) == nil { throw TUSRefusal(.notFound, "the upload was terminated") }
+            if try await database.upload(row.id) == nil { throw HTTPRefusal(.notFound, "the upload was terminated") }
             throw Self.movedElsewhere
         }
         if updated.isComplete { await completed(updated) }
@@ -459,14 +449,14 @@ extension TUSServer {
     static func checksum(_ header: String?) throws -> (algorithm: DigestAlgorithm, digest: Digest, expected: [UInt8])? {
         guard let header else { return nil }
         let parts = header.split(separator: " ", omittingEmptySubsequences: true)
-        guard parts.count == 2 else { throw TUSRefusal(.badRequest, "Upload-Checksum: expected \"ALGORITHM BASE64\"") }
+        guard parts.count == 2 else { throw HTTPRefusal(.badRequest, "Upload-Checksum: expected \"ALGORITHM BASE64\"") }
         let algorithm: DigestAlgorithm
         switch parts[0].lowercased() {
         case "sha1": algorithm = .sha1
         case "sha256": algorithm = .sha256
-        default: throw TUSRefusal(.badRequest, "Upload-Checksum: \(parts[0]) is not supported (sha1, sha256)")
+        default: throw HTTPRefusal(.badRequest, "Upload-Checksum: \(parts[0]) is not supported (sha1, sha256)")
         }
-        guard let expected = Data(base64Encoded: String(parts[1])) else { throw TUSRefusal(.badRequest, "Upload-Checksum: the checksum is not base64") }
+        guard let expected = Data(base64Encoded: String(parts[1])) else { throw HTTPRefusal(.badRequest, "Upload-Checksum: the checksum is not base64") }
         return (algorithm, Digest(algorithm), [UInt8](expected))
     }
 

@@ -20,7 +20,7 @@ final class TUSHeaderTests: XCTestCase {
         XCTAssertEqual(c.algorithm, .sha256)
         XCTAssertEqual(c.expected, [UInt8](repeating: 1, count: 32))
         for bad in ["md5 AAAA", "sha1", "sha1 ***"] {
-            XCTAssertThrowsError(try TUSServer.checksum(bad), bad) { e in XCTAssertEqual((e as? TUSRefusal)?.status.code, 400) }
+            XCTAssertThrowsError(try TUSServer.checksum(bad), bad) { e in XCTAssertEqual((e as? HTTPRefusal)?.status.code, 400) }
         }
     }
 

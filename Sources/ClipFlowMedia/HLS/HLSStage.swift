@@ -81,7 +81,8 @@ final class LadderStage: Stage {
         try folder.write(LadderTracks(video: video, audio: audio).serialized(), to: LadderTracks.file)
         if reuse?.poster != true, try !folder.awaitPoster() { try writePoster(of: video[0], in: work) }
         try Storyboard.write(from: video[video.count - 1], in: work)
-        try folder.write(feedManifest(id: folder.output.lastPathComponent, video: video, audio: audio, covers: work), to: "feed.json")
+        let entry = FeedEntry(id: folder.output.lastPathComponent, video: video, audio: audio, covers: work)
+        try folder.write(FeedManifest(videos: [entry]).serialized, to: "feed.json")
         try folder.commit()
         committed = true
         let master = folder.output.appendingPathComponent("master.m3u8")

@@ -19,7 +19,11 @@ public enum ServeWorker {
         case ladder
     }
 
-    /// Runs `step` and returns the process's exit status. `memoryLimit` bytes (0: none) bounds the
+    /// Runs a graph to its end, its events to the sink: the caller's front door (`clipflow
+    /// serve-worker` passes the one every command runs through; a signal cancels the graph).
+    public typealias GraphRunning = @Sendable (_ nodes: [StageNode], _ edges: [Edge], _ events: any EventSink) throws -> GraphOutcome
+
+    /// Runs `step`, its graphs through `runGraph`, and returns the process's exit status. `memoryLimit` bytes (0: none) bounds the
     /// process's data (RLIMIT_DATA: heap and private mappings), set before any work. `reuse`: a
     /// ladder takes these renditions (comma-separated names, `poster` for the poster) from the
     /// complete ladder in that folder (`LadderReuse`).
@@ -32,7 +36,7 @@ public enum ServeWorker {
     /// `{"copied": false}` when the copy refused it (the probe stands).
     public static func run(
         step: Step, input: String, output: String?, rungs: String?, reuse: (folder: String, tracks: String)? = nil,
-        copyWithin: ProcessingLimits? = nil, memoryLimit: Int64, nice: Int32 = 0
+        copyWithin: ProcessingLimits? = nil, memoryLimit: Int64, nice: Int32 = 0, runGraph: GraphRunning
     ) -> Int32 {
         endWhenServerGoes()
         if nice > 0 { keepNice(nice) }
@@ -51,16 +55,18 @@ public enum ServeWorker {
                     frameRate: info.video.frameRate, copyRefusal: try PlayableFirst.copyRefusal(info, spacing: KeyframeSpacing.measure(input)))
                 try emit(probe)
                 if let output, let limits = copyWithin, probe.copyRefusal == nil, limits.refusal(probe) == nil {
-                    try copy(input, into: output)
+                    try copy(input, into: output, runGraph: runGraph)
                 }
             case .ladder:
                 guard let output, let rungs, let choice = WorkerLadder.choice(rungs) else {
                     return fail(.failed, "ladder: expected --output and --rungs (rendition names such as 360p,720p, or copy)")
                 }
                 let reused = reuse.map { LadderReuse(folder: URL(fileURLWithPath: $0.folder), named: $0.tracks.split(separator: ",").map(String.init)) }
-                _ = try HLSLadder(output: output, ladder: choice, schedule: .feed, reuse: reused).run(inputs: [input], events: ProgressLines())
+                try write(HLSLadder(output: output, ladder: choice, schedule: .feed, reuse: reused), of: input, runGraph: runGraph)
             }
             return WorkerExit.finished.rawValue
+        } catch let e as ClipFlowError where e.kind == .interrupted {
+            return fail(.stopped, "stopped before the work was done")
         } catch {
             let message = (error as? ClipFlowError)?.message ?? "\(error)"
             return fail(diskFull.contains { message.contains($0) } ? .diskFull : .failed, message)
@@ -68,12 +74,23 @@ public enum ServeWorker {
     }
 
     /// The copy of a probe that goes on (`run`): a refusal of the copy's is an answer, not a failure.
-    private static func copy(_ input: String, into output: String) throws {
+    private static func copy(_ input: String, into output: String, runGraph: GraphRunning) throws {
         do {
-            _ = try HLSLadder(output: output, ladder: LadderChoice(rungs: [], copy: true), schedule: .feed).run(inputs: [input], events: ProgressLines())
+            try write(HLSLadder(output: output, ladder: LadderChoice(rungs: [], copy: true), schedule: .feed), of: input, runGraph: runGraph)
             try emit(["copied": true])
         } catch let e as ClipFlowError where e.kind == .badInput {
             try emit(["copied": false])
+        }
+    }
+
+    /// Writes `ladder` of `input` through `runGraph`, progress as `ProgressLines`; an
+    /// interrupted run throws `ClipFlowError.interrupted`, a failed one the stage's error.
+    private static func write(_ ladder: HLSLadder, of input: String, runGraph: GraphRunning) throws {
+        let graph = ladder.graph(of: [input])
+        switch try runGraph(graph.nodes, graph.edges, ProgressLines()) {
+        case .completed: return
+        case .interrupted: throw ClipFlowError.interrupted
+        case .failed(let stage, let e): throw ClipFlowError(e.kind, "\(stage): \(e.message)")
         }
     }
 
@@ -143,6 +160,9 @@ public enum WorkerExit: Int32, Sendable {
     case orphaned = 3
     /// No space was left on the disk (EX_TEMPFAIL): worth trying again once there is.
     case diskFull = 75
+    /// A signal (SIGTERM from the server that stops the job) cancelled the work; what it was
+    /// writing is removed.
+    case stopped = 130
 }
 
 /// What a probe tells the server: enough to check the job's limits before anything is decoded.

@@ -6,7 +6,9 @@ import Synchronization
 /// its stdout's lines go to `line` as they come, its stderr (the last 4 KiB) is the reason of a
 /// failure. A worker that writes no line for `stall` seconds is taken to hang and killed. The
 /// worker's stdin is a pipe this side never writes: when the server dies, the kernel
-/// closes it and the worker ends itself. Cancelling the waiting task kills the worker (SIGKILL).
+/// closes it and the worker ends itself. Cancelling the waiting task stops the worker: SIGTERM,
+/// which cancels its graph (its stages remove what they were writing), then SIGKILL if it still
+/// runs `stopGrace` seconds later.
 /// The worker's environment is the server's without its `CLIPFLOW_` variables (the API key and
 /// other settings of the server; a worker reads none of them).
 /// Blocking waits run on their own threads, never on Swift's cooperative pool.
@@ -32,6 +34,9 @@ enum WorkerProcess {
     static var environment: [String: String] {
         ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CLIPFLOW_") }
     }
+
+    /// Seconds a stopped worker has to end by itself before it is killed.
+    static let stopGrace: Double = 2
 
     private static let waits = DispatchQueue(label: "clipflow.serve.workers", attributes: .concurrent)
 
@@ -103,7 +108,8 @@ enum WorkerProcess {
                 return outcome(box.process.terminationReason, box.process.terminationStatus, reason, memoryLimit: memoryLimit)
             }
         } onCancel: {
-            kill(pid, SIGKILL)
+            kill(pid, SIGTERM)
+            DispatchQueue.global().asyncAfter(deadline: .now() + stopGrace) { if box.process.isRunning { kill(pid, SIGKILL) } }
         }
         let killedAsHung = heard.time.withLock { last -> Bool in
             defer { last = nil }
@@ -127,6 +133,7 @@ enum WorkerProcess {
             if message.isEmpty { return .failed("the processing worker failed without a reason") }
             return .failed(message + (outOfMemoryTexts.contains { message.contains($0) } ? bound : ""))
         case .diskFull: return .diskFull(message)
+        case .stopped: return .died("the processing worker was stopped")
         case .orphaned, nil: return .died("the processing worker exited with status \(status)")
         }
     }

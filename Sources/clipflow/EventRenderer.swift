@@ -25,6 +25,17 @@ protocol EventRenderer: EventSink {
     func showStatusLine(_ line: @escaping @Sendable () -> String) -> Bool
 }
 
+/// Events to a sink of the caller's and nothing else: for a process whose output is a protocol
+/// (`clipflow serve-worker`), not for a person.
+struct SinkRenderer: EventRenderer {
+    let sink: any EventSink
+
+    func emit(_ event: PipelineEvent) { sink.emit(event) }
+    func say(_ line: String) {}
+    func end() {}
+    func showStatusLine(_ line: @escaping @Sendable () -> String) -> Bool { false }
+}
+
 /// `--events json`: one JSON object per line on stdout, flushed per event, secrets redacted.
 /// Every line holds
 /// `time` (seconds since the writer was made: the start of the command), `stage`, `event`, then

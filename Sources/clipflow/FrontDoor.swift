@@ -58,8 +58,14 @@ final class FrontDoor: Sendable {
         showsItems = flags.events == .text && !flags.quiet
     }
 
+    /// A front door whose events go to `renderer` alone (a worker's protocol, not a person).
+    init(renderer: EventRenderer) {
+        self.renderer = renderer
+        showsItems = false
+    }
+
     /// Runs the graph to its end. First SIGINT/SIGTERM: graceful stop with `grace` seconds to
-    /// finish; a second, or the deadline: cancel (see `Signals`). `started` is called with the
+    /// finish (0: cancel at once); a second, or the deadline: cancel (see `Signals`). `started` is called with the
     /// runner once it exists (an interactive command reads from it).
     func run(nodes: [StageNode], edges: [Edge], grace: Double, started: (GraphRunner) -> Void = { _ in }) throws -> (GraphOutcome, GraphRunner) {
         let runner = try GraphRunner(nodes: nodes, edges: edges, sink: Tee(log: log, renderer: renderer))

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ClipFlowCore
 import ClipFlowServe
 import Foundation
 
@@ -28,6 +29,10 @@ struct ServeWorkerCommand: ParsableCommand {
         throw ExitCode(
             ServeWorker.run(
                 step: s, input: input, output: output, rungs: rungs, reuse: reuse.map { ($0, reuseTracks ?? "") }, copyWithin: limits.limits,
-                memoryLimit: memoryLimit, nice: nice))
+                memoryLimit: memoryLimit, nice: nice,
+                runGraph: { nodes, edges, events in
+                    // The server stops a worker with SIGTERM: the graph is cancelled at once.
+                    try FrontDoor(renderer: SinkRenderer(sink: events)).run(nodes: nodes, edges: edges, grace: 0).0
+                }))
     }
 }

@@ -217,6 +217,40 @@ final class ServeJobsCLITests: XCTestCase {
         XCTAssertEqual(v["error"] as? String, "the processing worker made no progress for 3 s (attempt 1 of 1)", "\(v)")
     }
 
+    /// A worker stopped with SIGTERM (how the server stops a job) cancels its graph through the
+    /// runner: it ends within the server's grace, with its own status, and leaves no folder and
+    /// no temporary behind.
+    func testAStoppedWorkerCancelsItsGraphAndLeavesNothing() throws {
+        let folder = fx.scratch("serve-jobs-worker-stop")
+        let output = folder.appendingPathComponent("ladder")
+        let worker = Process()
+        worker.executableURL = URL(fileURLWithPath: binary)
+        worker.arguments = [
+            "serve-worker", "--step", "ladder", "--input", try fx.clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), "--output", output.path,
+            "--rungs", "360p,720p"
+        ]
+        let input = Pipe(), lines = Pipe(), errors = Pipe()
+        (worker.standardInput, worker.standardOutput, worker.standardError) = (input, lines, errors)
+        try worker.run()
+        defer { try? input.fileHandleForWriting.close() }
+        var heard = Data()
+        while !String(decoding: heard, as: UTF8.self).contains("\"progress\":0.1") {
+            let chunk = lines.fileHandleForReading.availableData
+            XCTAssertFalse(chunk.isEmpty, "the worker ended before a tenth of its ladder: \(String(decoding: heard, as: UTF8.self))")
+            if chunk.isEmpty { return }
+            heard += chunk
+        }
+        let stopped = Date()
+        kill(worker.processIdentifier, SIGTERM)
+        worker.waitUntilExit()
+        XCTAssertLessThan(Date().timeIntervalSince(stopped), 2, "within the server's grace (WorkerProcess.stopGrace)")
+        XCTAssertEqual(worker.terminationReason, .exit, "it ended by itself, not by the signal")
+        XCTAssertEqual(worker.terminationStatus, 130)
+        let reason = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        XCTAssertEqual(reason, "stopped before the work was done\n")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: folder.path), [], "no ladder, no temporary")
+    }
+
     /// DELETE /videos/ID while its ladder is being made: the worker is killed, the video's media
     /// folder is gone and stays gone (nothing recreates it), the server goes on with the next video.
     func testDeletingAVideoStopsItsJob() throws {

@@ -17,7 +17,7 @@ final class HLSLadderTests: XCTestCase {
             ])
         let dir = fx.scratch("ladder").appendingPathComponent("hls")
         let rungs = [LadderRung(name: "720p", height: 720, maxRate: 3_500_000), LadderRung(name: "360p", height: 360, maxRate: 1_000_000)]
-        let r = try HLSLadder(output: dir.path, ladder: LadderChoice(rungs: rungs), schedule: SegmentSchedule(length: 2), encoderPreset: "ultrafast").run(
+        let r = try HLSLadder(output: dir.path, ladder: LadderChoice(rungs: rungs), schedule: SegmentSchedule(length: 2), encoderPreset: "ultrafast").write(
             inputs: [src])
         XCTAssertEqual(r.segments, 3)
         for rung in ["720p", "360p"] {
@@ -58,11 +58,12 @@ final class HLSLadderTests: XCTestCase {
             dir.path
         ]).out
         XCTAssertEqual(parsed.trimmingCharacters(in: .whitespacesAndNewlines), "15 5", "3 segments in each of 2 video, 1 audio, 2 I-frame playlists")
-        let played = try XCTUnwrap(try Probe.browserPlayback([r.master.path]).first)
+        let played = try XCTUnwrap(try Probe.browserPlayback([dir.appendingPathComponent("master.m3u8").path]).first)
         XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
         XCTAssertTrue(played["error"] is NSNull, "\(played)")
         // On a slow network the player takes the lower rendition (the segments it fetches say which).
-        let slow = try XCTUnwrap(try Probe.browserPlayback([r.master.path], options: ["--rate", "1", "--throttle", "2500"]).first)
+        let slow = try XCTUnwrap(
+            try Probe.browserPlayback([dir.appendingPathComponent("master.m3u8").path], options: ["--rate", "1", "--throttle", "2500"]).first)
         XCTAssertEqual(slow["ended"] as? Bool, true, "\(slow)")
         let fetched = (slow["segments"] as? [String] ?? []).filter { !$0.hasPrefix("audio/") }
         XCTAssertTrue(fetched.suffix(2).allSatisfy { $0.hasPrefix("360p/") }, "\(fetched)")
@@ -78,7 +79,7 @@ final class HLSLadderTests: XCTestCase {
         // Every rendition, as the master playlist names it, with what a player needs to start it.
         let renditions = try XCTUnwrap(video["renditions"] as? [[String: Any]])
         XCTAssertEqual(renditions.map { $0["name"] as? String }, ["720p", "360p"])
-        let master = try String(contentsOf: r.master, encoding: .utf8)
+        let master = try String(contentsOf: dir.appendingPathComponent("master.m3u8"), encoding: .utf8)
         for rendition in renditions + [try XCTUnwrap(video["audio"] as? [String: Any])] {
             let playlist = try XCTUnwrap(rendition["playlist"] as? String)
             XCTAssertTrue(master.contains(playlist), playlist)
@@ -96,7 +97,7 @@ final class HLSLadderTests: XCTestCase {
         XCTAssertEqual(video["storyboard"] as? String, "storyboard.vtt")
         try checkStoryboard(in: dir, source: src, duration: 6, tiles: 3)
         // Nothing is replaced.
-        XCTAssertThrowsError(try HLSLadder(output: dir.path, ladder: LadderChoice(rungs: rungs), schedule: SegmentSchedule(length: 2)).run(inputs: [src])) {
+        XCTAssertThrowsError(try HLSLadder(output: dir.path, ladder: LadderChoice(rungs: rungs), schedule: SegmentSchedule(length: 2)).write(inputs: [src])) {
             e in
             XCTAssertTrue("\(e)".contains("exists"), "\(e)")
         }
@@ -162,7 +163,7 @@ extension HLSLadderTests {
         let turned = fx.scratch("ladder-portrait").appendingPathComponent("turned.mp4")
         _ = try Merger(inputs: [plain], options: MergeOptions(output: turned, rotate: 90)).run()  // displayed 720x1280, as a phone's
         let dir = fx.scratch("ladder-portrait-out").appendingPathComponent("hls")
-        try HLSLadder(output: dir.path, schedule: SegmentSchedule(length: 2), encoderPreset: "ultrafast").run(inputs: [turned.path])
+        try HLSLadder(output: dir.path, schedule: SegmentSchedule(length: 2), encoderPreset: "ultrafast").write(inputs: [turned.path])
         let master = try String(contentsOf: dir.appendingPathComponent("master.m3u8"), encoding: .utf8)
         XCTAssertTrue(master.contains("RESOLUTION=720x1280"), master)
         XCTAssertTrue(master.contains("RESOLUTION=540x960"), master)
@@ -188,7 +189,7 @@ extension HLSLadderTests {
                 in: .whitespacesAndNewlines), "90")
         XCTAssertTrue(try Probe.stream(mov.path, "v:0", "width,height").hasPrefix("640,360"), "stored landscape")
         let dir = fx.scratch("ladder-phone-out").appendingPathComponent("hls")
-        try HLSLadder(output: dir.path, ladder: LadderChoice(rungs: [], copy: true), schedule: .feed).run(inputs: [mov.path])
+        try HLSLadder(output: dir.path, ladder: LadderChoice(rungs: [], copy: true), schedule: .feed).write(inputs: [mov.path])
         XCTAssertEqual(try Probe.stream(dir.appendingPathComponent("poster.jpg").path, "v:0", "width,height"), "360,640")
         XCTAssertEqual(try Probe.stream(dir.appendingPathComponent("poster-640.jpg").path, "v:0", "width,height"), "360,640")
         let vtt = try String(contentsOf: dir.appendingPathComponent("storyboard.vtt"), encoding: .utf8)
@@ -216,7 +217,7 @@ extension HLSLadderTests {
         let r = try HLSLadder(
             output: dir.path, ladder: LadderChoice(rungs: [LadderRung(name: "360p", height: 360, maxRate: 1_000_000)]), schedule: .feed,
             encoderPreset: "ultrafast"
-        ).run(inputs: [src])
+        ).write(inputs: [src])
         XCTAssertEqual(r.segments, 3)  // 0-1, 1-3, 3-5
         let counts = try (0..<3).map { i in
             try XCTUnwrap(FragmentInfo([UInt8](try Data(contentsOf: dir.appendingPathComponent("360p/seg-\(i).m4s"))))).sampleCount
@@ -242,7 +243,7 @@ final class HLSLintTests: XCTestCase {
             ])
         let dir = fx.scratch(name).appendingPathComponent("hls")
         let rungs = [LadderRung(name: "720p", height: 720, maxRate: 3_500_000), LadderRung(name: "360p", height: 360, maxRate: 1_000_000)]
-        try HLSLadder(output: dir.path, ladder: LadderChoice(rungs: rungs), schedule: schedule, encoderPreset: "ultrafast").run(inputs: [src])
+        try HLSLadder(output: dir.path, ladder: LadderChoice(rungs: rungs), schedule: schedule, encoderPreset: "ultrafast").write(inputs: [src])
         return dir
     }
 
@@ -326,7 +327,7 @@ final class HLSLadderFormsTests: XCTestCase {
         let r = try HLSLadder(
             output: dir.path, ladder: LadderChoice(rungs: rungs), schedule: SegmentSchedule(length: 2), encoderPreset: "ultrafast", singleFile: true
         )
-        .run(inputs: [try source()], events: events)
+        .write(inputs: [try source()], events: events)
         XCTAssertEqual(r.segments, 3)
         let names = try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted()
         XCTAssertEqual(
@@ -370,7 +371,7 @@ final class HLSLadderFormsTests: XCTestCase {
             if rung != "audio" { XCTAssertEqual(try Probe.videoFrames(file), 180, rung) }
         }
         XCTAssertEqual(try HLSLint.lint(directory: dir), [])
-        let played = try XCTUnwrap(try Probe.browserPlayback([r.master.path]).first)
+        let played = try XCTUnwrap(try Probe.browserPlayback([dir.appendingPathComponent("master.m3u8").path]).first)
         XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
         XCTAssertTrue(played["error"] is NSNull, "\(played)")
     }
@@ -399,7 +400,7 @@ final class HLSLadderFormsTests: XCTestCase {
         let src = try keyframedSource()
         // Copy alone: a remux, video and audio packets as they were.
         let alone = fx.scratch("ladder-copy").appendingPathComponent("hls")
-        try HLSLadder(output: alone.path, ladder: try XCTUnwrap(LadderChoice.parse("copy")), schedule: .feed).run(inputs: [src])
+        try HLSLadder(output: alone.path, ladder: try XCTUnwrap(LadderChoice.parse("copy")), schedule: .feed).write(inputs: [src])
         XCTAssertEqual(try packetHashes(try joined(alone, "copy"), "v:0"), try packetHashes(src, "v:0"))
         XCTAssertEqual(try packetHashes(try joined(alone, "audio"), "a:0"), try packetHashes(src, "a:0"))
         XCTAssertEqual(try HLSLint.lint(directory: alone), [])
@@ -416,7 +417,7 @@ final class HLSLadderFormsTests: XCTestCase {
         try HLSLadder(
             output: mixed.path, ladder: try XCTUnwrap(LadderChoice.parse("copy,240")), schedule: SegmentSchedule(length: 2), encoderPreset: "ultrafast"
         )
-        .run(inputs: [src])
+        .write(inputs: [src])
         XCTAssertEqual(try HLSLint.lint(directory: mixed), [])
         XCTAssertEqual(try packetHashes(try joined(mixed, "copy"), "v:0"), try packetHashes(src, "v:0"))
         XCTAssertEqual(try Probe.stream(mixed.appendingPathComponent("poster.jpg").path, "v:0", "width,height"), "640,360", "the source's picture")
@@ -426,7 +427,7 @@ final class HLSLadderFormsTests: XCTestCase {
         let refused = fx.scratch("ladder-copy-refused")
         XCTAssertThrowsError(
             try HLSLadder(output: refused.appendingPathComponent("hls").path, ladder: try XCTUnwrap(LadderChoice.parse("copy,240")), schedule: .feed)
-                .run(inputs: [src])
+                .write(inputs: [src])
         ) { e in XCTAssertTrue("\(e)".contains("no keyframe at 1.000 s"), "\(e)") }
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: refused.path), [])
     }
@@ -438,5 +439,32 @@ final class HLSLadderFormsTests: XCTestCase {
         XCTAssertEqual(LadderChoice.parse("720, 360")?.rungs?.map(\.name), ["720p", "360p"])
         XCTAssertEqual(LadderChoice.parse("copy,360")?.copy, true)
         for bad in ["", "720,720", "721", "auto,720", "copy,copy", "huge", "100"] { XCTAssertNil(LadderChoice.parse(bad), bad) }
+    }
+}
+
+/// What a ladder written by a test made, as its `hls` stage reported it.
+struct WrittenLadder {
+    var renditions: [String]
+    var segments: Int
+}
+
+extension HLSLadder {
+    /// Runs the ladder's graph (`graph(of:)`) to its end, events also to `events`: a failed or
+    /// interrupted run throws the stage's error.
+    @discardableResult
+    func write(inputs: [String], events: EventSink = EventRecorder()) throws -> WrittenLadder {
+        let g = graph(of: inputs)
+        let recorder = EventRecorder(forward: events)
+        switch try GraphRunner(nodes: g.nodes, edges: g.edges, sink: recorder).run() {
+        case .completed: break
+        case .interrupted: throw ClipFlowError.interrupted
+        case .failed(let stage, let e): throw ClipFlowError(e.kind, "\(stage): \(e.message)")
+        }
+        for case .result(let fields) in recorder.events.filter({ $0.stage == "hls" }).map(\.kind) {
+            let f = Dictionary(fields.map { ($0.key, $0.value) }, uniquingKeysWith: { a, _ in a })
+            return WrittenLadder(
+                renditions: (f["playlists"]?.string ?? "").split(separator: ",").map(String.init), segments: Int(f["segments"]?.integer ?? 0))
+        }
+        throw ClipFlowError.failure("the ladder reported no result")
     }
 }

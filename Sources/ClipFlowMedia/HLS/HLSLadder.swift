@@ -43,14 +43,6 @@ public struct SegmentSchedule: Sendable, Equatable {
     }
 }
 
-/// What a ladder run made.
-public struct HLSLadderResult: Sendable {
-    public var directory: URL
-    public var master: URL
-    public var renditions: [String]
-    public var segments: Int
-}
-
 /// An HLS ladder of fMP4 renditions from one decode, as a graph of stages:
 ///
 ///     (inputs) ──▶ NAME.decode ──┬──▶ NAME.1080p ──┐
@@ -151,26 +143,6 @@ public struct HLSLadder: Sendable {
             [StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) }] + g.nodes,
             g.entries.map { Edge(from: "files", to: $0, limits: HLSStage.kind.queue) } + g.edges
         )
-    }
-
-    /// Writes the ladder of `inputs` (files in, then the graph), events to `events`.
-    @discardableResult
-    public func run(inputs: [String], events: EventSink = EventRecorder()) throws -> HLSLadderResult {
-        let g = graph(of: inputs)
-        let recorder = EventRecorder(forward: events)
-        let runner = try GraphRunner(nodes: g.nodes, edges: g.edges, sink: recorder)
-        switch runner.run() {
-        case .completed: break
-        case .interrupted: throw ClipFlowError.interrupted
-        case .failed(let stage, let e): throw ClipFlowError(e.kind, "\(stage): \(e.message)")
-        }
-        for case .result(let fields) in recorder.events.filter({ $0.stage == "hls" }).map(\.kind) {
-            let f = Dictionary(fields.map { ($0.key, $0.value) }, uniquingKeysWith: { a, _ in a })
-            return HLSLadderResult(
-                directory: URL(fileURLWithPath: output), master: URL(fileURLWithPath: output).appendingPathComponent("master.m3u8"),
-                renditions: (f["playlists"]?.string ?? "").split(separator: ",").map(String.init), segments: Int(f["segments"]?.integer ?? 0))
-        }
-        throw ClipFlowError.failure("internal: the ladder reported no result")
     }
 }
 

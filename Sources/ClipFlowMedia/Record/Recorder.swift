@@ -352,7 +352,7 @@ public final class FragmentRecorder {
         let mux: OutputMuxer
         let venc: CodecContext
         let vstream: UnsafeMutablePointer<AVStream>
-        var aenc: CodecContext?
+        var aac: AACEncoder?
         var astream: UnsafeMutablePointer<AVStream>?
         let startTime: Double
         var lastTime: Double?
@@ -369,7 +369,6 @@ public final class FragmentRecorder {
         private var held: Packet?
         private var lastPTS: Int64 = -1
         private var headerWritten = false
-        private let audioFrame: Frame
         static let videoTimeBase = AVRational(num: 1, den: 90_000)
 
         init(recorder r: FragmentRecorder, first: VideoFrame, index: Int) throws {
@@ -388,7 +387,6 @@ public final class FragmentRecorder {
             picture.f.pointee.height = Int32(first.height)
             try FF.check(av_frame_get_buffer(picture.f, 0), "allocating a picture")
             packet = try Packet()
-            audioFrame = try Frame()
             // The source's nominal rate (not a measured interval): every fragment gets the same
             // encoder settings, hence the same SPS, and merges without re-encoding.
             let rate = first.nominalRate ?? 30
@@ -414,18 +412,11 @@ public final class FragmentRecorder {
             try FF.check(avcodec_parameters_from_context(vs.pointee.codecpar, venc.ctx), "video stream parameters")
             vs.pointee.time_base = Segment.videoTimeBase
             if let f = r.audioFormat {
-                let enc = try CodecContext.encoder(named: "aac", what: "AAC encoder") { c in
-                    c.pointee.sample_fmt = AV_SAMPLE_FMT_FLTP
-                    c.pointee.sample_rate = Int32(f.rate)
-                    av_channel_layout_default(&c.pointee.ch_layout, Int32(f.channels))
-                    c.pointee.bit_rate = Int64(o.audioBitRate)
-                    c.pointee.time_base = AVRational(num: 1, den: Int32(f.rate))
-                    if muxFlags & AVFMT_GLOBALHEADER != 0 { c.pointee.flags |= AV_CODEC_FLAG_GLOBAL_HEADER }
-                }
+                let enc = try AACEncoder(rate: f.rate, channels: f.channels, bitRate: o.audioBitRate, globalHeader: muxFlags & AVFMT_GLOBALHEADER != 0)
                 guard let st = avformat_new_stream(mux.ctx, nil) else { throw ClipFlowError.failure("out of memory adding a stream") }
-                try FF.check(avcodec_parameters_from_context(st.pointee.codecpar, enc.ctx), "audio stream parameters")
-                st.pointee.time_base = AVRational(num: 1, den: Int32(f.rate))
-                aenc = enc
+                try FF.check(avcodec_parameters_from_context(st.pointee.codecpar, enc.codec.ctx), "audio stream parameters")
+                st.pointee.time_base = enc.timeBase
+                aac = enc
                 astream = st
             }
             try mux.writeHeader(moovReserve: nil, fastStartSecondPass: false)
@@ -488,30 +479,20 @@ public final class FragmentRecorder {
             try mux.write(p)
         }
 
+        /// Encodes `n` interleaved frames of `samples` from `offset` (whole AAC frames but for the
+        /// fragment's last).
         func encodeAudio(_ samples: [Float], offset: Int, frames n: Int, format f: (rate: Int, channels: Int)) throws {
-            guard let aenc, let astream else { return }
-            audioFrame.unref()
-            audioFrame.f.pointee.format = AV_SAMPLE_FMT_FLTP.rawValue
-            audioFrame.f.pointee.nb_samples = Int32(n)
-            audioFrame.f.pointee.sample_rate = Int32(f.rate)
-            av_channel_layout_default(&audioFrame.f.pointee.ch_layout, Int32(f.channels))
-            try FF.check(av_frame_get_buffer(audioFrame.f, 0), "allocating audio")
-            for c in 0..<f.channels {
-                let plane = cf_frame_plane_f32(audioFrame.f, Int32(c))!
-                for i in 0..<n { plane[i] = samples[offset + i * f.channels + c] }
-            }
-            audioFrame.f.pointee.pts = audioSent
+            guard let aac else { return }
+            let planar = PlanarSamples(channels: (0..<f.channels).map { c in (0..<n).map { samples[offset + $0 * f.channels + c] } })
             audioSent += Int64(n)
-            try aenc.send(frame: audioFrame)
-            try drainAudio(aenc, astream)
+            try aac.encode(planar, writeAudio)
         }
 
-        private func drainAudio(_ enc: CodecContext, _ st: UnsafeMutablePointer<AVStream>) throws {
-            while try enc.receive(packet: packet) {
-                packet.p.pointee.stream_index = st.pointee.index
-                av_packet_rescale_ts(packet.p, enc.ctx.pointee.time_base, st.pointee.time_base)
-                try mux.write(packet)
-            }
+        private func writeAudio(_ p: Packet) throws {
+            guard let aac, let astream else { return }
+            p.p.pointee.stream_index = astream.pointee.index
+            av_packet_rescale_ts(p.p, aac.timeBase, astream.pointee.time_base)
+            try mux.write(p)
         }
 
         /// Flushes both encoders, writes the index and renames the fragment into place.
@@ -524,10 +505,7 @@ public final class FragmentRecorder {
                 try writeVideo(h)
                 held = nil
             }
-            if let aenc, let astream {
-                try aenc.send(frame: nil)
-                try drainAudio(aenc, astream)
-            }
+            try aac?.finish(writeAudio)
             let rc = mux.writeTrailer()
             if rc < 0 { throw ClipFlowError.output("finishing clip '\(path)' failed: \(FF.describe(rc))") }
             try mux.close()

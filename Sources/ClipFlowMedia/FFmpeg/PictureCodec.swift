@@ -4,7 +4,8 @@ import Foundation
 
 // Single JPEG pictures to and from packed yuv420p `VideoFrame`s: MJPEG cameras deliver one JPEG per
 // frame (JPEGDecoder), and the emulated camera makes them (JPEGEncoder). Only this module imports
-// FFmpeg, so capture code uses these two classes.
+// FFmpeg, so capture code uses these two classes. JPEGEncoder is also the one encoder of every
+// JPEG this module writes (covers, storyboards).
 //
 // Threading: each coder is confined to one queue at a time (owner classes: one owner per FFmpeg object).
 
@@ -59,14 +60,16 @@ public final class JPEGDecoder: @unchecked Sendable {
     }
 }
 
-/// Encodes packed yuv420p pictures (limited range) as baseline JPEG (full range yuvj420p, as
-/// cameras send). One encoder per picture size.
+/// Encodes pictures as baseline JPEG (full range yuvj420p, as cameras send): packed yuv420p
+/// `VideoFrame`s (limited range), or yuvj420p frames (`encode(picture:)`). One encoder per picture
+/// size.
 /// `@unchecked Sendable`: owns its codec, scaler and packet; used by one thread at a time.
 public final class JPEGEncoder: @unchecked Sendable {
     public let width: Int
     public let height: Int
+    private let quality: Int
     private let codec: CodecContext
-    private let scaler: Scaler
+    private var scaler: Scaler?
     private let packet: Packet
 
     /// `quality`: JPEG quantiser scale from 2 (best) to 31.
@@ -74,6 +77,7 @@ public final class JPEGEncoder: @unchecked Sendable {
         _ = FF.setup
         self.width = width
         self.height = height
+        self.quality = quality
         codec = try CodecContext.encoder(named: "mjpeg", what: "JPEG encoder") { c in
             c.pointee.width = Int32(width)
             c.pointee.height = Int32(height)
@@ -82,9 +86,6 @@ public final class JPEGEncoder: @unchecked Sendable {
             c.pointee.flags |= Int32(AV_CODEC_FLAG_QSCALE)
             c.pointee.global_quality = Int32(FF_QP2LAMBDA) * Int32(quality)
         }
-        scaler = try Scaler(
-            srcW: Int32(width), srcH: Int32(height), srcFormat: AV_PIX_FMT_YUV420P,
-            dstW: Int32(width), dstH: Int32(height), dstFormat: AV_PIX_FMT_YUVJ420P)
         packet = try Packet()
     }
 
@@ -103,12 +104,26 @@ public final class JPEGEncoder: @unchecked Sendable {
             try FF.check(av_frame_get_buffer(f.f, 0), "JPEG encoder: allocating a picture")
         }
         unpackPlanes(frame.data, into: src, width, height)
-        try scaler.scale(src, into: dst)
+        if scaler == nil {
+            scaler = try Scaler(
+                srcW: Int32(width), srcH: Int32(height), srcFormat: AV_PIX_FMT_YUV420P,
+                dstW: Int32(width), dstH: Int32(height), dstFormat: AV_PIX_FMT_YUVJ420P)
+        }
+        try scaler!.scale(src, into: dst)
         dst.f.pointee.pts = frame.sequence
-        try codec.send(frame: dst)
+        return try encode(picture: dst)
+    }
+
+    /// One JPEG picture of `picture`, a yuvj420p frame of this encoder's size.
+    func encode(picture: Frame) throws -> Data {
+        guard picture.f.pointee.format == AV_PIX_FMT_YUVJ420P.rawValue, picture.f.pointee.width == width, picture.f.pointee.height == height else {
+            throw ClipFlowError.failure("JPEG encoder for \(width)x\(height) yuvj420p got \(picture.f.pointee.width)x\(picture.f.pointee.height)")
+        }
+        picture.f.pointee.quality = Int32(FF_QP2LAMBDA) * Int32(quality)
+        try codec.send(frame: picture)
         packet.unref()
-        guard try codec.receive(packet: packet), let d = packet.p.pointee.data else {
-            throw ClipFlowError.failure("JPEG encoder: no picture came out for frame \(frame.sequence)")
+        guard try codec.receive(packet: packet), let d = packet.p.pointee.data, packet.p.pointee.size > 0 else {
+            throw ClipFlowError.failure("the JPEG encoder produced nothing")
         }
         return Data(bytes: d, count: Int(packet.p.pointee.size))
     }

@@ -232,27 +232,9 @@ public final class Thumbnailer {
         return dst
     }
 
+    /// `frame` (yuvj420p) as a JPEG of the covers' quality.
     static func encodeJPEG(_ frame: Frame) throws -> Data {
-        let w = frame.f.pointee.width, h = frame.f.pointee.height
-        let enc = try CodecContext.encoder(named: "mjpeg", what: "encoding the cover JPEG") { c in
-            c.pointee.width = w
-            c.pointee.height = h
-            c.pointee.pix_fmt = AV_PIX_FMT_YUVJ420P
-            c.pointee.time_base = AVRational(num: 1, den: 25)
-            c.pointee.flags |= AV_CODEC_FLAG_QSCALE
-            c.pointee.global_quality = FF_QP2LAMBDA * 3
-        }
         frame.f.pointee.pts = 0
-        frame.f.pointee.quality = FF_QP2LAMBDA * 3
-        try enc.send(frame: frame)
-        try enc.send(frame: nil)
-        let pkt = try Packet()
-        var data = Data()
-        while try enc.receive(packet: pkt) {
-            data.append(pkt.p.pointee.data, count: Int(pkt.p.pointee.size))
-            pkt.unref()
-        }
-        guard !data.isEmpty else { throw ClipFlowError.failure("the JPEG encoder produced nothing") }
-        return data
+        return try JPEGEncoder(width: Int(frame.f.pointee.width), height: Int(frame.f.pointee.height), quality: 3).encode(picture: frame)
     }
 }

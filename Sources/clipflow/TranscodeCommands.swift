@@ -95,11 +95,11 @@ struct Transcode: ParsableCommand {
             let settings = try choices.resolve().get()
             try checkBeforeWork(inputs: inputs, outputs: [OutputSafety.Use(path: output, label: "-o")], overwrite: overwrite.overwrite)
             let inputs = inputs, output = output, replacing = overwrite.overwrite
-            let nodes = [
-                StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) },
-                StageNode("transcode") { TranscodeStage(id: "transcode", output: output, settings: settings, overwrite: replacing) }
-            ]
-            let (outcome, _) = try door.run(nodes: nodes, edges: [Edge(from: "files", to: "transcode", limits: TranscodeStage.kind.queue)], grace: 5)
+            let graph = TranscodeStage.graph(id: "transcode", output: output, settings: settings, overwrite: replacing)
+            let files = StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) }
+            let (outcome, _) = try door.run(
+                nodes: [files] + graph.nodes, edges: graph.entries.map { Edge(from: "files", to: $0, limits: TranscodeStage.kind.queue) } + graph.edges,
+                grace: 5)
             if let e = ErrorReport.error(outcome) { throw e }
             if let r = door.log.result("transcode") {
                 let wall = Date().timeIntervalSince(started)
@@ -107,7 +107,7 @@ struct Transcode: ParsableCommand {
                 door.say(
                     String(
                         format: "transcoded %d input%@ into %@ (%dx%d, %d frames, %.1f s, %.1f MB) in %.2f s (%.2fx)",
-                        Int(r["inputs"]?.integer ?? 0), r["inputs"]?.integer == 1 ? "" : "s", output, Int(r["width"]?.integer ?? 0),
+                        inputs.count, inputs.count == 1 ? "" : "s", output, Int(r["width"]?.integer ?? 0),
                         Int(r["height"]?.integer ?? 0), Int(r["video_frames"]?.integer ?? 0), seconds, Double(r["bytes"]?.integer ?? 0) / 1e6, wall,
                         wall > 0 ? seconds / wall : 0))
             }

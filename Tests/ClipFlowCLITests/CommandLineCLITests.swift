@@ -259,7 +259,8 @@ final class CommandLineCLITests: XCTestCase {
             ], [binary, "transcode", "-o", dir.appendingPathComponent("t.mp4").path, "--preset", "web-360p", long])
         XCTAssertNil(slow.failed, slow.raw)
         XCTAssertEqual(slow.status, 0, slow.raw)
-        XCTAssertTrue(slow.statusRow("running").hasPrefix("files: done | transcode: ["), slow.statusRow("running"))
+        // The transcode's graph: its decode runs, its encoder reports the transcode's progress.
+        XCTAssertTrue(slow.statusRow("running").hasPrefix("files: done | transcode.decode: running | transcode: ["), slow.statusRow("running"))
         let end = slow.screen("end").lines.filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty }
         XCTAssertEqual(end.count, 1, "the status line is gone, the summary stays: \(end)")
         XCTAssertTrue(end.first?.hasPrefix("transcoded 1 input into ") == true, "\(end)")

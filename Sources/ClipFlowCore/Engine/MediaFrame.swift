@@ -42,10 +42,13 @@ public final class VideoFrame: Sendable {
     /// source knows it: a live camera's buffer timestamp. A recorder places live audio
     /// (`AudioChunk.clockTime`) against the pictures by it; `time` stays relative to the stream.
     public let clockTime: Double?
+    /// How long the picture shows (seconds), when the source knows it: a decoded file's picture
+    /// (the last one's too, which no next picture ends). A live picture shows until the next.
+    public let duration: Double?
 
     public init(
         width: Int, height: Int, format: PixelFormat, data: Data, time: Double, sequence: Int64, nominalRate: Double? = nil,
-        clockTime: Double? = nil
+        clockTime: Double? = nil, duration: Double? = nil
     ) {
         self.width = width
         self.height = height
@@ -55,6 +58,7 @@ public final class VideoFrame: Sendable {
         self.sequence = sequence
         self.nominalRate = nominalRate
         self.clockTime = clockTime
+        self.duration = duration
     }
 }
 

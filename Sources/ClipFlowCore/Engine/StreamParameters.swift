@@ -73,12 +73,16 @@ public struct StreamParameters: Sendable, Equatable, CustomStringConvertible {
     public var container: String?
     public var video: VideoParameters?
     public var audio: AudioParameters?
+    /// How long the stream lasts (seconds), if known ahead: a decode of files knows it; a live
+    /// source does not. A consumer reports its progress against it.
+    public var duration: Double?
 
-    public init(port: PortType, container: String? = nil, video: VideoParameters? = nil, audio: AudioParameters? = nil) {
+    public init(port: PortType, container: String? = nil, video: VideoParameters? = nil, audio: AudioParameters? = nil, duration: Double? = nil) {
         self.port = port
         self.container = container
         self.video = video
         self.audio = audio
+        self.duration = duration
     }
 
     /// One line, for messages: "frames: video rawvideo 1280x720 yuv420p 30 fps, audio pcm_f32 48000 Hz x1".

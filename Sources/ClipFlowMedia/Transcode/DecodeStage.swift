@@ -7,10 +7,15 @@ import Foundation
 /// one timeline, as `transcode` decodes them before encoding (`Transcoder.decodeOnly`). Feeds
 /// `record` (re-encoding by steps: files -> decode -> record) or any stage taking frames.
 /// Decoding starts at end of stream (the first input's shape sets the frame only once every
-/// input is known). Belongs to its stage queue; a stop or cancel reaches it through `cancelFlag`.
+/// input is known), so what the frames are is announced in band, ahead of the first one
+/// (`Item.parameters`: size, time base, nominal rate, display turn, audio format); each picture
+/// carries its duration. Belongs to its stage queue; a stop or cancel reaches it through
+/// `cancelFlag`.
 public final class DecodeStage: Stage {
     public let id: String
     public let settings: TranscodeSettings
+    /// Whether it reports its progress (a transcode's encoder reports the transcode's instead).
+    let reportsProgress: Bool
     private var files = InputOrdered<String>()
     private let cancelFlag = CancellationFlag()
     public var inputTypes: Set<PortType> { [.clips, .video] }
@@ -44,9 +49,10 @@ public final class DecodeStage: Stage {
         return c
     }
 
-    public init(id: String, settings: TranscodeSettings) {
+    public init(id: String, settings: TranscodeSettings, reportsProgress: Bool = true) {
         self.id = id
         self.settings = settings
+        self.reportsProgress = reportsProgress
     }
 
     public func prepare(_ context: StageContext) throws {
@@ -77,12 +83,17 @@ public final class DecodeStage: Stage {
         var waiting: [VideoFrame] = []
         var packer: PicturePacker?
         var audioStarted = false
+        var announced = false
         func send(_ v: VideoFrame) throws {
             if context.push(.frame(.video(v))) == .flushing { throw ClipFlowError.interrupted }
         }
         do {
             try t.decodeOnly { item, plan in
                 let shape = plan.output
+                if !announced {
+                    announced = true
+                    if context.push(.parameters(Self.parameters(of: shape, duration: plan.totalSeconds))) == .flushing { throw ClipFlowError.interrupted }
+                }
                 switch item {
                 case .picture(let f, let end):
                     let time = Double(f.f.pointee.pts) * shape.timeBase.double
@@ -90,11 +101,11 @@ public final class DecodeStage: Stage {
                     let v = VideoFrame(
                         width: shape.frame.width, height: shape.frame.height, format: .yuv420p,
                         data: try packer!.planes(of: f), time: time, sequence: sequence,
-                        nominalRate: shape.frameRate.double > 0 ? shape.frameRate.double : nil)
+                        nominalRate: shape.frameRate.double > 0 ? shape.frameRate.double : nil, duration: max(0, end - time))
                     sequence += 1
                     if shape.audio != nil, !audioStarted { waiting.append(v) } else { try send(v) }
                     let now = Date()
-                    if now.timeIntervalSince(lastReport) >= 0.25 {
+                    if reportsProgress, now.timeIntervalSince(lastReport) >= 0.25 {
                         lastReport = now
                         let wall = now.timeIntervalSince(started)
                         context.progress(Int64(end * 1000), of: Int64(max(plan.totalSeconds, end) * 1000), unit: "ms", speed: wall > 0 ? end / wall : nil)
@@ -117,7 +128,22 @@ public final class DecodeStage: Stage {
         } catch let e as ClipFlowError where e.kind == .interrupted && context.stopRequested && !context.cancellation.isCancelled {
             return
         }
-        context.emit(.result([.init("video_frames", .integer(sequence)), .init("audio_samples", .integer(samples))]))
+        context.emit(
+            .result([
+                .init("inputs", .integer(Int64(files.all.count))), .init("video_frames", .integer(sequence)), .init("audio_samples", .integer(samples))
+            ]))
+    }
+
+    /// What the frames of `shape` are, as the stages taking them are told; `duration`: the
+    /// inputs' total seconds.
+    static func parameters(of shape: TranscodeOutput.Plan, duration: Double) -> StreamParameters {
+        StreamParameters(
+            port: .frames,
+            video: VideoParameters(
+                width: shape.frame.width, height: shape.frame.height, pixelFormat: .yuv420p,
+                frameRate: shape.frameRate.double > 0 ? shape.frameRate.double : nil,
+                timeBase: Rational(Int(shape.timeBase.num), Int(shape.timeBase.den)), rotation: shape.rotation),
+            audio: shape.audio.map { AudioParameters(sampleRate: $0.rate, channels: $0.channels) }, duration: duration)
     }
 }
 

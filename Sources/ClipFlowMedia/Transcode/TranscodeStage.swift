@@ -2,20 +2,11 @@ import ClipFlowCore
 import Foundation
 
 /// Decodes every clip it receives (inputs in order, clips in arrival order), joins them and
-/// encodes one fast-start MP4 at end of stream (see `Transcoder`), then passes the file on. A
-/// transcode is all or nothing: a stop, a cancel or a failure leaves no output.
-/// Belongs to its stage queue; a stop or cancel reaches it through `cancelFlag` (thread-safe).
-public final class TranscodeStage: Stage {
-    public let id: String
-    public let output: String
-    public let settings: TranscodeSettings
-    /// An existing file at `output` is replaced (otherwise refused).
-    public let overwrite: Bool
-    private var clips = InputOrdered<String>()
-    private let cancelFlag = CancellationFlag()
-    public var inputTypes: Set<PortType> { [.clips, .video] }
-    public var outputType: PortType? { .video }
-
+/// encodes one fast-start MP4, then passes the file on. Runs as a graph of two stages: the
+/// `decode` kind's stage (`ID.decode`: probes every input, plans one picture size and timeline,
+/// decodes and converts) and `EncodeStage` (`ID`: encodes and muxes what the decode announces in
+/// band, and reports the transcode's progress). A transcode is all or nothing: a stop, a cancel or a failure leaves no output.
+public enum TranscodeStage {
     /// The stage's fields are the `clipflow transcode` flags of the same names.
     public static let kind = StageKind(
         name: "transcode", summary: "decode, convert and re-encode clips (any format) into one fast-start H.264/HEVC MP4",
@@ -43,9 +34,9 @@ public final class TranscodeStage: Stage {
             return []
         },
         files: { p in StageFiles(writes: p.string("output").map { [FileField("output", $0)] } ?? []) },
-        make: { id, p in
+        graph: { id, p in
             switch choices(p).resolve() {
-            case .success(let s): return TranscodeStage(id: id, output: p.string("output")!, settings: s, overwrite: p.bool("overwrite") ?? false)
+            case .success(let s): return graph(id: id, output: p.string("output")!, settings: s, overwrite: p.bool("overwrite") ?? false)
             case .failure(let problem): throw ClipFlowError.badInput("stage '\(id)': \(problem.option): \(problem.message)")
             }
         })
@@ -68,49 +59,19 @@ public final class TranscodeStage: Stage {
         return c
     }
 
-    public init(id: String, output: String, settings: TranscodeSettings, overwrite: Bool = false) {
-        self.id = id
-        self.output = output
-        self.settings = settings
-        self.overwrite = overwrite
+    /// `ID.decode -> ID`, entered at the decode; `ID` passes the written file on.
+    public static func graph(id: String, output: String, settings: TranscodeSettings, overwrite: Bool) -> StageGraph {
+        let decodeID = "\(id).decode"
+        return StageGraph(
+            nodes: [
+                StageNode(decodeID) { DecodeStage(id: decodeID, settings: settings, reportsProgress: false) },
+                StageNode(id) { EncodeStage(id: id, output: output, settings: settings, overwrite: overwrite) }
+            ],
+            edges: [Edge(from: decodeID, to: id, limits: framesLink)],
+            entries: [decodeID])
     }
 
-    public func prepare(_ context: StageContext) throws {
-        let flag = cancelFlag
-        context.onStop { flag.cancel() }
-        context.onCancel { flag.cancel() }
-        try createFolder(of: output)
-    }
-
-    public func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
-        try checkPorts(inputs)
-        return StreamParameters(port: .video, container: "mp4")
-    }
-
-    public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
-        if let p = item.path { clips.append(p, input: input) }
-        return .ok
-    }
-
-    public func drain(_ context: StageContext) throws {
-        // A stop before or during the work writes nothing; the command says so once.
-        if context.stopRequested { return }
-        guard !clips.isEmpty else { throw ClipFlowError.badInput("no clips reached the transcode") }
-        let t = Transcoder(
-            inputs: clips.all, output: URL(fileURLWithPath: output), settings: settings, overwrite: overwrite, progress: StageProgress(context: context),
-            cancel: cancelFlag)
-        do {
-            let r = try t.run()
-            context.emit(.output(path: r.output.path))
-            context.emit(
-                .result([
-                    .init("inputs", .integer(Int64(r.inputs))), .init("width", .integer(Int64(r.width))), .init("height", .integer(Int64(r.height))),
-                    .init("video_frames", .integer(Int64(r.videoFrames))), .init("seconds", .number(r.seconds)), .init("bytes", .integer(r.bytes)),
-                    .init("rotation", .integer(Int64(r.rotation)))
-                ]))
-        } catch let e as ClipFlowError where e.kind == .interrupted && context.stopRequested && !context.cancellation.isCancelled {
-            return
-        }
-        context.push(.file(output, type: .video))
-    }
+    /// Between the decode and the encoder: a few pictures (memory stays bounded whatever the
+    /// input's length) and the audio that goes with them.
+    static let framesLink = LinkLimits(maxItems: 6, maxBytes: 48 << 20)
 }

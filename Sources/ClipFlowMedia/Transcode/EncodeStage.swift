@@ -1,0 +1,132 @@
+internal import CClipFlowFFmpeg
+import ClipFlowCore
+import Foundation
+
+/// The end of a transcode's graph (`files -> ID.decode -> ID`): encodes raw frames into one
+/// fast-start H.264/HEVC MP4 (`TranscodeOutput`), then passes the file on. What it encodes is
+/// announced in band before the first frame (`Item.parameters`: the decode's picture size, time
+/// base, nominal rate, display turn and audio format; known only once every input has been
+/// probed); pictures are yuv420p of that one size, audio 32-bit float at that one rate. All or
+/// nothing: a stop, a cancel or a failure leaves no output. Reports progress in encoded seconds
+/// against the announced duration, with the speed. Belongs to its stage queue.
+final class EncodeStage: Stage {
+    let id: String
+    let output: String
+    let settings: TranscodeSettings
+    /// An existing file at `output` is replaced (otherwise refused).
+    let overwrite: Bool
+    private var file: TranscodeOutput?
+    private var announced: StreamParameters?
+    /// Points at the current picture's bytes while it is encoded (owns no buffer).
+    private var wrapper: Frame?
+    private var started = Date()
+    private var lastReport = Date.distantPast
+    var inputTypes: Set<PortType> { [.frames] }
+    var outputType: PortType? { .video }
+
+    init(id: String, output: String, settings: TranscodeSettings, overwrite: Bool) {
+        self.id = id
+        self.output = output
+        self.settings = settings
+        self.overwrite = overwrite
+    }
+
+    func prepare(_ context: StageContext) throws { try createFolder(of: output) }
+
+    func negotiate(_ inputs: [StreamParameters], _ context: StageContext) throws -> StreamParameters? {
+        try checkPorts(inputs)
+        return StreamParameters(port: .video, container: "mp4")
+    }
+
+    func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
+        if context.stopRequested { return .flushing }
+        switch item.payload {
+        case .parameters(let p): try open(p)
+        case .video(let v):
+            try encode(v)
+            report(v.time + (v.duration ?? 0), context)
+        case .audio(let a): try encode(a)
+        default: break
+        }
+        return .ok
+    }
+
+    /// The first parameters open the output; later ones must describe the same streams (a
+    /// transcode writes one picture size and one audio format).
+    private func open(_ p: StreamParameters) throws {
+        if let announced {
+            guard announced.video == p.video, announced.audio == p.audio else {
+                throw ClipFlowError.badInput("transcode '\(id)': the streams changed mid-way (\(announced) to \(p)); one output holds one picture size")
+            }
+            return
+        }
+        guard let v = p.video, v.codec == "rawvideo", v.pixelFormat == .yuv420p, v.width > 0, v.height > 0, let tb = v.timeBase else {
+            throw ClipFlowError.badInput("transcode '\(id)': expected yuv420p pictures of a known size and time base, got \(p)")
+        }
+        if let a = p.audio, a.codec != "pcm_f32" { throw ClipFlowError.badInput("transcode '\(id)': expected float audio, got \(a.codec)") }
+        let plan = TranscodeOutput.Plan(
+            frame: PictureSize(width: v.width, height: v.height), timeBase: AVRational(num: Int32(tb.num), den: Int32(tb.den)),
+            frameRate: v.frameRate.map { av_d2q($0, 100_000) } ?? AVRational(num: 0, den: 1), rotation: v.rotation,
+            audio: p.audio.map { ($0.sampleRate, $0.channels) }, settings: settings)
+        file = try TranscodeOutput(target: URL(fileURLWithPath: output), replacing: overwrite, plan: plan)
+        wrapper = try Frame()
+        announced = p
+        started = Date()
+    }
+
+    /// Progress every quarter second: `done` seconds encoded of the announced duration.
+    private func report(_ done: Double, _ context: StageContext) {
+        let now = Date()
+        guard now.timeIntervalSince(lastReport) >= 0.25, let total = announced?.duration else { return }
+        lastReport = now
+        let wall = now.timeIntervalSince(started)
+        context.progress(Int64((done * 1000).rounded()), of: Int64((max(total, done) * 1000).rounded()), unit: "ms", speed: wall > 0 ? done / wall : nil)
+    }
+
+    private func encode(_ v: VideoFrame) throws {
+        guard let file, let wrapper, let shape = announced?.video, let tb = shape.timeBase else {
+            throw ClipFlowError.failure("internal: transcode '\(id)' got a picture before its parameters")
+        }
+        guard v.format == .yuv420p, v.width == shape.width, v.height == shape.height else {
+            throw ClipFlowError.badInput(
+                "transcode '\(id)': a \(v.width)x\(v.height) \(v.format.rawValue) picture among \(shape.width)x\(shape.height) yuv420p ones")
+        }
+        let pts = Int64((v.time * Double(tb.den) / Double(tb.num)).rounded())
+        try PicturePacker.withPaddedBytes(v.data) { bytes in
+            try FF.check(
+                cf_frame_wrap(wrapper.f, bytes.assumingMemoryBound(to: UInt8.self), AV_PIX_FMT_YUV420P, Int32(v.width), Int32(v.height)), "wrapping a picture")
+            wrapper.f.pointee.pts = pts
+            try file.encode(picture: wrapper, end: v.time + (v.duration ?? 0))
+        }
+    }
+
+    private func encode(_ a: AudioChunk) throws {
+        guard let file else { throw ClipFlowError.failure("internal: transcode '\(id)' got audio before its parameters") }
+        let n = a.frameCount, channels = a.channels
+        try file.encode(audio: PlanarSamples(channels: (0..<channels).map { c in (0..<n).map { a.samples[$0 * channels + c] } }))
+    }
+
+    func drain(_ context: StageContext) throws {
+        // A stop before or during the work writes nothing; the command says so once.
+        if context.stopRequested { return }
+        guard let file, let shape = announced?.video else { throw ClipFlowError.badInput("no pictures reached transcode '\(id)'") }
+        let bytes = try file.finish()
+        self.file = nil
+        let done = Int64((file.videoSeconds * 1000).rounded()), wall = Date().timeIntervalSince(started)
+        context.progress(done, of: done, unit: "ms", speed: wall > 0 ? file.videoSeconds / wall : nil)
+        context.emit(.output(path: output))
+        context.emit(
+            .result([
+                .init("width", .integer(Int64(shape.width))), .init("height", .integer(Int64(shape.height))),
+                .init("video_frames", .integer(Int64(file.videoFrames))), .init("seconds", .number(file.videoSeconds)), .init("bytes", .integer(bytes)),
+                .init("rotation", .integer(Int64(shape.rotation)))
+            ]))
+        context.push(.file(output, type: .video))
+    }
+
+    /// A transcode that did not complete leaves nothing.
+    func finish(_ context: StageContext, outcome: StageOutcome) {
+        file?.discard()
+        file = nil
+    }
+}

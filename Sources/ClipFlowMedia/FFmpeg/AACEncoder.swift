@@ -5,7 +5,7 @@ import Foundation
 /// AAC-LC from planar float runs of any length: samples wait until a whole 1024-sample frame is
 /// there; each encoded packet (pts in 1/rate, counted from the first sample) goes to the caller's
 /// `write`. The one AAC encoder: transcodes, ladders and recordings encode through it. Owner:
-/// one thread (the transcode's encoding thread, the ladder's audio stage, the record stage).
+/// one thread (the transcode's encode stage, the ladder's audio stage, the record stage).
 final class AACEncoder {
     let rate: Int
     let channels: Int

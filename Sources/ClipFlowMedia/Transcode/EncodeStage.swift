@@ -19,8 +19,7 @@ final class EncodeStage: Stage {
     private var announced: StreamParameters?
     /// Points at the current picture's bytes while it is encoded (owns no buffer).
     private var wrapper: Frame?
-    private var started = Date()
-    private var lastReport = Date.distantPast
+    private var meter = EncodeProgress(total: 0)
     var inputTypes: Set<PortType> { [.frames] }
     var outputType: PortType? { .video }
 
@@ -71,16 +70,11 @@ final class EncodeStage: Stage {
         file = try TranscodeOutput(target: URL(fileURLWithPath: output), replacing: overwrite, plan: plan)
         wrapper = try Frame()
         announced = p
-        started = Date()
+        meter = EncodeProgress(total: p.duration ?? 0)
     }
 
-    /// Progress every quarter second: `done` seconds encoded of the announced duration.
-    private func report(_ done: Double, _ context: StageContext) {
-        let now = Date()
-        guard now.timeIntervalSince(lastReport) >= 0.25, let total = announced?.duration else { return }
-        lastReport = now
-        let wall = now.timeIntervalSince(started)
-        context.progress(Int64((done * 1000).rounded()), of: Int64((max(total, done) * 1000).rounded()), unit: "ms", speed: wall > 0 ? done / wall : nil)
+    private func report(_ done: Double, final: Bool = false, _ context: StageContext) {
+        if let e = meter.event(done: done, final: final) { StageProgress(context: context).report(e) }
     }
 
     private func encode(_ v: VideoFrame) throws {
@@ -112,8 +106,7 @@ final class EncodeStage: Stage {
         guard let file, let shape = announced?.video else { throw ClipFlowError.badInput("no pictures reached transcode '\(id)'") }
         let bytes = try file.finish()
         self.file = nil
-        let done = Int64((file.videoSeconds * 1000).rounded()), wall = Date().timeIntervalSince(started)
-        context.progress(done, of: done, unit: "ms", speed: wall > 0 ? file.videoSeconds / wall : nil)
+        report(file.videoSeconds, final: true, context)
         context.emit(.output(path: output))
         context.emit(
             .result([

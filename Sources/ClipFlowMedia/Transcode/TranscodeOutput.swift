@@ -5,7 +5,7 @@ import Foundation
 /// The encoders and the fast-start MP4 muxer of a transcode: pictures to H.264 (libx264) or HEVC
 /// (libx265, tagged hvc1), audio to AAC in 1024-sample frames. Written under a temporary name;
 /// `finish` writes the index at the front (second pass, as `movflags +faststart`) and renames the
-/// file into place. Owner: the encoding thread.
+/// file into place. Owner: one thread (the encode stage's queue, or `Transcoder.run`'s caller).
 final class TranscodeOutput {
     struct Plan {
         var frame: PictureSize

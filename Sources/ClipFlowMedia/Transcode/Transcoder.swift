@@ -19,12 +19,11 @@ public struct TranscodeResult: Sendable, Equatable {
 /// Decodes any number of inputs, joins them in order and encodes one fast-start MP4:
 ///
 ///     demux -> decode -> convert (crop, scale, pad, turn) ----\
-///                     \-> resample -> place on the timeline ---> [bounded queue] -> encode -> mux
-///     (calling thread; the decoders add their own threads)        (encoding thread; x264/x265 too)
+///                     \-> resample -> place on the timeline ---> encode -> mux
 ///
-/// Decoding and converting run on the calling thread, encoding and muxing on a second one, so the
-/// two overlap on both cores; the queue between them (a few pictures) bounds memory whatever the
-/// input's length. Each clip's audio is kept in sync with its video at every join (see
+/// The `transcode` kind runs the two halves as stages (`DecodeStage` with `decodeOnly`, then
+/// `EncodeStage`), each on its own queue; `run` does both on the calling thread (the decoders and
+/// x264/x265 add threads of their own), for a transcode inside other work (a merge's conform). Each clip's audio is kept in sync with its video at every join (see
 /// `AudioTimeline`); a clip without audio gets silence when another clip has some.
 ///
 /// Not thread-safe: `run` is called once, from one thread. `cancel` may be set from any thread.
@@ -55,27 +54,19 @@ public final class Transcoder {
     public func run() throws -> TranscodeResult {
         let (opened, plan) = try openAll()
         let out = try TranscodeOutput(target: output, replacing: overwrite, plan: plan.output)
-        let worker = EncodingWorker(output: out, total: plan.totalSeconds, progress: progress)
-        worker.start()
+        var meter = EncodeProgress(total: plan.totalSeconds)
         do {
             try decodeAll(opened, plan) { item in
-                guard worker.queue.push(item) == .ok else { throw worker.failure ?? ClipFlowError.interrupted }
+                switch item {
+                case .picture(let f, let end):
+                    try out.encode(picture: f, end: end)
+                    if let e = meter.event(done: out.videoSeconds) { progress.report(e) }
+                case .audio(let s):
+                    try out.encode(audio: s)
+                }
             }
-            worker.queue.endOfStream()
-        } catch {
-            worker.queue.consumerDone()
-            worker.join()
-            out.discard()
-            throw error
-        }
-        worker.join()
-        if let e = worker.failure {
-            out.discard()
-            throw e
-        }
-        do {
             let bytes = try out.finish()
-            worker.reportDone()
+            if let e = meter.event(done: out.videoSeconds, final: true) { progress.report(e) }
             return TranscodeResult(
                 output: output, inputs: inputs.count, width: plan.output.frame.width, height: plan.output.frame.height,
                 videoFrames: out.videoFrames, seconds: out.videoSeconds, bytes: bytes, rotation: plan.output.rotation)
@@ -369,62 +360,24 @@ enum DecodedItem {
     case audio(PlanarSamples)
 }
 
-/// The encoding thread: takes pictures and audio from the decoding thread through a bounded
-/// queue and hands them to `TranscodeOutput`, reporting progress with the speed.
-/// `@unchecked Sendable`: `output` belongs to the encoding thread from `start` until `join`
-/// returns, and to the caller before and after; `failure` is written by that thread before it
-/// ends and read after `join`; the queue is thread-safe.
-final class EncodingWorker: @unchecked Sendable {
-    let queue = BoundedQueue<DecodedItem>(capacity: 3)
-    /// Why the encoding thread stopped early; set before it ends the queue, so a producer whose
-    /// push is refused reads it after the queue's lock has ordered the two.
-    private(set) var failure: Error?
-    private let output: TranscodeOutput
-    private let total: Double
-    private let progress: ProgressReporter
-    private let done = DispatchSemaphore(value: 0)
+/// A transcode's progress in encoded seconds against the inputs' total, with the speed: an event
+/// every quarter second, and a last one when done. Confined to the encoding side.
+struct EncodeProgress {
+    let total: Double
     private let started = Date()
     private var lastReport = Date.distantPast
 
-    init(output: TranscodeOutput, total: Double, progress: ProgressReporter) {
-        self.output = output
-        self.total = total
-        self.progress = progress
-    }
+    init(total: Double) { self.total = total }
 
-    func start() {
-        Thread { [self] in
-            do {
-                while let p = queue.pull() {
-                    switch p.element {
-                    case .picture(let f, let end):
-                        try output.encode(picture: f, end: end)
-                        report(final: false)
-                    case .audio(let s):
-                        try output.encode(audio: s)
-                    }
-                }
-            } catch {
-                failure = error
-                queue.consumerDone()
-            }
-            done.signal()
-        }.start()
-    }
-
-    func join() { done.wait() }
-
-    func reportDone() { report(final: true) }
-
-    private func report(final: Bool) {
+    /// The event due once `done` seconds are encoded (nil: too soon after the last; `final`:
+    /// always).
+    mutating func event(done: Double, final: Bool = false) -> ProgressEvent? {
         let now = Date()
-        guard final || now.timeIntervalSince(lastReport) >= 0.25 else { return }
+        guard final || now.timeIntervalSince(lastReport) >= 0.25 else { return nil }
         lastReport = now
-        let media = output.videoSeconds
         let wall = now.timeIntervalSince(started)
-        progress.report(
-            ProgressEvent(
-                phase: "transcode", completed: Int64((media * 1000).rounded()), total: Int64((max(total, media) * 1000).rounded()), unit: "ms",
-                speed: wall > 0 ? media / wall : nil))
+        return ProgressEvent(
+            phase: "transcode", completed: Int64((done * 1000).rounded()), total: Int64((max(total, done) * 1000).rounded()), unit: "ms",
+            speed: wall > 0 ? done / wall : nil)
     }
 }

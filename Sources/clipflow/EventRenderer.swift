@@ -82,6 +82,9 @@ final class JSONEventWriter: EventRenderer, Sendable {
             event(name)
             fields.append(("item", .string(id)))
             fields += f.map { ($0.key, json($0.value)) }
+        case .helper(let name, let running):
+            event("helper")
+            fields += [("name", .string(name)), ("running", .bool(running))]
         case .finished: event("finished")
         case .failed(let m): event("failed"); fields.append(("message", .string(m)))
         case .interrupted: event("interrupted")
@@ -219,6 +222,7 @@ final class TextRenderer: EventRenderer, Sendable {
                     if ["finished", "failed", "paused", "cancelled"].contains(name) { d.state[key] = nil; d.order.removeAll { $0 == key } }
                     line = "\(id): \(text)"
                 }
+            case .helper(let name, let running): if verbose { line = "\(e.stage): helper \(name) \(running ? "started" : "ended")" }
             case .finished: d.state[e.stage] = "done"
             case .failed(let m):
                 d.state[e.stage] = "failed"

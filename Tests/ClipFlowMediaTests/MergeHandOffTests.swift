@@ -14,7 +14,8 @@ final class MergeHandOffTests: XCTestCase {
     func testOpenerHandsClipsOverInOrderAndStopReleasesItsHelper() throws {
         let paths = try (0..<5).map { try fx.toneClip($0, seconds: 1) }
         let clips = try paths.map { try ClipProbe.probe($0) }
-        let opener = ClipOpener(clips: clips, audio: true)
+        let threads = HelperThreads()
+        let opener = ClipOpener(clips: clips, audio: true, threads: threads)
         for i in 0..<2 {
             let (mapped, packets) = try opener.next()
             XCTAssertEqual(mapped.path, paths[i])
@@ -24,6 +25,7 @@ final class MergeHandOffTests: XCTestCase {
         let started = Date()
         opener.stop()
         XCTAssertLessThan(Date().timeIntervalSince(started), 2, "stop releases the waiting helper")
+        threads.wait()
         XCTAssertThrowsError(try opener.next()) { XCTAssertEqual($0 as? ClipFlowError, .interrupted) }
     }
 

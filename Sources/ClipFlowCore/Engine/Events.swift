@@ -23,6 +23,8 @@ public struct PipelineEvent: Sendable, Equatable {
         /// reads. Item progress carries the integer fields `acknowledged` and `total`. Fields and
         /// text are free of secrets.
         case item(id: String, name: String, fields: [EventField], text: String)
+        /// A helper thread of the stage (`HelperThreads`) started (`running`) or ended.
+        case helper(name: String, running: Bool)
         case finished
         case failed(String)
         case interrupted

@@ -300,6 +300,7 @@ public final class GraphRunner: @unchecked Sendable {
         } else {
             result = .completed
         }
+        c.helpers.wait()
         s.finish(c, outcome: result)
         switch result {
         case .completed: c.emit(.finished)

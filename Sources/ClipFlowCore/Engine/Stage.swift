@@ -56,6 +56,9 @@ public final class StageContext: @unchecked Sendable {
     /// Per-output results: an output whose consumer ended is skipped from then on.
     private var outputOpen: [Bool]
     private let handlers = Mutex(Handlers())
+    /// Threads the stage's work starts beside its queue; the runner waits for them before the
+    /// stage's `finish`.
+    public let helpers: HelperThreads
 
     /// Work registered by the stage for a stop or a cancel, and whether each has happened (a
     /// handler registered after the fact runs at once).
@@ -75,6 +78,7 @@ public final class StageContext: @unchecked Sendable {
         self.cancel = cancel
         stopFlag = Atomic(false)
         outputOpen = Array(repeating: true, count: outputs.count)
+        helpers = HelperThreads { name, running in sink.emit(PipelineEvent(stage: stageID, kind: .helper(name: name, running: running), time: clock.now())) }
     }
 
     /// Sources: stop producing when true (SIGINT, or the graph failed). End of stream still flows.

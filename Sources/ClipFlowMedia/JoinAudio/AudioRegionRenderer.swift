@@ -50,7 +50,7 @@ struct AudioRegionRenderer {
 
     /// Renders every region in order; `deliver(i, rendered)` is called as soon as region i is
     /// complete. Stops when `shouldStop()` is true.
-    func renderAll(shouldStop: () -> Bool, deliver: (Int, Result<Rendered, Error>) -> Void) {
+    func renderAll(threads: HelperThreads, shouldStop: () -> Bool, deliver: (Int, Result<Rendered, Error>) -> Void) {
         let F = AudioJoinPlan.frameSize
         let encoder: JoinEncoder
         do {
@@ -134,7 +134,7 @@ struct AudioRegionRenderer {
         let preparing = DispatchGroup()
         let renderer = self
         preparing.enter()
-        let preparer = Thread {
+        threads.start("join audio decoder") {
             MediaThreads.yieldToCopy()
             var decoders = DecoderCache(clips: renderer.clips, channels: Int(renderer.channels))
             for region in renderer.plan.regions {
@@ -144,7 +144,6 @@ struct AudioRegionRenderer {
             inputs.endOfStream()
             preparing.leave()
         }
-        preparer.start()
         // Returns only once the preparer (and its decoders) are done.
         defer {
             inputs.flush()

@@ -35,10 +35,11 @@ final class ClipOpener: Sendable {
     private let stopFlag = CancellationFlag()
     private let helper = DispatchGroup()
 
-    init(clips: [ClipInfo], audio: Bool) {
+    /// Starts the helper, one of `threads`.
+    init(clips: [ClipInfo], audio: Bool, threads: HelperThreads) {
         let opened = self.opened, stopFlag = self.stopFlag, helper = self.helper
         helper.enter()
-        Thread {
+        threads.start("clip opener") {
             MediaThreads.yieldToCopy()
             for clip in clips {
                 if stopFlag.isCancelled { break }
@@ -47,7 +48,7 @@ final class ClipOpener: Sendable {
             }
             opened.endOfStream()
             helper.leave()
-        }.start()
+        }
     }
 
     /// The next clip (in order), waiting for it if needed; rethrows the error preparing it.

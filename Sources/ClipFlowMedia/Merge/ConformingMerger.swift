@@ -14,16 +14,18 @@ public final class ConformingMerger {
     public let preset: TranscodePreset?
     private let progress: ProgressReporter
     private let cancel: CancellationFlag
+    private let threads: HelperThreads
 
     public init(
         inputs: [String], options: MergeOptions, preset: TranscodePreset? = nil, progress: ProgressReporter = SilentProgress(),
-        cancel: CancellationFlag = CancellationFlag()
+        cancel: CancellationFlag = CancellationFlag(), threads: HelperThreads = HelperThreads()
     ) {
         self.inputs = inputs
         self.options = options
         self.preset = preset
         self.progress = progress
         self.cancel = cancel
+        self.threads = threads
     }
 
     public func run() throws -> (MergeResult, ConformPlan) {
@@ -64,7 +66,7 @@ public final class ConformingMerger {
         }
         var o = options
         o.parameterSetsInBand = true
-        var result = try Merger(inputs: paths, options: o, progress: progress, cancel: cancel).run()
+        var result = try Merger(inputs: paths, options: o, progress: progress, cancel: cancel, threads: threads).run()
         result.clips = inputs.count
         return (result, plan)
     }

@@ -134,7 +134,8 @@ public final class MergeStage: Stage {
             let r: MergeResult
             if conform {
                 let (merged, plan) = try ConformingMerger(
-                    inputs: clips.all, options: options, preset: preset, progress: StageProgress(context: context), cancel: cancelFlag
+                    inputs: clips.all, options: options, preset: preset, progress: StageProgress(context: context), cancel: cancelFlag,
+                    threads: context.helpers
                 ).run()
                 r = merged
                 context.emit(
@@ -142,7 +143,9 @@ public final class MergeStage: Stage {
                         .init("reencoded_clips", .integer(Int64(plan.reencoded.count))), .init("harmonised_clips", .integer(Int64(plan.harmonised.count)))
                     ]))
             } else {
-                r = try Merger(inputs: clips.all, options: options, progress: StageProgress(context: context), cancel: cancelFlag).run()
+                r = try Merger(
+                    inputs: clips.all, options: options, progress: StageProgress(context: context), cancel: cancelFlag, threads: context.helpers
+                ).run()
             }
             context.emit(.output(path: r.output.path))
             context.emit(

@@ -54,25 +54,27 @@ public struct MergeResult: Sendable {
 ///
 /// Threading: `run()` blocks the calling thread, which probes the clips on every core
 /// (`concurrentPerform`), then writes the output itself. While it writes, three helper threads
-/// work ahead of it, each owning what it makes until the copy takes it: `ClipOpener` maps and
-/// lists the clips (handed over per clip), and `AudioRegionRenderer` decodes the join audio on
-/// one thread and encodes it on another (handed over per region through `RegionResults`).
-/// Cancelling `cancel` stops the copy and, with it, the helpers; `run()` returns only after the
-/// opener has stopped (the renderer stops at its next region).
+/// (`threads`: a merge stage's are its context's, which the runner watches) work ahead of it, each
+/// owning what it makes until the copy takes it: `ClipOpener` maps and lists the clips (handed
+/// over per clip), and `AudioRegionRenderer` decodes the join audio on one thread and encodes it
+/// on another (handed over per region through `RegionResults`). Cancelling `cancel` stops the
+/// copy and, with it, the helpers; `mux` returns only after every helper has ended.
 public final class Merger {
     public let inputs: [String]
     public let options: MergeOptions
     let progress: ProgressReporter
     let cancel: CancellationFlag
+    let threads: HelperThreads
 
     public init(
         inputs: [String], options: MergeOptions, progress: ProgressReporter = SilentProgress(),
-        cancel: CancellationFlag = CancellationFlag()
+        cancel: CancellationFlag = CancellationFlag(), threads: HelperThreads = HelperThreads()
     ) {
         self.inputs = inputs
         self.options = options
         self.progress = progress
         self.cancel = cancel
+        self.threads = threads
     }
 
     public func run() throws -> MergeResult {
@@ -177,6 +179,8 @@ public final class Merger {
     }
 
     private func mux(layout: Layout, to path: String, onePass: Bool, parameterSetsInBand: Bool) throws -> MergeResult {
+        // Last out: the helpers (each told to stop by the defers below) have ended.
+        defer { threads.wait() }
         let clips = layout.clips
         let first = clips[0]
         let total = clips.reduce(Int64(0)) { $0 + $1.mediaBytes }
@@ -197,16 +201,16 @@ public final class Merger {
             let renderer = AudioRegionRenderer(
                 plan: plan, clips: clips, sampleRate: a0.sampleRate,
                 channels: a0.channels, bitRate: a0.bitRate)
-            let cancel = self.cancel, queue = results.queue
+            let cancel = self.cancel, queue = results.queue, threads = self.threads
             // The encoding thread keeps the copy's priority: the copy waits for every region, and
             // where the sound is costly to encode the encoder is the slower of the two (its
             // preparer, like the clip opener, yields).
-            Thread {
+            threads.start("join audio encoder") {
                 renderer.renderAll(
-                    shouldStop: { cancel.isCancelled || !queue.wantsMore },
+                    threads: threads, shouldStop: { cancel.isCancelled || !queue.wantsMore },
                     deliver: { i, r in queue.push((i, r)) })
                 queue.endOfStream()
-            }.start()
+            }
         }
         // The copy takes no more regions: the renderer stops at its next one.
         defer { regionResults?.queue.consumerDone() }
@@ -296,7 +300,7 @@ public final class Merger {
 
         // Clips are mapped and their packets listed ahead, on a helper thread (ClipOpener):
         // the copy loop only points a packet at each sample and hands it to the muxer.
-        let opener = ClipOpener(clips: clips, audio: layout.audio != nil)
+        let opener = ClipOpener(clips: clips, audio: layout.audio != nil, threads: threads)
         defer { opener.stop() }
         for (ci, clip) in clips.enumerated() {
             let (mapped, packets) = try opener.next()

@@ -202,14 +202,14 @@ public final class LadderFolder: @unchecked Sendable {
     }
 
     /// Starts making `poster.jpg` from `source` (a file this ladder passes through: the poster is
-    /// then the source's own picture) on a thread of its own, beside the renditions being written;
-    /// `awaitPoster` waits for it. At most once.
-    func startPoster(from source: String) throws {
+    /// then the source's own picture) on a helper thread (one of `threads`: the starting stage's),
+    /// beside the renditions being written; `awaitPoster` waits for it. At most once.
+    func startPoster(from source: String, threads: HelperThreads) throws {
         let work = try work
         let job = PosterJob()
         lock.withLock { poster = job }
         job.done.enter()
-        DispatchQueue.global().async {
+        threads.start("poster") {
             defer { job.done.leave() }
             do { try LadderCovers.write(Thumbnailer(path: source, cancel: job.cancel), into: work) } catch { job.failure.withLock { $0 = error } }
         }

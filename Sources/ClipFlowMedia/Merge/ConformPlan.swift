@@ -31,6 +31,9 @@ public struct ConformPlan: Sendable {
     public var clips: [Clip]
     /// The preset whose settings the re-encodes use (`merge --conform --preset`).
     public var preset: TranscodePreset?
+    /// Each input's probe as the plan read it (nil: not a clip that can be copied), in input
+    /// order, so the merge that follows does not read the clips it copies again.
+    public var probes: [ClipInfo?] = []
     /// Nothing can be copied into the preset's format: every clip is re-encoded (a transcode).
     public var reencodesAll: Bool { !clips.isEmpty && reencoded.count == clips.count }
 
@@ -55,6 +58,7 @@ public struct ConformPlan: Sendable {
             return s
         }
         var plan = try make(infos, source)
+        plan.probes = infos.map { try? $0.get() }
         if let preset {
             plan.preset = preset
             let v = plan.targetSource.video

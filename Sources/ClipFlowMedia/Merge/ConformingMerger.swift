@@ -66,7 +66,9 @@ public final class ConformingMerger {
         }
         var o = options
         o.parameterSetsInBand = true
-        var result = try Merger(inputs: paths, options: o, progress: progress, cancel: cancel, threads: threads).run()
+        // The clips copied as they are were probed by the plan; the re-encoded ones are new files.
+        let probed = paths.indices.map { i in paths[i] == inputs[i] && i < plan.probes.count ? plan.probes[i] : nil }
+        var result = try Merger(inputs: paths, options: o, progress: progress, cancel: cancel, threads: threads, probed: probed).run()
         result.clips = inputs.count
         return (result, plan)
     }

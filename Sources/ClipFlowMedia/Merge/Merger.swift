@@ -65,16 +65,19 @@ public final class Merger {
     let progress: ProgressReporter
     let cancel: CancellationFlag
     let threads: HelperThreads
+    /// Probes of `inputs` made already (by `ConformPlan`), by index; the others are probed here.
+    let probed: [ClipInfo?]
 
     public init(
         inputs: [String], options: MergeOptions, progress: ProgressReporter = SilentProgress(),
-        cancel: CancellationFlag = CancellationFlag(), threads: HelperThreads = HelperThreads()
+        cancel: CancellationFlag = CancellationFlag(), threads: HelperThreads = HelperThreads(), probed: [ClipInfo?] = []
     ) {
         self.inputs = inputs
         self.options = options
         self.progress = progress
         self.cancel = cancel
         self.threads = threads
+        self.probed = probed
     }
 
     public func run() throws -> MergeResult {
@@ -91,12 +94,13 @@ public final class Merger {
         }
         // Probe on every core (nothing else runs yet); errors are reported for the first bad input
         // in the order given, as a sequential probe would.
-        let probed = ProbeResults(count: inputs.count)
-        let inputs = self.inputs, cancel = self.cancel
+        let results = ProbeResults(count: inputs.count)
+        let inputs = self.inputs, cancel = self.cancel, known = self.probed
         DispatchQueue.concurrentPerform(iterations: inputs.count) { i in
-            probed.set(i, cancel.isCancelled ? .failure(ClipFlowError.interrupted) : Result { try ClipProbe.probe(inputs[i]) })
+            if i < known.count, let info = known[i] { return results.set(i, .success(info)) }
+            results.set(i, cancel.isCancelled ? .failure(ClipFlowError.interrupted) : Result { try ClipProbe.probe(inputs[i]) })
         }
-        let clips = try probed.all()
+        let clips = try results.all()
         var inBand = options.parameterSetsInBand
         do { try Compatibility.check(clips, parameterSetsInBand: inBand) } catch let e as ClipFlowError where !inBand {
             // Sets that differ only where decoding does not look (level, VUI) are copied as they

@@ -5,10 +5,10 @@ import Hummingbird
 /// The hosting API's management routes: a request passes with `Authorization: Bearer` holding the
 /// API key or an access token (`Tokens`), or with anything on a server without an API key.
 ///
-/// A browser asking for a page (a GET whose `Accept` names `text/html`, such as the list page)
-/// may give the key as a Basic password instead, which is what a browser sends once asked; it is
-/// refused with the page's own 401 and `WWW-Authenticate: Basic`. Any other request is refused
-/// with `HTTPRefusal` (401).
+/// A browser asking for the list page (`GET /videos` whose `Accept` names `text/html`) may give
+/// the key as a Basic password instead, which is what a browser sends once asked; it is refused
+/// with the page's own 401 and `WWW-Authenticate: Basic`. Any other request (another video route
+/// included) is refused with `HTTPRefusal` (401).
 struct APIKeyAuth<Context: RequestContext>: RouterMiddleware {
     let tokens: Tokens
 
@@ -25,9 +25,9 @@ struct APIKeyAuth<Context: RequestContext>: RouterMiddleware {
         return try await next(request, context)
     }
 
-    /// Whether `request` is a browser's asking for a page.
+    /// Whether `request` is a browser's asking for the list page.
     static func wantsPage(_ request: Request) -> Bool {
-        request.method == .get && (request.headers[.accept] ?? "").contains("text/html")
+        request.method == .get && ["/videos", "/videos/"].contains(request.uri.path) && (request.headers[.accept] ?? "").contains("text/html")
     }
 
     /// A Basic header's password as a Bearer header; any other header as it is.

@@ -245,8 +245,8 @@ final class ServeHostingCLITests: XCTestCase {
         // The list page takes the key as the JSON list does (a Basic password from a browser), and
         // says how to upload while it is empty.
         // By curl: URLSession waits for ever on a 401 that asks for Basic credentials.
-        func listPage(password: String?) throws -> HTTPReply {
-            var command = ["curl", "-s", "-D", "-", "-H", "Accept: text/html", "http://127.0.0.1:\(s.port)/videos"]
+        func listPage(password: String?, path: String = "/videos") throws -> HTTPReply {
+            var command = ["curl", "-s", "-D", "-", "-H", "Accept: text/html", "http://127.0.0.1:\(s.port)\(path)"]
             if let password { command += ["-u", "viewer:\(password)"] }
             let out = try Run.run(command).out
             let (head, body) = try XCTUnwrap(out.range(of: "\r\n\r\n").map { (out[..<$0.lowerBound], out[$0.upperBound...]) }, out)
@@ -281,6 +281,13 @@ final class ServeHostingCLITests: XCTestCase {
         let tokenA = try XCTUnwrap(try api(s, "GET", "/videos/\(a!)/upload").json() as? [String: Any])["token"] as? String
         let target = try XCTUnwrap(try api(s, "GET", "/videos/\(b!)/upload").json() as? [String: Any])
         XCTAssertEqual(((target["servers"] as? [[String: Any]])?.first?["hostname"] as? String), "127.0.0.1:\(s.port)")
+        // The Basic password is the list page's alone: the other video routes take a Bearer token.
+        for path in ["/videos/\(b!)", "/videos/\(b!)/upload"] {
+            let basic = try listPage(password: key, path: path)
+            XCTAssertEqual(basic.status, 401, "\(path): \(basic.text)")
+            XCTAssertNil(basic.header("WWW-Authenticate"), path)
+            XCTAssertEqual(basic.header("Content-Type"), "application/json", path)
+        }
         XCTAssertEqual(try create(s, ["filename": "x.mp4", "video_id": String(b!), "token": tokenA!], length: 10).status, 403, "another video's token")
         XCTAssertEqual(try create(s, ["filename": "x.mp4", "video_id": String(b!), "token": "forged"], length: 10).status, 403)
         XCTAssertEqual(try create(s, ["filename": "x.mp4"], length: 10).status, 401, "no token on a server with a key")

@@ -55,4 +55,15 @@ final class APIResourcesTests: XCTestCase {
         XCTAssertEqual((e["audio"] as? [String: Any])?["segment"] as? String, "/media/3/F/audio-0.m4s")
         XCTAssertEqual(e["duration"] as? Double, 6)
     }
+
+    /// A folder published before feed.json listed covers, prefetch and renditions still reads.
+    func testAnOlderManifestWithoutTheLaterFieldsReads() throws {
+        let old = #"{"videos":[{"id":"a1","cover":"poster.jpg","master":"master.m3u8","duration":4.0}]}"#
+        let entry = try XCTUnwrap(try JSONDecoder().decode(FeedManifest.self, from: Data(old.utf8)).videos.first)
+        XCTAssertEqual(entry.master, "master.m3u8")
+        XCTAssertEqual(entry.renditions.count, 0)
+        XCTAssertEqual(entry.covers.count, 0)
+        XCTAssertNil(entry.audio)
+        XCTAssertEqual(entry.rebased("/media/1/a1/").cover, "/media/1/a1/poster.jpg")
+    }
 }

@@ -31,6 +31,23 @@ public struct FeedEntry: Codable, Sendable, Equatable {
     public var storyboard: String?
     public var audio: Rendition?
 
+    enum CodingKeys: String, CodingKey { case id, cover, covers, master, duration, prefetch, renditions, storyboard, audio }
+
+    /// Reads an entry written by any version: folders published before `covers`, `prefetch` or
+    /// `renditions` existed have none of them.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(String.self, forKey: .id)
+        cover = try c.decode(String.self, forKey: .cover)
+        covers = try c.decodeIfPresent([Cover].self, forKey: .covers) ?? []
+        master = try c.decode(String.self, forKey: .master)
+        duration = try c.decode(Double.self, forKey: .duration)
+        prefetch = try c.decodeIfPresent([Prefetch].self, forKey: .prefetch) ?? []
+        renditions = try c.decodeIfPresent([Rendition].self, forKey: .renditions) ?? []
+        storyboard = try c.decodeIfPresent(String.self, forKey: .storyboard)
+        audio = try c.decodeIfPresent(Rendition.self, forKey: .audio)
+    }
+
     public struct Cover: Codable, Sendable, Equatable {
         public var uri: String
         /// The long side it fits, pixels.

@@ -53,7 +53,10 @@ final class CopyRenditionStage: Stage {
         try FF.check(avformat_find_stream_info(source.ctx, nil), "input '\(path)': reading its streams")
         let v = av_find_best_stream(source.ctx, AVMEDIA_TYPE_VIDEO, -1, -1, nil, 0)
         guard v >= 0 else { throw ClipFlowError.badInput("input '\(path)': no video to copy") }
-        if makesPoster { try ladder.startPoster(from: path, threads: context.helpers) }
+        if makesPoster {
+            try ladder.startPoster(from: path, threads: context.helpers)
+            context.onCancel { [ladder] in ladder.cancelPoster() }
+        }
         let video = try CopiedTrack(
             source, stream: Int(v), name: "copy", ladder: ladder, schedule: schedule, singleFile: singleFile, path: path, alone: withAudio)
         var audio: CopiedTrack?

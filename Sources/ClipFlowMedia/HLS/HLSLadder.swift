@@ -215,6 +215,10 @@ public final class LadderFolder: @unchecked Sendable {
         }
     }
 
+    /// Stops the poster `startPoster` began, if any (a cancel of the stage that began it); what it
+    /// wrote is left to `discard`. Any thread.
+    func cancelPoster() { lock.withLock { poster }?.cancel.cancel() }
+
     /// Waits for the poster `startPoster` began: true once it is written, false when none was
     /// begun; throws its failure.
     func awaitPoster() throws -> Bool {

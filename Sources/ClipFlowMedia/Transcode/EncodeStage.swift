@@ -65,7 +65,7 @@ final class EncodeStage: Stage {
         if let a = p.audio, a.codec != "pcm_f32" { throw ClipFlowError.badInput("transcode '\(id)': expected float audio, got \(a.codec)") }
         let plan = TranscodeOutput.Plan(
             frame: PictureSize(width: v.width, height: v.height), timeBase: AVRational(num: Int32(tb.num), den: Int32(tb.den)),
-            frameRate: v.frameRate.map { av_d2q($0, 100_000) } ?? AVRational(num: 0, den: 1), rotation: v.rotation,
+            frameRate: v.frameRate.map { av_d2q($0, 1_001_000) } ?? AVRational(num: 0, den: 1), rotation: v.rotation,
             audio: p.audio.map { ($0.sampleRate, $0.channels) }, settings: settings)
         file = try TranscodeOutput(target: URL(fileURLWithPath: output), replacing: overwrite, plan: plan)
         wrapper = try Frame()

@@ -252,4 +252,56 @@ final class DecodeStagePipelineTests: XCTestCase {
         XCTAssertFalse(progress.isEmpty)
         XCTAssertTrue(progress.allSatisfy { $0.contains("\"speed\"") }, "\(progress)")
     }
+
+    /// The transcode's graph (decode, then the encoder stage) on files other tools wrote: every
+    /// picture comes out, the sound lasts as long as the pictures, ffmpeg decodes it cleanly, and
+    /// a phone clip keeps its turn.
+    func testTheGraphTakesFilesOtherToolsWrote() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let picture = ["-f", "lavfi", "-i", "testsrc2=size=426x240:rate=25", "-t", "2"]
+        let inputs: [(name: String, path: String, turn: Int?)] = [
+            ("GStreamer splitmuxsink", root.appendingPathComponent("fixtures/gstreamer/splitmux00.mp4").path, nil),
+            (
+                "WebM VP9 + Opus",
+                try fx.clip(
+                    "other-vp9.webm",
+                    picture + ["-f", "lavfi", "-i", "sine=r=48000", "-t", "2", "-c:v", "libvpx-vp9", "-deadline", "realtime", "-c:a", "libopus"]),
+                nil
+            ),
+            (
+                "MKV H.264 + PCM 44.1 kHz",
+                try fx.clip(
+                    "other-pcm.mkv", picture + ["-f", "lavfi", "-i", "sine=r=44100", "-t", "2", "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "pcm_s16le"]),
+                nil
+            ),
+            (
+                "phone-style MOV, HEVC hvc1 turned 90",
+                // Encoded, then turned by a stream copy (the ffmpeg CLI writes the matrix only so).
+                try fx.clip(
+                    "other-phone.mov",
+                    [
+                        "-i",
+                        try fx.clip(
+                            "other-phone-hevc.mp4",
+                            picture + [
+                                "-f", "lavfi", "-i", "sine=r=48000", "-t", "2", "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error",
+                                "-tag:v", "hvc1", "-c:a", "aac"
+                            ]), "-c", "copy", "-metadata:s:v:0", "rotate=270", "-f", "mov"
+                    ]),
+                -90
+            )
+        ]
+        let dir = fx.scratch("cli-transcode-other-tools")
+        for (i, input) in inputs.enumerated() {
+            let out = dir.appendingPathComponent("out-\(i).mp4").path
+            let r = try Run.run([binary, "transcode", "--quiet", "--encoder-preset", "ultrafast", input.path, "-o", out], check: false)
+            XCTAssertEqual(r.status, 0, "\(input.name): \(r.stderr)")
+            XCTAssertEqual(try Probe.decodeErrors(out), "", input.name)
+            XCTAssertEqual(try Probe.videoFrames(out), try Probe.videoFrames(input.path), input.name)
+            let video = Double(try Probe.stream(out, "v:0", "duration").split(separator: ",").first ?? "") ?? 0
+            let audio = Double(try Probe.stream(out, "a:0", "duration").split(separator: ",").first ?? "") ?? 0
+            XCTAssertEqual(audio, video, accuracy: 0.05, "\(input.name): sound as long as the pictures")
+            XCTAssertEqual(try Probe.rotation(out), input.turn, input.name)
+        }
+    }
 }

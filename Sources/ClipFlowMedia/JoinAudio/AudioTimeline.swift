@@ -10,6 +10,27 @@ struct PlanarSamples {
     static func silence(channels: Int, count: Int) -> PlanarSamples {
         PlanarSamples(channels: Array(repeating: [Float](repeating: 0, count: count), count: channels))
     }
+
+    init(channels: [[Float]]) { self.channels = channels }
+
+    /// `frames` sample frames of `interleaved` (`channelCount` samples each) from frame `first`.
+    init(interleaved: [Float], channelCount: Int, from first: Int = 0, frames: Int) {
+        channels = (0..<channelCount).map { c in
+            [Float](unsafeUninitializedCapacity: frames) { plane, made in
+                for i in 0..<frames { plane[i] = interleaved[(first + i) * channelCount + c] }
+                made = frames
+            }
+        }
+    }
+
+    /// The samples interleaved (frame after frame, the channels in order within each).
+    var interleaved: [Float] {
+        let n = channels.count
+        return [Float](unsafeUninitializedCapacity: count * n) { out, made in
+            for (c, plane) in channels.enumerated() { for i in plane.indices { out[i * n + c] = plane[i] } }
+            made = count * n
+        }
+    }
 }
 
 /// Decoded audio of any sample format, rate and layout to planar float at the output's rate

@@ -320,7 +320,7 @@ public final class FragmentRecorder {
         var used = 0
         while available - used >= 1024 || (flush && used < available) {
             let n = min(1024, available - used)
-            try seg.encodeAudio(audio, offset: used * f.channels, frames: n, format: f)
+            try seg.encodeAudio(audio, from: used, frames: n, format: f)
             used += n
         }
         audio.removeFirst(used * f.channels)
@@ -479,11 +479,11 @@ public final class FragmentRecorder {
             try mux.write(p)
         }
 
-        /// Encodes `n` interleaved frames of `samples` from `offset` (whole AAC frames but for the
+        /// Encodes `n` sample frames of the interleaved `samples` from frame `first` (whole AAC frames but for the
         /// fragment's last).
-        func encodeAudio(_ samples: [Float], offset: Int, frames n: Int, format f: (rate: Int, channels: Int)) throws {
+        func encodeAudio(_ samples: [Float], from first: Int, frames n: Int, format f: (rate: Int, channels: Int)) throws {
             guard let aac else { return }
-            let planar = PlanarSamples(channels: (0..<f.channels).map { c in (0..<n).map { samples[offset + $0 * f.channels + c] } })
+            let planar = PlanarSamples(interleaved: samples, channelCount: f.channels, from: first, frames: n)
             audioSent += Int64(n)
             try aac.encode(planar, writeAudio)
         }

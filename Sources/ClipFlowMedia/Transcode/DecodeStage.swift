@@ -111,10 +111,7 @@ public final class DecodeStage: Stage {
                         context.progress(Int64(end * 1000), of: Int64(max(plan.totalSeconds, end) * 1000), unit: "ms", speed: wall > 0 ? end / wall : nil)
                     }
                 case .audio(let s):
-                    let channels = s.channels.count
-                    var interleaved = [Float](repeating: 0, count: s.count * channels)
-                    for c in 0..<channels { for i in 0..<s.count { interleaved[i * channels + c] = s.channels[c][i] } }
-                    let a = AudioChunk(sampleRate: shape.audio?.rate ?? 48_000, channels: channels, samples: interleaved, firstSample: samples)
+                    let a = AudioChunk(sampleRate: shape.audio?.rate ?? 48_000, channels: s.channels.count, samples: s.interleaved, firstSample: samples)
                     samples += Int64(s.count)
                     if context.push(.frame(.audio(a))) == .flushing { throw ClipFlowError.interrupted }
                     if !audioStarted {

@@ -96,8 +96,7 @@ final class EncodeStage: Stage {
 
     private func encode(_ a: AudioChunk) throws {
         guard let file else { throw ClipFlowError.failure("internal: transcode '\(id)' got audio before its parameters") }
-        let n = a.frameCount, channels = a.channels
-        try file.encode(audio: PlanarSamples(channels: (0..<channels).map { c in (0..<n).map { a.samples[$0 * channels + c] } }))
+        try file.encode(audio: PlanarSamples(interleaved: a.samples, channelCount: a.channels, frames: a.frameCount))
     }
 
     func drain(_ context: StageContext) throws {

@@ -138,7 +138,8 @@ struct Merge: ParsableCommand {
         let started = Date()
         try ErrorReport.run {
             try checkOutputs()
-            let (outcome, _) = try door.run(nodes: nodes(), edges: edges(), grace: 30)
+            let graph = graph()
+            let (outcome, _) = try door.run(nodes: graph.nodes, edges: graph.edges, grace: 30)
             if let e = ErrorReport.error(outcome) { throw e }
             if let r = door.log.result("merge") {
                 let clips = Int(r["clips"]?.integer ?? 0)
@@ -164,32 +165,26 @@ struct Merge: ParsableCommand {
         try checkBeforeWork(inputs: inputs, outputs: outputs, overwrite: overwrite.overwrite)
     }
 
-    /// files → merge → thumbnail (when `--thumbnail`).
-    private func nodes() -> [StageNode] {
-        let inputs = inputs, output = output, rotate = rotate, setRotation = setRotation, thumbnail = thumbnail, conform = conform
+    /// files → merge.probe → merge → thumbnail (when `--thumbnail`).
+    private func graph() -> (nodes: [StageNode], edges: [Edge]) {
+        let output = output, rotate = rotate, setRotation = setRotation, conform = conform
         let replacing = overwrite.overwrite
         let preset = preset.flatMap { TranscodePreset.named($0) }
-        let size = thumbnailSize.flatMap { ThumbnailSize(parsing: $0) }
         let reserve = ProcessInfo.processInfo.environment["CLIPFLOW_MOOV_RESERVE"].flatMap { Int($0) }
-        var nodes = [
-            StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) },
-            StageNode("merge") {
-                let m = MergeStage(
-                    id: "merge", output: output, rotate: rotate, setRotation: setRotation, overwrite: replacing, conform: conform, preset: preset)
-                m.moovReserveOverride = reserve
-                return m
-            }
-        ]
-        if let thumbnail {
-            nodes.append(StageNode("thumbnail") { ThumbnailStage(id: "thumbnail", output: thumbnail, size: size, overwrite: replacing) })
+        let merge = MergeStage.graph(id: "merge") {
+            let m = MergeStage(id: "merge", output: output, rotate: rotate, setRotation: setRotation, overwrite: replacing, conform: conform, preset: preset)
+            m.moovReserveOverride = reserve
+            return m
         }
-        return nodes
-    }
-
-    private func edges() -> [Edge] {
-        var edges = [Edge(from: "files", to: "merge", limits: MergeStage.kind.queue)]
-        if thumbnail != nil { edges.append(Edge(from: "merge", to: "thumbnail", limits: ThumbnailStage.kind.queue)) }
-        return edges
+        let inputs = inputs
+        var nodes = [StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) }] + merge.nodes
+        var edges = merge.entries.map { Edge(from: "files", to: $0, limits: MergeStage.kind.queue) } + merge.edges
+        if let thumbnail {
+            let size = thumbnailSize.flatMap { ThumbnailSize(parsing: $0) }
+            nodes.append(StageNode("thumbnail") { ThumbnailStage(id: "thumbnail", output: thumbnail, size: size, overwrite: replacing) })
+            edges.append(Edge(from: "merge", to: "thumbnail", limits: ThumbnailStage.kind.queue))
+        }
+        return (nodes, edges)
     }
 }
 

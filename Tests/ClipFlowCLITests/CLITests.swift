@@ -163,7 +163,7 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(v.status, 0, v.stderr)
         XCTAssertTrue(v.stderr.contains("files: 100% (3 of 3 files)\n"), v.stderr)
         XCTAssertTrue(v.stderr.contains("merge: 100%"), v.stderr)
-        XCTAssertTrue(v.stderr.contains("merge: queue from files: at most "), v.stderr)
+        XCTAssertTrue(v.stderr.contains("merge.probe: queue from files: at most "), v.stderr)
         XCTAssertTrue(v.stderr.contains("merged 3 clips"), v.stderr)
         XCTAssertFalse(v.stderr.contains("\r"), "no bar redraws when stderr is not a terminal")
 

@@ -235,7 +235,7 @@ final class CommandLineCLITests: XCTestCase {
         XCTAssertTrue(r.stderr.hasPrefix("merged 7 clips into "), r.stderr)
         let v = try clipflow(["merge", "-v", "-o", dir.appendingPathComponent("v.mp4").path] + clips)
         XCTAssertTrue(v.stderr.contains("files: 14% (1 of 7 files)"), v.stderr)
-        XCTAssertTrue(v.stderr.contains("merge: queue from files: at most "), v.stderr)
+        XCTAssertTrue(v.stderr.contains("merge.probe: queue from files: at most "), v.stderr)
     }
 
     /// In a terminal: quick work leaves its summary and nothing else on the screen; long work

@@ -58,13 +58,13 @@ final class FrontDoorCLITests: XCTestCase {
         let merge = try clipflow([
             "merge", "--events", "json", "-o", dir.appendingPathComponent("m.mp4").path, "--thumbnail", dir.appendingPathComponent("m.jpg").path, a, b
         ])
-        assertRunThroughTheRunner(merge, stages: ["files", "merge", "thumbnail"], "merge")
+        assertRunThroughTheRunner(merge, stages: ["files", "merge", "merge.probe", "thumbnail"], "merge")
         let result = try XCTUnwrap(events(merge).first { $0["event"] as? String == "result" && $0["stage"] as? String == "merge" })
         XCTAssertEqual(result["clips"] as? Int, 2)
         XCTAssertEqual(try Probe.videoFrames(dir.appendingPathComponent("m.mp4").path), result["video_frames"] as? Int)
 
         let run = try clipflow(["run", "--events", "json", try pipeline("p.json", clips: [a, b], out: dir.appendingPathComponent("r.mp4").path)])
-        assertRunThroughTheRunner(run, stages: ["files", "merge"], "run")
+        assertRunThroughTheRunner(run, stages: ["files", "merge", "merge.probe"], "run")
 
         let record = try clipflow(["record", "--events", "json", "-o", dir.appendingPathComponent("rec").path, "--size", "320x240", "--duration", "1", "--fast"]
         )
@@ -151,7 +151,8 @@ final class FrontDoorCLITests: XCTestCase {
         for (_, r) in verbose.prefix(2) {
             XCTAssertTrue(r.stderr.contains("files: 100% (2 of 2 files)\n"), r.stderr)
             XCTAssertTrue(r.stderr.contains("merge: 100% ("), r.stderr)
-            XCTAssertTrue(r.stderr.contains("merge: queue from files: at most "), r.stderr)
+            XCTAssertTrue(r.stderr.contains("merge.probe: queue from files: at most "), r.stderr)
+            XCTAssertTrue(r.stderr.contains("merge: queue from merge.probe: at most "), r.stderr)
         }
         XCTAssertTrue(verbose[2].1.stderr.contains("record: queue from camera: at most "), verbose[2].1.stderr)
     }

@@ -84,4 +84,24 @@ final class ItemTests: XCTestCase {
         XCTAssertEqual(e.message, "stage 'copy' cannot take what 'cam' produces (frames): port type: frames offered; it takes clips, image, video")
         XCTAssertFalse(src.ran)
     }
+
+    func testFactsAreLookedUpByTypeAndTravelWithTheItem() throws {
+        struct Size: ItemFact { var pixels: Int }
+        struct Note: ItemFact { var text: String }
+        var item = Item.file("/nonexistent/a.mp4", type: .clips)
+        XCTAssertTrue(item.facts.isEmpty)
+        item.facts[Size.self] = Size(pixels: 4)
+        item.facts[Note.self] = Note(text: "probed")
+        item.facts[Size.self] = Size(pixels: 9)  // one of each type: replaced
+        XCTAssertEqual(item.facts[Size.self]?.pixels, 9)
+        XCTAssertEqual(item.facts[Note.self]?.text, "probed")
+        // Over a link, facts arrive with the item.
+        let link = Link(from: "a", to: "b", limits: LinkLimits(maxItems: 2, maxBytes: .max), policy: .block)
+        XCTAssertEqual(link.push(item), .ok)
+        let arrived = try XCTUnwrap(link.tryPull())
+        XCTAssertEqual(arrived.facts[Size.self]?.pixels, 9)
+        item.facts[Note.self] = nil
+        XCTAssertNil(item.facts[Note.self])
+        XCTAssertEqual(arrived.facts[Note.self]?.text, "probed", "a value: the copy that travelled keeps its own")
+    }
 }

@@ -45,6 +45,8 @@ public final class StageHarness: @unchecked Sendable {
     /// Runs a source's `produce` to its end (or until `stop()` is seen).
     public func produce() throws { try stage.produce(context) }
     public func push(_ item: Item, input: Int = 0) throws -> FlowResult { try stage.receive(item, input: input, context) }
+    /// Input `input` ended while others are still open (see `Stage.inputEnded`).
+    public func inputEnded(_ input: Int) throws -> FlowResult { try stage.inputEnded(input, context) }
     /// All inputs ended: runs `drain`.
     public func endOfStream() throws { try stage.drain(context) }
     /// Asks the stage to stop as SIGINT would (runs its `onStop` handlers).

@@ -42,9 +42,7 @@ public struct EncodedPacket: Sendable {
     public var time: Double? { pts.map { timeBase.seconds($0) } }
 }
 
-/// A stretch of a file that came from another file (a merged video's clips): where its content
-/// came from, so that a problem found later (a picture that cannot be decoded) is blamed on the
-/// input it came from rather than on the file made from it.
+/// A stretch of a file that came from another file (a merged video's clips; see `FileOrigins`).
 public struct FileOrigin: Sendable, Equatable {
     public var path: String
     /// Where the stretch starts and ends, in seconds from the start of the file made from it.
@@ -82,9 +80,8 @@ public struct Item: Sendable {
     public var type: PortType
     /// Items were dropped just before this one (set by the link).
     public var discontinuity = false
-    /// For a file made from other files: where each stretch of it came from (empty: unknown, or
-    /// made from nothing else).
-    public var origins: [FileOrigin] = []
+    /// What stages learned about the payload, handed on with it (see `ItemFact`).
+    public var facts = ItemFacts()
 
     public init(_ payload: Payload, type: PortType) {
         self.payload = payload

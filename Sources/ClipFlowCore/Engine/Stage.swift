@@ -132,10 +132,6 @@ public final class StageContext: @unchecked Sendable {
     /// Hard cancellation (second signal, deadline): abandon work, leave no partial output.
     public var cancellation: CancellationFlag { cancel }
 
-    /// Sends an item to every output (fan-out). Returns `.ok` while at least one consumer still
-    /// wants data; `.flushing` when stopping; `.endOfStream` when every consumer has ended; the
-    /// first error otherwise. A stage with no outputs gets `.ok`.
-    @discardableResult
     /// In debug builds, stops the process when called off the stage's queue: for the work a stage
     /// says belongs to its queue (its state, `push`), where a helper thread touching it would race.
     public func checkConfined() {
@@ -144,6 +140,10 @@ public final class StageContext: @unchecked Sendable {
         #endif
     }
 
+    /// Sends an item to every output (fan-out). Returns `.ok` while at least one consumer still
+    /// wants data; `.flushing` when stopping; `.endOfStream` when every consumer has ended; the
+    /// first error otherwise. A stage with no outputs gets `.ok`.
+    @discardableResult
     public func push(_ item: Item) -> FlowResult {
         checkConfined()
         if outputs.isEmpty { return .ok }

@@ -31,9 +31,9 @@ public struct ConformPlan: Sendable {
     public var clips: [Clip]
     /// The preset whose settings the re-encodes use (`merge --conform --preset`).
     public var preset: TranscodePreset?
-    /// Each input's probe as the plan read it (nil: not a clip that can be copied), in input
+    /// Each input's probe as the plan read it (a failure: not a clip that can be copied), in input
     /// order, so the merge that follows does not read the clips it copies again.
-    public var probes: [ClipInfo?] = []
+    public var probes: [Result<ClipInfo, Error>] = []
     /// Nothing can be copied into the preset's format: every clip is re-encoded (a transcode).
     public var reencodesAll: Bool { !clips.isEmpty && reencoded.count == clips.count }
 
@@ -44,11 +44,15 @@ public struct ConformPlan: Sendable {
     /// the preset's output for the majority's clips: clips already in that format (size, codec)
     /// are copied, the others re-encoded with the preset's settings; if the majority's clips are
     /// not in it (the preset makes them smaller, or another codec), every clip is re-encoded.
-    public static func make(_ paths: [String], preset: TranscodePreset? = nil) throws -> ConformPlan {
+    /// `probed`: probes made already, by index (the others are made here).
+    public static func make(_ paths: [String], preset: TranscodePreset? = nil, probed known: [Result<ClipInfo, Error>?] = []) throws -> ConformPlan {
         // The sample tables of every clip, on every core; FFmpeg's stream probe (which decodes a
         // little) only where the plan needs it: clips that cannot be copied, and the target.
         let probed = Merger.ProbeResults(count: paths.count)
-        DispatchQueue.concurrentPerform(iterations: paths.count) { i in probed.set(i, Result { try ClipProbe.probe(paths[i]) }) }
+        DispatchQueue.concurrentPerform(iterations: paths.count) { i in
+            let made = i < known.count ? known[i] : nil
+            probed.set(i, made ?? Result { try ClipProbe.probe(paths[i]) })
+        }
         let infos = probed.outcomes()
         var cache: [Int: SourceInfo] = [:]
         func source(_ i: Int) throws -> SourceInfo {
@@ -58,7 +62,7 @@ public struct ConformPlan: Sendable {
             return s
         }
         var plan = try make(infos, source)
-        plan.probes = infos.map { try? $0.get() }
+        plan.probes = infos
         if let preset {
             plan.preset = preset
             let v = plan.targetSource.video

@@ -15,11 +15,14 @@ public final class ConformingMerger {
     private let progress: ProgressReporter
     private let cancel: CancellationFlag
     private let threads: HelperThreads
+    /// Probes of `inputs` made already, by index (`Merger.probed`).
+    private let probed: [Result<ClipInfo, Error>?]
 
     public init(
         inputs: [String], options: MergeOptions, preset: TranscodePreset? = nil, progress: ProgressReporter = SilentProgress(),
-        cancel: CancellationFlag = CancellationFlag(), threads: HelperThreads = HelperThreads()
+        cancel: CancellationFlag = CancellationFlag(), threads: HelperThreads = HelperThreads(), probed: [Result<ClipInfo, Error>?] = []
     ) {
+        self.probed = probed
         self.inputs = inputs
         self.options = options
         self.preset = preset
@@ -29,7 +32,7 @@ public final class ConformingMerger {
     }
 
     public func run() throws -> (MergeResult, ConformPlan) {
-        let plan = try ConformPlan.make(inputs, preset: preset)
+        let plan = try ConformPlan.make(inputs, preset: preset, probed: probed)
         let target = plan.target
         if plan.reencodesAll, preset != nil {
             progress.notice("re-encoding every clip: \(plan.clips.first?.reason ?? "")")

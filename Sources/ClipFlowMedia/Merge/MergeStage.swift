@@ -2,7 +2,9 @@ import ClipFlowCore
 import Foundation
 
 /// Joins every clip it receives (inputs in order, clips in arrival order) into one fast-start
-/// MP4 at end of stream, then passes the file on. On a graceful stop (first SIGINT) it writes
+/// MP4 at end of stream, then passes the file on, carrying where each stretch came from
+/// (`FileOrigins`). The `merge` kind runs as `ID.probe -> ID` (`graph`): the clips arrive
+/// probed (`ProbedClip`) and are not probed again; a clip without a probe is probed here. On a graceful stop (first SIGINT) it writes
 /// nothing when `onStop` is `.discard` (a merge is all or nothing), or joins the clips that
 /// arrived when it is `.finish` (a recording pipeline: stopping the recording still yields the
 /// video). The output never exists half-written.
@@ -31,7 +33,7 @@ public final class MergeStage: Stage {
     public let conform: Bool
     /// With `conform`: the re-encodes' settings and the target (`ConformPlan.make(_:preset:)`).
     public let preset: TranscodePreset?
-    private var clips = InputOrdered<String>()
+    private var clips = InputOrdered<(path: String, probe: Result<ClipInfo, Error>?)>()
     private let cancelFlag = CancellationFlag()
     public var inputTypes: Set<PortType> { [.clips] }
     public var outputType: PortType? { .video }
@@ -83,12 +85,22 @@ public final class MergeStage: Stage {
             return []
         },
         files: { p in StageFiles(writes: p.string("output").map { [FileField("output", $0)] } ?? []) },
-        make: { id, p in
-            MergeStage(
-                id: id, output: p.string("output")!, rotate: p.int("rotate") ?? 0, setRotation: p.int("set-rotation"), overwrite: p.bool("overwrite") ?? false,
-                onStop: p.string("on-stop").flatMap(OnStop.init) ?? .discard, conform: p.bool("conform") ?? false,
-                preset: p.string("preset").flatMap { TranscodePreset.named($0) })
+        graph: { id, p in
+            graph(id: id) {
+                MergeStage(
+                    id: id, output: p.string("output")!, rotate: p.int("rotate") ?? 0, setRotation: p.int("set-rotation"),
+                    overwrite: p.bool("overwrite") ?? false, onStop: p.string("on-stop").flatMap(OnStop.init) ?? .discard,
+                    conform: p.bool("conform") ?? false, preset: p.string("preset").flatMap { TranscodePreset.named($0) })
+            }
         })
+
+    /// `ID.probe -> ID`, entered at the probe; `make` makes the merge, whose id is `id`.
+    public static func graph(id: String, _ make: @escaping @Sendable () -> MergeStage) -> StageGraph {
+        let probeID = "\(id).probe"
+        return StageGraph(
+            nodes: [StageNode(probeID) { ProbeStage(id: probeID) }, StageNode(id) { make() }],
+            edges: [Edge(from: probeID, to: id, limits: kind.queue)], entries: [probeID])
+    }
 
     public init(
         id: String, output: String, rotate: Int = 0, setRotation: Int? = nil, overwrite: Bool = false, onStop: OnStop = .discard, conform: Bool = false,
@@ -117,7 +129,7 @@ public final class MergeStage: Stage {
     }
 
     public func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
-        if let p = item.path { clips.append(p, input: input) }
+        if let p = item.path { clips.append((p, item.facts[ProbedClip.self]?.outcome), input: input) }
         return .ok
     }
 
@@ -134,8 +146,8 @@ public final class MergeStage: Stage {
             let r: MergeResult
             if conform {
                 let (merged, plan) = try ConformingMerger(
-                    inputs: clips.all, options: options, preset: preset, progress: StageProgress(context: context), cancel: cancelFlag,
-                    threads: context.helpers
+                    inputs: clips.all.map(\.path), options: options, preset: preset, progress: StageProgress(context: context), cancel: cancelFlag,
+                    threads: context.helpers, probed: clips.all.map(\.probe)
                 ).run()
                 r = merged
                 context.emit(
@@ -144,7 +156,8 @@ public final class MergeStage: Stage {
                     ]))
             } else {
                 r = try Merger(
-                    inputs: clips.all, options: options, progress: StageProgress(context: context), cancel: cancelFlag, threads: context.helpers
+                    inputs: clips.all.map(\.path), options: options, progress: StageProgress(context: context), cancel: cancelFlag,
+                    threads: context.helpers, probed: clips.all.map(\.probe)
                 ).run()
             }
             context.emit(.output(path: r.output.path))
@@ -159,7 +172,7 @@ public final class MergeStage: Stage {
         }
         // The clips travel with the video, so that a later stage blames the clip a problem is in.
         var item = Item.file(output, type: .video)
-        item.origins = merged
+        item.facts[FileOrigins.self] = FileOrigins(merged)
         context.push(item)
     }
 }

@@ -52,8 +52,8 @@ public struct MergeResult: Sendable {
 
 /// Joins MP4/MOV clips into one fast-start MP4 by packet copy (see `AudioJoinPlan` for audio).
 ///
-/// Threading: `run()` blocks the calling thread, which probes the clips on every core
-/// (`concurrentPerform`), then writes the output itself. While it writes, three helper threads
+/// Threading: `run()` blocks the calling thread, which probes the clips not probed already on
+/// every core (`concurrentPerform`), then writes the output itself. While it writes, three helper threads
 /// (`threads`: a merge stage's are its context's, which the runner watches) work ahead of it, each
 /// owning what it makes until the copy takes it: `ClipOpener` maps and lists the clips (handed
 /// over per clip), and `AudioRegionRenderer` decodes the join audio on one thread and encodes it
@@ -65,12 +65,13 @@ public final class Merger {
     let progress: ProgressReporter
     let cancel: CancellationFlag
     let threads: HelperThreads
-    /// Probes of `inputs` made already (by `ConformPlan`), by index; the others are probed here.
-    let probed: [ClipInfo?]
+    /// Probes of `inputs` made already (by a merge's `ProbeStage`, by `ConformPlan`), by index,
+    /// failures included; the others are probed here.
+    let probed: [Result<ClipInfo, Error>?]
 
     public init(
         inputs: [String], options: MergeOptions, progress: ProgressReporter = SilentProgress(),
-        cancel: CancellationFlag = CancellationFlag(), threads: HelperThreads = HelperThreads(), probed: [ClipInfo?] = []
+        cancel: CancellationFlag = CancellationFlag(), threads: HelperThreads = HelperThreads(), probed: [Result<ClipInfo, Error>?] = []
     ) {
         self.inputs = inputs
         self.options = options
@@ -97,7 +98,7 @@ public final class Merger {
         let results = ProbeResults(count: inputs.count)
         let inputs = self.inputs, cancel = self.cancel, known = self.probed
         DispatchQueue.concurrentPerform(iterations: inputs.count) { i in
-            if i < known.count, let info = known[i] { return results.set(i, .success(info)) }
+            if i < known.count, let outcome = known[i] { return results.set(i, outcome) }
             results.set(i, cancel.isCancelled ? .failure(ClipFlowError.interrupted) : Result { try ClipProbe.probe(inputs[i]) })
         }
         let clips = try results.all()
@@ -108,7 +109,7 @@ public final class Merger {
             if clips.dropFirst().allSatisfy({ Compatibility.difference(clips[0], $0) == nil || ConformPlan.harmonisable(clips[0], $0) }) {
                 inBand = true
             } else {
-                try Self.refuse(e, inputs)
+                try Self.refuse(e, inputs, probed: results.outcomes())
             }
         }
         let layout = try Layout(clips: clips, rotate: options.rotate, setRotation: options.setRotation)
@@ -134,8 +135,8 @@ public final class Merger {
     }
 
     /// Rethrows `e` (clips that cannot be joined by copy) saying what `--conform` would do instead.
-    private static func refuse(_ e: ClipFlowError, _ inputs: [String]) throws -> Never {
-        guard let plan = try? ConformPlan.make(inputs) else { throw e }
+    private static func refuse(_ e: ClipFlowError, _ inputs: [String], probed: [Result<ClipInfo, Error>]) throws -> Never {
+        guard let plan = try? ConformPlan.make(inputs, probed: probed) else { throw e }
         var would: [String] = []
         let re = plan.reencoded.map { "\($0 + 1) (\(plan.clips[$0].path))" }
         let ha = plan.harmonised.map { "\($0 + 1) (\(plan.clips[$0].path))" }

@@ -54,7 +54,7 @@ public final class ThumbnailStage: Stage {
         guard let video = item.path else { return .ok }
         let dir = (output as NSString).deletingLastPathComponent
         if !dir.isEmpty { try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
-        let r = try Thumbnailer(path: video, sources: item.origins, cancel: cancelFlag).write(
+        let r = try Thumbnailer(path: video, sources: item.facts[FileOrigins.self]?.stretches ?? [], cancel: cancelFlag).write(
             to: URL(fileURLWithPath: output), limit: size, replacing: overwrite)
         context.emit(.output(path: output))
         context.emit(.result([.init("width", .integer(Int64(r.width))), .init("height", .integer(Int64(r.height))), .init("time", .number(r.time))]))

@@ -98,7 +98,6 @@ final class CopyRenditionStage: Stage {
         }
         var described = try video.finish()
         described.frameRate = video.frameRate
-        described.source = path
         try ladder.write(HLSPlaylists.media(described), to: described.playlistURI)
         try ladder.write(HLSPlaylists.iframes(described), to: described.iframesURI!)
         if context.push(Item(.value(described), type: .rendition)) == .flushing { return }

@@ -94,6 +94,8 @@ public struct HLSLadder: Sendable {
     public func graph(id: String) -> StageGraph {
         let folder = LadderFolder(output: URL(fileURLWithPath: output), replacing: overwrite)
         let (schedule, preset, single, reuse) = (self.schedule, encoderPreset, singleFile, self.reuse)
+        // The covers: a copy makes them from its source (at the source's size); otherwise the
+        // smallest rung chooses them from the decoded pictures (`LadderPoster`).
         var nodes = [StageNode(id) { LadderStage(id: id, folder: folder, reuse: reuse) }]
         var edges: [Edge] = []
         var entries: [String] = []
@@ -113,7 +115,7 @@ public struct HLSLadder: Sendable {
                     StageNode(rid) {
                         try VideoRenditionStage(
                             id: rid, rung: r, always: r.height == smallest, asked: ladder.rungs != nil, ladder: folder, schedule: schedule, preset: preset,
-                            singleFile: single)
+                            singleFile: single, makesPoster: r.height == smallest && !ladder.copy && reuse?.poster != true)
                     })
                 edges += [Edge(from: decodeID, to: rid, limits: Self.pictureLink), Edge(from: rid, to: id)]
             }
@@ -245,6 +247,14 @@ public final class LadderFolder: @unchecked Sendable {
     }
 }
 
+/// The picture a ladder's smallest rendition chose for the covers as the decoded pictures passed
+/// (`PassingCoverChoice`), handed to the ladder stage with the rendition's description: upright,
+/// at the decode's size; its bytes shared with the decode's picture.
+struct LadderPoster: ItemFact {
+    let picture: VideoFrame
+    let time: Double
+}
+
 /// The covers a ladder writes: `poster.jpg` at the video's display size, and the same picture
 /// fitted within each of `sizes` pixels (its long side) as `poster-N.jpg`, so a screen loads no
 /// more than it shows.
@@ -253,6 +263,15 @@ enum LadderCovers {
     static let sizes = [640, 1280]
     static func name(_ size: Int) -> String { "poster-\(size).jpg" }
     static var all: [String] { [full] + sizes.map(name) }
+
+    /// The covers of `poster` (upright already).
+    static func write(_ poster: LadderPoster, into work: URL) throws {
+        _ = try PicturePacker.withFrame(poster.picture, in: try Frame(), what: "the poster") { picture in
+            try Thumbnailer.writeCovers(
+                of: picture, turned: 0, to: work.appendingPathComponent(full), limit: nil,
+                also: sizes.map { (work.appendingPathComponent(name($0)), ThumbnailSize(maxWidth: $0, maxHeight: $0)) }, replacing: false)
+        }
+    }
 
     static func write(_ thumbnailer: Thumbnailer, into work: URL) throws {
         _ = try thumbnailer.write(

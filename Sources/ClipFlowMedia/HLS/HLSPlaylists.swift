@@ -34,14 +34,6 @@ struct HLSTrack: Codable {
     var iframesURI: String?
     /// Audio only.
     var channels = 0
-    /// The file whose pictures this rendition carries unchanged (a copy), if any: a poster is
-    /// taken from it directly.
-    var source: String? = nil
-
-    /// What `tracks.json` keeps: everything but `source` (a path of this machine's).
-    enum CodingKeys: String, CodingKey {
-        case playlistURI, initURI, initRange, segments, codecs, width, height, frameRate, iframesURI, channels
-    }
 
     /// Target duration: the longest segment, rounded to the nearest second (RFC 8216 4.3.3.1).
     var targetDuration: Int { max(1, Int((segments.map(\.seconds).max() ?? 1).rounded())) }

@@ -90,12 +90,16 @@ final class RenditionFiles {
 /// `rendition`). A rung above the pictures' short side is left out unless `always` (the ladder's
 /// smallest): said in its result (`left_out`), and as a notice when the rung was asked for by
 /// name (`asked`; an automatic ladder leaves rungs above the source out by design).
+/// With `makesPoster` it also chooses the ladder's cover from the pictures as they pass
+/// (`PassingCoverChoice`) and hands it on with its description (`LadderPoster`).
 /// Belongs to its stage queue.
 final class VideoRenditionStage: Stage {
     let id: String
     let rung: LadderRung
     let always: Bool
     let asked: Bool
+    /// The cover being chosen (nil: this rendition makes none).
+    private var poster: PassingCoverChoice?
     private let ladder: LadderFolder
     private let schedule: SegmentSchedule
     private let preset: String
@@ -121,8 +125,10 @@ final class VideoRenditionStage: Stage {
     static let timeBase = AVRational(num: 1, den: 90_000)
 
     init(
-        id: String, rung: LadderRung, always: Bool, asked: Bool, ladder: LadderFolder, schedule: SegmentSchedule, preset: String, singleFile: Bool
+        id: String, rung: LadderRung, always: Bool, asked: Bool, ladder: LadderFolder, schedule: SegmentSchedule, preset: String, singleFile: Bool,
+        makesPoster: Bool = false
     ) throws {
+        poster = makesPoster ? try PassingCoverChoice() : nil
         self.id = id
         self.rung = rung
         self.always = always
@@ -136,8 +142,10 @@ final class VideoRenditionStage: Stage {
     }
 
     func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
+        if let duration = item.parameters?.duration { poster?.expect(duration: duration) }
         guard case .video(let v) = item.payload else { return .ok }
         if context.stopRequested { return .flushing }
+        try poster?.look(at: v)
         return try stopping(context) { try take(v, context) }
     }
 
@@ -176,7 +184,9 @@ final class VideoRenditionStage: Stage {
         t.iframesURI = "\(rung.name)-iframes.m3u8"
         try ladder.write(HLSPlaylists.media(t), to: t.playlistURI)
         try ladder.write(HLSPlaylists.iframes(t), to: t.iframesURI!)
-        if context.push(Item(.value(t), type: .rendition)) == .flushing { return }
+        var item = Item(.value(t), type: .rendition)
+        if let chosen = poster?.chosen { item.facts[LadderPoster.self] = LadderPoster(picture: chosen.picture, time: chosen.time) }
+        if context.push(item) == .flushing { return }
     }
 
     func finish(_ context: StageContext, outcome: StageOutcome) {
@@ -212,17 +222,9 @@ final class VideoRenditionStage: Stage {
     private func seconds(_ ticks: Int64) -> Double { Double(ticks) / Double(Self.timeBase.den) }
 
     private func encode(_ v: VideoFrame) throws {
-        guard let pixels = v.format.ffmpeg else {
-            throw ClipFlowError.badInput("\(rung.name): \(v.format.rawValue) pictures cannot be encoded (decode them first)")
-        }
-        guard let need = v.format.frameBytes(width: v.width, height: v.height), v.data.count >= need, need > 0 else {
-            throw ClipFlowError.badInput("\(rung.name): a picture of \(v.data.count) bytes is too small for \(v.width)x\(v.height) \(v.format.rawValue)")
-        }
         // The ladder's decode stage hands pictures in padded buffers (`PicturePacker`), so
         // libswscale reads them in place.
-        let picture: Frame = try PicturePacker.withPaddedBytes(v.data) { base in
-            try FF.check(
-                cf_frame_wrap(source.f, base.assumingMemoryBound(to: UInt8.self), pixels, Int32(v.width), Int32(v.height)), "a \(v.width)x\(v.height) picture")
+        let picture: Frame = try PicturePacker.withFrame(v, in: source, what: rung.name) { source in
             let full = PixelRect(x: 0, y: 0, width: v.width, height: v.height)
             return try converter!.convert(
                 source, placement: Placement(crop: full, dest: PixelRect(x: 0, y: 0, width: size.width, height: size.height), pads: false))

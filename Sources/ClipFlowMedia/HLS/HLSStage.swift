@@ -38,9 +38,9 @@ public enum HLSStage {
 }
 
 /// The end of a ladder's graph: takes every rendition's description (port `rendition`), writes
-/// the master playlist (BANDWIDTH measured, CODECS from the streams), `feed.json`, the covers and
-/// the storyboard (from the smallest rendition),
-/// then renames the ladder's folder into place. It creates the folder when prepared (refusing an
+/// the master playlist (BANDWIDTH measured, CODECS from the streams), `feed.json`, the covers
+/// (made by a copy from its source, or of the picture the smallest rendition chose,
+/// `LadderPoster`) and the storyboard (from the smallest rendition), then renames the ladder's folder into place. It creates the folder when prepared (refusing an
 /// existing output) and removes it unless the run completed. Belongs to its stage queue.
 final class LadderStage: Stage {
     let id: String
@@ -48,6 +48,8 @@ final class LadderStage: Stage {
     private let reuse: LadderReuse?
     private var video: [HLSTrack] = []
     private var audio: HLSTrack?
+    /// The cover the smallest rendition chose (`LadderPoster`), once its description came.
+    private var poster: LadderPoster?
     private var committed = false
     var inputTypes: Set<PortType> { [.rendition] }
     var outputType: PortType? { nil }
@@ -62,6 +64,7 @@ final class LadderStage: Stage {
 
     func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
         guard case .value(let v) = item.payload, let t = v as? HLSTrack else { return .ok }
+        if let p = item.facts[LadderPoster.self] { poster = p }
         if t.width > 0 { video.append(t) } else { audio = t }
         return .ok
     }
@@ -79,7 +82,13 @@ final class LadderStage: Stage {
         video.sort { $0.peak > $1.peak }
         try folder.write(HLSPlaylists.master(video: video, audio: audio), to: "master.m3u8")
         try folder.write(LadderTracks(video: video, audio: audio).serialized(), to: LadderTracks.file)
-        if reuse?.poster != true, try !folder.awaitPoster() { try writePoster(of: video[0], in: work) }
+        if reuse?.poster != true {
+            if let poster {
+                try LadderCovers.write(poster, into: work)
+            } else if try !folder.awaitPoster() {
+                throw ClipFlowError.failure("internal: no rendition of the ladder '\(folder.output.path)' made its poster")
+            }
+        }
         try Storyboard.write(from: video[video.count - 1], in: work)
         let entry = FeedEntry(id: folder.output.lastPathComponent, video: video, audio: audio, covers: work)
         try folder.write(FeedManifest(videos: [entry]).serialized, to: "feed.json")
@@ -96,35 +105,6 @@ final class LadderStage: Stage {
 
     func finish(_ context: StageContext, outcome: StageOutcome) {
         if !committed { folder.discard() }
-    }
-
-    /// The covers (`LadderCovers`) when no copy made them from the source (`LadderFolder.startPoster`): a
-    /// representative frame of the top rendition, upright. A copy's is taken from its source file;
-    /// with one file per rendition that file is a whole fragmented MP4; otherwise
-    /// its parts are put end to end, one part in memory at a time.
-    private func writePoster(of v: HLSTrack, in work: URL) throws {
-        let fm = FileManager.default
-        if let source = v.source {
-            try LadderCovers.write(Thumbnailer(path: source), into: work)
-            return
-        }
-        if v.initRange != nil {
-            try LadderCovers.write(Thumbnailer(path: work.appendingPathComponent(v.initURI).path), into: work)
-            return
-        }
-        let whole = work.appendingPathComponent(".poster-source.mp4")
-        guard fm.createFile(atPath: whole.path, contents: nil), let out = FileHandle(forWritingAtPath: whole.path) else {
-            throw ClipFlowError.output("cannot write '\(whole.path)' for the poster")
-        }
-        defer { try? fm.removeItem(at: whole) }
-        do {
-            for part in [v.initURI] + v.segments.map(\.uri) { try out.write(contentsOf: try Data(contentsOf: work.appendingPathComponent(part))) }
-            try out.close()
-        } catch {
-            try? out.close()
-            throw ClipFlowError.output("cannot write '\(whole.path)' for the poster: \(error.localizedDescription)")
-        }
-        try LadderCovers.write(Thumbnailer(path: whole.path), into: work)
     }
 }
 

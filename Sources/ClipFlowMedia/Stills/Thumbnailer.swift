@@ -28,9 +28,8 @@ func evenSize(_ v: Double) -> Int { max(2, Int((v / 2).rounded()) * 2) }
 /// Writes a JPEG cover of a representative frame of a video: upright (the display matrix applied
 /// to the pixels), at display size (pixel aspect applied) unless limited.
 ///
-/// "Representative": several keyframes spread over the video are decoded and scored on a small grey
-/// copy; frames that are black, white, blank or fading (low mean, high mean or low contrast) are
-/// passed over, and the one with the most detail wins.
+/// "Representative" (`CoverChoice`): the pictures at keyframes near several points spread over
+/// the video are decoded and weighed; black, white, blank or fading ones are passed over.
 public final class Thumbnailer {
     public struct Result: Sendable { public var width: Int; public var height: Int; public var time: Double }
 
@@ -68,13 +67,12 @@ public final class Thumbnailer {
         let rotation = Self.clockwiseTurn(of: dmx.stream(vi))
         let dec = try CodecContext.decoder(for: dmx.codecpar(vi), what: "video decoder", threads: 2)
 
-        var best: (score: Double, frame: Frame, time: Double)? = nil
-        var fallback: (score: Double, frame: Frame, time: Double)? = nil
+        var choice = CoverChoice<Frame>()
         // Candidates that cannot be reached or decoded are passed over; the first such problem
         // is reported only if no candidate decodes.
         var firstProblem: String? = nil
         let pkt = try Packet()
-        for frac in [0.1, 0.25, 0.4, 0.55, 0.7, 0.85, 0.02] {
+        for frac in CoverChoice<Frame>.fractions {
             try cancel.check()
             let target = start + Int64(Double(max(duration, 1)) * frac)
             let seconds = Double(target - start) * tb.double
@@ -98,41 +96,38 @@ public final class Thumbnailer {
                 continue
             }
             guard let frame = decoded else { continue }
-            let (mean, sd) = try lumaStats(frame)
-            let t = Double(frame.f.pointee.best_effort_timestamp - start) * tb.double
-            let usable = mean > 24 && mean < 232 && sd > 10
-            if usable, best == nil || sd > best!.score { best = (sd, frame, t) }
-            if fallback == nil || sd > fallback!.score { fallback = (sd, frame, t) }
+            choice.consider(frame, time: Double(frame.f.pointee.best_effort_timestamp - start) * tb.double, luma: try LumaStats(of: frame))
         }
         // Last resort: the first picture, decoded from the first packet whatever its keyframe flag
         // says (a sync-sample table that marks no keyframe early enough leaves nothing to seek to).
-        if best == nil && fallback == nil, case .done = dmx.trySeek(stream: vi, to: start, flags: AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY) {
+        if choice.chosen == nil, case .done = dmx.trySeek(stream: vi, to: start, flags: AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY) {
             avcodec_flush_buffers(dec.ctx)
             if let frame = try? Self.firstFrame(dmx, dec, vi, pkt) {
-                fallback = (0, frame, Double(frame.f.pointee.best_effort_timestamp - start) * tb.double)
+                choice.consider(frame, time: Double(frame.f.pointee.best_effort_timestamp - start) * tb.double, luma: LumaStats(mean: 0, deviation: 0))
             }
         }
-        guard let chosen = best ?? fallback else {
+        guard let chosen = choice.chosen else {
             let from = firstProblem ?? (sources.isEmpty ? "'\(path)'" : "'\(path)' (joined from \(sources.map { "'\($0.path)'" }.joined(separator: ", ")))")
             throw ClipFlowError.badInput("no picture for a cover could be decoded from \(from)")
         }
-        let (jpeg, width, height) = try encode(chosen.frame, turned: rotation, limit: limit)
-        let out = try AtomicOutput(target: url, label: "cover", replacing: replacing)
-        try out.write(jpeg)
-        try out.commit()
-        for (smaller, size) in also {
-            let (bytes, _, _) = try encode(chosen.frame, turned: rotation, limit: size)
-            let o = try AtomicOutput(target: smaller, label: "cover", replacing: replacing)
-            try o.write(bytes)
-            try o.commit()
-        }
+        let (width, height) = try Self.writeCovers(of: chosen.picture, turned: rotation, to: url, limit: limit, also: also, replacing: replacing)
         return Result(width: width, height: height, time: chosen.time)
     }
 
-    /// `frame` as a JPEG: `upright`, then encoded.
-    private func encode(_ frame: Frame, turned rotation: Int, limit: ThumbnailSize?) throws -> (Data, Int, Int) {
-        let upright = try Self.upright(frame, turned: rotation, limit: limit)
-        return (try Self.encodeJPEG(upright), Int(upright.f.pointee.width), Int(upright.f.pointee.height))
+    /// Writes `picture` as a cover to `url` (`upright`: turned `rotation`, fitted within `limit`)
+    /// and, smaller, to each of `also`; returns the cover's size.
+    static func writeCovers(
+        of picture: Frame, turned rotation: Int, to url: URL, limit: ThumbnailSize?, also: [(URL, ThumbnailSize)], replacing: Bool
+    ) throws -> (width: Int, height: Int) {
+        var size = (width: 0, height: 0)
+        for (i, (target, fit)) in ([(url, limit)] + also.map { ($0.0, Optional($0.1)) }).enumerated() {
+            let upright = try upright(picture, turned: rotation, limit: fit)
+            if i == 0 { size = (Int(upright.f.pointee.width), Int(upright.f.pointee.height)) }
+            let out = try AtomicOutput(target: target, label: "cover", replacing: replacing)
+            try out.write(try encodeJPEG(upright))
+            try out.commit()
+        }
+        return size
     }
 
     /// The clockwise turn (0, 90, 180 or 270) of `stream`'s display matrix; 0 without one.
@@ -179,28 +174,6 @@ public final class Thumbnailer {
         _ = try dec.send(nil)
         if try dec.receive(frame) { avcodec_flush_buffers(dec.ctx); return frame }
         return nil
-    }
-
-    /// Mean and standard deviation of luma on a grey copy of at most 64x36 (never enlarged: a
-    /// picture of extreme shape, 4094x2, cannot be stretched to 16:9).
-    private func lumaStats(_ frame: Frame) throws -> (Double, Double) {
-        let f = frame.f.pointee
-        let gw = max(1, min(64, Int(f.width))), gh = max(1, min(36, Int(f.height)))
-        let g = try Frame()
-        g.f.pointee.width = Int32(gw); g.f.pointee.height = Int32(gh)
-        g.f.pointee.format = AV_PIX_FMT_GRAY8.rawValue
-        try FF.check(av_frame_get_buffer(g.f, 0), "allocating")
-        try Scaler(
-            srcW: f.width, srcH: f.height, srcFormat: AVPixelFormat(rawValue: f.format),
-            dstW: Int32(gw), dstH: Int32(gh), dstFormat: AV_PIX_FMT_GRAY8
-        ).scale(frame, into: g)
-        var sum = 0.0, sq = 0.0
-        guard let d = g.data(0) else { return (0, 0) }
-        let ls = g.linesize(0)
-        for y in 0..<gh { for x in 0..<gw { let v = Double(d[y * ls + x]); sum += v; sq += v * v } }
-        let n = Double(gw * gh)
-        let mean = sum / n
-        return (mean, (max(0, sq / n - mean * mean)).squareRoot())
     }
 
     /// Turns a YUV 4:2:0 picture clockwise by 0/90/180/270 degrees.

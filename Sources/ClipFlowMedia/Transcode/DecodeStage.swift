@@ -194,4 +194,21 @@ final class PicturePacker {
         copy.replaceSubrange(0..<picture.count, with: picture)
         return try copy.withUnsafeBytes { try body($0.baseAddress!) }
     }
+
+    /// Calls `body` with `wrapper` pointing at the pixels of `v` (a picture from `planes(of:)`,
+    /// or any of `VideoFrame`'s layout), for libswscale to read in place; `wrapper` must not be
+    /// read after `body` returns. `what` names the picture in errors.
+    static func withFrame<R>(_ v: VideoFrame, in wrapper: Frame, what: String, _ body: (Frame) throws -> R) throws -> R {
+        guard let pixels = v.format.ffmpeg else {
+            throw ClipFlowError.badInput("\(what): \(v.format.rawValue) pictures cannot be encoded (decode them first)")
+        }
+        guard let need = v.format.frameBytes(width: v.width, height: v.height), v.data.count >= need, need > 0 else {
+            throw ClipFlowError.badInput("\(what): a picture of \(v.data.count) bytes is too small for \(v.width)x\(v.height) \(v.format.rawValue)")
+        }
+        return try withPaddedBytes(v.data) { base in
+            try FF.check(
+                cf_frame_wrap(wrapper.f, base.assumingMemoryBound(to: UInt8.self), pixels, Int32(v.width), Int32(v.height)), "a \(v.width)x\(v.height) picture")
+            return try body(wrapper)
+        }
+    }
 }

@@ -146,11 +146,9 @@ public final class BatchRunner: Sendable {
         emitBatch(.progress(completed: 0, total: Int64(plan.selected.count), unit: "rows"))
         let clashes = clashingRows()
         let workers = max(1, min(plan.jobs, plan.selected.count))
-        let group = DispatchGroup()
-        for _ in 0..<workers {
-            group.enter()
-            let t = Thread { [self] in
-                defer { group.leave() }
+        let threads = HelperThreads()
+        for k in 0..<workers {
+            threads.start("batch worker \(k + 1)", stackSize: 4 << 20) { [self] in
                 while let i = nextRow() {
                     let t0 = clock.now()
                     var rp = planRow(i)
@@ -160,10 +158,8 @@ public final class BatchRunner: Sendable {
                     finish(r)
                 }
             }
-            t.stackSize = 4 << 20
-            t.start()
         }
-        group.wait()
+        threads.wait()
         return state.withLock { $0.results.sorted { $0.row < $1.row } }
     }
 

@@ -130,18 +130,16 @@ public enum ServeWorker {
             }
         }
         apply()
-        Thread.detachNewThread {
-            while true {
-                usleep(250_000)
-                apply()
-            }
+        _ = RepeatingTimer(every: 0.25, label: "clipflow.worker.nice") {
+            apply()
+            return true
         }
     }
 
     /// Ends the process as soon as its stdin reaches end of file (the server closed its end, or
     /// died), so a worker never outlives the server that supervises it.
     private static func endWhenServerGoes() {
-        Thread.detachNewThread {
+        HelperThreads().start("server watch") {
             var byte: UInt8 = 0
             while true {
                 let n = read(0, &byte, 1)

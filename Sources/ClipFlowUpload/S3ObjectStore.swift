@@ -443,23 +443,18 @@ final class S3Call {
     }
 }
 
-/// Turns a caller's `shouldAbort` poll into a pause of `control`, checked about every 50 ms on a
-/// thread of its own, so that waits between retries stop too. `stop` ends the thread.
+/// Turns a caller's `shouldAbort` poll into a pause of `control`, checked about every 50 ms
+/// (`RepeatingTimer`), so that waits between retries stop too. `stop` ends the checks.
 final class AbortWatch: Sendable {
-    private let stopped = CancellationFlag()
+    private let timer: RepeatingTimer
 
     init(control: UploadControl, shouldAbort: @escaping @Sendable () -> Bool) {
-        let stopped = self.stopped
-        Thread.detachNewThread {
-            while !stopped.isCancelled {
-                if shouldAbort() {
-                    control.pause()
-                    return
-                }
-                usleep(50_000)
-            }
+        timer = RepeatingTimer(every: 0.05, label: "clipflow.upload.abort-watch") {
+            guard shouldAbort() else { return true }
+            control.pause()
+            return false
         }
     }
 
-    func stop() { stopped.cancel() }
+    func stop() { timer.stop() }
 }

@@ -218,7 +218,7 @@ public final class UploadQueue: Sendable {
     @discardableResult
     public func run(ids: Set<String>? = nil) throws -> [QueueEntry] {
         stopFlag.store(false, ordering: .releasing)
-        let group = DispatchGroup()
+        let transfers = HelperThreads()
         while true {
             let stopping = stopFlag.load(ordering: .acquiring) || (external?.isCancelled ?? false)
             if stopping { for c in controls.withLock({ Array($0.values) }) { c.pause() } }
@@ -259,16 +259,11 @@ public final class UploadQueue: Sendable {
             for entry in picked {
                 let control = UploadControl(external: external)
                 controls.withLock { $0[entry.id] = control }
-                group.enter()
-                let thread = Thread { [self] in
+                transfers.start("upload \(entry.id)", stackSize: 1 << 20) { [self] in
                     work(entry, control)
                     controls.withLock { _ = $0.removeValue(forKey: entry.id) }
-                    group.leave()
                     wake.signal()
                 }
-                thread.name = "upload \(entry.id)"
-                thread.stackSize = 1 << 20
-                thread.start()
             }
             let active = controls.withLock { $0.count }
             if active == 0 && picked.isEmpty {
@@ -278,7 +273,7 @@ public final class UploadQueue: Sendable {
             }
             _ = wake.wait(timeout: .now() + pollInterval)
         }
-        group.wait()
+        transfers.wait()
         let entries = try load()
         return entries.filter { ids?.contains($0.id) ?? true }
     }

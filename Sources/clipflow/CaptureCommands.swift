@@ -244,7 +244,7 @@ enum RecordCommand: Equatable {
     }
 }
 
-/// Carries out `RecordCommand`s on a thread of its own while the recording runs: pause, resume
+/// Carries out `RecordCommand`s on a thread of its own (it waits on standard input) while the recording runs: pause, resume
 /// and split go to the record stage (`RecordControl`), q stops the graph, d and l act on the
 /// directory. Remembers what the summary and the status line need: whether q ended the
 /// recording, and the seconds of this recording's fragments that d deleted. Once `close()`d
@@ -278,7 +278,7 @@ final class RecordCommandReader: Sendable {
     /// Reads commands until standard input ends: key presses (`keys`: the terminal is in raw
     /// mode) or lines. `reply` shows what a command answers.
     func start(keys: Bool, runner: GraphRunner, reply: @escaping @Sendable (String) -> Void) {
-        Thread { [self] in
+        HelperThreads().start("record commands") { [self] in
             while true {
                 let command: RecordCommand
                 if keys {
@@ -290,7 +290,7 @@ final class RecordCommandReader: Sendable {
                 }
                 perform(command, runner: runner, reply: reply)
             }
-        }.start()
+        }
     }
 
     func perform(_ command: RecordCommand, runner: GraphRunner, reply: @Sendable (String) -> Void) {

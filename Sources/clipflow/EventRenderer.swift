@@ -280,14 +280,12 @@ final class TextRenderer: EventRenderer, Sendable {
         }
         guard first else { return true }
         // Redraws until `end()` takes the line away.
-        Thread { [self] in
-            repeat {
-                usleep(250_000)
-            } while drawing.withLock { d in
+        _ = RepeatingTimer(every: 0.25, label: "clipflow.status-line") { [self] in
+            drawing.withLock { d in
                 defer { d.flush() }
                 return d.drawOwnLine()
             }
-        }.start()
+        }
         return true
     }
 

@@ -64,4 +64,32 @@ final class HelperThreadsTests: XCTestCase {
         threads.wait()
         XCTAssertEqual(count.n.withLock { $0 }, 4)
     }
+
+    func testARepeatingTimerCallsUntilItsBodySaysNoOrItIsStopped() {
+        final class Count: Sendable { let n = Mutex(0) }
+        let three = Count(), done = DispatchSemaphore(value: 0)
+        _ = RepeatingTimer(every: 0.01, label: "test.timer") {
+            let n = three.n.withLock { n -> Int in
+                n += 1
+                return n
+            }
+            if n == 3 { done.signal() }
+            return n < 3
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 5), .success)
+        usleep(100_000)
+        XCTAssertEqual(three.n.withLock { $0 }, 3, "no call after the body said no")
+
+        let stopped = Count()
+        let timer = RepeatingTimer(every: 0.01, label: "test.timer") {
+            stopped.n.withLock { $0 += 1 }
+            return true
+        }
+        while stopped.n.withLock({ $0 }) < 2 { usleep(5_000) }
+        timer.stop()
+        usleep(50_000)
+        let after = stopped.n.withLock { $0 }
+        usleep(100_000)
+        XCTAssertEqual(stopped.n.withLock { $0 }, after, "no call after stop")
+    }
 }

@@ -1,7 +1,9 @@
 import Foundation
 
 /// Threads a stage's work starts beside the stage's queue (a merge's clip opener, its join
-/// audio's renderer and preparer): the one way media work starts a thread. Through a stage's
+/// audio's renderer and preparer), and the threads of work that must block outside any graph
+/// (a batch's row workers, an upload queue's transfers, readers of standard input): the one way
+/// code here starts a thread (periodic upkeep uses `RepeatingTimer` instead). Through a stage's
 /// context (`StageContext.helpers`) the runner sees each one (a `helper` event when it starts
 /// and when it ends) and, once the stage's hooks have returned, waits for every one before the
 /// stage finishes, so none outlives its stage; a stop or cancel reaches them through the flags
@@ -16,8 +18,9 @@ public final class HelperThreads: Sendable {
 
     init(announce: @escaping @Sendable (_ name: String, _ running: Bool) -> Void) { self.announce = announce }
 
-    /// Runs `body` on a thread of its own named `name`.
-    public func start(_ name: String, _ body: @escaping @Sendable () -> Void) {
+    /// Runs `body` on a thread of its own named `name`, with a stack of `stackSize` bytes (nil:
+    /// the system's default).
+    public func start(_ name: String, stackSize: Int? = nil, _ body: @escaping @Sendable () -> Void) {
         running.enter()
         announce?(name, true)
         let thread = Thread { [running, announce] in
@@ -26,6 +29,7 @@ public final class HelperThreads: Sendable {
             running.leave()
         }
         thread.name = name
+        if let stackSize { thread.stackSize = stackSize }
         thread.start()
     }
 

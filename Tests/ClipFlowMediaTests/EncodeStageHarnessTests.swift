@@ -67,6 +67,38 @@ final class EncodeStageHarnessTests: XCTestCase {
         XCTAssertEqual(fields.first { $0.key == "video_frames" }?.value.integer, 60)
     }
 
+    /// A picture that carries its decoded frame (`DecodedPicture`, as the decode stage sends
+    /// them) is encoded from a reference to that frame, not from a copy of its bytes: here the
+    /// bytes say dark grey and the frame says light grey, and the video is light (ffmpeg's
+    /// signalstats).
+    func testAPictureCarryingItsDecodedFrameIsEncodedFromThatFrame() throws {
+        let output = fx.scratch("encode-stage-ref").appendingPathComponent("out.mp4").path
+        let h = StageHarness(EncodeStage(id: "enc", output: output, settings: TranscodeSettings(), overwrite: false))
+        try h.prepare()
+        XCTAssertEqual(try h.push(.parameters(caps(audio: false))), .ok)
+        let pool = try PicturePool(size: PictureSize(width: 160, height: 128))
+        let light = try pool.picture()
+        for plane in 0..<3 { memset(try XCTUnwrap(light.data(plane)), plane == 0 ? 200 : 128, light.linesize(plane) * (plane == 0 ? 128 : 64)) }
+        for n in 0..<30 {
+            let grey = picture(n)
+            var bytes = grey.data
+            bytes.resetBytes(in: 0..<(160 * 128))  // luma 0 in the bytes
+            let dark = VideoFrame(
+                width: grey.width, height: grey.height, format: .yuv420p, data: bytes, time: grey.time, sequence: grey.sequence, nominalRate: 30,
+                duration: grey.duration)
+            var item = Item.frame(.video(dark))
+            item.facts[DecodedPicture.self] = DecodedPicture(frame: light)
+            XCTAssertEqual(try h.push(item), .ok)
+        }
+        try h.endOfStream()
+        XCTAssertEqual(h.finish().count, 1)
+        XCTAssertEqual(try Probe.videoFrames(output), 30)
+        let stats = try Run.run(["ffmpeg", "-v", "error", "-i", output, "-vf", "signalstats,metadata=print:key=lavfi.signalstats.YAVG:file=-", "-f", "null", "-"])
+        let averages = stats.out.components(separatedBy: "YAVG=").dropFirst().compactMap { Double($0.prefix { "0123456789.".contains($0) }) }
+        XCTAssertEqual(averages.count, 30, stats.out)
+        for a in averages { XCTAssertEqual(a, 200, accuracy: 3) }
+    }
+
     func testAnythingButItsOneShapeIsRefusedAndLeavesNothing() throws {
         let folder = fx.scratch("encode-stage-refused")
         let output = folder.appendingPathComponent("out.mp4").path

@@ -82,7 +82,7 @@ final class PicturePaddingTests: XCTestCase {
                 let rows = p == 0 ? h : (h + 1) / 2
                 for r in 0..<rows { memset(source.data(p)! + r * source.linesize(p), Int32(10 * (p + 1)), source.linesize(p)) }
             }
-            let planes = try packer.planes(of: source)
+            let planes = try packer.planes(of: source).bytes
             XCTAssertEqual(planes.count, bytes)
             let read = try PicturePacker.withPaddedBytes(planes) { base in
                 Array(UnsafeBufferPointer(start: base.assumingMemoryBound(to: UInt8.self), count: bytes + Int(PicturePool.padding)))

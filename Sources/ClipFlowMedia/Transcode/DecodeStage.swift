@@ -80,12 +80,12 @@ public final class DecodeStage: Stage {
         let t = Transcoder(inputs: files.all, output: URL(fileURLWithPath: "/dev/null"), settings: settings, cancel: cancelFlag)
         // Pictures wait for the first audio (a picture or two): a recorder sets up its audio
         // track from what it has when the first picture comes.
-        var waiting: [VideoFrame] = []
+        var waiting: [Item] = []
         var packer: PicturePacker?
         var audioStarted = false
         var announced = false
-        func send(_ v: VideoFrame) throws {
-            if context.push(.frame(.video(v))) == .flushing { throw ClipFlowError.interrupted }
+        func send(_ v: Item) throws {
+            if context.push(v) == .flushing { throw ClipFlowError.interrupted }
         }
         do {
             try t.decodeOnly { item, plan in
@@ -98,10 +98,13 @@ public final class DecodeStage: Stage {
                 case .picture(let f, let end):
                     let time = Double(f.f.pointee.pts) * shape.timeBase.double
                     if packer == nil { packer = try PicturePacker(size: shape.frame) }
-                    let v = VideoFrame(
-                        width: shape.frame.width, height: shape.frame.height, format: .yuv420p,
-                        data: try packer!.planes(of: f), time: time, sequence: sequence,
-                        nominalRate: shape.frameRate.double > 0 ? shape.frameRate.double : nil, duration: max(0, end - time))
+                    let packed = try packer!.planes(of: f)
+                    var v = Item.frame(
+                        .video(
+                            VideoFrame(
+                                width: shape.frame.width, height: shape.frame.height, format: .yuv420p, data: packed.bytes, time: time, sequence: sequence,
+                                nominalRate: shape.frameRate.double > 0 ? shape.frameRate.double : nil, duration: max(0, end - time))))
+                    v.facts[DecodedPicture.self] = DecodedPicture(frame: packed.frame)
                     sequence += 1
                     if shape.audio != nil, !audioStarted { waiting.append(v) } else { try send(v) }
                     let now = Date()
@@ -144,6 +147,14 @@ public final class DecodeStage: Stage {
     }
 }
 
+/// A decoded picture's own reference-counted FFmpeg frame, carried beside its `VideoFrame` (whose
+/// bytes are the frame's): an FFmpeg consumer takes a reference to it (`av_frame_ref`) instead
+/// of copying the bytes. A picture is never written once decoded, so any number of consumers may
+/// take references to it at once.
+struct DecodedPicture: ItemFact {
+    let frame: Frame
+}
+
 /// yuv420p pictures of one size in `VideoFrame`'s layout (planes one after another, rows without
 /// padding) as `Data` over FFmpeg buffers: the bytes hold a reference to their buffer until the
 /// last copy of the `Data` is gone. Every buffer has `PicturePool.padding` spare bytes after the
@@ -159,10 +170,11 @@ final class PicturePacker {
         packed = try PicturePool(size: size, alignment: 1)
     }
 
-    /// The planes of `picture` (a converter's output: aligned rows, padded buffer). A picture
-    /// whose aligned rows are already packed (widths that are multiples of 64) is shared as it
-    /// is; any other is copied row by row into a packed buffer.
-    func planes(of picture: Frame) throws -> Data {
+    /// The planes of `picture` (a converter's output: aligned rows, padded buffer), and the
+    /// reference-counted frame that holds them. A picture whose aligned rows are already packed
+    /// (widths that are multiples of 64) is shared as it is; any other is copied row by row into
+    /// a packed buffer.
+    func planes(of picture: Frame) throws -> (bytes: Data, frame: Frame) {
         let w = size.width, h = size.height, cw = (w + 1) / 2, ch = (h + 1) / 2
         let held: Frame
         if let y = picture.data(0), picture.linesize(0) == w, picture.linesize(1) == cw, picture.linesize(2) == cw,
@@ -176,7 +188,7 @@ final class PicturePacker {
         }
         guard let base = held.data(0) else { throw ClipFlowError.failure("internal: a decoded picture has no pixels") }
         let count = PixelFormat.yuv420p.frameBytes(width: w, height: h) ?? 0
-        return Data(bytesNoCopy: base, count: count, deallocator: .custom { _, _ in withExtendedLifetime(held) {} })
+        return (Data(bytesNoCopy: base, count: count, deallocator: .custom { _, _ in withExtendedLifetime(held) {} }), held)
     }
 
     /// Pictures of fewer bytes than this may be held by `Data` as a copy of their bytes, not

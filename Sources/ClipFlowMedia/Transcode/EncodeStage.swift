@@ -42,7 +42,7 @@ final class EncodeStage: Stage {
         switch item.payload {
         case .parameters(let p): try open(p)
         case .video(let v):
-            try encode(v)
+            try encode(v, decoded: item.facts[DecodedPicture.self])
             report(v.time + (v.duration ?? 0), context)
         case .audio(let a): try encode(a)
         default: break
@@ -77,7 +77,9 @@ final class EncodeStage: Stage {
         if let e = meter.event(done: done, final: final) { StageProgress(context: context).report(e) }
     }
 
-    private func encode(_ v: VideoFrame) throws {
+    /// Encodes `v`: a reference to its `decoded` frame when it carries one, otherwise its bytes
+    /// (which the encoder copies).
+    private func encode(_ v: VideoFrame, decoded: DecodedPicture?) throws {
         guard let file, let wrapper, let shape = announced?.video, let tb = shape.timeBase else {
             throw ClipFlowError.failure("internal: transcode '\(id)' got a picture before its parameters")
         }
@@ -86,6 +88,13 @@ final class EncodeStage: Stage {
                 "transcode '\(id)': a \(v.width)x\(v.height) \(v.format.rawValue) picture among \(shape.width)x\(shape.height) yuv420p ones")
         }
         let pts = Int64((v.time * Double(tb.den) / Double(tb.num)).rounded())
+        if let decoded {
+            let picture = try Frame()
+            try FF.check(av_frame_ref(picture.f, decoded.frame.f), "sharing a picture")
+            picture.f.pointee.pts = pts
+            try file.encode(picture: picture, end: v.time + (v.duration ?? 0))
+            return
+        }
         try PicturePacker.withPaddedBytes(v.data) { bytes in
             try FF.check(
                 cf_frame_wrap(wrapper.f, bytes.assumingMemoryBound(to: UInt8.self), AV_PIX_FMT_YUV420P, Int32(v.width), Int32(v.height)), "wrapping a picture")

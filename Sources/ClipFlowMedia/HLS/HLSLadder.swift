@@ -247,13 +247,11 @@ public final class LadderFolder: @unchecked Sendable {
     }
 }
 
-/// The covers the ladder's smallest rendition made of the picture it chose as the decoded
-/// pictures passed (`PassingCoverChoice`), encoded when chosen (`LadderCovers.encode`), handed to
-/// the ladder stage with the rendition's description.
+/// The picture a ladder's smallest rendition chose for the covers as the decoded pictures passed
+/// (`PassingCoverChoice`), handed to the ladder stage with the rendition's description: upright,
+/// at the decode's size; its bytes shared with the decode's picture.
 struct LadderPoster: ItemFact {
-    /// Each cover's file name (`LadderCovers.all`) and its JPEG.
-    let covers: [(name: String, jpeg: Data)]
-    /// Where the picture is, in seconds.
+    let picture: VideoFrame
     let time: Double
 }
 
@@ -266,17 +264,13 @@ enum LadderCovers {
     static func name(_ size: Int) -> String { "poster-\(size).jpg" }
     static var all: [String] { [full] + sizes.map(name) }
 
-    /// The covers of `picture` (upright already), named as `all`.
-    static func encode(_ picture: VideoFrame) throws -> [(name: String, jpeg: Data)] {
-        let covers = try PicturePacker.withFrame(picture, in: try Frame(), what: "the poster") {
-            try Thumbnailer.encodeCovers(of: $0, turned: 0, fits: [nil] + sizes.map { ThumbnailSize(maxWidth: $0, maxHeight: $0) })
-        }
-        return zip(all, covers).map { ($0, $1.jpeg) }
-    }
-
-    /// Writes the covers a rendition made (`LadderPoster`).
+    /// The covers of `poster` (upright already).
     static func write(_ poster: LadderPoster, into work: URL) throws {
-        for (name, jpeg) in poster.covers { try DurableFiles.write(Array(jpeg), to: work.appendingPathComponent(name).path) }
+        _ = try PicturePacker.withFrame(poster.picture, in: try Frame(), what: "the poster") { picture in
+            try Thumbnailer.writeCovers(
+                of: picture, turned: 0, to: work.appendingPathComponent(full), limit: nil,
+                also: sizes.map { (work.appendingPathComponent(name($0)), ThumbnailSize(maxWidth: $0, maxHeight: $0)) }, replacing: false)
+        }
     }
 
     static func write(_ thumbnailer: Thumbnailer, into work: URL) throws {

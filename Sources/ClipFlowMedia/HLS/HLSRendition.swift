@@ -91,15 +91,15 @@ final class RenditionFiles {
 /// smallest): said in its result (`left_out`), and as a notice when the rung was asked for by
 /// name (`asked`; an automatic ladder leaves rungs above the source out by design).
 /// With `makesPoster` it also chooses the ladder's cover from the pictures as they pass
-/// (`PassingCoverChoice`) and hands the covers on with its description (`LadderPoster`).
+/// (`PassingCoverChoice`) and hands it on with its description (`LadderPoster`).
 /// Belongs to its stage queue.
 final class VideoRenditionStage: Stage {
     let id: String
     let rung: LadderRung
     let always: Bool
     let asked: Bool
-    /// The covers being chosen (nil: this rendition makes none).
-    private var poster: PassingCoverChoice<[(name: String, jpeg: Data)]>?
+    /// The cover being chosen (nil: this rendition makes none).
+    private var poster: PassingCoverChoice?
     private let ladder: LadderFolder
     private let schedule: SegmentSchedule
     private let preset: String
@@ -128,7 +128,7 @@ final class VideoRenditionStage: Stage {
         id: String, rung: LadderRung, always: Bool, asked: Bool, ladder: LadderFolder, schedule: SegmentSchedule, preset: String, singleFile: Bool,
         makesPoster: Bool = false
     ) throws {
-        poster = makesPoster ? try PassingCoverChoice(LadderCovers.encode) : nil
+        poster = makesPoster ? try PassingCoverChoice() : nil
         self.id = id
         self.rung = rung
         self.always = always
@@ -185,7 +185,7 @@ final class VideoRenditionStage: Stage {
         try ladder.write(HLSPlaylists.media(t), to: t.playlistURI)
         try ladder.write(HLSPlaylists.iframes(t), to: t.iframesURI!)
         var item = Item(.value(t), type: .rendition)
-        if let chosen = try poster?.chosen() { item.facts[LadderPoster.self] = LadderPoster(covers: chosen.cover, time: chosen.time) }
+        if let chosen = poster?.chosen { item.facts[LadderPoster.self] = LadderPoster(picture: chosen.picture, time: chosen.time) }
         if context.push(item) == .flushing { return }
     }
 

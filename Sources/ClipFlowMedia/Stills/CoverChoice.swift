@@ -6,9 +6,8 @@ import Foundation
 /// length: pictures that are black, white, blank or fading (low mean, high mean or low contrast of
 /// their luma, `LumaStats`) are passed over, and the one with the most detail wins; when every
 /// candidate is passed over, the most detailed of them. Used by `Thumbnailer` (candidates sought
-/// in a file) and `PassingCoverChoice` (candidates taken as pictures pass). `Picture` is what is
-/// kept of the chosen candidate (a decoded frame, or covers encoded from it). A value type owned
-/// by its user.
+/// in a file) and `PassingCoverChoice` (candidates taken as pictures pass). A value type owned by
+/// its user.
 struct CoverChoice<Picture> {
     /// Where candidates are taken, as fractions of the video's length, in the order tried.
     static var fractions: [Double] { [0.1, 0.25, 0.4, 0.55, 0.7, 0.85, 0.02] }
@@ -17,17 +16,11 @@ struct CoverChoice<Picture> {
     private var best: (score: Double, candidate: Candidate)?
     private var fallback: (score: Double, candidate: Candidate)?
 
-    /// Weighs a candidate at `time` seconds by `luma`, its statistics; `picture` makes what is
-    /// kept of it, called only when it becomes the choice. Keeps at most the best so far, and a
-    /// fallback only while no candidate is usable.
-    mutating func consider(time: Double, luma: LumaStats, _ picture: () throws -> Picture) rethrows {
+    /// Weighs `picture` (at `time` seconds) by `luma`, its statistics.
+    mutating func consider(_ picture: Picture, time: Double, luma: LumaStats) {
         let score = luma.deviation
-        if luma.mean > 24 && luma.mean < 232 && score > 10, best == nil || score > best!.score {
-            best = (score, (try picture(), time))
-            fallback = nil
-        } else if best == nil, fallback == nil || score > fallback!.score {
-            fallback = (score, (try picture(), time))
-        }
+        if luma.mean > 24 && luma.mean < 232 && score > 10, best == nil || score > best!.score { best = (score, (picture, time)) }
+        if fallback == nil || score > fallback!.score { fallback = (score, (picture, time)) }
     }
 
     /// The cover, once at least one candidate was weighed.
@@ -73,43 +66,31 @@ struct LumaStats {
 /// A cover chosen from raw pictures as they pass (a ladder's decoded, upright pictures on their
 /// way to an encoder), as `Thumbnailer` chooses one from a file: the first picture at or after
 /// each of `CoverChoice.fractions` of the stream's length is weighed; with no length known, or
-/// none of those reached, the first picture is the cover. What is kept of the chosen picture is
-/// what `make` makes of it when it is chosen (the covers, encoded), not the picture: no picture is
-/// held beyond the first, and that one only until a candidate is weighed. Owned by the stage that
-/// feeds it.
-struct PassingCoverChoice<Cover> {
-    private var choice = CoverChoice<Cover>()
-    private let make: (VideoFrame) throws -> Cover
+/// none of those reached, the first picture is the cover. Pictures are kept by reference (their
+/// bytes are shared, not copied). Owned by the stage that feeds it.
+struct PassingCoverChoice {
+    private var choice = CoverChoice<VideoFrame>()
     /// Candidate times still ahead, earliest first.
     private var ahead: [Double] = []
     private var first: VideoFrame?
     private let wrapper: Frame
 
-    init(_ make: @escaping (VideoFrame) throws -> Cover) throws {
-        self.make = make
-        wrapper = try Frame()
-    }
+    init() throws { wrapper = try Frame() }
 
     /// The stream's length in seconds (announced in band, `StreamParameters.duration`).
     mutating func expect(duration: Double) {
-        ahead = duration > 0 ? CoverChoice<Cover>.fractions.map { $0 * duration }.sorted() : []
+        ahead = duration > 0 ? CoverChoice<VideoFrame>.fractions.map { $0 * duration }.sorted() : []
     }
 
     /// Looks at `v` (a picture in `VideoFrame`'s layout).
     mutating func look(at v: VideoFrame) throws {
-        if first == nil, choice.chosen == nil { first = v }
+        if first == nil { first = v }
         guard let next = ahead.first, v.time >= next - 1e-6 else { return }
         ahead.removeAll { $0 <= v.time + 1e-6 }
         let luma = try PicturePacker.withFrame(v, in: wrapper, what: "the cover") { try LumaStats(of: $0) }
-        let make = self.make
-        try choice.consider(time: v.time, luma: luma) { try make(v) }
-        first = nil  // a candidate is weighed: the first picture is not needed any more
+        choice.consider(v, time: v.time, luma: luma)
     }
 
-    /// The cover and the time of its picture, or nil when no picture passed.
-    func chosen() throws -> (cover: Cover, time: Double)? {
-        if let c = choice.chosen { return (c.picture, c.time) }
-        guard let first else { return nil }
-        return (try make(first), first.time)
-    }
+    /// The cover: the chosen picture and its time, or nil when no picture passed.
+    var chosen: (picture: VideoFrame, time: Double)? { choice.chosen ?? first.map { ($0, $0.time) } }
 }

@@ -96,14 +96,14 @@ public final class Thumbnailer {
                 continue
             }
             guard let frame = decoded else { continue }
-            try choice.consider(time: Double(frame.f.pointee.best_effort_timestamp - start) * tb.double, luma: LumaStats(of: frame)) { frame }
+            choice.consider(frame, time: Double(frame.f.pointee.best_effort_timestamp - start) * tb.double, luma: try LumaStats(of: frame))
         }
         // Last resort: the first picture, decoded from the first packet whatever its keyframe flag
         // says (a sync-sample table that marks no keyframe early enough leaves nothing to seek to).
         if choice.chosen == nil, case .done = dmx.trySeek(stream: vi, to: start, flags: AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY) {
             avcodec_flush_buffers(dec.ctx)
             if let frame = try? Self.firstFrame(dmx, dec, vi, pkt) {
-                choice.consider(time: Double(frame.f.pointee.best_effort_timestamp - start) * tb.double, luma: LumaStats(mean: 0, deviation: 0)) { frame }
+                choice.consider(frame, time: Double(frame.f.pointee.best_effort_timestamp - start) * tb.double, luma: LumaStats(mean: 0, deviation: 0))
             }
         }
         guard let chosen = choice.chosen else {
@@ -119,22 +119,15 @@ public final class Thumbnailer {
     static func writeCovers(
         of picture: Frame, turned rotation: Int, to url: URL, limit: ThumbnailSize?, also: [(URL, ThumbnailSize)], replacing: Bool
     ) throws -> (width: Int, height: Int) {
-        let covers = try encodeCovers(of: picture, turned: rotation, fits: [limit] + also.map(\.1))
-        for (target, cover) in zip([url] + also.map(\.0), covers) {
+        var size = (width: 0, height: 0)
+        for (i, (target, fit)) in ([(url, limit)] + also.map { ($0.0, Optional($0.1)) }).enumerated() {
+            let upright = try upright(picture, turned: rotation, limit: fit)
+            if i == 0 { size = (Int(upright.f.pointee.width), Int(upright.f.pointee.height)) }
             let out = try AtomicOutput(target: target, label: "cover", replacing: replacing)
-            try out.write(cover.jpeg)
+            try out.write(try encodeJPEG(upright))
             try out.commit()
         }
-        return (covers[0].width, covers[0].height)
-    }
-
-    /// `picture` as cover JPEGs, one per fit (`upright`: turned `rotation`, fitted within it;
-    /// nil: display size).
-    static func encodeCovers(of picture: Frame, turned rotation: Int, fits: [ThumbnailSize?]) throws -> [(jpeg: Data, width: Int, height: Int)] {
-        try fits.map { fit in
-            let upright = try upright(picture, turned: rotation, limit: fit)
-            return (try encodeJPEG(upright), Int(upright.f.pointee.width), Int(upright.f.pointee.height))
-        }
+        return size
     }
 
     /// The clockwise turn (0, 90, 180 or 270) of `stream`'s display matrix; 0 without one.

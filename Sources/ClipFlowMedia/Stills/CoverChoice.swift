@@ -16,11 +16,16 @@ struct CoverChoice<Picture> {
     private var best: (score: Double, candidate: Candidate)?
     private var fallback: (score: Double, candidate: Candidate)?
 
-    /// Weighs `picture` (at `time` seconds) by `luma`, its statistics.
+    /// Weighs `picture` (at `time` seconds) by `luma`, its statistics. Keeps at most the best
+    /// picture so far, and a fallback only while no picture is usable.
     mutating func consider(_ picture: Picture, time: Double, luma: LumaStats) {
         let score = luma.deviation
-        if luma.mean > 24 && luma.mean < 232 && score > 10, best == nil || score > best!.score { best = (score, (picture, time)) }
-        if fallback == nil || score > fallback!.score { fallback = (score, (picture, time)) }
+        if luma.mean > 24 && luma.mean < 232 && score > 10, best == nil || score > best!.score {
+            best = (score, (picture, time))
+            fallback = nil
+        } else if best == nil, fallback == nil || score > fallback!.score {
+            fallback = (score, (picture, time))
+        }
     }
 
     /// The cover, once at least one candidate was weighed.
@@ -66,8 +71,8 @@ struct LumaStats {
 /// A cover chosen from raw pictures as they pass (a ladder's decoded, upright pictures on their
 /// way to an encoder), as `Thumbnailer` chooses one from a file: the first picture at or after
 /// each of `CoverChoice.fractions` of the stream's length is weighed; with no length known, or
-/// none of those reached, the first picture is the cover. Pictures are kept by reference (their
-/// bytes are shared, not copied). Owned by the stage that feeds it.
+/// none of those reached, the first picture is the cover. One picture is kept at a time, by
+/// reference (its bytes are shared, not copied). Owned by the stage that feeds it.
 struct PassingCoverChoice {
     private var choice = CoverChoice<VideoFrame>()
     /// Candidate times still ahead, earliest first.
@@ -84,11 +89,12 @@ struct PassingCoverChoice {
 
     /// Looks at `v` (a picture in `VideoFrame`'s layout).
     mutating func look(at v: VideoFrame) throws {
-        if first == nil { first = v }
+        if first == nil, choice.chosen == nil { first = v }
         guard let next = ahead.first, v.time >= next - 1e-6 else { return }
         ahead.removeAll { $0 <= v.time + 1e-6 }
         let luma = try PicturePacker.withFrame(v, in: wrapper, what: "the cover") { try LumaStats(of: $0) }
         choice.consider(v, time: v.time, luma: luma)
+        first = nil  // a candidate is kept: the first picture is not needed any more
     }
 
     /// The cover: the chosen picture and its time, or nil when no picture passed.

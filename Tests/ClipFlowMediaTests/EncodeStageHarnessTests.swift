@@ -93,7 +93,9 @@ final class EncodeStageHarnessTests: XCTestCase {
         try h.endOfStream()
         XCTAssertEqual(h.finish().count, 1)
         XCTAssertEqual(try Probe.videoFrames(output), 30)
-        let stats = try Run.run(["ffmpeg", "-v", "error", "-i", output, "-vf", "signalstats,metadata=print:key=lavfi.signalstats.YAVG:file=-", "-f", "null", "-"])
+        let stats = try Run.run([
+            "ffmpeg", "-v", "error", "-i", output, "-vf", "signalstats,metadata=print:key=lavfi.signalstats.YAVG:file=-", "-f", "null", "-"
+        ])
         let averages = stats.out.components(separatedBy: "YAVG=").dropFirst().compactMap { Double($0.prefix { "0123456789.".contains($0) }) }
         XCTAssertEqual(averages.count, 30, stats.out)
         for a in averages { XCTAssertEqual(a, 200, accuracy: 3) }

@@ -5,7 +5,8 @@ import Foundation
 /// progress returns). For periodic upkeep beside other work: redrawing a status line, keeping a
 /// process's priority, polling a caller's abort flag. Thread-safe.
 public final class RepeatingTimer: @unchecked Sendable {
-    /// The dispatch timer; its handler holds it (and so this timer) until it is cancelled.
+    /// The dispatch timer. Its handler holds the source (not this object), so the calls go on
+    /// whether or not this object is kept, until the source is cancelled.
     private let source: DispatchSourceTimer
 
     /// Starts at once; the first call comes after `interval`.

@@ -10,7 +10,8 @@ import Foundation
 /// step then encodes the other rungs from one decode and takes over, as they are, what the first
 /// step made that the ladder also needs (the copied or encoded audio, the smallest rung), so no
 /// rendition is made twice. The poster is taken from a copy (the upload's own pictures); after the
-/// smallest rung, the ladder makes it again from its top rung (a cover as sharp as the video).
+/// smallest rung, the ladder makes it again from its decoded pictures, at its top rung's size
+/// (a cover as sharp as the video).
 enum PlayableFirst {
     /// The longest a copied upload may go without a keyframe: a copy's segments start at its
     /// keyframes, and a player starts on a segment's first frame.

@@ -68,26 +68,30 @@ final class EncodeStageHarnessTests: XCTestCase {
     }
 
     /// A picture that carries its decoded frame (`DecodedPicture`, as the decode stage sends
-    /// them) is encoded from a reference to that frame, not from a copy of its bytes: here the
-    /// bytes say dark grey and the frame says light grey, and the video is light (ffmpeg's
-    /// signalstats).
-    func testAPictureCarryingItsDecodedFrameIsEncodedFromThatFrame() throws {
+    /// them) is encoded from a reference to that frame when the frame holds the picture's bytes;
+    /// a frame that does not (a stage changed the picture and kept the fact) is passed over for
+    /// the bytes. Judged by ffmpeg's signalstats: the first 15 pictures are the frame's light
+    /// grey, the last 15 the bytes' darker greys.
+    func testADecodedFrameIsEncodedByReferenceOnlyWhenItHoldsThePicture() throws {
         let output = fx.scratch("encode-stage-ref").appendingPathComponent("out.mp4").path
         let h = StageHarness(EncodeStage(id: "enc", output: output, settings: TranscodeSettings(), overwrite: false))
         try h.prepare()
         XCTAssertEqual(try h.push(.parameters(caps(audio: false))), .ok)
-        let pool = try PicturePool(size: PictureSize(width: 160, height: 128))
+        let pool = try PicturePool(size: PictureSize(width: 160, height: 128), alignment: 1)
         let light = try pool.picture()
-        for plane in 0..<3 { memset(try XCTUnwrap(light.data(plane)), plane == 0 ? 200 : 128, light.linesize(plane) * (plane == 0 ? 128 : 64)) }
+        let y = try XCTUnwrap(light.data(0))
+        XCTAssertEqual(light.data(1), y + 160 * 128, "planes one after another")
+        memset(y, 200, 160 * 128)
+        memset(y + 160 * 128, 128, 160 * 128 / 2)
         for n in 0..<30 {
-            let grey = picture(n)
-            var bytes = grey.data
-            bytes.resetBytes(in: 0..<(160 * 128))  // luma 0 in the bytes
-            let dark = VideoFrame(
-                width: grey.width, height: grey.height, format: .yuv420p, data: bytes, time: grey.time, sequence: grey.sequence, nominalRate: 30,
+            let grey = picture(n)  // luma 40 + n
+            let own = Data(bytesNoCopy: y, count: 160 * 128 * 3 / 2, deallocator: .custom { _, _ in withExtendedLifetime(light) {} })
+            let v = VideoFrame(
+                width: 160, height: 128, format: .yuv420p, data: n < 15 ? own : grey.data, time: grey.time, sequence: grey.sequence, nominalRate: 30,
                 duration: grey.duration)
-            var item = Item.frame(.video(dark))
+            var item = Item.frame(.video(v))
             item.facts[DecodedPicture.self] = DecodedPicture(frame: light)
+            XCTAssertEqual(DecodedPicture(frame: light).holds(v), n < 15)
             XCTAssertEqual(try h.push(item), .ok)
         }
         try h.endOfStream()
@@ -98,7 +102,7 @@ final class EncodeStageHarnessTests: XCTestCase {
         ])
         let averages = stats.out.components(separatedBy: "YAVG=").dropFirst().compactMap { Double($0.prefix { "0123456789.".contains($0) }) }
         XCTAssertEqual(averages.count, 30, stats.out)
-        for a in averages { XCTAssertEqual(a, 200, accuracy: 3) }
+        for (n, a) in averages.enumerated() { XCTAssertEqual(a, n < 15 ? 200 : Double(40 + n), accuracy: 3, "picture \(n)") }
     }
 
     func testAnythingButItsOneShapeIsRefusedAndLeavesNothing() throws {

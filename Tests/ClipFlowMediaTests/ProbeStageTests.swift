@@ -34,7 +34,12 @@ final class ProbeStageTests: XCTestCase {
         // A clip that cannot be probed goes on with its failure: the merge decides what it means.
         guard case .failure(let e) = try XCTUnwrap(last.facts[ProbedClip.self]).outcome else { return XCTFail("probed a broken clip") }
         XCTAssertTrue("\(e)".contains(broken), "\(e)")
-        XCTAssertTrue(h.events.contains { $0.kind == .result([.init("clips", .integer(3))]) })
+        XCTAssertTrue(h.events.contains { $0.kind == .result([.init("probed", .integer(3))]) })
+        // After a stop, clips go on unprobed at once.
+        let stopped = StageHarness(ProbeStage(id: "p"))
+        stopped.stop()
+        XCTAssertEqual(try stopped.push(.file(a, type: .clips)), .ok)
+        XCTAssertNil(try XCTUnwrap(stopped.pull()).facts[ProbedClip.self])
     }
 
     /// The merge reads what the item carries: a probe failure it carries is the merge's error,

@@ -6,7 +6,8 @@ public protocol ItemFact: Sendable {}
 
 /// The facts an item carries, at most one of each type, looked up by type:
 /// `item.facts[ClipInfo.self]`. A value type: a stage that passes an item on passes its facts
-/// with it unless it removes them.
+/// with it unless it removes them, so a stage that changes the payload removes the facts that
+/// describe the old one.
 public struct ItemFacts: Sendable {
     private var byType: [ObjectIdentifier: any ItemFact] = [:]
 

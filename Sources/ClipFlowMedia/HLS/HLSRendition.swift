@@ -145,8 +145,9 @@ final class VideoRenditionStage: Stage {
         if let duration = item.parameters?.duration { poster?.expect(duration: duration) }
         guard case .video(let v) = item.payload else { return .ok }
         if context.stopRequested { return .flushing }
+        let taken = try stopping(context) { try take(v, context) }
         try poster?.look(at: v)
-        return try stopping(context) { try take(v, context) }
+        return taken
     }
 
     private func take(_ v: VideoFrame, _ context: StageContext) throws -> FlowResult {

@@ -14,7 +14,8 @@ public struct ProbedClip: ItemFact {
 /// of input 0, then of input 1, ... (`InputOrdered`'s order), each input's as soon as the inputs
 /// before it have ended. The first stage of a merge's graph: clips a recorder writes are probed
 /// while it records, and the merge reads them once. A clip that cannot be probed still goes on,
-/// its failure carried. Graph-internal (no kind of its own). Belongs to its stage queue.
+/// its failure carried. After a stop or a cancel, clips go on unprobed (whoever still wants one
+/// probes it). Graph-internal (no kind of its own). Belongs to its stage queue.
 final class ProbeStage: Stage {
     let id: String
     var inputTypes: Set<PortType> { [.clips] }
@@ -34,7 +35,7 @@ final class ProbeStage: Stage {
 
     func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
         var item = item
-        if let path = item.path {
+        if let path = item.path, !context.stopRequested {
             item.facts[ProbedClip.self] = ProbedClip(Result { try ClipProbe.probe(path) })
             probed += 1
         }
@@ -57,6 +58,6 @@ final class ProbeStage: Stage {
             for item in waiting[input]! where context.push(item) == .flushing { return }
         }
         waiting = [:]
-        context.emit(.result([.init("clips", .integer(Int64(probed)))]))
+        context.emit(.result([.init("probed", .integer(Int64(probed)))]))
     }
 }

@@ -153,6 +153,13 @@ public final class DecodeStage: Stage {
 /// take references to it at once.
 struct DecodedPicture: ItemFact {
     let frame: Frame
+
+    /// Whether `v`'s bytes are this frame's pixels (a stage that changed the picture and kept the
+    /// fact would make them differ).
+    func holds(_ v: VideoFrame) -> Bool {
+        guard let y = frame.data(0), Int(frame.f.pointee.width) == v.width, Int(frame.f.pointee.height) == v.height else { return false }
+        return v.data.withUnsafeBytes { $0.baseAddress == UnsafeRawPointer(y) }
+    }
 }
 
 /// yuv420p pictures of one size in `VideoFrame`'s layout (planes one after another, rows without

@@ -77,8 +77,8 @@ final class EncodeStage: Stage {
         if let e = meter.event(done: done, final: final) { StageProgress(context: context).report(e) }
     }
 
-    /// Encodes `v`: a reference to its `decoded` frame when it carries one, otherwise its bytes
-    /// (which the encoder copies).
+    /// Encodes `v`: a reference to its `decoded` frame when it carries one whose pixels are `v`'s
+    /// own bytes, otherwise its bytes (which the encoder copies).
     private func encode(_ v: VideoFrame, decoded: DecodedPicture?) throws {
         guard let file, let wrapper, let shape = announced?.video, let tb = shape.timeBase else {
             throw ClipFlowError.failure("internal: transcode '\(id)' got a picture before its parameters")
@@ -88,7 +88,7 @@ final class EncodeStage: Stage {
                 "transcode '\(id)': a \(v.width)x\(v.height) \(v.format.rawValue) picture among \(shape.width)x\(shape.height) yuv420p ones")
         }
         let pts = Int64((v.time * Double(tb.den) / Double(tb.num)).rounded())
-        if let decoded {
+        if let decoded, decoded.holds(v) {
             let picture = try Frame()
             try FF.check(av_frame_ref(picture.f, decoded.frame.f), "sharing a picture")
             picture.f.pointee.pts = pts

@@ -103,22 +103,20 @@ final class RealToolClipsTests: XCTestCase {
         return end - first
     }
 
-    /// Merges `inputs` and judges the result: ffmpeg decodes it without an error; every picture
+    /// Merges `inputs` as `clipflow merge` does (`files -> merge.probe -> merge`: each clip probed
+    /// once, its probe carried to the merge) and judges the result: ffmpeg decodes it without an error; every picture
     /// of the clips is there; each clip's sound follows its own pictures, so the sound ends where
     /// the last clip's ends, placed after the pictures of the clips before it (to within one AAC
     /// frame), and decodes to as many samples as it spans.
     /// `timing: false` checks the decode and the pictures only.
     func checkJoin(_ inputs: [String], conform: Bool = false, timing: Bool = true, pictureSlack: Int = 0, label: String) throws {
         let out = fx.scratch("tool-pair").appendingPathComponent("merged.mp4")
-        do {
-            if conform {
-                _ = try ConformingMerger(inputs: inputs, options: MergeOptions(output: out)).run()
-            } else {
-                _ = try Merger(inputs: inputs, options: MergeOptions(output: out)).run()
-            }
-        } catch {
-            return XCTFail("\(label): \(error)")
-        }
+        let merge = MergeStage.graph(id: "merge") { MergeStage(id: "merge", output: out.path, conform: conform) }
+        let outcome = try GraphRunner(
+            nodes: [StageNode("files") { FilesStage(id: "files", paths: inputs, glob: nil) }] + merge.nodes,
+            edges: merge.entries.map { Edge(from: "files", to: $0) } + merge.edges, sink: EventRecorder()
+        ).run()
+        guard case .completed = outcome else { return XCTFail("\(label): \(outcome)") }
         XCTAssertEqual(try Probe.decodeErrors(out.path, keepTimestamps: true), "", label)
         let pictures = try inputs.reduce(0) { $0 + (try Probe.videoFrames($1)) }
         XCTAssertEqual(Double(try Probe.videoFrames(out.path)), Double(pictures), accuracy: Double(pictureSlack), "\(label): pictures")

@@ -267,15 +267,16 @@ enum LadderCovers {
     /// The covers of `poster` (upright already).
     static func write(_ poster: LadderPoster, into work: URL) throws {
         _ = try PicturePacker.withFrame(poster.picture, in: try Frame(), what: "the poster") { picture in
-            try Thumbnailer.writeCovers(
-                of: picture, turned: 0, to: work.appendingPathComponent(full), limit: nil,
-                also: sizes.map { (work.appendingPathComponent(name($0)), ThumbnailSize(maxWidth: $0, maxHeight: $0)) }, replacing: false)
+            try Thumbnailer.writeCovers(of: picture, turned: 0, to: work.appendingPathComponent(full), limit: nil, also: smaller(in: work), replacing: false)
         }
     }
 
     static func write(_ thumbnailer: Thumbnailer, into work: URL) throws {
-        _ = try thumbnailer.write(
-            to: work.appendingPathComponent(full),
-            also: sizes.map { (work.appendingPathComponent(name($0)), ThumbnailSize(maxWidth: $0, maxHeight: $0)) })
+        _ = try thumbnailer.write(to: work.appendingPathComponent(full), also: smaller(in: work))
+    }
+
+    /// The sized covers' files in `work` and the size each is fitted within.
+    private static func smaller(in work: URL) -> [(URL, ThumbnailSize)] {
+        sizes.map { (work.appendingPathComponent(name($0)), ThumbnailSize(maxWidth: $0, maxHeight: $0)) }
     }
 }

@@ -40,8 +40,9 @@ public enum HLSStage {
 /// The end of a ladder's graph: takes every rendition's description (port `rendition`), writes
 /// the master playlist (BANDWIDTH measured, CODECS from the streams), `feed.json`, the covers
 /// (made by a copy from its source, or of the picture the smallest rendition chose,
-/// `LadderPoster`) and the storyboard (from the smallest rendition), then renames the ladder's folder into place. It creates the folder when prepared (refusing an
-/// existing output) and removes it unless the run completed. Belongs to its stage queue.
+/// `LadderPoster`) and the storyboard (from the smallest rendition), then renames the ladder's
+/// folder into place. It creates the folder when prepared (refusing an existing output) and
+/// removes it unless the run completed. Belongs to its stage queue.
 final class LadderStage: Stage {
     let id: String
     private let folder: LadderFolder

@@ -48,12 +48,7 @@ public struct ConformPlan: Sendable {
     public static func make(_ paths: [String], preset: TranscodePreset? = nil, probed known: [Result<ClipInfo, Error>?] = []) throws -> ConformPlan {
         // The sample tables of every clip, on every core; FFmpeg's stream probe (which decodes a
         // little) only where the plan needs it: clips that cannot be copied, and the target.
-        let probed = Merger.ProbeResults(count: paths.count)
-        DispatchQueue.concurrentPerform(iterations: paths.count) { i in
-            let made = i < known.count ? known[i] : nil
-            probed.set(i, made ?? Result { try ClipProbe.probe(paths[i]) })
-        }
-        let infos = probed.outcomes()
+        let infos = Merger.ProbeResults.probing(paths, known: known).outcomes()
         var cache: [Int: SourceInfo] = [:]
         func source(_ i: Int) throws -> SourceInfo {
             if let s = cache[i] { return s }

@@ -4,10 +4,10 @@ import Foundation
 /// Joins every clip it receives (inputs in order, clips in arrival order) into one fast-start
 /// MP4 at end of stream, then passes the file on, carrying where each stretch came from
 /// (`FileOrigins`). The `merge` kind runs as `ID.probe -> ID` (`graph`): the clips arrive
-/// probed (`ProbedClip`) and are not probed again; a clip without a probe is probed here. On a graceful stop (first SIGINT) it writes
-/// nothing when `onStop` is `.discard` (a merge is all or nothing), or joins the clips that
-/// arrived when it is `.finish` (a recording pipeline: stopping the recording still yields the
-/// video). The output never exists half-written.
+/// probed (`ProbedClip`) and are not probed again; a clip without a probe is probed here. On a
+/// graceful stop (first SIGINT) it writes nothing when `onStop` is `.discard` (a merge is all
+/// or nothing), or joins the clips that arrived when it is `.finish` (a recording pipeline:
+/// stopping the recording still yields the video). The output never exists half-written.
 /// Belongs to its stage queue; a stop or cancel reaches it through `cancelFlag` (thread-safe).
 public final class MergeStage: Stage {
     public let id: String

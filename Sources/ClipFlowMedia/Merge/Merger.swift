@@ -95,12 +95,7 @@ public final class Merger {
         }
         // Probe on every core (nothing else runs yet); errors are reported for the first bad input
         // in the order given, as a sequential probe would.
-        let results = ProbeResults(count: inputs.count)
-        let inputs = self.inputs, cancel = self.cancel, known = self.probed
-        DispatchQueue.concurrentPerform(iterations: inputs.count) { i in
-            if i < known.count, let outcome = known[i] { return results.set(i, outcome) }
-            results.set(i, cancel.isCancelled ? .failure(ClipFlowError.interrupted) : Result { try ClipProbe.probe(inputs[i]) })
-        }
+        let results = ProbeResults.probing(inputs, known: probed, cancel: cancel)
         let clips = try results.all()
         var inBand = options.parameterSetsInBand
         do { try Compatibility.check(clips, parameterSetsInBand: inBand) } catch let e as ClipFlowError where !inBand {
@@ -152,6 +147,19 @@ public final class Merger {
     final class ProbeResults: Sendable {
         private let results: Mutex<[Result<ClipInfo, Error>?]>
         init(count: Int) { results = Mutex(Array(repeating: nil, count: count)) }
+
+        /// The probes of `paths`: those `known` (by index) as they are, the others made on every
+        /// core; once `cancel` is set, the ones not yet made are `interrupted`.
+        static func probing(_ paths: [String], known: [Result<ClipInfo, Error>?], cancel: CancellationFlag? = nil) -> ProbeResults {
+            let results = ProbeResults(count: paths.count)
+            DispatchQueue.concurrentPerform(iterations: paths.count) { i in
+                if i < known.count, let outcome = known[i] { return results.set(i, outcome) }
+                if cancel?.isCancelled == true { return results.set(i, .failure(ClipFlowError.interrupted)) }
+                results.set(i, Result { try ClipProbe.probe(paths[i]) })
+            }
+            return results
+        }
+
         func set(_ i: Int, _ r: Result<ClipInfo, Error>) { results.withLock { $0[i] = r } }
         func all() throws -> [ClipInfo] {
             try results.withLock { rs in try rs.map { try $0!.get() } }

@@ -41,6 +41,9 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
 
         let method = request.method.uppercased()
         try set(CURLOPT_URL, request.url, what: "URL")
+        // The path goes out exactly as given: a signature (SigV4) covers the path as written, and
+        // `.`/`..` segments are part of an S3 key, not directions to squash.
+        try set(CURLOPT_PATH_AS_IS, 1)
         try set(CURLOPT_NOSIGNAL, 1)
         try set(CURLOPT_FOLLOWLOCATION, 0)
         try set(CURLOPT_PROTOCOLS_STR, "http,https", what: "protocols")

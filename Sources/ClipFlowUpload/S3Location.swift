@@ -32,4 +32,23 @@ public struct S3Location: Sendable, Equatable, Hashable, CustomStringConvertible
 
     /// Whether `key` names a folder (empty, or ending in "/").
     public var isPrefix: Bool { key.isEmpty || key.hasSuffix("/") }
+
+    /// The first `.` or `..` segment of `key`, if it has one. Such keys are legal in S3 and are
+    /// sent as written, but some servers refuse them and many tools rewrite them.
+    public static func dotSegment(in key: String) -> String? {
+        key.split(separator: "/", omittingEmptySubsequences: false).first { $0 == "." || $0 == ".." }.map(String.init)
+    }
+
+    /// The refusal of a request for `key` that a server answered `400` because of a `.`/`..`
+    /// segment: bad input (asking again cannot help), naming the key and the segment. Nil when
+    /// the answer is not a 400 or the key has no such segment.
+    static func dotSegmentRefusal(key: String, status: Int, serverCode: String, what: String) -> UploadError? {
+        guard status == 400, let segment = dotSegment(in: key) else { return nil }
+        let answer = serverCode.isEmpty ? "" : " (\(serverCode))"
+        return UploadError(
+            .badInput,
+            message:
+                "\(what): the server refuses the key '\(key)'\(answer): it has a '\(segment)' segment, which this server does not accept; choose a key without '.' or '..' segments"
+        )
+    }
 }

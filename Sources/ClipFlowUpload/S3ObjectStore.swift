@@ -419,6 +419,9 @@ final class S3Call {
     func failure(_ r: HTTPResponse, step: String) -> UploadError {
         let info = S3ErrorInfo(r)
         let keyID = maskAccessKeyID(signer.currentCredentials().accessKeyID)
+        if let refusal = S3Location.dotSegmentRefusal(key: location.key, status: r.status, serverCode: info.code, what: "\(location): \(step)") {
+            return refusal
+        }
         switch info.code {
         case "NoSuchBucket":
             return UploadError(.badInput, message: "\(location): no such bucket")

@@ -397,6 +397,9 @@ final class S3Session {
     /// The error for a final, non-retryable answer.
     func failure(_ r: HTTPResponse, step: String) -> UploadError {
         let info = S3ErrorInfo(r)
+        if let refusal = S3Location.dotSegmentRefusal(key: key, status: r.status, serverCode: info.code, what: "\(what): \(step)") {
+            return refusal
+        }
         switch info.code {
         case "SignatureDoesNotMatch":
             let keyID = maskAccessKeyID(uploader.currentCredentials().accessKeyID)

@@ -238,6 +238,33 @@ final class S3ObjectStoreTests: XCTestCase {
         }
     }
 
+    /// Keys with `.` and `..` segments are legal S3 keys: the path goes out exactly as signed
+    /// (libcurl would squash the segments and the server would answer SignatureDoesNotMatch, blamed
+    /// on good credentials). SeaweedFS refuses such keys: that is bad input naming the key, never a
+    /// credentials problem or a retryable one.
+    func testKeysWithDotSegmentsGoOutAsSignedAndARefusalNamesTheKey() throws {
+        let file = try makeFile("dots.bin", size: 1000)
+        let store = try store(viaProxy: true)
+        for (name, segment) in [("out/../x.mp4", ".."), ("./y.mp4", "."), ("a/./b/../c.mp4", ".")] {
+            let k = key(name)
+            try proxy.resetStats()
+            XCTAssertThrowsError(try store.upload(file: file.path, bucket: s3.bucket, key: k)) { e in
+                let u = e as? UploadError
+                XCTAssertEqual(u?.kind, .badInput, "\(k): \(e)")
+                XCTAssertEqual(u?.retryable, false, "\(k)")
+                let message = u?.message ?? ""
+                XCTAssertTrue(message.contains("'\(k)'") && message.contains("'\(segment)' segment"), message)
+                XCTAssertFalse(message.contains("SignatureDoesNotMatch") || message.contains("credentials"), message)
+                assertNoSecret(message)
+            }
+            let sent = try stats { !$0.requests.isEmpty }.requests
+            XCTAssertTrue(sent.contains { $0.target.contains("/\(s3.bucket)/\(k)") }, "\(k) sent as written: \(sent.map(\.target))")
+            XCTAssertFalse(sent.contains { $0.outcome == "403" }, "no signature refusal: \(sent)")
+        }
+        XCTAssertEqual(S3Location.dotSegment(in: "a/b.c/..d/e."), nil)
+        XCTAssertEqual(S3Location.dotSegment(in: "a//../b"), "..")
+    }
+
     // MARK: Listing
 
     /// Small pages (2 keys) prove the continuation: every key under the prefix, in key order, with

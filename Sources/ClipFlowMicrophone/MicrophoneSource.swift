@@ -12,16 +12,24 @@ import Synchronization
 /// the chunks against the pictures is the recorder's work.
 ///
 /// Ends after `duration` seconds of audio, when the consumer ends, when the device goes away (a
-/// notice, then a normal end of stream), or on a graceful stop: it then keeps reading until the
-/// audio reaches the stop time plus `stopTail`, so a recorder can cover the last picture. A cancel
-/// ends it within one wait (`pollMs`). No audio for `stallSeconds` is an error. Overruns are
-/// counted in `overruns` and each emits a notice.
+/// notice, then a normal end of stream; `deviceLost` and `lossReason` say so), or on a graceful
+/// stop: it then keeps reading until the audio reaches the stop time plus `stopTail`, so a
+/// recorder can cover the last picture, and ends at most a second after that whatever the device
+/// does. A cancel ends it within one wait (`pollMs`). No audio for `stallSeconds` while the
+/// device answers is an error. Overruns are counted in `overruns` and each emits a notice.
+///
+/// The device is never called on the stage's queue after `prepare`: a `MicrophoneReader` thread
+/// makes every call, since one may never return (a sound server killed while its plugin waits).
+/// A call that lasts `hungSeconds` counts as the device going away; when the stage ends, the
+/// reading thread is waited for at most `releaseSeconds`, then abandoned with the device open
+/// (a notice says so). So the source always ends within those bounds.
 ///
 /// The stop time, the stall timeout and the tail are on CLOCK_MONOTONIC (`SystemClock`) whatever
 /// the context's clock, since they are compared with the device's timestamps.
 ///
 /// Belongs to its stage queue (others read its counters after the run); owns the
-/// `MicrophoneDevice` from `prepare` to `finish`.
+/// `MicrophoneDevice` from `prepare` until `produce` hands it to its reading thread (or, if
+/// nothing was produced, until `finish` closes it).
 public final class MicrophoneSource: Stage {
     public let id: String
     public let device: String
@@ -39,13 +47,20 @@ public final class MicrophoneSource: Stage {
     /// Frames delivered (per channel).
     public private(set) var framesCaptured: Int64 = 0
     public private(set) var overruns = 0
-    /// The device went away mid-stream.
+    /// The device went away mid-stream (an error saying so, or a call that did not return
+    /// within `hungSeconds`).
     public private(set) var deviceLost = false
+    /// How the device went away ("microphone 'pulse' went away: ..."), when it did.
+    public private(set) var lossReason: String?
 
     public var inputTypes: Set<PortType> { [] }
     public var outputType: PortType? { .frames }
 
     static let pollMs: Int32 = 50
+    /// A device call lasting this long is taken for a device that went away.
+    public static let hungSeconds = 3.0
+    /// How long the end of the stage waits for its reading thread before abandoning it.
+    public static let releaseSeconds = 1.0
 
     public static let kind = StageKind(
         name: "microphone", summary: "source: audio from an ALSA capture device (microphone)",
@@ -98,15 +113,36 @@ public final class MicrophoneSource: Stage {
         context.onStop { stopAt.withLock { $0 = $0 ?? SystemClock().now() } }
         let cancelled = Atomic<Bool>(false)
         context.onCancel { cancelled.store(true, ordering: .releasing) }
-        try mic.start()
-        let rate = Double(mic.format.sampleRate)
+        let format = mic.format
+        microphone = nil
+        let reader = MicrophoneReader(device: mic, pollMs: Self.pollMs)
+        reader.start(context.helpers, name: "microphone \(device)")
+        defer { release(reader, context) }
+        let rate = Double(format.sampleRate)
         let limit: Int64? = duration > 0 ? max(1, Int64((duration * rate).rounded())) : nil
         var lastAudio = SystemClock().now()
         var chunks = 0
         while !cancelled.load(ordering: .acquiring) && !context.cancellation.isCancelled {
             let stop = stopAt.withLock { $0 }
-            if let stop, SystemClock().now() > stop + stopTail + 1 { break }
-            switch try mic.read(timeoutMs: Self.pollMs) {
+            let now = SystemClock().now()
+            if let stop, now > stop + stopTail + 1 { break }
+            let reading: MicrophoneRead
+            switch reader.results.pull(waitingAtMost: Double(Self.pollMs) / 1000) {
+            case .ended:
+                // The thread ended without a last reading: it was told to stop.
+                return report(context)
+            case .empty:
+                if let call = reader.callSeconds(now: now), call >= Self.hungSeconds {
+                    lose(
+                        "microphone '\(device)' stopped answering: a call into it has not returned for \(Self.seconds(Self.hungSeconds)) (its sound server or driver hung)",
+                        context)
+                    return
+                }
+                continue
+            case .element(let pulled):
+                reading = try pulled.element.get()
+            }
+            switch reading {
             case .timeout:
                 if SystemClock().now() - lastAudio >= stallSeconds, stop == nil {
                     throw ClipFlowError.failure(
@@ -117,18 +153,16 @@ public final class MicrophoneSource: Stage {
                 overruns += 1
                 context.emit(.notice("microphone \(device): overrun \(overruns) (audio lost; the recorder fills the gap)"))
             case .deviceLost(let why):
-                deviceLost = true
-                context.emit(.notice("\(why) after \(framesCaptured) frames; ending its audio there"))
-                report(context)
+                lose(why, context)
                 return
             case .audio(var samples, var frames, let clockTime, let readTime):
                 lastAudio = SystemClock().now()
                 if let limit, framesCaptured + Int64(frames) > limit {
                     frames = Int(limit - framesCaptured)
-                    samples = Array(samples.prefix(frames * mic.format.channels))
+                    samples = Array(samples.prefix(frames * format.channels))
                 }
                 let chunk = AudioChunk(
-                    sampleRate: mic.format.sampleRate, channels: mic.format.channels, samples: samples,
+                    sampleRate: format.sampleRate, channels: format.channels, samples: samples,
                     firstSample: framesCaptured, clockTime: clockTime, readTime: readTime)
                 framesCaptured += Int64(frames)
                 if context.push(.frame(.audio(chunk))) != .ok { return report(context) }
@@ -139,6 +173,24 @@ public final class MicrophoneSource: Stage {
             }
         }
         report(context)
+    }
+
+    /// The device went away: a notice, and the audio ends here.
+    private func lose(_ why: String, _ context: StageContext) {
+        deviceLost = true
+        lossReason = why
+        context.emit(.notice("\(why) after \(framesCaptured) frames; ending its audio there"))
+        report(context)
+    }
+
+    /// Ends the reading thread, waiting for it at most `releaseSeconds`.
+    private func release(_ reader: MicrophoneReader, _ context: StageContext) {
+        if !reader.release(waitingAtMost: Self.releaseSeconds) {
+            context.emit(
+                .notice(
+                    "microphone \(device): its reading thread did not end within \(Self.seconds(Self.releaseSeconds)) (a call into the device has not returned); left behind, with the device open"
+                ))
+        }
     }
 
     private func report(_ context: StageContext) {

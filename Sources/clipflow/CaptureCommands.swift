@@ -20,7 +20,10 @@ struct Record: ParsableCommand {
             followed, audio it loses filled with silence of the same length. Fragments are \
             --segment starts a new fragment every N seconds \
             (on a keyframe); --max-duration caps the total over every clip in DIR. SIGINT/SIGTERM (or \
-            the camera being unplugged) finalises the open fragment; earlier ones are untouched. On a \
+            the camera being unplugged) finalises the open fragment; earlier ones are untouched. A \
+            microphone that goes away (unplugged, its sound server ended or hung) leaves the pictures \
+            with silence: the clips are kept, the summary names the seconds without sound and record \
+            exits 1. On a \
             terminal one status line shows the open fragment, its time and the total, drops and the \
             audio level. With --interactive, press a key (on a terminal no Enter is needed; otherwise \
             one command a line on standard input): p pause (closes the clip), r resume (starts a new \
@@ -170,10 +173,20 @@ struct Record: ParsableCommand {
                     format: "; audio lost %d time%@ (%.3f s, filled with silence)", r.audioOverruns, r.audioOverruns == 1 ? "" : "s",
                     r.audioLostSeconds)
             }
+            // Pictures recorded without the microphone's sound (it went away, or sent nothing in
+            // time); at most what exists, when clips were deleted.
+            let muteSeconds = min(rec.recorder?.muteSeconds ?? 0, total)
+            if mic != nil, muteSeconds >= 0.005 {
+                summary += String(format: "; %.2f s without sound", muteSeconds)
+            }
             switch outcome {
             case .completed:
                 if let v = src as? V4L2Source, v.deviceLost {
                     throw ClipFlowError.failure("\(device): the camera went away (unplugged?); \(summary); the open clip was finalised")
+                }
+                // A microphone gone before the pictures ended: a mute recording is not a good one.
+                if let mic, mic.deviceLost, muteSeconds >= 0.005 {
+                    throw ClipFlowError.failure("\(mic.lossReason ?? "microphone '\(audio)' went away"); \(summary); the clips were kept")
                 }
                 door.say(summary)
             case .interrupted where reader.quit:

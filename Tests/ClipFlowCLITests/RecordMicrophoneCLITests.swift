@@ -1,6 +1,11 @@
 import ClipFlowTestSupport
 import Foundation
+import Synchronization
 import XCTest
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `clipflow record --source v4l2 --audio PCM`: the emulated camera (flashing on every whole
 /// second of CLOCK_MONOTONIC) and a microphone through the real alsa-lib, ALSA's pulse plugin and
@@ -106,6 +111,168 @@ final class RecordMicrophoneCLITests: XCTestCase {
         try checkFragments(try clips(run.dir), count: 3, segment: 10)
     }
 
+    /// How a recording whose microphone broke ended: its exit status (nil: it still ran at the
+    /// bound and was killed), what it printed, its folder, and the seconds from the recording's
+    /// end (or the SIGTERM) to its exit.
+    struct BrokenMicrophoneRun {
+        var status: Int32?
+        var stderr: String
+        var dir: String
+        var took: Double
+    }
+
+    /// How the microphone breaks mid-recording.
+    enum Breakage {
+        /// PulseAudio SIGKILLed under the pipe microphone (`PulseAudioServer.pipePCM`).
+        case serverKilled
+        /// `PulseAudioServer.stuckPCM`: its feeder stops, the FIFO stays open and empty, and the
+        /// read in progress never returns.
+        case readNeverReturns
+    }
+
+    /// Records `seconds` (0: until stopped) in 2 s fragments from a microphone that breaks
+    /// `breakAt` seconds after it opened; with `sigtermAt`, sends SIGTERM that many seconds after
+    /// it opened. Waits for the exit at most `bound` seconds after the recording's end (`seconds`)
+    /// or the SIGTERM, then SIGKILLs it.
+    func recordBreakingTheMicrophone(
+        _ name: String, _ breakage: Breakage, seconds: Int, breakAt: Double, sigtermAt: Double? = nil, bound: Double
+    ) throws -> BrokenMicrophoneRun {
+        let server = try PulseAudioServer.start()
+        addTeardownBlock { server.stop() }
+        let pcm: String
+        var feeder: MicrophoneFeeder?
+        // The stuck microphone's FIFO is held open for writing until the end of the test, so that
+        // its reads wait rather than find the end of the file.
+        var holder: Int32 = -1
+        switch breakage {
+        case .serverKilled:
+            pcm = PulseAudioServer.pipePCM
+            let f = MicrophoneFeeder(server: server)
+            try f.start()
+            addTeardownBlock { f.stop() }
+            feeder = f
+        case .readNeverReturns:
+            pcm = PulseAudioServer.stuckPCM
+            holder = open(server.stuckFIFOPath, O_RDWR | O_CLOEXEC)
+            XCTAssertGreaterThanOrEqual(holder, 0, "cannot open \(server.stuckFIFOPath)")
+            let fd = holder
+            addTeardownBlock { close(fd) }
+        }
+        let dir = fx.scratch(name).path
+        var env = server.environment
+        env["CLIPFLOW_V4L2_EMULATE"] = "flash"
+        let rec = try BackgroundRun(
+            [
+                binary, "record", "--source", "v4l2", "--audio", pcm, "-o", dir, "--size", "320x240",
+                "--duration", "\(seconds)", "--segment", "2", "--encoder-preset", "ultrafast"
+            ], env: env)
+        XCTAssertTrue(rec.waitFor("microphone \(pcm):", seconds: 20), "the microphone did not open: \(rec.stderr)")
+        let opened = Date()
+        if breakage == .readNeverReturns {
+            let f = MicrophoneFeeder(fifo: server.stuckFIFOPath)
+            try f.start()
+            addTeardownBlock { f.stop() }
+            feeder = f
+        }
+        Thread.sleep(until: opened.addingTimeInterval(breakAt))
+        feeder?.stop()
+        if breakage == .serverKilled { server.kill() }
+        var from = opened.addingTimeInterval(Double(seconds))
+        if let sigtermAt {
+            Thread.sleep(until: opened.addingTimeInterval(sigtermAt))
+            rec.signal(SIGTERM)
+            from = Date()
+        }
+        let status = rec.wait(until: from.addingTimeInterval(bound))
+        let took = Date().timeIntervalSince(from)
+        if status == nil {
+            rec.signal(SIGKILL)
+            _ = rec.wait(until: Date().addingTimeInterval(10))
+        }
+        return BrokenMicrophoneRun(status: status, stderr: rec.stderr, dir: dir, took: took)
+    }
+
+    /// At least one fragment, each a complete MP4 that ffprobe reads and ffmpeg decodes without error.
+    func checkKeptClips(_ dir: String, _ what: String) throws {
+        let files = try clips(dir)
+        XCTAssertFalse(files.isEmpty, "\(what): no clip kept")
+        for c in files {
+            XCTAssertEqual(try Probe.stream(c, "v:0", "codec_name"), "h264", "\(what): \(c)")
+            XCTAssertEqual(try Probe.decodeErrors(c), "", "\(what): \(c)")
+        }
+    }
+
+    /// PulseAudio SIGKILLed 3 s into an 8 s recording (alsa-lib's pulse plugin may then never
+    /// return from a read): the recording still ends, within 15 s of its end, with 0, 1 or 130,
+    /// and every clip it wrote is complete. Three trials: a read hangs in about half of them.
+    func testRecordingEndsWhenTheSoundServerIsKilled() throws {
+        for trial in 1...3 {
+            let run = try recordBreakingTheMicrophone("mic-server-killed-\(trial)", .serverKilled, seconds: 8, breakAt: 3, bound: 15)
+            let what = "trial \(trial)"
+            XCTAssertNotNil(run.status, "\(what): still running 15 s after the recording's end:\n\(run.stderr.suffix(3000))")
+            guard let status = run.status else { continue }
+            print("\(what): exit \(status), \(String(format: "%.1f", run.took)) s after the recording's end")
+            XCTAssertTrue([0, 1, 130].contains(status), "\(what): exit \(status):\n\(run.stderr.suffix(3000))")
+            try checkKeptClips(run.dir, what)
+        }
+    }
+
+    /// SIGTERM 1.5 s after PulseAudio was SIGKILLed mid-recording: the recorder stops within 8 s
+    /// (exit 130), its clips complete. Two trials.
+    func testSIGTERMEndsARecordingWhoseSoundServerWasKilled() throws {
+        for trial in 1...2 {
+            let run = try recordBreakingTheMicrophone(
+                "mic-server-killed-term-\(trial)", .serverKilled, seconds: 0, breakAt: 3, sigtermAt: 4.5, bound: 8)
+            let what = "trial \(trial)"
+            XCTAssertNotNil(run.status, "\(what): still running 8 s after SIGTERM:\n\(run.stderr.suffix(3000))")
+            guard let status = run.status else { continue }
+            print("\(what): exit \(status), \(String(format: "%.1f", run.took)) s after SIGTERM")
+            XCTAssertEqual(status, 130, "\(what):\n\(run.stderr.suffix(3000))")
+            try checkKeptClips(run.dir, what)
+        }
+    }
+
+    /// The microphone gone 3 s into an 8 s recording (its sound server SIGKILLed): the pictures
+    /// go on, the clips are kept, and the recording exits 1, its summary naming the seconds
+    /// without sound (about the 5 s after the loss).
+    func testRecordingWhoseMicrophoneWentAwayExitsOneNamingTheSecondsWithoutSound() throws {
+        let run = try recordBreakingTheMicrophone("mic-server-killed-mute", .serverKilled, seconds: 8, breakAt: 3, bound: 15)
+        XCTAssertEqual(run.status, 1, run.stderr)
+        let line = run.stderr.split(separator: "\n").first { $0.contains("without sound") }.map(String.init)
+        let summary = try XCTUnwrap(line, "no summary naming the seconds without sound:\n\(run.stderr)")
+        XCTAssertTrue(summary.hasPrefix("error: "), summary)
+        XCTAssertTrue(summary.contains("recorded "), summary)
+        XCTAssertTrue(summary.contains("microphone '\(PulseAudioServer.pipePCM)'"), summary)
+        let match = try XCTUnwrap(summary.firstMatch(of: /([0-9]+\.[0-9]+) s without sound/), summary)
+        let mute = try XCTUnwrap(Double(match.1))
+        XCTAssertGreaterThan(mute, 3.5, summary)
+        XCTAssertLessThan(mute, 6.5, summary)
+        try checkKeptClips(run.dir, "mute recording")
+    }
+
+    /// A microphone read that never returns (the stuck PCM, 3 s into an 8 s recording), as the
+    /// pulse plugin's may when its server dies: the recording still ends within 15 s of its end,
+    /// with 0, 1 or 130, its clips complete.
+    func testRecordingEndsWhenAMicrophoneReadNeverReturns() throws {
+        let run = try recordBreakingTheMicrophone("mic-stuck", .readNeverReturns, seconds: 8, breakAt: 3, bound: 15)
+        XCTAssertNotNil(run.status, "still running 15 s after the recording's end:\n\(run.stderr.suffix(3000))")
+        guard let status = run.status else { return }
+        print("exit \(status), \(String(format: "%.1f", run.took)) s after the recording's end")
+        XCTAssertTrue([0, 1, 130].contains(status), "exit \(status):\n\(run.stderr.suffix(3000))")
+        try checkKeptClips(run.dir, "stuck microphone")
+    }
+
+    /// SIGTERM 1.5 s after a microphone read stopped returning: the recorder stops within 8 s
+    /// (exit 130), its clips complete.
+    func testSIGTERMEndsARecordingWhoseMicrophoneReadNeverReturns() throws {
+        let run = try recordBreakingTheMicrophone("mic-stuck-term", .readNeverReturns, seconds: 0, breakAt: 3, sigtermAt: 4.5, bound: 8)
+        XCTAssertNotNil(run.status, "still running 8 s after SIGTERM:\n\(run.stderr.suffix(3000))")
+        guard let status = run.status else { return }
+        print("exit \(status), \(String(format: "%.1f", run.took)) s after SIGTERM")
+        XCTAssertEqual(status, 130, run.stderr.suffix(3000).description)
+        try checkKeptClips(run.dir, "stuck microphone, SIGTERM")
+    }
+
     /// Where the first stretch of silence longer than `longerThan` seconds starts (seconds).
     static func firstSilence(_ s: [Float], rate: Int, longerThan: Double) -> Double? {
         var run = 0
@@ -132,5 +299,64 @@ final class RecordMicrophoneCLITests: XCTestCase {
             samples[i] = Float(Int16(v * 32767)) / 32767
         }
         return try AVSync.wav(samples, in: fx.scratch(name))
+    }
+}
+
+/// A program running in the background, its standard error collected as it comes (standard
+/// output and input on /dev/null). `@unchecked Sendable`: `process` is used by the test's thread
+/// only; the reading thread shares `text` (a mutex) and `drained`.
+final class BackgroundRun: @unchecked Sendable {
+    private let process = Process()
+    private let text = Mutex(Data())
+    private let drained = DispatchGroup()
+
+    init(_ arguments: [String], env: [String: String]) throws {
+        process.executableURL = URL(fileURLWithPath: arguments[0])
+        process.arguments = Array(arguments.dropFirst())
+        var e = ProcessInfo.processInfo.environment
+        for (k, v) in env { e[k] = v }
+        process.environment = e
+        let pipe = Pipe()
+        process.standardError = pipe
+        process.standardOutput = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        drained.enter()
+        DispatchQueue.global().async { [self] in
+            let h = pipe.fileHandleForReading
+            while true {
+                let d = h.availableData
+                if d.isEmpty { break }
+                text.withLock { $0 += d }
+            }
+            drained.leave()
+        }
+    }
+
+    /// What it printed on standard error so far.
+    var stderr: String { String(decoding: text.withLock { $0 }, as: UTF8.self) }
+
+    /// Waits until standard error holds `marker` (true), at most `seconds`.
+    func waitFor(_ marker: String, seconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if stderr.contains(marker) { return true }
+            usleep(20_000)
+        }
+        return stderr.contains(marker)
+    }
+
+    /// Waits until it exits, at most until `deadline`: its exit status, or nil while it runs.
+    func wait(until deadline: Date) -> Int32? {
+        while process.isRunning {
+            if Date() >= deadline { return nil }
+            usleep(20_000)
+        }
+        _ = drained.wait(timeout: .now() + 5)
+        return process.terminationStatus
+    }
+
+    func signal(_ sig: Int32) {
+        _ = Glibc.kill(process.processIdentifier, sig)
     }
 }

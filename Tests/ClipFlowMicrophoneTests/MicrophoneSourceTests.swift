@@ -229,6 +229,101 @@ final class MicrophoneSourceTests: XCTestCase {
         _ = h.finish(.cancelled)
     }
 
+    /// The sound server SIGKILLed while the source reads (alsa-lib's pulse plugin may then never
+    /// return from a wait): `produce` still ends, within 5 s of the kill (`hungSeconds` and
+    /// `releaseSeconds`; or, if the device answers with nothing, the stall's 5 s), the device gone
+    /// or the stall reported. Three trials, each with a server of its own: a read hangs in about half.
+    func testKilledSoundServerEndsTheSourceWithinBounds() throws {
+        for trial in 1...3 {
+            let s = try PulseAudioServer.start()
+            defer { s.stop() }
+            s.useInThisProcess()
+            let feed = MicrophoneFeeder(server: s)
+            try feed.start()
+            defer { feed.stop() }
+            let source = MicrophoneSource(id: "mic", device: PulseAudioServer.pipePCM)
+            let h = StageHarness(source)
+            try h.prepare()
+            _ = try h.negotiate()
+            let outcome = Mutex<String?>(nil)
+            let ended = DispatchSemaphore(value: 0)
+            DispatchQueue.global().async {
+                do {
+                    try h.produce()
+                    outcome.withLock { $0 = "ended" }
+                } catch {
+                    outcome.withLock { $0 = "\(error)" }
+                }
+                ended.signal()
+            }
+            Thread.sleep(forTimeInterval: 1)
+            feed.stop()
+            s.kill()
+            let killed = Date()
+            guard ended.wait(timeout: .now() + 7) == .success else {
+                XCTFail("trial \(trial): produce still runs 7 s after the sound server was killed")
+                continue
+            }
+            let took = Date().timeIntervalSince(killed)
+            let how = outcome.withLock { $0 } ?? ""
+            print("trial \(trial): produce ended \(String(format: "%.2f", took)) s after the kill: \(how); device lost: \(source.deviceLost)")
+            if how == "ended" {
+                XCTAssertTrue(source.deviceLost, "trial \(trial): ended without the device counted as gone")
+                XCTAssertLessThan(took, 5, "trial \(trial): a hung read counts as the device gone after 3 s, and is left after 1 s more")
+            } else {
+                XCTAssertTrue(how.contains("sent no audio"), "trial \(trial): \(how)")
+            }
+            XCTAssertGreaterThan(source.framesCaptured, 24000, "trial \(trial)")
+            _ = h.finish(how == "ended" ? .completed : .failed)
+        }
+        server?.useInThisProcess()
+    }
+
+    /// A read that never returns (`PulseAudioServer.stuckPCM`: its feeder stops, its FIFO stays
+    /// open and empty): `produce` ends within `hungSeconds` and `releaseSeconds` of it, the device
+    /// counted as gone, and a notice says its reading thread was left behind.
+    func testReadThatNeverReturnsEndsTheSourceWithinBounds() throws {
+        let s = try XCTUnwrap(server)
+        // Held open for writing until the end, so that the read waits rather than finds the end
+        // of the file; closing it lets the left-behind thread end.
+        let holder = open(s.stuckFIFOPath, O_RDWR | O_CLOEXEC)
+        XCTAssertGreaterThanOrEqual(holder, 0, "cannot open \(s.stuckFIFOPath)")
+        defer { close(holder) }
+        let source = MicrophoneSource(id: "mic", device: PulseAudioServer.stuckPCM)
+        let h = StageHarness(source)
+        try h.prepare()
+        _ = try h.negotiate()
+        let feed = MicrophoneFeeder(fifo: s.stuckFIFOPath)
+        try feed.start()
+        defer { feed.stop() }
+        let outcome = Mutex<String?>(nil)
+        let ended = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            do {
+                try h.produce()
+                outcome.withLock { $0 = "ended" }
+            } catch {
+                outcome.withLock { $0 = "\(error)" }
+            }
+            ended.signal()
+        }
+        Thread.sleep(forTimeInterval: 1)
+        feed.stop()
+        let stuck = Date()
+        guard ended.wait(timeout: .now() + 8) == .success else {
+            return XCTFail("produce still runs 8 s after its device stopped answering")
+        }
+        let took = Date().timeIntervalSince(stuck)
+        print("produce ended \(String(format: "%.2f", took)) s after the device stopped answering")
+        XCTAssertEqual(outcome.withLock { $0 }, "ended")
+        XCTAssertTrue(source.deviceLost)
+        XCTAssertTrue(source.lossReason?.contains("microphone 'cfstuck' stopped answering") == true, source.lossReason ?? "nil")
+        XCTAssertLessThan(took, MicrophoneSource.hungSeconds + MicrophoneSource.releaseSeconds + 1.5)
+        let notices = h.events.compactMap { e -> String? in if case .notice(let m) = e.kind { return m } else { return nil } }
+        XCTAssertTrue(notices.contains { $0.contains("left behind, with the device open") }, "\(notices)")
+        _ = h.finish()
+    }
+
     func testDevicesListsTheTestMicrophonesWithRatesAndChannels() throws {
         let env = try XCTUnwrap(server).environment
         let binary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path

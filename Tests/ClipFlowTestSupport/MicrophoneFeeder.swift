@@ -6,7 +6,7 @@ import Synchronization
 #endif
 
 /// The test microphone's sound and clock: writes 48 kHz stereo s16le into a `PulseAudioServer`'s
-/// pipe source, paced by CLOCK_MONOTONIC at `48000 x (1 + ppm / 1e6)` frames per second (so the
+/// pipe source (or into another FIFO, `init(fifo:ppm:)`), paced by CLOCK_MONOTONIC at `48000 x (1 + ppm / 1e6)` frames per second (so the
 /// microphone runs `ppm` fast or slow against the clock the camera's timestamps are on).
 ///
 /// Sound: a quiet 440 Hz tone, plus a loud 1 kHz beep of `beepFrames` frames whose first frame is
@@ -15,8 +15,9 @@ import Synchronization
 /// is due. `gap(at:milliseconds:)` skips the frames due in an interval: the microphone delivers
 /// nothing then, as after an overrun. `stop()` stops writing (the microphone then stalls).
 ///
-/// A permanent reader (`parec`, discarding) keeps the server consuming the pipe, so audio never
-/// waits in it: a recorder that connects gets the audio of now, not of when it was written.
+/// With a server, a permanent reader (`parec`, discarding) keeps the server consuming the pipe,
+/// so audio never waits in it: a recorder that connects gets the audio of now, not of when it
+/// was written.
 /// `@unchecked Sendable`: `thread` and `reader` belong to the thread that calls `start` and
 /// `stop` (the test's); the writing thread shares only `state` (a mutex) and `running` (atomic).
 public final class MicrophoneFeeder: @unchecked Sendable {
@@ -34,7 +35,8 @@ public final class MicrophoneFeeder: @unchecked Sendable {
     /// Frames per CLOCK_MONOTONIC second.
     public var rate: Double { Double(Self.labelledRate) * (1 + ppm / 1e6) }
 
-    private let server: PulseAudioServer
+    private let server: PulseAudioServer?
+    private let fifoPath: String
     private let state = Mutex(State())
     private let running = Atomic<Bool>(false)
     private var thread: Thread?
@@ -52,6 +54,14 @@ public final class MicrophoneFeeder: @unchecked Sendable {
 
     public init(server: PulseAudioServer, ppm: Double = 0) {
         self.server = server
+        fifoPath = server.fifoPath
+        self.ppm = ppm
+    }
+
+    /// Writes into `fifo`, which something else reads (and holds open for reading before `start`).
+    public init(fifo: String, ppm: Double = 0) {
+        server = nil
+        fifoPath = fifo
         self.ppm = ppm
     }
 
@@ -72,20 +82,23 @@ public final class MicrophoneFeeder: @unchecked Sendable {
         state.withLock { $0.gaps.append((at, at + milliseconds / 1000)) }
     }
 
-    /// Starts the discarding reader and the writing thread (frame 0 is due now).
+    /// Starts the discarding reader (with a server) and the writing thread (frame 0 is due now).
     public func start() throws {
-        var env = ProcessInfo.processInfo.environment
-        env.removeValue(forKey: "PULSE_SERVER")
-        let p = try SpawnedProcess(
-            [
-                "parec", "--server=unix:\(server.socketPath)", "--device=\(PulseAudioServer.pipeSourceName)", "--raw", "--format=s16le",
-                "--rate=48000", "--channels=2", "--latency-msec=20"
-            ], environment: env)
-        reader = p
-        let fd = open(server.fifoPath, O_WRONLY | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else { throw ServerError("cannot open \(server.fifoPath) for writing: \(String(cString: strerror(errno)))") }
+        if let server {
+            var env = ProcessInfo.processInfo.environment
+            env.removeValue(forKey: "PULSE_SERVER")
+            let p = try SpawnedProcess(
+                [
+                    "parec", "--server=unix:\(server.socketPath)", "--device=\(PulseAudioServer.pipeSourceName)", "--raw", "--format=s16le",
+                    "--rate=48000", "--channels=2", "--latency-msec=20"
+                ], environment: env)
+            reader = p
+        }
+        let fd = open(fifoPath, O_WRONLY | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { throw ServerError("cannot open \(fifoPath) for writing: \(String(cString: strerror(errno)))") }
         // Wait until the reader is recording, so the pipe is consumed from the first frame.
         for _ in 0..<200 {
+            guard let server else { break }
             if ((try? server.pactl(["list", "short", "source-outputs"])) ?? "").contains("\t") { break }
             usleep(10_000)
         }

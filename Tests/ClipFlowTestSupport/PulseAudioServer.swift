@@ -11,18 +11,25 @@ import Foundation
 ///   `MicrophoneFeeder` writing into `fifoPath`;
 /// - `monitorPCM` (`cfmic`): the monitor of a null sink, a plain microphone clocked by the server
 ///   (CLOCK_MONOTONIC; silent unless something plays into the sink).
+/// Beside them, one that is not PulseAudio's: `stuckPCM` (`cfstuck`), alsa-lib's `file` plugin
+/// over its `null` PCM, whose samples are read (read(2), blocking) from the FIFO `stuckFIFOPath`:
+/// opening it waits for a writer, and while a writer holds the FIFO open with nothing in it, a
+/// read never returns (a device whose driver hung). A `MicrophoneFeeder(fifo:)` paces it. It is
+/// left out of alsa-lib's name hints, so listing the microphones does not open it.
 /// Both are 48 kHz stereo s16le inside the server; a client may ask for any rate or channel count
 /// (the server converts). `stop()` (or deinit) kills the server and removes the folder.
 /// `@unchecked Sendable`: `process` is read and written under `lock`; the rest is immutable.
 public final class PulseAudioServer: @unchecked Sendable {
     public static let pipePCM = "cffifo"
     public static let monitorPCM = "cfmic"
+    public static let stuckPCM = "cfstuck"
     /// The pipe source's PulseAudio name (what `parec --device` takes).
     public static let pipeSourceName = "fifo"
 
     public let directory: URL
     public let socketPath: String
     public let fifoPath: String
+    public let stuckFIFOPath: String
     public let alsaConfigPath: String
     private var process: SpawnedProcess?
     private let lock = NSLock()
@@ -51,6 +58,8 @@ public final class PulseAudioServer: @unchecked Sendable {
         for d in [run, home] { try FileManager.default.createDirectory(at: d, withIntermediateDirectories: true) }
         socketPath = run.appendingPathComponent("native").path
         fifoPath = run.appendingPathComponent("fifo").path
+        stuckFIFOPath = run.appendingPathComponent("stuck").path
+        guard mkfifo(stuckFIFOPath, 0o600) == 0 else { throw ServerError("cannot make the FIFO \(stuckFIFOPath): \(String(cString: strerror(errno)))") }
         alsaConfigPath = directory.appendingPathComponent("asound.conf").path
         let script = """
             load-module module-native-protocol-unix socket=\(socketPath) auth-anonymous=1
@@ -64,6 +73,7 @@ public final class PulseAudioServer: @unchecked Sendable {
         let alsa = """
             pcm.\(Self.monitorPCM) { type pulse server "unix:\(socketPath)" device "cf.monitor" hint { show on description "clipflow test mic (null sink monitor)" } }
             pcm.\(Self.pipePCM) { type pulse server "unix:\(socketPath)" device "\(Self.pipeSourceName)" hint { show on description "clipflow test mic (harness-clocked pipe)" } }
+            pcm.\(Self.stuckPCM) { type file slave.pcm "null" file "/dev/null" infile "\(stuckFIFOPath)" format "raw" hint { show off } }
 
             """
         try alsa.write(toFile: alsaConfigPath, atomically: true, encoding: .utf8)
@@ -107,6 +117,12 @@ public final class PulseAudioServer: @unchecked Sendable {
     /// (alsa-lib rereads its configuration when `ALSA_CONFIG_PATH` names other files).
     public func useInThisProcess() {
         for (k, v) in environment { setenv(k, v, 1) }
+    }
+
+    /// SIGKILL now, as a crash ends it: its clients find their connections dropped mid-stream.
+    /// The folder (and the log) stays until `stop()`.
+    public func kill() {
+        lock.withLock { process }?.kill()
     }
 
     /// SIGKILL (instant; PulseAudio's own shutdown takes about 2 s), then removes the folder.

@@ -121,6 +121,27 @@ public final class BoundedQueue<Element>: @unchecked Sendable {
         }
     }
 
+    /// The next element, waiting at most `seconds` for one (`.empty`: none came in time): for a
+    /// consumer whose producer may hang in a call that never returns.
+    public func pull(waitingAtMost seconds: Double) -> Polled {
+        let deadline = Date(timeIntervalSinceNow: max(0, seconds))
+        cond.lock()
+        defer { cond.unlock() }
+        while true {
+            switch state.take() {
+            case .item(let discontinuity, let wake):
+                let e = takeFront()
+                if wake { cond.broadcast() }
+                return .element(Pulled(element: e, discontinuity: discontinuity))
+            case .endOfStream, .flushing:
+                return .ended
+            case .wait:
+                if Date() >= deadline { return .empty }
+                _ = cond.wait(until: deadline)
+            }
+        }
+    }
+
     /// From now on, rings `bell` whenever `poll` may find something new. Set by the consumer
     /// before it polls.
     public func ring(_ bell: Doorbell) {

@@ -134,6 +134,7 @@ public final class RecordStage: Stage {
         if let r = recorder, let a = audioInput.map({ inputs[$0] }) ?? incoming, let audio = a.audio {
             r.expectAudio(sampleRate: audio.sampleRate, channels: audio.channels)
             r.audioInputOpen = audioInput != nil
+            r.separateAudio = audioInput != nil
         }
         return StreamParameters(port: .clips, container: "mp4")
     }

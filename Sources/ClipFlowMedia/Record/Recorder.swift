@@ -105,6 +105,15 @@ public final class FragmentRecorder {
     private var waiting: [VideoFrame] = []
     /// Set by the owner while an input that carries audio is open: pictures wait for their audio.
     public var audioInputOpen = false
+    /// Set by the owner when the audio comes from a source of its own beside the pictures (a
+    /// microphone): pictures recorded without it are counted in `muteSeconds`.
+    public var separateAudio = false
+    /// Seconds of recorded pictures that no audio from the separate source reached (their sound
+    /// is silence standing in for it): the source went away, or sent nothing for longer than
+    /// `longestAudioWait`. A picture counts when less than half of it has audio.
+    public private(set) var muteSeconds = 0.0
+    /// End (sample index on the pictures' timeline) of the audio received so far; nil before any.
+    private var receivedAudioEnd: Int64?
     public static let longestAudioWait = 1.0
 
     public init(options: RecordOptions) throws {
@@ -246,6 +255,7 @@ public final class FragmentRecorder {
             audioStarted = true
             audioFirst = a.firstSample
         }
+        receivedAudioEnd = max(receivedAudioEnd ?? .min, a.firstSample + Int64(a.frameCount))
         // Append, closing any gap with silence (the timeline stays exact) and skipping overlap.
         let end = audioFirst + Int64(audio.count / a.channels)
         if a.firstSample > end {
@@ -283,6 +293,7 @@ public final class FragmentRecorder {
         lastVideoTime = v.time
         try segment!.encode(v)
         picturesEncoded += 1
+        if separateAudio, (receivedAudioEnd ?? .min) < sampleIndex(v.time + nominalFrame / 2) { muteSeconds += nominalFrame }
         try feedAudio(upTo: sampleIndex(v.time))
     }
 

@@ -6,18 +6,22 @@ import Foundation
 /// each upload is an S3 multipart upload to `uploads/KEY` (made by its first PATCH and named in
 /// its row), completed into that object when its last byte arrives.
 ///
-/// Parts have a fixed size per upload (`partSize`), so the recorded offset alone says what is
-/// where: part N (from 1) holds bytes `(N-1)·size ..< N·size`, and the bytes of a part not yet
-/// whole (`offset % size` of them) are in the object `uploads/KEY.part-N`, written when a request
-/// ends mid-part and read back by the next one. Sending a part again replaces it, and a partial
-/// part's object only ever grows by what its client sent next, so bytes written past the
-/// recorded offset by a request that died are overwritten, never read. A `.part-N` object is
-/// removed with the rest when the upload completes or goes. An upload whose object is whole
-/// while its row says otherwise (a server died between completing it and recording that) is
-/// recorded whole by its next request.
+/// Parts have a fixed size per upload (`partSize`), so the recorded offset alone says which part
+/// holds what: part N (from 1) holds bytes `(N-1)·size ..< N·size`; a whole part holds the bytes
+/// of its offsets, so sending it again replaces it with the same bytes. The bytes of the part not
+/// yet whole (`offset % size` of them) are in an object written by the request that recorded
+/// that offset, under a key of its own (`partialKey`: `uploads/KEY.part-N.TOKEN`, a token made by
+/// that request) that the row names (`UploadRow.partial`) in the same compare-and-set that moves
+/// the offset. So a request that lost the upload to another (on another server, its offset moved
+/// meanwhile) writes only under its own token, which no row names and nothing reads: its object is
+/// removed when its compare-and-set fails, the one a successful compare-and-set superseded is
+/// removed then, and every `.part-` object is removed with the rest when the upload completes or
+/// goes. A request checks before each whole part that the row is still as it left it, and stops
+/// (409) once it is not. An upload whose object is whole while its row says otherwise (a server
+/// died between completing it and recording that) is recorded whole by its next request.
 final class BucketUploads: UploadStorage {
     let bucket: ServeBucket
-    /// Where each upload's multipart upload is named.
+    /// Where each upload's multipart upload and partial part are named.
     let database: any ServeStore
     let locks = UploadLocks()
 
@@ -38,7 +42,16 @@ final class BucketUploads: UploadStorage {
 
     func objectKey(_ key: String) -> String { bucket.key("uploads/\(key)") }
 
-    func partialKey(_ key: String, part: Int64) -> String { bucket.key("uploads/\(key).part-\(part)") }
+    /// The object holding the first bytes of part `part`, written by the request that made
+    /// `token` (nil: the key without a token, which rows made before tokens name).
+    func partialKey(_ key: String, part: Int64, token: String?) -> String {
+        bucket.key("uploads/\(key).part-\(part)" + (token.map { ".\($0)" } ?? ""))
+    }
+
+    /// A token no other request makes: 16 random hex digits.
+    static func newToken() -> String {
+        (0..<8).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+    }
 
     func create(_ key: String, length: Int64) async throws {
         // A zero-length upload is whole at once: its object is there for processing.
@@ -49,11 +62,13 @@ final class BucketUploads: UploadStorage {
         // A whole upload takes no more bytes (the request's body is refused past the length).
         if upload.isComplete { return WholeUpload(length: upload.length) }
         let key = objectKey(upload.id)
-        var multipart = upload.multipartUpload
-        if multipart != nil, try await bucket.perform({ s, b in try s.head(bucket: b, key: key) })?.size == upload.length {
+        if upload.multipartUpload != nil, try await bucket.perform({ s, b in try s.head(bucket: b, key: key) })?.size == upload.length {
             return WholeUpload(length: upload.length)
         }
-        if multipart == nil {
+        let multipart: String
+        if let existing = upload.multipartUpload {
+            multipart = existing
+        } else {
             let made = try await bucket.perform { s, b in try s.createMultipartUpload(bucket: b, key: key) }
             guard let stored = try await database.setMultipartUpload(upload.id, to: made) else {
                 try? await bucket.perform { s, b in try s.abortUpload(bucket: b, key: key, uploadID: made) }
@@ -64,9 +79,9 @@ final class BucketUploads: UploadStorage {
         }
         let size = Self.partSize(length: upload.length)
         let part = upload.offset / size + 1, held = upload.offset % size
-        let partial = partialKey(upload.id, part: part)
+        let partial = partialKey(upload.id, part: part, token: upload.partial)
         let start = held == 0 ? Data() : try await bucket.perform { s, b in try s.read(bucket: b, key: partial, length: held) }
-        return PartWriter(uploads: self, upload: upload, multipartUpload: multipart!, partSize: size, part: part, held: start)
+        return PartWriter(uploads: self, upload: upload, multipartUpload: multipart, partSize: size, part: part, held: start)
     }
 
     func remove(_ key: String) async throws {
@@ -82,9 +97,10 @@ final class BucketUploads: UploadStorage {
     }
 }
 
-/// One request's bytes into an upload's multipart upload: whole parts are sent as they fill; at
-/// the end, the part not yet whole is kept as its `.part-N` object, or, when the upload is
-/// whole, sent as the last part and the upload completed.
+/// One request's bytes into an upload's multipart upload: whole parts are sent as they fill (each
+/// once the row is found still at the mark this writer knows); at the end, the part not yet whole
+/// is kept as an object of this writer's own token, or, when the upload is whole, sent as the last
+/// part and the upload completed.
 private actor PartWriter: UploadWriter {
     private let uploads: BucketUploads
     private let upload: UploadRow
@@ -93,6 +109,11 @@ private actor PartWriter: UploadWriter {
     /// The part being filled (from 1) and its bytes so far.
     private var part: Int64
     private var held: Data
+    /// The row's mark as this writer knows it: the one it started from, then each of its own the
+    /// row took.
+    private var current: UploadMark
+    /// Another request moved the row: this writer lost the upload and writes nothing more.
+    private var lost = false
 
     init(uploads: BucketUploads, upload: UploadRow, multipartUpload: String, partSize: Int64, part: Int64, held: Data) {
         self.uploads = uploads
@@ -101,12 +122,14 @@ private actor PartWriter: UploadWriter {
         self.partSize = partSize
         self.part = part
         self.held = held
+        self.current = upload.mark
         self.held.reserveCapacity(Int(partSize))
     }
 
     private var end: Int64 { (part - 1) * partSize + Int64(held.count) }
 
     func append(_ bytes: [UInt8]) async throws {
+        if lost { throw TUSServer.movedElsewhere }
         held.append(contentsOf: bytes)
         try await sendWholeParts()
     }
@@ -114,20 +137,36 @@ private actor PartWriter: UploadWriter {
     /// Sends the whole parts `held` begins with; what could not be sent stays held, in order.
     private func sendWholeParts() async throws {
         while held.count >= partSize {
+            try await checkStillHeld()
             try await send(Data(held.prefix(Int(partSize))), as: part)
             held.removeFirst(Int(partSize))
             part += 1
         }
     }
 
-    func checkpoint() async throws -> Int64 { (part - 1) * partSize }
+    /// Throws, and marks this writer lost, when the row is gone (404) or no longer at `current`
+    /// (409: another request moved it).
+    private func checkStillHeld() async throws {
+        guard let row = try await uploads.database.upload(upload.id) else {
+            lost = true
+            throw UploadFileError(operation: "write the upload", code: ENOENT)
+        }
+        guard row.mark == current else {
+            lost = true
+            throw TUSServer.movedElsewhere
+        }
+    }
 
-    func finish() async throws -> Int64 {
+    func checkpoint() async throws -> UploadMark { UploadMark(offset: (part - 1) * partSize) }
+
+    func finish() async throws -> UploadMark {
+        if lost { return current }
         try await sendWholeParts()
         let end = self.end
-        if end == upload.offset { return end }
+        if end == current.offset { return current }
         let key = uploads.objectKey(upload.id), id = multipartUpload, bytes = held, number = part
         if end == upload.length {
+            try await checkStillHeld()
             if !bytes.isEmpty || number == 1 { try await send(bytes, as: number) }
             let count = bytes.isEmpty && number > 1 ? number - 1 : number
             try await uploads.bucket.perform { s, b in
@@ -141,14 +180,39 @@ private actor PartWriter: UploadWriter {
                 try s.completeMultipartUpload(bucket: b, key: key, uploadID: id, etags: etags)
                 for partial in try s.list(bucket: b, prefix: key + ".part-").objects { try s.delete(bucket: b, key: partial.key) }
             }
-        } else if !bytes.isEmpty {
-            let partial = uploads.partialKey(upload.id, part: number)
-            try await uploads.bucket.perform { s, b in try s.put(bytes, bucket: b, key: partial) }
+            return UploadMark(offset: end)
         }
-        return end
+        if bytes.isEmpty { return UploadMark(offset: end) }
+        let token = BucketUploads.newToken()
+        let partial = uploads.partialKey(upload.id, part: number, token: token)
+        try await uploads.bucket.perform { s, b in try s.put(bytes, bucket: b, key: partial) }
+        return UploadMark(offset: end, partial: token)
+    }
+
+    func recorded(_ mark: UploadMark, taken: Bool) async {
+        if taken {
+            let superseded = current
+            current = mark
+            if let old = partialObject(superseded), old != partialObject(mark) { await delete(old) }
+        } else {
+            lost = true
+            if mark.partial != nil, let own = partialObject(mark) { await delete(own) }
+        }
     }
 
     func abandon() async {}
+
+    /// The key of the object holding `mark`'s part not yet whole; nil when there is none (the
+    /// mark at a part's end, or the upload whole).
+    private func partialObject(_ mark: UploadMark) -> String? {
+        guard mark.offset % partSize != 0, mark.offset < upload.length else { return nil }
+        return uploads.partialKey(upload.id, part: mark.offset / partSize + 1, token: mark.partial)
+    }
+
+    /// Removes an object no row names (one left behind is removed with the upload).
+    private func delete(_ key: String) async {
+        try? await uploads.bucket.perform { s, b in try s.delete(bucket: b, key: key) }
+    }
 
     private func send(_ data: Data, as number: Int64) async throws {
         let key = uploads.objectKey(upload.id), id = multipartUpload
@@ -162,7 +226,8 @@ private final class WholeUpload: UploadWriter {
     let length: Int64
     init(length: Int64) { self.length = length }
     func append(_ bytes: [UInt8]) async throws {}
-    func checkpoint() async throws -> Int64 { length }
-    func finish() async throws -> Int64 { length }
+    func checkpoint() async throws -> UploadMark { UploadMark(offset: length) }
+    func finish() async throws -> UploadMark { UploadMark(offset: length) }
+    func recorded(_ mark: UploadMark, taken: Bool) async {}
     func abandon() async {}
 }

@@ -24,8 +24,12 @@ public struct ServeOptions: Sendable {
     /// Videos processed at once.
     public var workers: Int = 1
     /// `sqlite` (a file in the data folder; one server) or `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`
-    /// (several servers sharing the database and the data folder).
+    /// (several servers sharing the database and the data folder); without a password, it is
+    /// found in `environment` as libpq finds it (`PostgresLogin`).
     public var database = "sqlite"
+    /// Where `database` came from, as messages name it: `--database` (the command line: a password
+    /// there draws a warning) or `CLIPFLOW_DATABASE_URL`.
+    public var databaseSource = "--database"
     /// Seconds without a heartbeat after which another server takes over a job (PostgreSQL).
     public var jobLease: Double = 60
     /// Connections served at once (1 to `maxConnectionsBound`); more wait in the listen queue (and
@@ -43,7 +47,7 @@ public struct ServeOptions: Sendable {
     /// (endpoint and credentials from `environment`, as the AWS tools take them), so that
     /// servers share no disk.
     public var storage: String?
-    /// Where `storage`'s endpoint and credentials are read.
+    /// Where `storage`'s endpoint and credentials, and the database's password, are read.
     public var environment: [String: String] = ProcessInfo.processInfo.environment
     /// A shell command printing `storage`'s credentials as JSON, run at start and when the bucket
     /// refuses them as expired (nil: the keys in `environment`).
@@ -145,8 +149,10 @@ public enum ClipFlowServer {
             lock = try DataLock(folder: options.data)
             database = try SQLiteStore(path: options.data.appendingPathComponent("clipflow.sqlite").path)
         } else {
-            postgres = try PostgresStore(url: options.database)
-            database = postgres!
+            let store = try PostgresStore(login: PostgresLogin(url: options.database, source: options.databaseSource, environment: options.environment))
+            for warning in store.login.warnings { log.warning(warning) }
+            postgres = store
+            database = store
         }
         let connection = Task { [postgres] in await postgres?.run() }
         defer { connection.cancel() }

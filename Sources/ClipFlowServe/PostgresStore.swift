@@ -13,22 +13,26 @@ final class PostgresStore: ServeStore {
     let client: PostgresClient
     /// `postgres://user@host:port/db`: the URL without its password, for messages.
     let display: String
+    /// How it logs in (the password is never written anywhere from here).
+    let login: PostgresLogin
     private let logger: Logger
+    private let connection: PostgresConnection.Configuration
 
-    init(url: String) throws {
-        guard let c = URLComponents(string: url), ["postgres", "postgresql"].contains(c.scheme ?? ""), let host = c.host, !host.isEmpty,
-            let user = c.user, !user.isEmpty
-        else {
-            throw ClipFlowError.badInput("--database: expected sqlite or postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE")
-        }
-        let database = String(c.path.dropFirst())
-        display = "postgres://\(user)@\(host):\(c.port ?? 5432)/\(database)"
-        let sslmode = c.queryItems?.first { $0.name == "sslmode" }?.value
-        let plain = sslmode == "disable" || (sslmode == nil && ServeOptions.isLoopback(host))
+    init(login: PostgresLogin) throws {
+        self.login = login
+        display = login.display
+        let plain = login.sslmode == "disable" || (login.sslmode == nil && ServeOptions.isLoopback(login.host))
         let tls: PostgresClient.Configuration.TLS = plain ? .disable : .prefer(.makeClientConfiguration())
+        let database = login.database.isEmpty ? nil : login.database
         var config = PostgresClient.Configuration(
-            host: host, port: c.port ?? 5432, username: user, password: c.password, database: database.isEmpty ? nil : database, tls: tls)
+            host: login.host, port: login.port, username: login.user, password: login.password, database: database, tls: tls)
         config.options.maximumConnections = 8
+        let single: PostgresConnection.Configuration.TLS
+        do { single = plain ? .disable : .prefer(try NIOSSLContext(configuration: .makeClientConfiguration())) } catch {
+            throw ClipFlowError.failure("\(login.source) \(login.display): cannot set up TLS (\(error))")
+        }
+        connection = PostgresConnection.Configuration(
+            host: login.host, port: login.port, username: login.user, password: login.password, database: database, tls: single)
         var log = Logger(label: "clipflow.serve.postgres")
         log.logLevel = .error
         logger = log
@@ -37,17 +41,55 @@ final class PostgresStore: ServeStore {
 
     func run() async { await client.run() }
 
-    /// Makes the tables when missing; a database that does not answer within `seconds` is an
-    /// error (the client would otherwise keep trying to connect).
+    /// Logs in, then makes the tables when missing. A login the server refuses (a wrong password,
+    /// an unknown user or database) is a bad-input error at once: trying again cannot fix it. A
+    /// server that does not answer is tried again until `seconds` have passed, then is an error
+    /// (the client would otherwise keep trying to connect).
     func migrate(within seconds: Double = 15) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await self.makeTables() }
+            group.addTask {
+                try await self.logIn()
+                try await self.makeTables()
+            }
             group.addTask {
                 try await Task.sleep(for: .seconds(seconds))
-                throw ClipFlowError.output("--database \(self.display): no answer within \(Int(seconds)) s (is the server running, and the address right?)")
+                throw ClipFlowError.output(
+                    "\(self.login.source) \(self.display): no answer within \(Int(seconds)) s (is the server running, and the address right?)")
             }
             try await group.next()
             group.cancelAll()
+        }
+    }
+
+    /// Logs in once on a connection of its own, trying again while the server does not answer;
+    /// a refused login throws at once (`refusal`).
+    private func logIn() async throws {
+        while true {
+            do {
+                let c = try await PostgresConnection.connect(configuration: connection, id: 0, logger: logger)
+                try? await c.close()
+                return
+            } catch {
+                if let why = Self.refusal(error, user: login.user) { throw ClipFlowError.badInput("\(login.source) \(display): \(why)") }
+                try await Task.sleep(for: .milliseconds(250))
+            }
+        }
+    }
+
+    /// Why the server refused the login, when it did so for a reason trying again cannot fix
+    /// (SQLSTATE 28P01 invalid_password, 28000 invalid_authorization_specification, 3D000 no
+    /// such database, or a password asked for and none given); nil for anything else.
+    static func refusal(_ error: Error, user: String) -> String? {
+        guard let e = error as? PSQLError else { return nil }
+        if e.code == .authMechanismRequiresPassword {
+            return "authentication failed for user \(user): the server asks for a password and none was given "
+                + "(PGPASSWORD, a password file (PGPASSFILE) or \(PostgresLogin.urlVariable))"
+        }
+        switch e.serverInfo?[.sqlState] {
+        case "28P01": return "authentication failed for user \(user)"
+        case "28000": return "authentication failed for user \(user) (\(e.serverInfo?[.message] ?? "not allowed"))"
+        case "3D000": return e.serverInfo?[.message] ?? "the database does not exist"
+        default: return nil
         }
     }
 
@@ -77,11 +119,12 @@ final class PostgresStore: ServeStore {
                 try await db.query("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS plan TEXT", logger: logger)
                 try await db.query("ALTER TABLE videos ADD COLUMN IF NOT EXISTS progress DOUBLE PRECISION NOT NULL DEFAULT 0", logger: logger)
                 try await db.query("ALTER TABLE uploads ADD COLUMN IF NOT EXISTS multipart_upload TEXT", logger: logger)
+                try await db.query("ALTER TABLE uploads ADD COLUMN IF NOT EXISTS partial_part TEXT", logger: logger)
                 try await db.query("CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)", logger: logger)
                 try await db.query("CREATE INDEX IF NOT EXISTS uploads_video_id ON uploads (video_id)", logger: logger)
             }
         } catch {
-            throw ClipFlowError.output("--database \(display): \(Self.reason(error))")
+            throw ClipFlowError.output("\(login.source) \(display): \(Self.reason(error))")
         }
     }
 
@@ -114,17 +157,17 @@ final class PostgresStore: ServeStore {
 
     // MARK: uploads
 
-    private static let uploadColumns = "id, length, received, metadata, created_at, expires_at, completed_at, video_id, multipart_upload"
+    private static let uploadColumns = "id, length, received, metadata, created_at, expires_at, completed_at, video_id, multipart_upload, partial_part"
 
     private func uploads(_ rows: PostgresRowSequence) async throws -> [UploadRow] {
         var out: [UploadRow] = []
-        for try await (id, length, received, metadata, created, expires, completed, video, multipart) in rows.decode(
-            (String, Int64, Int64, String, Double, Double, Double?, Int64?, String?).self)
+        for try await (id, length, received, metadata, created, expires, completed, video, multipart, partial) in rows.decode(
+            (String, Int64, Int64, String, Double, Double, Double?, Int64?, String?, String?).self)
         {
             out.append(
                 UploadRow(
                     id: id, length: length, offset: received, metadata: metadata, createdAt: created, expiresAt: expires, completedAt: completed,
-                    videoID: video, multipartUpload: multipart))
+                    videoID: video, multipartUpload: multipart, partial: partial))
         }
         return out
     }
@@ -139,7 +182,7 @@ final class PostgresStore: ServeStore {
                 """
                 INSERT INTO uploads (\(unescaped: Self.uploadColumns))
                 VALUES (\(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), \(r.videoID),
-                  \(r.multipartUpload))
+                  \(r.multipartUpload), \(r.partial))
                 """, logger: logger)
             return r
         }
@@ -152,7 +195,8 @@ final class PostgresStore: ServeStore {
                 \(v.uploadID), \(v.published), \(v.renditions), \(v.createdAt))
               RETURNING id)
             INSERT INTO uploads (\(unescaped: Self.uploadColumns))
-            SELECT \(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), v.id, \(r.multipartUpload) FROM v
+            SELECT \(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), v.id, \(r.multipartUpload),
+              \(r.partial) FROM v
             RETURNING \(unescaped: Self.uploadColumns)
             """, logger: logger)
         guard let stored = try await uploads(rows).first else { throw ClipFlowError.output("--database \(display): the upload was not stored") }
@@ -166,9 +210,12 @@ final class PostgresStore: ServeStore {
         return nil
     }
 
-    func setOffset(_ id: String, from: Int64, to: Int64, completedAt: Double?) async throws -> Bool {
+    func setOffset(_ id: String, from: UploadMark, to: UploadMark, completedAt: Double?) async throws -> Bool {
         let rows = try await client.query(
-            "UPDATE uploads SET received = \(to), completed_at = \(completedAt) WHERE id = \(id) AND received = \(from) RETURNING id", logger: logger)
+            """
+            UPDATE uploads SET received = \(to.offset), partial_part = \(to.partial), completed_at = \(completedAt)
+            WHERE id = \(id) AND received = \(from.offset) AND partial_part IS NOT DISTINCT FROM \(from.partial) RETURNING id
+            """, logger: logger)
         return try await rows.collect().count == 1
     }
 

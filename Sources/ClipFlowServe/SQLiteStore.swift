@@ -97,6 +97,9 @@ final class SQLiteStore: ServeStore {
         m.registerMigration("uploads name their multipart upload") { db in
             try db.alter(table: "uploads") { t in t.add(column: "multipartUpload", .text) }
         }
+        m.registerMigration("uploads name their partial part") { db in
+            try db.alter(table: "uploads") { t in t.add(column: "partial", .text) }
+        }
         return m
     }
 
@@ -250,10 +253,11 @@ final class SQLiteStore: ServeStore {
         }
     }
 
-    func setOffset(_ id: String, from: Int64, to: Int64, completedAt: Double?) async throws -> Bool {
+    func setOffset(_ id: String, from: UploadMark, to: UploadMark, completedAt: Double?) async throws -> Bool {
         try await queue.write { db in
             try db.execute(
-                sql: "UPDATE uploads SET \"offset\" = ?, completedAt = ? WHERE id = ? AND \"offset\" = ?", arguments: [to, completedAt, id, from])
+                sql: "UPDATE uploads SET \"offset\" = ?, partial = ?, completedAt = ? WHERE id = ? AND \"offset\" = ? AND partial IS ?",
+                arguments: [to.offset, to.partial, completedAt, id, from.offset, from.partial])
             return db.changesCount == 1
         }
     }

@@ -56,6 +56,14 @@ final class ServeLog: Sendable {
         }
     }
 
+    /// Something the operator should put right, though the server runs (never a secret).
+    func warning(_ message: String) {
+        switch format {
+        case .text: emit("clipflow serve: warning: \(message)\n")
+        case .json: line([("event", .string("warning")), ("message", .string(message))])
+        }
+    }
+
     /// One request, once its answer was sent (or the connection broke while sending it).
     func request(_ r: RequestRecord) {
         line([

@@ -21,8 +21,22 @@ struct UploadRow: Codable, Sendable, Equatable {
     /// The S3 multipart upload its bytes go into, when uploads are kept in a bucket (made by the
     /// first PATCH; `BucketUploads`).
     var multipartUpload: String? = nil
+    /// In a bucket, the token of the object that holds the bytes of the part not yet whole, made by
+    /// the request that recorded this offset (`BucketUploads.partialKey`); nil: no such object, or
+    /// the one without a token.
+    var partial: String? = nil
 
     var isComplete: Bool { offset == length }
+
+    /// What this row records as durable.
+    var mark: UploadMark { UploadMark(offset: offset, partial: partial) }
+}
+
+/// How far an upload's bytes are durable, as its row records it: the offset and, in a bucket, the
+/// token of the object holding the part not yet whole (`UploadRow.partial`).
+struct UploadMark: Sendable, Equatable {
+    var offset: Int64
+    var partial: String? = nil
 }
 
 /// A video of the hosting API: made by `POST /videos`, filled by its upload and its processing.
@@ -92,9 +106,10 @@ protocol ServeStore: Sendable {
     /// carries it. A failure stores neither, so no video is ever left waiting for an upload that
     /// does not exist. Returns the upload as stored.
     func insert(_ row: UploadRow, carrying newVideo: VideoRow?) async throws -> UploadRow
-    /// Moves an upload's durable offset from `from` to `to` (`completedAt` set when it is whole);
-    /// false when the offset was no longer `from` (another request moved it first).
-    func setOffset(_ id: String, from: Int64, to: Int64, completedAt: Double?) async throws -> Bool
+    /// Moves an upload's durable mark (offset and partial part) from `from` to `to` (`completedAt`
+    /// set when it is whole); false when the mark was no longer `from` (another request moved it
+    /// first): the row is then as that request left it.
+    func setOffset(_ id: String, from: UploadMark, to: UploadMark, completedAt: Double?) async throws -> Bool
     /// Records `uploadID` as the upload's multipart upload unless it has one already; returns the
     /// one it has now (nil: no such upload). Two servers that made one at once agree on the first.
     func setMultipartUpload(_ id: String, to uploadID: String) async throws -> String?

@@ -136,13 +136,13 @@ enum UploadCarrier: Sendable {
 /// `/upload` (`paths`).
 ///
 /// Durability: a PATCH writes its bytes at the upload's offset (`UploadStorage`: a file, or a
-/// bucket's multipart upload), makes them durable (fsync; parts and a partial part's object) and
-/// only then records the new offset in the database, which is the truth: after a crash the
-/// upload resumes at the last recorded offset and bytes written past it are overwritten, so
-/// nothing is lost or duplicated. A PATCH cut short keeps what arrived (unless it carries a
-/// checksum, which covers the whole body). Unfinished uploads past their expiry are refused
-/// (410) and removed by `sweep`. `completed` is told of every upload whose last byte arrived.
-/// Thread-safe; `Sendable`.
+/// bucket's multipart upload), makes them durable (fsync; parts and a partial part's object of its
+/// own) and only then records the new offset (and that object) in the database by compare-and-set,
+/// which is the truth: after a crash the upload resumes at the last recorded offset and bytes
+/// written past it are overwritten or never read, so nothing is lost or duplicated. A PATCH cut
+/// short keeps what arrived (unless it carries a checksum, which covers the whole body).
+/// Unfinished uploads past their expiry are refused (410) and removed by `sweep`. `completed` is
+/// told of every upload whose last byte arrived. Thread-safe; `Sendable`.
 public final class TUSServer: Sendable {
     let database: any ServeStore
     let files: any UploadStorage
@@ -352,7 +352,7 @@ public final class TUSServer: Sendable {
             throw HTTPRefusal(.contentTooLarge, "the body (\(declared) bytes) goes past Upload-Length \(row.length) from offset \(row.offset)")
         }
         let writer = try await files.writer(for: row)
-        var written = row.offset, committed = row.offset
+        var written = row.offset, committed = row.mark
         var pending: [UInt8] = []
         pending.reserveCapacity(Self.writeChunk)
         var failure: Error?
@@ -374,10 +374,10 @@ public final class TUSServer: Sendable {
                     pending.removeAll(keepingCapacity: true)
                     try await writer.append(batch)
                     written += Int64(batch.count)
-                    if digest == nil, written - committed >= Self.commitEvery, written < row.length {
+                    if digest == nil, written - committed.offset >= Self.commitEvery, written < row.length {
                         let durable = try await writer.checkpoint()
-                        if durable > committed {
-                            try await record(row, from: committed, to: durable)
+                        if durable.offset > committed.offset {
+                            try await record(row, from: committed, to: durable, writer: writer)
                             committed = durable
                         }
                     }
@@ -406,23 +406,26 @@ public final class TUSServer: Sendable {
                 await writer.abandon()
             }
             var updated = row
-            updated.offset = recorded
-            if end != recorded {
-                updated = try await self.record(row, from: recorded, to: end)
+            (updated.offset, updated.partial) = (recorded.offset, recorded.partial)
+            if end.offset != recorded.offset {
+                updated = try await self.record(row, from: recorded, to: end, writer: writer)
             }
             if let failure { throw failure }
             return updated
         }
     }
 
-    /// Records the upload's offset moving from `from` to `to` (complete when it reaches the
-    /// length: `completed` is told); the upload as recorded.
+    /// Records the upload's mark moving from `from` to `to` by compare-and-set (complete when it
+    /// reaches the length: `completed` is told), and tells `writer` whether the row took it; the
+    /// upload as recorded.
     @discardableResult
-    private func record(_ row: UploadRow, from: Int64, to: Int64) async throws -> UploadRow {
+    private func record(_ row: UploadRow, from: UploadMark, to: UploadMark, writer: any UploadWriter) async throws -> UploadRow {
         var updated = row
-        updated.offset = to
-        updated.completedAt = to == row.length ? Date().timeIntervalSince1970 : nil
-        guard try await database.setOffset(row.id, from: from, to: to, completedAt: updated.completedAt) else {
+        (updated.offset, updated.partial) = (to.offset, to.partial)
+        updated.completedAt = to.offset == row.length ? Date().timeIntervalSince1970 : nil
+        let taken = try await database.setOffset(row.id, from: from, to: to, completedAt: updated.completedAt)
+        await writer.recorded(to, taken: taken)
+        guard taken else {
             if try await database.upload(row.id) == nil { throw HTTPRefusal(.notFound, "the upload was terminated") }
             throw Self.movedElsewhere
         }

@@ -87,21 +87,24 @@ private actor FileWriter: UploadWriter {
         end += Int64(bytes.count)
     }
 
-    func checkpoint() async throws -> Int64 {
+    func checkpoint() async throws -> UploadMark {
         let fd = self.fd
         try await io.perform { try Self.makeDurable(fd) }
-        return end
+        return UploadMark(offset: end)
     }
 
-    func finish() async throws -> Int64 {
+    func finish() async throws -> UploadMark {
         let fd = self.fd
         open = false
         try await io.perform {
             defer { Glibc.close(fd) }
             try Self.makeDurable(fd)
         }
-        return end
+        return UploadMark(offset: end)
     }
+
+    /// Bytes past the recorded offset are overwritten by the next request: nothing to remove.
+    func recorded(_ mark: UploadMark, taken: Bool) async {}
 
     func abandon() async {
         if open { Glibc.close(fd) }

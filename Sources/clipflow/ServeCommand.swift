@@ -38,8 +38,13 @@ struct Serve: ParsableCommand {
     @Option(help: "Videos processed into HLS ladders at once.")
     var workers: Int = 1
 
-    @Option(help: "sqlite (a file in --data; one server) or postgres://USER[:PASSWORD]@HOST[:PORT]/DB (several servers sharing it and --data).")
-    var database: String = "sqlite"
+    @Option(
+        help: """
+            sqlite (a file in --data; one server) or postgres://USER@HOST[:PORT]/DB (several servers sharing it and --data); default: \
+            CLIPFLOW_DATABASE_URL, else sqlite. The password from PGPASSWORD or a password file (PGPASSFILE, else ~/.pgpass, 0600), \
+            never the command line, which every local user sees.
+            """)
+    var database: String?
 
     @Option(name: .customLong("job-lease"), help: "Seconds without a heartbeat before another server takes over a job (PostgreSQL).")
     var jobLease: Double = 60
@@ -80,8 +85,8 @@ struct Serve: ParsableCommand {
         if expiration <= 0 { throw ValidationError("--expiration must be positive") }
         if sweepEvery <= 0 { throw ValidationError("--sweep-every must be positive") }
         if !(1...16).contains(workers) { throw ValidationError("--workers must be 1 to 16") }
-        if database != "sqlite", !(database.hasPrefix("postgres://") || database.hasPrefix("postgresql://")) {
-            throw ValidationError("--database: expected sqlite or postgres://USER[:PASSWORD]@HOST[:PORT]/DB")
+        if let database, database != "sqlite", !(database.hasPrefix("postgres://") || database.hasPrefix("postgresql://")) {
+            throw ValidationError("--database: expected sqlite or postgres://USER@HOST[:PORT]/DB")
         }
         if jobLease < 1 { throw ValidationError("--job-lease must be at least 1 second") }
     }
@@ -101,7 +106,10 @@ struct Serve: ParsableCommand {
         options.tus.expiration = expiration * 3600
         options.sweepInterval = sweepEvery
         options.workers = workers
-        options.database = database
+        // The whole URL, password and all, may come from the environment, which others cannot read.
+        let fromEnvironment = database == nil ? ProcessInfo.processInfo.environment["CLIPFLOW_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 } : nil
+        options.database = database ?? fromEnvironment ?? "sqlite"
+        options.databaseSource = fromEnvironment == nil ? "--database" : "CLIPFLOW_DATABASE_URL"
         options.jobLease = jobLease
         options.maxConnections = maxConnections
         options.processing = processing.limits

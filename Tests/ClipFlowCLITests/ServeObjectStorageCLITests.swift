@@ -318,6 +318,68 @@ final class ServeObjectStorageCLITests: XCTestCase {
         XCTAssertEqual(try weed.pendingMultipartUploads(), 0)
     }
 
+    /// Two API servers, one upload: a PATCH to a stalls mid-part; the client resumes on b from
+    /// the recorded offset (0), b records more than a holds; then a's request ends. What a writes
+    /// for the upload it lost is never read: the resume goes on from b's offset and the object is
+    /// the upload as sent.
+    func testAStaleRequestOnAnotherAPIServerNeverWritesWhereTheUploadsOwnerWrites() throws {
+        let pg = try PostgresServer.start()
+        defer { pg.stop() }
+        let weed = try SeaweedFS.start()
+        defer { weed.stop() }
+        let a = server("api", pg, weed, data: fx.scratch("serve-bucket-stale-a")), b = server("api", pg, weed, data: fx.scratch("serve-bucket-stale-b"))
+        for s in [a, b] { try s.start(timeout: 60) }
+        defer { for s in [a, b] { s.stop() } }
+
+        let bytes = Data((0..<20_000_000).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 9) })
+        let file = fx.scratch("bucket-stale").appendingPathComponent("upload.bin")
+        try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try bytes.write(to: file)
+        let (_, meta) = try newVideo(a, "stale")
+        let made = try HTTP.request(
+            "POST", url(a, "/files"), headers: tus.merging(["Upload-Length": String(bytes.count), "Upload-Metadata": meta]) { a, _ in a })
+        XCTAssertEqual(made.status, 201, made.text)
+        let path = try XCTUnwrap(URL(string: try XCTUnwrap(made.header("Location")))?.path)
+        let object = try objectKey(path)
+
+        // a takes 9,000,000 of the 9,200,000 bytes its request declares (a whole 8 MiB part and
+        // some of the next), then the client stalls.
+        let stale = try RawConnection(port: a.port)
+        try stale.send(
+            Data(
+                ("PATCH \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(a.port)\r\nTus-Resumable: 1.0.0\r\n"
+                    + "Content-Type: application/offset+octet-stream\r\nUpload-Offset: 0\r\nContent-Length: 9200000\r\n\r\n").utf8))
+        try stale.send(bytes.subdata(in: 0..<9_000_000))
+        usleep(3_000_000)
+
+        // The client resumes on b from what b answers (0) and is cut at 9,500,000: b records it.
+        XCTAssertEqual(try offset(b, path), 0)
+        var h = patchHeaders
+        h["Upload-Offset"] = "0"
+        let resumed = try HTTP.request("PATCH", url(b, path), headers: h, body: bytes.subdata(in: 0..<9_500_000), timeout: 60)
+        XCTAssertEqual(resumed.status, 204, resumed.text)
+        XCTAssertEqual(resumed.header("Upload-Offset"), "9500000")
+
+        // a's request ends now, with fewer bytes than b recorded: refused, its bytes not recorded.
+        try stale.send(bytes.subdata(in: 9_000_000..<9_200_000))
+        XCTAssertEqual(try stale.status(), 409, "a's request lost the upload to b's")
+        let partials = try weed.keys(prefix: object + ".")
+        XCTAssertEqual(partials.count, 1, "only the partial part the row names is kept: \(partials)")
+
+        // The upload resumes from b's offset, on either server, and is whole and exact.
+        XCTAssertEqual(try offset(a, path), 9_500_000)
+        h["Upload-Offset"] = "9500000"
+        let next = try HTTP.request("PATCH", url(a, path), headers: h, body: bytes.subdata(in: 9_500_000..<12_000_000), timeout: 60)
+        XCTAssertEqual(next.status, 204, next.text)
+        h["Upload-Offset"] = "12000000"
+        let last = try HTTP.request("PATCH", url(b, path), headers: h, body: bytes.subdata(in: 12_000_000..<bytes.count), timeout: 60)
+        XCTAssertEqual(last.status, 204, last.text)
+        XCTAssertEqual(last.header("Upload-Offset"), String(bytes.count))
+        XCTAssertEqual(try weed.objectSHA256(key: object), try sha256(ofFile: file), "the bucket holds the upload as sent")
+        XCTAssertEqual(try weed.keys(prefix: prefix + "uploads/"), [object], "no partial part is left once the upload is whole")
+        XCTAssertEqual(try weed.pendingMultipartUploads(), 0)
+    }
+
     func testExpiredAndTerminatedUploadsLeaveNothingInTheBucket() throws {
         let weed = try SeaweedFS.start()
         defer { weed.stop() }
@@ -346,7 +408,12 @@ final class ServeObjectStorageCLITests: XCTestCase {
         }
         // Each holds a whole part (in its multipart upload) and a partial part's object.
         XCTAssertEqual(try weed.pendingMultipartUploads(), 2)
-        XCTAssertEqual(try weed.keys(prefix: prefix + "uploads/").sorted(), try paths.map { try objectKey($0) + ".part-2" }.sorted())
+        let kept = try weed.keys(prefix: prefix + "uploads/").sorted()
+        XCTAssertEqual(kept.count, 2, "\(kept)")
+        for path in paths {
+            let partial = try objectKey(path) + ".part-2"
+            XCTAssertTrue(kept.contains { $0 == partial || $0.hasPrefix(partial + ".") }, "\(partial) in \(kept)")
+        }
 
         // One terminated, the other left to expire.
         XCTAssertEqual(try HTTP.request("DELETE", url(s, paths[0]), headers: tus).status, 204)
@@ -380,5 +447,58 @@ final class ServeObjectStorageCLITests: XCTestCase {
             XCTAssertFalse(r.stderr.contains(weed.secretKey) || r.stderr.contains(wrongSecret["AWS_SECRET_ACCESS_KEY"]!))
             XCTAssertFalse(FileManager.default.fileExists(atPath: data.path), "nothing made: \(c.storage)")
         }
+    }
+}
+
+/// One HTTP/1.1 request written by the test over a socket of its own, in pieces and when the test
+/// says, for a client that stalls mid-body.
+private final class RawConnection {
+    private let fd: Int32
+
+    init(port: Int) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw ServerError("socket: \(String(cString: strerror(errno)))") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else {
+            close(fd)
+            throw ServerError("connect to 127.0.0.1:\(port): \(String(cString: strerror(errno)))")
+        }
+        var wait = timeval(tv_sec: 60, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    deinit { close(fd) }
+
+    func send(_ data: Data) throws {
+        try data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            guard let base = raw.baseAddress else { return }
+            var done = 0
+            while done < raw.count {
+                let n = Glibc.send(fd, base + done, raw.count - done, Int32(MSG_NOSIGNAL))
+                if n < 0, errno == EINTR { continue }
+                guard n > 0 else { throw ServerError("send: \(String(cString: strerror(errno)))") }
+                done += n
+            }
+        }
+    }
+
+    /// The status code of the answer (read up to its status line).
+    func status() throws -> Int {
+        var text = ""
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while !text.contains("\r\n") {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            guard n > 0 else { throw ServerError("no answer: \(n < 0 ? String(cString: strerror(errno)) : "closed") after \(text.debugDescription)") }
+            text += String(decoding: buffer[..<n], as: UTF8.self)
+        }
+        let words = text.split(separator: " ")
+        guard words.count > 1, let code = Int(words[1]) else { throw ServerError("not an HTTP answer: \(text.prefix(200))") }
+        return code
     }
 }

@@ -189,4 +189,73 @@ final class ServePostgresCLITests: XCTestCase {
         XCTAssertTrue(r.stderr.contains("postgres://u@127.0.0.1:1/db"), r.stderr)
         XCTAssertFalse(r.stderr.contains("hunter2"), r.stderr)
     }
+
+    /// The password is taken from PGPASSWORD, from the whole URL in CLIPFLOW_DATABASE_URL or from
+    /// a password file (PGPASSFILE, libpq's format and rules); one given in the arguments, which
+    /// every local user sees, is used with a warning that names no password.
+    func testThePasswordComesFromTheEnvironmentOrAPasswordFile() throws {
+        let pg = try PostgresServer.start()
+        defer { pg.stop() }
+        let password = "pw-\(UInt32.random(in: 0...UInt32.max))"
+        try pg.addPasswordUser("owner", password: password)
+        let address = "127.0.0.1:\(pg.port)/owner"
+        let folder = fx.scratch("pg-password")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let passfile = folder.appendingPathComponent("pgpass")
+        try "# comment\n127.0.0.1:\(pg.port):other:owner:wrong\n*:\(pg.port):owner:owner:\(password)\n".write(to: passfile, atomically: true, encoding: .utf8)
+        chmod(passfile.path, 0o600)
+        let cases: [(name: String, arguments: [String], environment: [String: String], warns: Bool)] = [
+            ("PGPASSWORD", ["--database", "postgres://owner@\(address)"], ["PGPASSWORD": password], false),
+            ("CLIPFLOW_DATABASE_URL", [], ["CLIPFLOW_DATABASE_URL": "postgres://owner:\(password)@\(address)"], false),
+            ("PGPASSFILE", ["--database", "postgres://owner@\(address)"], ["PGPASSFILE": passfile.path], false),
+            ("argv", ["--database", "postgres://owner:\(password)@\(address)"], [:], true)
+        ]
+        for c in cases {
+            let s = ServerProcess.clipflowServe(
+                binary: binary, data: fx.scratch("pg-password-\(c.name)"), c.arguments,
+                environment: c.environment.merging(["CLIPFLOW_API_KEY": key]) { a, _ in a })
+            try s.start(timeout: 30)
+            XCTAssertEqual(try HTTP.request("GET", "http://127.0.0.1:\(s.port)/videos", headers: ["Authorization": "Bearer \(key)"]).status, 200, c.name)
+            s.stop()
+            let log = s.stderrText
+            XCTAssertTrue(log.contains("database postgres://owner@\(address)"), "\(c.name): the start line names the database:\n\(log)")
+            XCTAssertFalse(log.contains(password), "\(c.name): the password is never written:\n\(log)")
+            let warnings = log.split(separator: "\n").filter { $0.contains("warning:") }
+            XCTAssertEqual(warnings.count, c.warns ? 1 : 0, "\(c.name): \(log)")
+            if c.warns { XCTAssertTrue(warnings.first?.contains("give it in PGPASSWORD") == true, log) }
+        }
+        let tables = try pg.psql("SELECT count(*) FROM information_schema.tables WHERE table_name = 'uploads'", database: "owner")
+        XCTAssertEqual(tables.trimmingCharacters(in: .whitespacesAndNewlines), "1", "the tables were made in the user's database")
+
+        // A password file others may read is not read (as libpq does), and says why.
+        chmod(passfile.path, 0o644)
+        let r = try Run.run(
+            [binary, "serve", "--data", fx.scratch("pg-password-open").path, "--listen", "127.0.0.1:0", "--database", "postgres://owner@\(address)"],
+            env: ["PGPASSFILE": passfile.path], check: false)
+        XCTAssertEqual(r.status, 65, r.stderr)
+        XCTAssertTrue(r.stderr.contains("\(passfile.path) has group or world access"), r.stderr)
+        XCTAssertFalse(r.stderr.contains(password), r.stderr)
+    }
+
+    /// A wrong password is said at once for what it is, exit 65: a retry cannot fix it.
+    func testAWrongPasswordIsAnAuthenticationFailureAtOnce() throws {
+        let pg = try PostgresServer.start()
+        defer { pg.stop() }
+        try pg.addPasswordUser("owner", password: "right-\(UInt32.random(in: 0...UInt32.max))")
+        let wrong = "wrong-\(UInt32.random(in: 0...UInt32.max))"
+        for (arguments, environment) in [
+            (["--database", "postgres://owner@127.0.0.1:\(pg.port)/owner"], ["PGPASSWORD": wrong]),
+            (["--database", "postgres://owner:\(wrong)@127.0.0.1:\(pg.port)/owner"], [:])
+        ] {
+            let started = Date()
+            let r = try Run.run(
+                [binary, "serve", "--data", fx.scratch("pg-wrong").path, "--listen", "127.0.0.1:0"] + arguments, env: environment, check: false)
+            let seconds = Date().timeIntervalSince(started)
+            XCTAssertEqual(r.status, 65, r.stderr)
+            XCTAssertLessThan(seconds, 5, "at once, not after a connect timeout: \(r.stderr)")
+            let errors = r.stderr.split(separator: "\n").filter { $0.hasPrefix("error: ") }
+            XCTAssertEqual(errors, ["error: --database postgres://owner@127.0.0.1:\(pg.port)/owner: authentication failed for user owner"], r.stderr)
+            XCTAssertFalse(r.stderr.contains(wrong), r.stderr)
+        }
+    }
 }

@@ -10,17 +10,40 @@ final class ServeStoreTests: XCTestCase {
     func testAnUploadAndTheVideoItCarriesAreStoredTogetherInSQLite() async throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("serve-store-\(UUID().uuidString).sqlite").path
         defer { try? FileManager.default.removeItem(atPath: path) }
-        try await checkCarriedVideos(try SQLiteStore(path: path))
+        let store = try SQLiteStore(path: path)
+        try await checkCarriedVideos(store)
+        try await checkMarks(store)
     }
 
     func testAnUploadAndTheVideoItCarriesAreStoredTogetherInPostgres() async throws {
         let server = try PostgresServer.start()
         defer { server.stop() }
-        let store = try PostgresStore(url: server.url)
+        let store = try PostgresStore(login: PostgresLogin(url: server.url, source: "--database", environment: [:]))
         let connection = Task { await store.run() }
         defer { connection.cancel() }
         try await store.migrate()
         try await checkCarriedVideos(store)
+        try await checkMarks(store)
+    }
+
+    /// An upload's mark moves only from the mark it has, offset and partial part's token both, and
+    /// is read back as it was set.
+    private func checkMarks(_ store: any ServeStore) async throws {
+        _ = try await store.insert(UploadRow(id: "m1", length: 100, offset: 0, metadata: "", createdAt: 1, expiresAt: 2), carrying: nil)
+        let first = UploadMark(offset: 30, partial: "aa")
+        let moved = try await store.setOffset("m1", from: UploadMark(offset: 0), to: first, completedAt: nil)
+        XCTAssertTrue(moved)
+        let stale = try await store.setOffset("m1", from: UploadMark(offset: 0), to: UploadMark(offset: 20, partial: "bb"), completedAt: nil)
+        XCTAssertFalse(stale, "a request that started from 0 lost the upload")
+        let otherToken = try await store.setOffset("m1", from: UploadMark(offset: 30, partial: "bb"), to: UploadMark(offset: 40), completedAt: nil)
+        XCTAssertFalse(otherToken, "the partial part must be the one the row names")
+        let read = try await store.upload("m1")
+        XCTAssertEqual(read?.mark, first)
+        let whole = try await store.setOffset("m1", from: first, to: UploadMark(offset: 100), completedAt: 5)
+        XCTAssertTrue(whole)
+        let done = try await store.upload("m1")
+        XCTAssertEqual(done?.mark, UploadMark(offset: 100))
+        XCTAssertEqual(done?.completedAt, 5)
     }
 
     private func checkCarriedVideos(_ store: any ServeStore) async throws {

@@ -707,6 +707,26 @@ public final class PostgresServer: @unchecked Sendable {
         self.folder = folder
     }
 
+    /// A role `name` that must give `password` over TCP (scram-sha-256, whatever the cluster's
+    /// trust for others), owning a database of its own named `name`.
+    public func addPasswordUser(_ name: String, password: String) throws {
+        try psql("CREATE ROLE \(name) LOGIN PASSWORD '\(password)'", database: "postgres")
+        try psql("CREATE DATABASE \(name) OWNER \(name)", database: "postgres")
+        let rules = folder.appendingPathComponent("data/pg_hba.conf")
+        let old = try String(contentsOf: rules, encoding: .utf8)
+        try ("host all \(name) 127.0.0.1/32 scram-sha-256\n" + old).write(to: rules, atomically: false, encoding: .utf8)
+        try psql("SELECT pg_reload_conf()", database: "postgres")
+        // The server reads its rules again a moment after it is told to.
+        for _ in 0..<50 {
+            let trusted = try Run.run(
+                ["psql", "-h", "127.0.0.1", "-p", String(port), "-U", name, "-d", name, "-w", "-At", "-c", "SELECT 1"], env: ["PGPASSWORD": ""],
+                check: false)
+            if trusted.status != 0 { return }
+            usleep(100_000)
+        }
+        throw ServerError("postgres did not start asking \(name) for a password")
+    }
+
     /// One statement's rows, `|`-separated (psql -At).
     @discardableResult
     public func psql(_ sql: String, database: String = "clipflow") throws -> String {

@@ -30,7 +30,8 @@ public struct RowResult: Sendable, Equatable {
 /// plan (the pipeline with the row's variables, files unchecked) -> skip when its outputs are
 /// complete -> validate (fetching `s3://` inputs into a scratch folder) -> run -> publish `s3://`
 /// outputs -> verify the outputs. A row's failure is its own: the others go on. Rows whose
-/// plans write the same output fail before any runs.
+/// plans conflict with another row's (`RowConflicts`: one output, or one row's output another's
+/// input) fail before any runs.
 ///
 /// Threads: `run` starts `jobs` worker threads and returns when they have; `stop`/`cancel` may be
 /// called from any thread (signals). Events go to `sink` from the workers: each row's pipeline
@@ -144,7 +145,7 @@ public final class BatchRunner: Sendable {
     public func run() -> [RowResult] {
         state.withLock { $0.tally.started = clock.now() }
         emitBatch(.progress(completed: 0, total: Int64(plan.selected.count), unit: "rows"))
-        let clashes = clashingRows()
+        let clashes = conflictingRows()
         let workers = max(1, min(plan.jobs, plan.selected.count))
         let threads = HelperThreads()
         for k in 0..<workers {
@@ -165,8 +166,7 @@ public final class BatchRunner: Sendable {
 
     // MARK: rows
 
-    /// A row's pipeline with files unchecked, or why it cannot run; outputs written by two rows
-    /// fail both.
+    /// A row's pipeline with files unchecked, or why it cannot run.
     struct RowPlan: Sendable {
         var pipeline: Pipeline?
         var variables: [String: String]
@@ -188,28 +188,28 @@ public final class BatchRunner: Sendable {
         switch validate(v) {
         case .valid(let pipeline):
             p.pipeline = pipeline
-            p.paths = RowPaths(pipeline, registry: plan.registry)
+            let paths = RowPaths(pipeline, registry: plan.registry)
+            p.paths = paths
+            for w in paths.writes where S3Location.isS3URL(w.path) {
+                if let problem = ObjectStaging.outputProblem(w.path, folder: w.folder) {
+                    p.problem = "\(plan.pipelineFile): \(w.field): \(problem)"
+                    break
+                }
+            }
         case .invalid(let issues):
             p.problem = issues.map { "\(plan.pipelineFile):\($0.description)" }.joined(separator: "; ")
         }
         return p
     }
 
-    /// Rows whose plans write an output another row writes too, with the reason: they fail
-    /// before anything runs. Only the outputs' paths are kept while looking.
-    func clashingRows() -> [Int: String] {
-        var writers: [String: [Int]] = [:]
-        for i in plan.selected {
-            for w in planRow(i).paths?.writes ?? [] { writers[Self.normalised(w.path), default: []].append(i) }
-        }
-        var problems: [Int: String] = [:]
-        for (path, rows) in writers where Set(rows).count > 1 {
-            for i in Set(rows) where problems[i] == nil {
-                let others = Set(rows).subtracting([i]).sorted().map(String.init).joined(separator: ", ")
-                problems[i] = "writes '\(path)', which row(s) \(others) write too; give each row its own outputs"
-            }
-        }
-        return problems
+    /// Selected rows whose plans conflict with another row's (`RowConflicts`), with the reason:
+    /// they fail before anything runs. Every row of the table is planned, not only the selected
+    /// ones: a task of an array that runs one row refuses what a run of them all refuses. Only
+    /// the rows' paths are kept while looking.
+    func conflictingRows() -> [Int: String] {
+        let plans = plan.rows.indices.compactMap { i in planRow(i).paths.map { (row: i, paths: $0) } }
+        let selected = Set(plan.selected)
+        return RowConflicts.find(plans).filter { selected.contains($0.key) }
     }
 
     /// Validates the pipeline read once (thousands of rows validate the same document); a file
@@ -217,10 +217,6 @@ public final class BatchRunner: Sendable {
     func validate(_ v: PipelineValidator) -> PipelineValidator.Result {
         if let parsed { return v.validate(root: parsed) }
         return v.validate(text: plan.pipelineText)
-    }
-
-    static func normalised(_ path: String) -> String {
-        S3Location.isS3URL(path) ? path : URL(fileURLWithPath: path).standardizedFileURL.path
     }
 
     func nextRow() -> Int? {
@@ -305,7 +301,7 @@ public final class BatchRunner: Sendable {
             result.retryable = Self.retryable(e.kind)
             return result
         }
-        do { try staging?.publish(rowKey: key) } catch {
+        do { try staging?.publish(rowKey: key, commitMarkers: paths.commitMarkers) } catch {
             return failed(result, error)
         }
         if let problem = BatchOutputs.incomplete(paths.writes, rowKey: key, store: storeOnce.get) {

@@ -64,8 +64,8 @@ public final class ObjectStaging: RemotePaths, Sendable {
             case .readsPattern:
                 return try fetchMatches(loc, path, into: place)
             case .writes, .writesFolder:
+                if let problem = Self.outputProblem(path, folder: role == .writesFolder) { throw ClipFlowError.badInput(problem) }
                 let name = Self.lastComponent(loc.key)
-                guard !name.isEmpty else { throw ClipFlowError.badInput("'\(path)' names no object (the key is empty)") }
                 try makeFolder(place)
                 let local = place + "/" + name
                 state.withLock { $0.outputs.append(Output(local: local, location: loc, folder: role == .writesFolder)) }
@@ -81,6 +81,22 @@ public final class ObjectStaging: RemotePaths, Sendable {
             if e.kind != .badInput { state.withLock { $0.retryable = true } }
             throw e
         }
+    }
+
+    /// Why `path` (an `s3://` URL) cannot be written as an output, or nil: it must name a bucket
+    /// and a key; a file's key must not end in "/" (that names a folder, not an object); no part
+    /// of the key may be "." or "..", which object stores take as written while HTTP clients,
+    /// proxies and tools resolve them, so the object would not land where it is named.
+    public static func outputProblem(_ path: String, folder: Bool) -> String? {
+        guard let loc = S3Location(url: path), !loc.bucket.isEmpty else { return "'\(path)': expected s3://BUCKET/KEY" }
+        guard !lastComponent(loc.key).isEmpty else { return "'\(path)' names no object (the key is empty)" }
+        if let dots = loc.key.split(separator: "/", omittingEmptySubsequences: false).first(where: { $0 == "." || $0 == ".." }) {
+            return "'\(path)': the key has a '\(dots)' part; object keys are taken as written, so name the object without '.' or '..' parts"
+        }
+        if !folder && loc.key.hasSuffix("/") {
+            return "'\(path)' ends in '/', so it names a folder; this output is one object: give its key without the trailing '/'"
+        }
+        return nil
     }
 
     /// Downloads every object the pattern's last part (`*`, `?`, `[...]`, not crossing `/`)
@@ -114,7 +130,11 @@ public final class ObjectStaging: RemotePaths, Sendable {
     /// name order with playlists last (a playlist never names a segment not yet there). Uploads to
     /// the same keys that an earlier run of the row began and never finished (it was killed) are
     /// aborted first: the row owns its outputs' keys, and their parts would stay on the server.
-    public func publish(rowKey: String) throws {
+    /// `commitMarkers` (by output URL, `RowPaths.commitMarkers`) name the file of a folder whose
+    /// object means the folder is complete: the object an earlier run put there is deleted
+    /// before any file of the folder is uploaded, and the marker is uploaded after all of them,
+    /// so a run killed part-way never leaves a folder that looks complete.
+    public func publish(rowKey: String, commitMarkers: [String: String] = [:]) throws {
         do {
             for o in outputs {
                 for u in try store.pendingUploads(bucket: o.location.bucket, prefix: o.location.key)
@@ -135,7 +155,15 @@ public final class ObjectStaging: RemotePaths, Sendable {
             do {
                 if o.folder {
                     let prefix = o.location.key.hasSuffix("/") ? o.location.key : o.location.key + "/"
-                    for rel in BatchOutputs.publishOrder(try Self.files(under: o.local)) {
+                    var order = BatchOutputs.publishOrder(try Self.files(under: o.local))
+                    if let marker = commitMarkers[o.location.description] {
+                        guard let at = order.firstIndex(of: marker) else {
+                            throw ClipFlowError.failure("the run completed without writing '\(marker)' into '\(o.location)', the file that marks it complete")
+                        }
+                        order.append(order.remove(at: at))
+                        try store.delete(bucket: o.location.bucket, key: prefix + marker)
+                    }
+                    for rel in order {
                         if shouldAbort() { throw ClipFlowError.interrupted }
                         try store.upload(file: o.local + "/" + rel, bucket: o.location.bucket, key: prefix + rel, metadata: meta, shouldAbort: shouldAbort)
                     }

@@ -61,11 +61,23 @@ public struct RowSelection: Sendable, Equatable, CustomStringConvertible {
             }
             return [first]
         }
-        return Array(stride(from: first, to: count, by: step))
+        // Stepped by hand: a step near Int.max would overflow the next index (`stride` traps).
+        var chosen: [Int] = []
+        var i = first
+        while i < count {
+            chosen.append(i)
+            let (next, overflowed) = i.addingReportingOverflow(step)
+            if overflowed { break }
+            i = next
+        }
+        return chosen
     }
 
     public var description: String {
         guard let source else { return "every row" }
-        return step == 0 ? "row \(first) (\(source))" : "rows \(first), \(first + step), ... (\(source))"
+        guard step > 0 else { return "row \(first) (\(source))" }
+        let (second, overflowed) = first.addingReportingOverflow(step)
+        // No index lies beyond Int.max: such a stride names its first row alone.
+        return overflowed ? "row \(first) (\(source))" : "rows \(first), \(second), ... (\(source))"
     }
 }

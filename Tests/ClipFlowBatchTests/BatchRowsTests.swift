@@ -89,6 +89,16 @@ final class BatchRowsTests: XCTestCase {
         XCTAssertThrowsError(try RowSelection.resolve(index: nil, shard: nil, indexCount: nil, environment: ["JOB_COMPLETION_INDEX": "x"]))
     }
 
+    /// A stride as large as an index can be takes the first row alone, without overflowing.
+    func testHugeStrideSelectsItsFirstRowOnly() throws {
+        let shard = try RowSelection.resolve(index: nil, shard: "1/9223372036854775807", indexCount: nil, environment: [:])
+        XCTAssertEqual(try shard.indices(of: 3), [1])
+        XCTAssertEqual(try shard.indices(of: 1), [])
+        XCTAssertEqual(shard.description, "row 1 (--shard 1/9223372036854775807)")
+        let counted = try RowSelection.resolve(index: 9_223_372_036_854_775_806, shard: nil, indexCount: Int.max, environment: [:])
+        XCTAssertEqual(try counted.indices(of: Int.max), [Int.max - 1])
+    }
+
     func testFolderPublishOrderPutsPlaylistsLastAndTheMasterLast() {
         XCTAssertEqual(
             BatchOutputs.publishOrder(["master.m3u8", "720p/index.m3u8", "720p/seg-1.m4s", "720p/init.mp4", "cover.jpg"]),

@@ -253,4 +253,79 @@ final class BatchCLITests: XCTestCase {
         XCTAssertTrue(r.stderr.contains("which row(s) 1 write too; give each row its own outputs"), r.stderr)
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir.path + "/out/same/merged.mp4"))
     }
+
+    /// The exit statuses a batch may end with (`clipflow batch --help`): anything else, a crash's
+    /// signal above all, is a task a batch engine cannot classify.
+    static let documentedStatuses: Set<Int32> = [0, 64, 65, 75, 130]
+
+    /// Two rows naming one file by different real paths (`link` is a symlink to `out`) fail
+    /// before either runs, each naming the other and the clash; nothing is written; 65.
+    func testRowsWritingOneFileThroughASymlinkFailBeforeRunning() throws {
+        let dir = fx.scratch("batch-clash-symlink")
+        _ = try fragmentSets(2, in: dir)
+        try FileManager.default.createDirectory(atPath: dir.path + "/out", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: dir.path + "/link", withDestinationPath: dir.path + "/out")
+        let rows = dir.appendingPathComponent("clash.csv").path
+        try "CLIPS,OUT\n\(dir.path)/sets/set-0,\(dir.path)/out/same\n\(dir.path)/sets/set-1,\(dir.path)/link/same\n".write(
+            toFile: rows, atomically: true, encoding: .utf8)
+        let r = try clipflow(["batch", Self.pipeline, "--rows", rows])
+        XCTAssertEqual(r.status, 65, r.stderr)
+        let s = try summary(rows + ".summary.json")
+        XCTAssertEqual(statuses(s), [0: "failed", 1: "failed"])
+        let results = try XCTUnwrap(s["results"] as? [[String: Any]])
+        func reason(_ row: Int) -> String { results.first { $0["row"] as? Int == row }?["reason"] as? String ?? "" }
+        XCTAssertTrue(reason(0).contains("writes '\(dir.path)/out/same/merged.mp4', which row(s) 1 write too"), reason(0))
+        XCTAssertTrue(reason(0).contains("row 1 names it '\(dir.path)/link/same/merged.mp4'"), reason(0))
+        XCTAssertTrue(reason(1).contains("writes '\(dir.path)/link/same/merged.mp4', which row(s) 0 write too"), reason(1))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path + "/out"), [], "nothing is written")
+    }
+
+    /// Row 0 writes into row 1's input folder, where row 1's pattern would match its output:
+    /// both rows are refused before either runs, each naming the other; nothing is written; 65.
+    func testRowWritingAnotherRowsInputFailsBeforeRunning() throws {
+        let dir = fx.scratch("batch-writes-input")
+        _ = try fragmentSets(2, in: dir)
+        let pipeline = dir.appendingPathComponent("merge.json").path
+        try """
+        {"version": 1, "stages": [
+          {"id": "clips", "kind": "files", "glob": "${CLIPS}/fragment*.mp4", "sort": "name"},
+          {"id": "merged", "kind": "merge", "inputs": ["clips"], "output": "${OUT}"}
+        ]}
+        """.write(toFile: pipeline, atomically: true, encoding: .utf8)
+        let rows = dir.appendingPathComponent("rows.csv").path
+        try "CLIPS,OUT\n\(dir.path)/sets/set-0,\(dir.path)/sets/set-1/fragment9.mp4\n\(dir.path)/sets/set-1,\(dir.path)/out/one.mp4\n".write(
+            toFile: rows, atomically: true, encoding: .utf8)
+        for jobs in ["1", "2"] {
+            let r = try clipflow(["batch", pipeline, "--rows", rows, "--jobs", jobs])
+            XCTAssertEqual(r.status, 65, r.stderr)
+            let s = try summary(rows + ".summary.json")
+            XCTAssertEqual(statuses(s), [0: "failed", 1: "failed"])
+            let results = try XCTUnwrap(s["results"] as? [[String: Any]])
+            func reason(_ row: Int) -> String { results.first { $0["row"] as? Int == row }?["reason"] as? String ?? "" }
+            XCTAssertTrue(
+                reason(0).contains("stages[1].output '\(dir.path)/sets/set-1/fragment9.mp4' is an input of row 1 (stages[0].glob"), reason(0))
+            XCTAssertTrue(reason(1).contains("stages[0].glob '\(dir.path)/sets/set-1/fragment*.mp4' reads what row 0 writes"), reason(1))
+            XCTAssertFalse(FileManager.default.fileExists(atPath: dir.path + "/sets/set-1/fragment9.mp4"))
+            XCTAssertFalse(FileManager.default.fileExists(atPath: dir.path + "/out/one.mp4"))
+        }
+    }
+
+    /// A stride no row index can reach past (`--shard 1/Int.max`, or `--index 1 --index-count`
+    /// of it) selects the one row it names, and the batch ends with a documented status.
+    func testHugeShardStrideRunsTheOneRowItNames() throws {
+        let dir = fx.scratch("batch-huge-stride")
+        let (rows, outs) = try fragmentSets(2, in: dir)
+        let r = try clipflow(["batch", Self.pipeline, "--rows", rows, "--shard", "1/9223372036854775807"])
+        XCTAssertTrue(Self.documentedStatuses.contains(r.status), "status \(r.status): \(r.stderr)")
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(outs.map(complete), [false, true])
+        XCTAssertEqual(statuses(try summary(rows + ".summary-1-of-9223372036854775807.json")), [1: "ok"])
+        let indexed = try clipflow(["batch", Self.pipeline, "--rows", rows, "--index", "1", "--index-count", "9223372036854775807"])
+        XCTAssertTrue(Self.documentedStatuses.contains(indexed.status), "status \(indexed.status): \(indexed.stderr)")
+        XCTAssertEqual(indexed.status, 0, indexed.stderr)
+        XCTAssertTrue(indexed.stderr.contains("batch: 0 done, 1 skipped, 0 failed"), indexed.stderr)
+        let beyond = try clipflow(["batch", Self.pipeline, "--rows", rows, "--shard", "9223372036854775806/9223372036854775807"])
+        XCTAssertEqual(beyond.status, 0, beyond.stderr)
+        XCTAssertTrue(beyond.stderr.contains("batch: 0 of 2 row(s)"), beyond.stderr)
+    }
 }

@@ -125,9 +125,14 @@ extension ParamSpec {
 public struct FileField: Sendable, Equatable {
     public var field: String
     public var path: String
-    public init(_ field: String, _ path: String) {
+    /// For a folder a stage writes whole: the file in it (relative path) whose presence means the
+    /// folder is complete (an HLS ladder's master playlist). A copy of the folder elsewhere (object
+    /// storage) puts it last and is whole only once it is there.
+    public var commitMarker: String?
+    public init(_ field: String, _ path: String, commitMarker: String? = nil) {
         self.field = field
         self.path = path
+        self.commitMarker = commitMarker
     }
 }
 

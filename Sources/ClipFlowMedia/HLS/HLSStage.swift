@@ -26,7 +26,7 @@ public enum HLSStage {
             }
             return []
         },
-        files: { p in StageFiles(writes: p.string("output").map { [FileField("output", $0)] } ?? []) },
+        files: { p in StageFiles(writes: p.string("output").map { [FileField("output", $0, commitMarker: "master.m3u8")] } ?? []) },
         graph: { id, p in
             HLSLadder(
                 output: p.string("output")!, ladder: LadderChoice.parse(p.string("ladder") ?? "auto") ?? LadderChoice(rungs: nil),

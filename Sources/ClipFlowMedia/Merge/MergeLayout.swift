@@ -10,7 +10,9 @@ extension Merger {
         let videoTB: AVRational
         /// Added to each clip's video timestamps (after rescaling to videoTB).
         let videoOffsets: [Int64]
-        /// Output time (videoTB) of each clip's first picture.
+        /// Output time (videoTB) of each clip's first picture: the clip before it ends at its
+        /// pictures' end, or later where its sound outlasts them (`hold`: its last picture is
+        /// shown until its sound ends, so the next clip starts after all of it, in sync).
         let starts: [Int64]
         let videoEnd: Int64
         let audio: AudioJoinPlan?
@@ -33,6 +35,31 @@ extension Merger {
             return bases.min { $0.double < $1.double } ?? AVRational(num: 1, den: 1)
         }
 
+        /// The longest a clip's last picture is held for sound that outlasts it: a phone's
+        /// variable-rate fragment ends its sound up to a few picture intervals after its last
+        /// picture. Sound that runs on longer than this is not its pictures' (a track of another
+        /// length): the next clip starts with its pictures and that sound's end is cut.
+        static let longestHold = 0.25
+        /// Sound this much (samples) or less past the last picture is not held for: it is cut at
+        /// the join and the next clip starts at its predecessor's pictures' end. Encoders and
+        /// muxers that end the sound on whole AAC frames leave up to about two frames past the
+        /// pictures (ffmpeg's `-shortest`, GStreamer's splitmuxsink).
+        static let shortestHold = 2 * AudioJoinPlan.frameSize
+
+        /// Output ticks (videoTB) to hold the last picture of `c` for its sound to play out: the
+        /// time its audible sound ends after its pictures (rounded up), when that is more than
+        /// `shortestHold` and at most `longestHold`; else 0 (the next clip starts with its
+        /// pictures and cuts that sound).
+        static func hold(_ c: ClipInfo, videoTB: AVRational) -> Int64 {
+            guard let a = c.audio, a.sampleRate > 0, videoTB.num > 0 else { return 0 }
+            let sr = AVRational(num: 1, den: a.sampleRate)
+            let vtb = c.video.timeBase.av
+            let soundEnd = rescale(a.start, a.timeBase.av, sr) - rescale(c.video.start, vtb, sr) + c.audioSamples
+            let excess = soundEnd - rescale(c.video.duration, vtb, sr)
+            guard excess > shortestHold, Double(excess) <= longestHold * Double(a.sampleRate) else { return 0 }
+            return ceilDiv(excess * Int64(videoTB.den), Int64(a.sampleRate) * Int64(videoTB.num))
+        }
+
         init(clips: [ClipInfo], rotate: Int, setRotation: Int? = nil) throws {
             self.clips = clips
             let first = clips[0]
@@ -41,11 +68,13 @@ extension Merger {
             var offsets: [Int64] = []
             var v: Int64 = 0  // V_c, output time of clip c's first frame
             var starts: [Int64] = []
-            for c in clips {
+            for (i, c) in clips.enumerated() {
                 let tb = c.video.timeBase.av
                 offsets.append(v - rescale(c.video.start, tb, videoTB))
                 starts.append(v)
                 v += rescale(c.video.duration, tb, videoTB)
+                // The last clip's sound is never cut: nothing follows it.
+                if i + 1 < clips.count { v += Self.hold(c, videoTB: videoTB) }
             }
             videoOffsets = offsets
             self.starts = starts

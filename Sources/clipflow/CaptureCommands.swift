@@ -126,8 +126,7 @@ struct Record: ParsableCommand {
                 edges.append(Edge(from: "microphone", to: "record", limits: RecordStage.kind.queue))
             }
             let store = ClipStore(directory: output, prefix: prefix)
-            let reader = RecordCommandReader(
-                control: control, store: store, firstIndex: (store.clipFiles().map(\.index).max() ?? 0) + 1)
+            let reader = RecordCommandReader(control: control, store: store)
             let keys = interactive && TerminalKeys.enterRawMode()
             defer { if keys { TerminalKeys.restore() } }
             let (outcome, runner) = try door.run(
@@ -135,8 +134,7 @@ struct Record: ParsableCommand {
             ) { runner in
                 let prefix = prefix, log = door.log
                 let shown = door.renderer.showStatusLine {
-                    RecordStatusLine(status: status.snapshot, prefix: prefix, queueDrops: log.dropped("record"), deletedSeconds: reader.deletedSeconds)
-                        .text
+                    RecordStatusLine(status: status.snapshot, prefix: prefix, queueDrops: log.dropped("record")).text
                 }
                 guard interactive else { return }
                 // Answers go above the status line where there is one; otherwise to standard
@@ -147,9 +145,10 @@ struct Record: ParsableCommand {
                 } else if flags.events == .json {
                     reply = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }
                 } else {
-                    reply = {
-                        print($0); fflush(nil)
-                    }
+                    // Written straight to the descriptor: flushing C streams (`fflush(nil)`) would
+                    // wait for standard input's lock, which the command reader holds while it
+                    // waits for a line.
+                    reply = { FileHandle.standardOutput.write(Data(($0 + "\n").utf8)) }
                 }
                 if keys { reply(RecordCommand.keys) }
                 reader.start(keys: keys, runner: runner, reply: reply)
@@ -257,36 +256,38 @@ enum RecordCommand: Equatable {
     }
 }
 
-/// Carries out `RecordCommand`s on a thread of its own (it waits on standard input) while the recording runs: pause, resume
-/// and split go to the record stage (`RecordControl`), q stops the graph, d and l act on the
-/// directory. Remembers what the summary and the status line need: whether q ended the
-/// recording, and the seconds of this recording's fragments that d deleted. Once `close()`d
-/// (the run is over and the summary is being made) it does nothing more. Thread-safe.
+/// Carries out `RecordCommand`s on a thread of its own (it waits on standard input) while the
+/// recording runs: pause, resume, split and d (delete the last clip) go to the record stage
+/// (`RecordControl`), which carries them out on its queue, d through its recorder, so the
+/// deleted clip's seconds leave the total `--max-duration` counts; q stops the graph; l lists
+/// the directory. The stage's answers are shown in the order given, from a queue of the reader's
+/// own, so the stage never waits on the terminal. Remembers whether q ended the recording, for
+/// the summary. Once `close()`d (the run is over and the summary is being made) it does nothing
+/// more. Thread-safe.
 final class RecordCommandReader: Sendable {
     let control: RecordControl
     let store: ClipStore
-    /// Number of the first fragment this recording writes (those before it were there already).
-    let firstIndex: Int
+    /// Where the stage's answers are shown (`reply`), in order.
+    private let answers = DispatchQueue(label: "record answers")
     private struct State {
         var quit = false
-        var deletedSeconds = 0.0
         var closed = false
     }
     private let state = Mutex(State())
 
-    init(control: RecordControl, store: ClipStore, firstIndex: Int) {
+    init(control: RecordControl, store: ClipStore) {
         self.control = control
         self.store = store
-        self.firstIndex = firstIndex
     }
 
     /// True once q ended the recording.
     var quit: Bool { state.withLock { $0.quit } }
-    /// Seconds of this recording's fragments deleted with d.
-    var deletedSeconds: Double { state.withLock { $0.deletedSeconds } }
 
-    /// Ignores every command from now on.
-    func close() { state.withLock { $0.closed = true } }
+    /// Ignores every command from now on, once the answers given so far are shown.
+    func close() {
+        state.withLock { $0.closed = true }
+        answers.sync {}
+    }
 
     /// Reads commands until standard input ends: key presses (`keys`: the terminal is in raw
     /// mode) or lines. `reply` shows what a command answers.
@@ -306,17 +307,23 @@ final class RecordCommandReader: Sendable {
         }
     }
 
-    func perform(_ command: RecordCommand, runner: GraphRunner, reply: @Sendable (String) -> Void) {
+    func perform(_ command: RecordCommand, runner: GraphRunner, reply: @escaping @Sendable (String) -> Void) {
         if state.withLock({ $0.closed }) { return }
         switch command {
         case .pause: control.send(.pause)
         case .resume: control.send(.resume)
         case .split: control.send(.split)
         case .deleteLast:
-            do {
-                if let path = try deleteLast() { reply("deleted \(path)") } else { reply("no clip to delete") }
-            } catch {
-                reply("cannot delete the last clip: \((error as? ClipFlowError)?.message ?? "\(error)")")
+            let answers = answers
+            control.deleteLast { answer in
+                let text: String
+                switch answer {
+                case .deleted(let path, _): text = "deleted \(path)"
+                case .nothingToDelete: text = "no clip to delete"
+                case .failed(let why): text = "cannot delete the last clip: \(why)"
+                case .recordingEnded: text = "the recording has ended; no clip was deleted"
+                }
+                answers.async { reply(text) }
             }
         case .list: clipListing(store).forEach(reply)
         case .quit:
@@ -324,18 +331,6 @@ final class RecordCommandReader: Sendable {
             runner.stop(deadline: 10)
         case .help: reply(RecordCommand.keys)
         case .none: break
-        }
-    }
-
-    /// Deletes the last fragment; when it is one of this recording's, its seconds leave the total.
-    /// Under the lock, so that a closed reader deletes nothing the summary has counted.
-    private func deleteLast() throws -> String? {
-        try state.withLock { s in
-            guard !s.closed, let last = store.clipFiles().last else { return nil }
-            let seconds = last.index >= firstIndex ? (try? ClipProbe.probe(last.path).videoSeconds) ?? 0 : 0
-            let deleted = try store.deleteLast()
-            if deleted == last.path { s.deletedSeconds += seconds }
-            return deleted
         }
     }
 }

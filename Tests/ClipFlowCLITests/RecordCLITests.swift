@@ -236,4 +236,74 @@ final class RecordCLITests: XCTestCase {
         XCTAssertTrue(r.stderr.contains("/dev/video7"), r.stderr)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), [])
     }
+    /// `d` under `--max-duration`: the deleted clip's seconds leave the recorder's total, so the
+    /// recording goes on until the clips that exist reach the cap (ffprobe's durations), and the
+    /// answer names the deleted clip on standard output.
+    func testDeleteLastFreesItsSecondsUnderMaxDuration() throws {
+        let dir = fx.scratch("cli-record-delete-max").path
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: binary)
+        p.arguments = ["record", "-o", dir, "--size", "320x240", "--segment", "1", "--max-duration", "3", "--interactive"]
+        let input = Pipe(), err = Pipe(), out = Pipe()
+        p.standardInput = input
+        p.standardError = err
+        p.standardOutput = out
+        try p.run()
+        // The recording ends by itself (max-duration) within seconds; a hung one is ended.
+        DispatchQueue.global().asyncAfter(deadline: .now() + 60) { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+        var seen = ""
+        func waitFor(_ marker: String) {
+            while !seen.contains(marker) {
+                let d = err.fileHandleForReading.availableData
+                if d.isEmpty { return }
+                seen += String(decoding: d, as: UTF8.self)
+            }
+        }
+        waitFor("clip-0001.mp4: ")
+        input.fileHandleForWriting.write(Data("d\n".utf8))
+        let rest = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        try? input.fileHandleForWriting.close()
+        seen += String(decoding: rest, as: UTF8.self)
+        let answers = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        XCTAssertEqual(p.terminationStatus, 0, seen)
+        XCTAssertEqual(answers, "deleted \(dir)/clip-0001.mp4\n", seen)
+        let clips = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasSuffix(".mp4") }.sorted()
+        XCTAssertEqual(clips, ["clip-0002.mp4", "clip-0003.mp4", "clip-0004.mp4"], seen)
+        let total = try clips.reduce(0.0) { $0 + (Double(try Probe.stream("\(dir)/\($1)", "v:0", "duration")) ?? -1) }
+        XCTAssertEqual(total, 3, accuracy: 0.05, "the clips that exist fill the cap: \(seen)")
+        XCTAssertTrue(seen.contains(String(format: "recorded 3 clips, %.2f s, into \(dir)\n", total)), seen)
+    }
+
+    /// The record stage's libx264 preset is `encoder-preset` in a pipeline, as on the command
+    /// line; `preset`, its old name, is still read, with a warning; both together are refused.
+    func testPipelineEncoderPresetAndItsOldName() throws {
+        let dir = fx.scratch("cli-record-pipeline-preset").path
+        func pipeline(_ name: String, _ presetFields: String) throws -> String {
+            let path = "\(dir)/\(name).json"
+            let text = """
+                {"version": 1, "stages": [
+                  {"id": "camera", "kind": "testpattern", "width": 320, "height": 240, "duration": 1, "realtime": false},
+                  {"id": "record", "kind": "record", "inputs": ["camera"], "directory": "\(dir)/\(name)", \(presetFields)}
+                ]}
+                """
+            try text.write(toFile: path, atomically: true, encoding: .utf8)
+            return path
+        }
+        let old = "'preset' is the old name of 'encoder-preset'"
+        let new = try clipflow(["run", try pipeline("new", #""encoder-preset": "ultrafast""#)])
+        XCTAssertEqual(new.status, 0, new.stderr)
+        XCTAssertFalse(new.stderr.contains(old), new.stderr)
+        let renamed = try clipflow(["run", try pipeline("old", #""preset": "ultrafast""#)])
+        XCTAssertEqual(renamed.status, 0, renamed.stderr)
+        XCTAssertTrue(renamed.stderr.contains("record: warning: \(old); it is still read"), renamed.stderr)
+        // libx264 writes its settings into the stream: the preset took effect both ways.
+        for sub in ["new", "old"] {
+            let settings = try Run.run(["mediainfo", "--Inform=Video;%Encoded_Library_Settings%", "\(dir)/\(sub)/clip-0001.mp4"]).out
+            XCTAssertTrue(settings.contains("subme=0"), "\(sub): ultrafast sets subme=0: \(settings)")
+        }
+        let both = try clipflow(["validate", try pipeline("both", #""encoder-preset": "ultrafast", "preset": "fast""#)])
+        XCTAssertEqual(both.status, 65, both.stderr)
+        XCTAssertTrue(both.stderr.contains("stages[1].preset: \(old); give 'encoder-preset' only"), both.stderr)
+    }
 }

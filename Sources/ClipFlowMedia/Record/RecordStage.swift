@@ -3,16 +3,86 @@ import Foundation
 import Synchronization
 
 /// Commands for a running record stage, from any thread (a terminal, a signal, a test). Applied
-/// on the stage's queue before the next frame.
+/// on the stage's queue, in the order sent, before the next frame (and, at the end, before the
+/// last fragment is closed). Thread-safe.
 public final class RecordControl: Sendable {
-    public enum Command: Sendable, Equatable { case pause, resume, split }
-    private let pending = Mutex<[Command]>([])
+    /// `deleteLast`: the stage's recorder deletes the last fragment (`FragmentRecorder.deleteLast`),
+    /// so its seconds leave the total `max-duration` counts.
+    public enum Command: Sendable, Equatable { case pause, resume, split, deleteLast }
+    /// What became of a `deleteLast` command.
+    public enum Deletion: Sendable, Equatable {
+        /// The fragment at `path` was deleted; `seconds` left the recording's total.
+        case deleted(path: String, seconds: Double)
+        /// The directory held no fragment.
+        case nothingToDelete
+        /// The fragment could not be deleted: why.
+        case failed(String)
+        /// The recording had ended before the command could be carried out: nothing was deleted.
+        case recordingEnded
+    }
+    typealias Answer = @Sendable (Deletion) -> Void
+    private struct State {
+        var pending: [Command] = []
+        /// One answer per `deleteLast` in `pending`, in order.
+        var answers: [Answer] = []
+        /// Answers of the `deleteLast`s taken and not yet carried out, in order.
+        var due: [Answer] = []
+        var ended = false
+    }
+    private let state = Mutex(State())
     public init() {}
-    public func send(_ c: Command) { pending.withLock { $0.append(c) } }
-    func take() -> [Command] {
-        pending.withLock { c in
-            defer { c = [] }; return c
+
+    /// Sends a command; a `deleteLast` sent this way is carried out without an answer.
+    public func send(_ c: Command) {
+        if c == .deleteLast { return deleteLast { _ in } }
+        state.withLock { $0.pending.append(c) }
+    }
+
+    /// Sends `deleteLast`; `answer` is called once, on the stage's queue when it carries it out,
+    /// or at once (`.recordingEnded`) when the stage has ended.
+    public func deleteLast(answer: @escaping @Sendable (Deletion) -> Void) {
+        let ended = state.withLock { s -> Bool in
+            if !s.ended {
+                s.pending.append(.deleteLast)
+                s.answers.append(answer)
+            }
+            return s.ended
         }
+        if ended { answer(.recordingEnded) }
+    }
+
+    /// The commands sent since the last take, in order; each `deleteLast` among them is answered
+    /// with `answerDeletion`, in the same order.
+    func take() -> [Command] {
+        state.withLock { s in
+            defer {
+                s.pending = []
+                s.due += s.answers
+                s.answers = []
+            }
+            return s.pending
+        }
+    }
+
+    /// Answers the earliest `deleteLast` taken and not yet answered.
+    func answerDeletion(_ d: Deletion) {
+        let answer = state.withLock { s in s.due.isEmpty ? nil : s.due.removeFirst() }
+        answer?(d)
+    }
+
+    /// Ends the control: commands still pending, and any sent from now on, are not carried out
+    /// (a `deleteLast` is answered `.recordingEnded`).
+    func end() {
+        let left = state.withLock { s -> [Answer] in
+            s.ended = true
+            s.pending = []
+            defer {
+                s.due = []
+                s.answers = []
+            }
+            return s.due + s.answers
+        }
+        for answer in left { answer(.recordingEnded) }
     }
 }
 
@@ -49,13 +119,19 @@ public final class RecordStage: Stage {
             ParamSpec("segment", .number(min: 0, max: nil), default: .number(0), help: "seconds per fragment (0: one fragment until stopped)"),
             ParamSpec(
                 "max-duration", .number(min: 0, max: nil), default: .number(0), help: "stop once the directory's fragments reach this many seconds (0: no cap)"),
-            ParamSpec("preset", .choice(RecordOptions.presets), default: .string("veryfast"), help: "libx264 preset (ultrafast for 1080p30 on 2 cores)"),
+            ParamSpec(
+                "encoder-preset", .choice(RecordOptions.presets),
+                help: "libx264 speed preset (default veryfast, which keeps 720p30 in real time on 2 cores; ultrafast for 1080p30)"),
+            ParamSpec("preset", .choice(RecordOptions.presets), help: "old name of encoder-preset: still read, with a warning"),
             ParamSpec("crf", .integer(min: 0, max: 51), default: .number(23), help: "libx264 quality (lower: better, bigger)"),
             ParamSpec("keyframe-interval", .number(min: 0.04, max: 60), default: .number(2), help: "longest run between keyframes, seconds")
         ],
         // Raw pictures are large: at most 32 frames (about 1 s of video with its audio) or 128 MiB.
         queue: LinkLimits(maxItems: 64, maxBytes: 128 << 20),
         check: { p, path in
+            if p.string("preset") != nil, p.string("encoder-preset") != nil {
+                return [PipelineIssue("\(path).preset", "\(RecordStage.oldPresetName); give 'encoder-preset' only")]
+            }
             if let prefix = p.string("prefix"),
                 prefix.isEmpty || prefix.contains("/") || prefix.unicodeScalars.contains(where: PipelineValidator.isControl)
             {
@@ -78,11 +154,19 @@ public final class RecordStage: Stage {
             o.prefix = p.string("prefix") ?? "clip"
             o.segmentSeconds = p.double("segment") ?? 0
             o.maxSeconds = p.double("max-duration") ?? 0
-            o.preset = p.string("preset") ?? "veryfast"
+            o.preset = p.string("encoder-preset") ?? p.string("preset") ?? o.preset
             o.crf = p.int("crf") ?? 23
             o.keyframeSeconds = p.double("keyframe-interval") ?? 2
-            return RecordStage(id: id, options: o)
+            let stage = RecordStage(id: id, options: o)
+            if p.string("preset") != nil { stage.warnings.append("\(RecordStage.oldPresetName); it is still read, but name it 'encoder-preset'") }
+            return stage
         })
+
+    /// What a pipeline that names the libx264 preset `preset` is told.
+    static let oldPresetName = "'preset' is the old name of 'encoder-preset'"
+
+    /// Warnings about the stage's parameters, emitted when it is prepared.
+    var warnings: [String] = []
 
     public init(id: String, options: RecordOptions, control: RecordControl = RecordControl(), status: RecordStatus = RecordStatus()) {
         self.id = id
@@ -92,6 +176,7 @@ public final class RecordStage: Stage {
     }
 
     public func prepare(_ context: StageContext) throws {
+        for w in warnings { context.emit(.notice("warning: \(w)")) }
         let r = try FragmentRecorder(options: options)
         let status = status
         r.onClosed = { clip in
@@ -187,13 +272,7 @@ public final class RecordStage: Stage {
             return .ok
         }
         guard let r = recorder, let media = item.media else { return .ok }
-        for c in control.take() {
-            switch c {
-            case .pause: try r.pause(); context.emit(.notice("paused"))
-            case .resume: r.resume(); context.emit(.notice("recording"))
-            case .split: if !r.paused { try r.pause(); r.resume() }
-            }
-        }
+        try carryOut(control.take(), r, context)
         if !(try r.append(media)) {
             context.emit(.notice(String(format: "reached the maximum record time (%.1f s)", options.maxSeconds)))
             return .endOfStream
@@ -217,7 +296,32 @@ public final class RecordStage: Stage {
         return .ok
     }
 
+    /// Carries out commands, in the order they were sent.
+    private func carryOut(_ commands: [RecordControl.Command], _ r: FragmentRecorder, _ context: StageContext) throws {
+        for c in commands {
+            switch c {
+            case .pause: try r.pause(); context.emit(.notice("paused"))
+            case .resume: r.resume(); context.emit(.notice("recording"))
+            case .split: if !r.paused { try r.pause(); r.resume() }
+            case .deleteLast:
+                do {
+                    if let d = try r.deleteLast() {
+                        control.answerDeletion(.deleted(path: d.path, seconds: d.seconds))
+                    } else {
+                        control.answerDeletion(.nothingToDelete)
+                    }
+                } catch {
+                    control.answerDeletion(.failed((error as? ClipFlowError)?.message ?? "\(error)"))
+                }
+                publish(r)
+            }
+        }
+    }
+
     public func drain(_ context: StageContext) throws {
+        // What was asked before the end acts before the open fragment closes.
+        if let r = recorder { try carryOut(control.take(), r, context) }
+        control.end()
         try recorder?.finish()
         if let r = recorder { publish(r) }
         reportMissing(context)
@@ -239,6 +343,7 @@ public final class RecordStage: Stage {
     }
 
     public func finish(_ context: StageContext, outcome: StageOutcome) {
+        control.end()
         // Failed or cancelled elsewhere: still finalise the open fragment (recorded data is kept).
         if outcome != .completed, let r = recorder {
             if (try? r.finish()) == nil { r.abandon() }

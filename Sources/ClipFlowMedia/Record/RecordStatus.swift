@@ -10,7 +10,8 @@ public final class RecordStatus: Sendable {
         /// Seconds in the open fragment.
         public var fragmentSeconds = 0.0
         /// Seconds of every fragment of this recording, and (with a maximum record time, which
-        /// counts them) of those already in the directory.
+        /// counts them) of those already in the directory; a fragment deleted through the
+        /// recorder (`RecordControl.Command.deleteLast`) no longer counts.
         public var totalSeconds = 0.0
         public var paused = false
         /// Fragments this recording closed and renamed into place.

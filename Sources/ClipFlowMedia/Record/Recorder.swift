@@ -72,7 +72,7 @@ public struct RecordedClip: Sendable, Equatable {
 /// Not thread-safe: one owner (the record stage's queue).
 public final class FragmentRecorder {
     public let options: RecordOptions
-    /// Fragments closed by this recorder, in order.
+    /// Fragments closed by this recorder and not deleted through it (`deleteLast`), in order.
     public private(set) var clips: [RecordedClip] = []
     /// Called when a fragment is closed (complete and renamed into place).
     public var onClosed: ((RecordedClip) -> Void)?
@@ -85,9 +85,12 @@ public final class FragmentRecorder {
 
     private var segment: Segment?
     private var nextIndex: Int
+    /// Number of the first fragment this recorder writes: lower numbers were there before it.
+    private let firstIndex: Int
     private var lastSequence: Int64?
-    /// Seconds already in the directory when recording started (counts against `maxSeconds`).
-    private let earlierSeconds: Double
+    /// Seconds of the fragments that were in the directory when recording started and still are
+    /// (counts against `maxSeconds`; 0 without it).
+    private var earlierSeconds: Double
     // Audio not yet given to a fragment: interleaved samples starting at sample `audioFirst`.
     private var audio: [Float] = []
     private var audioFirst: Int64 = 0
@@ -128,11 +131,13 @@ public final class FragmentRecorder {
         }
         let existing = ClipStore(directory: options.directory, prefix: options.prefix).clipFiles()
         nextIndex = (existing.map(\.index).max() ?? 0) + 1
+        firstIndex = nextIndex
         earlierSeconds = options.maxSeconds > 0 ? existing.reduce(0) { $0 + ((try? ClipProbe.probe($1.path).videoSeconds) ?? 0) } : 0
         if options.maxSeconds > 0, earlierSeconds >= options.maxSeconds { full = true }
     }
 
-    /// Seconds recorded so far, fragments already in the directory included.
+    /// Seconds recorded so far, fragments already in the directory included, those deleted
+    /// through `deleteLast` not: what `maxSeconds` caps.
     public var totalSeconds: Double {
         earlierSeconds + clips.reduce(0) { $0 + $1.seconds } + (segment.map { ($0.lastTime ?? $0.startTime) - $0.startTime + nominalFrame } ?? 0)
     }
@@ -236,6 +241,25 @@ public final class FragmentRecorder {
         try releasePictures()
         try closeSegment(end: nil)
         full = true
+    }
+
+    /// Deletes the highest-numbered closed fragment in the directory (the open one, under its
+    /// temporary name, is never it) and takes its seconds out of `totalSeconds`, so `maxSeconds`
+    /// counts only fragments that exist. A fragment of this recording leaves `clips`. Returns the
+    /// deleted file and its seconds, nil when the directory holds no fragment.
+    public func deleteLast() throws -> (path: String, seconds: Double)? {
+        guard let last = ClipStore(directory: options.directory, prefix: options.prefix).clipFiles().last else { return nil }
+        let ours = clips.lastIndex { $0.path == last.path }
+        let seconds = ours.map { clips[$0].seconds } ?? (try? ClipProbe.probe(last.path).videoSeconds) ?? 0
+        guard unlink(last.path) == 0 else {
+            throw ClipFlowError.output("cannot delete '\(last.path)': \(String(cString: strerror(errno)))")
+        }
+        if let i = ours {
+            clips.remove(at: i)
+        } else if last.index < firstIndex, options.maxSeconds > 0 {
+            earlierSeconds = max(0, earlierSeconds - seconds)
+        }
+        return (last.path, seconds)
     }
 
     /// Abandons the open fragment (its temporary file is removed); closed fragments stay.

@@ -28,9 +28,12 @@ final class MicrophoneReader: @unchecked Sendable {
     private let callStart = Atomic<UInt64>(0)
     private let helper = Mutex<AbandonableHelper?>(nil)
 
-    /// Readings held for the stage at most (about 10 ms each): room for 640 ms of scheduling
-    /// delay downstream before the reading thread waits, and the device's buffer then takes over.
-    static let capacity = 64
+    /// Readings held for the stage at most: one. The thread reads the next while the stage hands
+    /// on the last, and waits while the stage is held up downstream, so audio waits in the
+    /// device's buffer, as it does when the stage reads itself: reads paced by the consumer give
+    /// the recorder's clock model (`LiveAudioAligner`) the read times it is tuned for (reads that
+    /// run ahead of the recorder put fragments' joins up to 16 ms off, with clicks).
+    static let capacity = 1
 
     init(device: MicrophoneDevice, pollMs: Int32) {
         self.device = device

@@ -83,15 +83,10 @@ public final class BoundedQueue<Element>: @unchecked Sendable {
         cond.lock()
         defer { cond.unlock() }
         while true {
-            switch state.take() {
-            case .item(let discontinuity, let wake):
-                let e = takeFront()
-                if wake { cond.broadcast() }
-                return Pulled(element: e, discontinuity: discontinuity)
-            case .endOfStream, .flushing:
-                return nil
-            case .wait:
-                cond.wait()
+            switch takeLocked() {
+            case .element(let pulled): return pulled
+            case .ended: return nil
+            case .empty: cond.wait()
             }
         }
     }
@@ -109,16 +104,7 @@ public final class BoundedQueue<Element>: @unchecked Sendable {
     public func poll() -> Polled {
         cond.lock()
         defer { cond.unlock() }
-        switch state.take() {
-        case .item(let discontinuity, let wake):
-            let e = takeFront()
-            if wake { cond.broadcast() }
-            return .element(Pulled(element: e, discontinuity: discontinuity))
-        case .endOfStream, .flushing:
-            return .ended
-        case .wait:
-            return .empty
-        }
+        return takeLocked()
     }
 
     /// The next element, waiting at most `seconds` for one (`.empty`: none came in time): for a
@@ -128,17 +114,24 @@ public final class BoundedQueue<Element>: @unchecked Sendable {
         cond.lock()
         defer { cond.unlock() }
         while true {
-            switch state.take() {
-            case .item(let discontinuity, let wake):
-                let e = takeFront()
-                if wake { cond.broadcast() }
-                return .element(Pulled(element: e, discontinuity: discontinuity))
-            case .endOfStream, .flushing:
-                return .ended
-            case .wait:
-                if Date() >= deadline { return .empty }
-                _ = cond.wait(until: deadline)
-            }
+            let polled = takeLocked()
+            guard case .empty = polled, Date() < deadline else { return polled }
+            _ = cond.wait(until: deadline)
+        }
+    }
+
+    /// What the queue gives now, taking the front element if there is one; the caller holds
+    /// `cond`'s lock.
+    private func takeLocked() -> Polled {
+        switch state.take() {
+        case .item(let discontinuity, let wake):
+            let e = takeFront()
+            if wake { cond.broadcast() }
+            return .element(Pulled(element: e, discontinuity: discontinuity))
+        case .endOfStream, .flushing:
+            return .ended
+        case .wait:
+            return .empty
         }
     }
 

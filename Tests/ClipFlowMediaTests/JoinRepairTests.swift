@@ -57,12 +57,15 @@ final class JoinRepairTests: XCTestCase {
         try Self.metrics(output, source: source, offset: Self.offset, durations: Self.durations)
     }
 
-    /// `scripts/join-metrics` on `output`, made of clips cut back to back from `source` at `offset`.
-    static func metrics(_ output: String, source: String, offset: Double, durations: [Double]) throws -> Metrics {
-        let r = try Run.run([
-            root.appendingPathComponent("scripts/join-metrics").path, output, source,
-            "--offset", "\(offset)", "--durations", durations.map { "\($0)" }.joined(separator: ",")
-        ])
+    /// `scripts/join-metrics` on `output`, made of clips cut back to back from `source` at `offset`
+    /// whose sound lasts `durations`; `placed`: how long each lasts in `output`, when not that.
+    static func metrics(_ output: String, source: String, offset: Double, durations: [Double], placed: [Double]? = nil) throws -> Metrics {
+        let list = { (d: [Double]) in d.map { "\($0)" }.joined(separator: ",") }
+        let r = try Run.run(
+            [
+                root.appendingPathComponent("scripts/join-metrics").path, output, source,
+                "--offset", "\(offset)", "--durations", list(durations)
+            ] + (placed.map { ["--output-durations", list($0)] } ?? []))
         return try JSONDecoder().decode(Metrics.self, from: r.stdout)
     }
 
@@ -273,6 +276,48 @@ final class EdgeRepairTests: XCTestCase {
         let stepping = tone.enumerated().map { $0.1 * ((($0.0 / 960) % 2 == 0) ? 1 : 0.5) }
         XCTAssertEqual(EdgeRepair.sound([stepping], leftEnd: 20000, rightStart: 20000, sampleRate: rate), .changing)
         XCTAssertEqual(EdgeRepair.sound([tone], leftEnd: 2000, rightStart: 2000, sampleRate: rate), .changing, "not enough audio to tell")
+    }
+
+    /// The RMS of `x` over 10 ms windows within `range`, the lowest.
+    func lowestLevel(_ x: [Float], _ range: Range<Int>) -> Float {
+        stride(from: range.lowerBound, to: range.upperBound - 480, by: 120).map { i in
+            (x[i..<(i + 480)].reduce(0) { $0 + $1 * $1 } / 480).squareRoot()
+        }.min() ?? 0
+    }
+
+    /// A tone whose two sides meet half a period out of phase (a gap of 22.5 periods filled):
+    /// the fill reads each side a little faster or slower into phase with the other, so the tone
+    /// keeps its level across the join instead of cancelling where the two are crossfaded.
+    func testTonesMeetingOutOfPhaseKeepTheirLevel() {
+        // 1 kHz: a period of 48 samples; the gap is 1080 samples.
+        let left = sine(10000, frequency: 1000), right = sine(10000, from: 11080 + 24, frequency: 1000)
+        var channels = [left + [Float](repeating: 0, count: 1080) + right]
+        var g = SplitMix64(seed: 5)
+        for i in 9200..<10000 { channels[0][i] += Float(Double(g.next() % 2000) / 1000 - 1) * 0.1 }
+        let r = EdgeRepair.repair(&channels, leftEnd: 10000, rightStart: 11080, maxSpan: 3840, sampleRate: rate, sound: .steady)
+        XCTAssertGreaterThan(r.before, 0)
+        let y = channels[0]
+        XCTAssertGreaterThan(lowestLevel(y, 8000..<14000), 0.9 * 0.5 / Float(2).squareRoot(), "the tone dips at the join")
+        XCTAssertLessThan(maxSecondDifference(y, 8000..<14000), 1.5 * maxSecondDifference(sine(4000, frequency: 1000), 0..<4000))
+    }
+
+    /// A shortening writes the replaced span that much shorter, so everything after it comes
+    /// that much earlier, and the tone runs on without a break.
+    func testAShorteningMovesTheAudioAfterTheJoinEarlier() {
+        let x = sine(30000, frequency: 220)
+        for shortening in [600, -400] {
+            var channels = [x]
+            let r = EdgeRepair.repair(
+                &channels, leftEnd: 15000, rightStart: 15000, maxSpan: 3840, sampleRate: rate, sound: .steady, shortening: shortening)
+            XCTAssertEqual(r.shortened, shortening)
+            let y = channels[0]
+            XCTAssertEqual(y.count, x.count - shortening)
+            XCTAssertTrue(y[0..<(15000 - r.before)] == x[0..<(15000 - r.before)], "nothing changed before the repair")
+            let after = 15000 + r.after
+            XCTAssertTrue(y[(after - shortening)...] == x[after...], "the audio after the repair, \(shortening) samples earlier")
+            XCTAssertGreaterThan(lowestLevel(y, 12000..<18000), 0.9 * 0.5 / Float(2).squareRoot())
+            XCTAssertLessThan(maxSecondDifference(y, 12000..<18000), 1.5 * maxSecondDifference(sine(4000, frequency: 220), 0..<4000))
+        }
     }
 
     func testAShortGapBetweenFragmentsIsFilledAndALongOneIsNot() {

@@ -212,17 +212,20 @@ struct AudioRegionRenderer {
         // The timeline under the most the region may re-encode and, around a join to repair,
         // the audio that tells steady sound from changing sound.
         let join = repairableJoin(planned)
+        let rightStart = join.map { _ in plan.clips[planned.clips.upperBound].start }
         let reach = join == nil ? 0 : Int64(EdgeRepair.steadinessReach(Int(sampleRate)))
         let most = planned.frames
         let tLo = min((most.lowerBound - 2) * F + base0 - Self.spliceSearch - Int64(Self.spliceWindow) - 8, (join ?? 0) - reach)
-        let tHi = max((most.upperBound + 2) * F + base0 + abs(ideal) + Self.spliceSearch + Int64(Self.spliceWindow) + 8, (join ?? 0) + reach + 1)
+        let tHi = max(
+            (most.upperBound + 2) * F + base0 + abs(ideal) + Self.spliceSearch + Int64(Self.spliceWindow) + 8, (rightStart ?? 0) + reach + 1)
         var timeline = try decoders.timeline(plan: plan, from: tLo, to: tHi)
         var region = planned.rendering(planned.least)
-        if let end = join {
+        // The part of the jump made inside a repair of steady sound (`EdgeRepair`'s shortening).
+        var shortened: Int64 = 0
+        if let end = join, let start = rightStart {
             // The fragments' damaged edges, repaired where they meet on the timeline (one
             // continuous waveform there), inside what the zone reads so the seams stay exact.
             let widest = planned.slideZone
-            let start = plan.clips[planned.clips.upperBound].start
             let span = min(end - (widest.lowerBound + base0), widest.upperBound + base0 + ideal - start) - Self.repairMargin
             let left = Int(end - tLo), right = Int(start - tLo)
             var repair = EdgeRepair.Repair.none
@@ -231,7 +234,8 @@ struct AudioRegionRenderer {
                 let lp = plan.clips[planned.clips.lowerBound]
                 repair = EdgeRepair.repair(
                     &timeline, leftEnd: left, rightStart: right, maxSpan: Int(span), sampleRate: Int(sampleRate), sound: sound,
-                    bridging: plan.ends[planned.clips.lowerBound] < lp.start + lp.length)
+                    bridging: plan.ends[planned.clips.lowerBound] < lp.start + lp.length, shortening: Int(ideal))
+                shortened = Int64(repair.shortened)
             }
             // The zone holds the repaired samples and the splice at the join, with a margin.
             let half = Int64(Self.crossfade) / 2
@@ -251,10 +255,10 @@ struct AudioRegionRenderer {
         let mid = join.map { $0 - base0 } ?? (zone.lowerBound + zone.upperBound) / 2
         let zlen = Double(zone.count)
         var jump: Int64 = 0
-        if ideal != 0 {
-            jump = bestJump(timeline, at: mid + base0 - tLo, ideal: ideal)
+        if ideal != shortened {
+            jump = bestJump(timeline, at: mid + base0 - tLo, ideal: ideal - shortened)
         }
-        let residual = Double(ideal - jump)
+        let residual = Double(ideal - shortened - jump)
 
         let n = Int(r1 - r0)
         let chans = Int(channels)

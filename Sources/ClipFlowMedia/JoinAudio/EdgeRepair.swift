@@ -16,7 +16,10 @@ import Foundation
 ///   character for as long as a codec's damage lasts, so damage is looked for up to 80 ms with a
 ///   low threshold and replaced by the sound itself, repeated: each side is extended by its own
 ///   last period (found by self-correlation, 2.5-30 ms; 30 ms of it for sound with no period),
-///   period after period crossfaded, the two extensions crossfaded into each other.
+///   period after period crossfaded, the two extensions brought into phase (each read a little
+///   faster or slower, by at most half a period over the span) and crossfaded into each other.
+///   The span may be written shorter or longer than it was (`shortening`), which moves the audio
+///   after it without a second splice.
 /// - Changing sound (speech, music that moves) cannot be repeated without being heard, so damage
 ///   is looked for over 30 ms only, with a higher threshold, and replaced by the two sides' audio
 ///   extrapolated by their predictors, crossfaded, and never louder than the sides around it.
@@ -32,8 +35,9 @@ public enum EdgeRepair {
         /// Longest span replaced on each side of a join.
         public var maxSeconds: Double { self == .steady ? 0.08 : 0.03 }
         /// Prediction error (RMS over 2.5 ms), in multiples of the clean error level, that marks
-        /// damage.
-        var threshold: Float { self == .steady ? 3 : 6 }
+        /// damage. Low for steady sound: a codec's damage fades out tens of milliseconds from the
+        /// edge, and what replaces it repeats the sound itself.
+        var threshold: Float { self == .steady ? 2 : 6 }
     }
 
     public static let detectOrder = 32
@@ -51,10 +55,12 @@ public enum EdgeRepair {
     /// Shortest crossfade on each side between sides that do not continue each other.
     public static let bridgeSeconds = 0.01
 
-    /// What `repair` changed: samples replaced before and after the join.
+    /// What `repair` changed: samples replaced before and after the join, and how many samples
+    /// shorter the replaced span came out (`shortening`, when it was asked for and done).
     public struct Repair: Equatable, Sendable {
         public var before: Int
         public var after: Int
+        public var shortened = 0
         public static let none = Repair(before: 0, after: 0)
     }
 
@@ -98,9 +104,15 @@ public enum EdgeRepair {
     /// caller jumped between them), so they are crossfaded even where no damage shows. The
     /// caller must provide `context(maxSpan:sampleRate:)` samples beyond
     /// each edge; with less, or with a longer gap, nothing changes.
+    ///
+    /// `shortening`: for steady sound, the replaced span is written that many samples shorter
+    /// (longer when negative), so `channels` change length and the audio after the join comes
+    /// that much earlier (the caller's jump across the join, made inside sound that is repeated
+    /// anyway); the result's `shortened` says it was done. Changing sound ignores it.
     @discardableResult
     public static func repair(
-        _ channels: inout [[Float]], leftEnd: Int, rightStart: Int, maxSpan: Int, sampleRate: Int, sound: Sound, bridging: Bool = false
+        _ channels: inout [[Float]], leftEnd: Int, rightStart: Int, maxSpan: Int, sampleRate: Int, sound: Sound, bridging: Bool = false,
+        shortening: Int = 0
     ) -> Repair {
         let span = min(maxSpan, Int(Double(sampleRate) * sound.maxSeconds))
         guard let count = channels.first?.count, span > 0 else { return .none }
@@ -121,7 +133,9 @@ public enum EdgeRepair {
         guard !isSilent(leftSide.prefix(fit)), !isSilent(rightSide.prefix(fit)) else { return .none }
         // Sides that do not continue each other (`bridging`) are crossfaded over at least
         // `bridgeSeconds` each, damaged or not.
-        let least = bridging ? min(span, Int(Double(sampleRate) * bridgeSeconds)) : 0
+        var least = bridging ? min(span, Int(Double(sampleRate) * bridgeSeconds)) : 0
+        // A shortening replaces at least that much and `bridgeSeconds` more on each side.
+        if sound == .steady && shortening != 0 { least = max(least, min(span, abs(shortening) + Int(Double(sampleRate) * bridgeSeconds))) }
         // Damage is looked for in each channel (a codec may damage one more than the other).
         let smoothing = smoothingSamples(sampleRate)
         var before = least, after = least
@@ -146,28 +160,109 @@ public enum EdgeRepair {
                 period(Array(mix[(start - h - origin)..<(start - origin)]), sampleRate: sampleRate),
                 period(reversed(mix, (end - origin)..<(end + h - origin)), sampleRate: sampleRate)
             ) : nil
+        if let (pl, pr) = periods {
+            // Each side's sound repeated across what is written (`m` samples), `reach` samples
+            // further (the backward extension's extra samples come first), then brought into
+            // phase with each other (`inPhase`) before they are crossfaded.
+            let m = n - shortening
+            guard m >= n / 2 else { return .none }
+            let reach = max(pl, pr) / 2 + 2
+            var forwards: [[Float]] = [], backwards: [[Float]] = []
+            for c in channels.indices {
+                let x = channels[c]
+                forwards.append(repeated(Array(x[(start - h)..<start]), period: pl, count: m + reach, sampleRate: sampleRate, lead: leftFilters[c]))
+                backwards.append(
+                    reversed(repeated(reversed(x, end..<(end + h)), period: pr, count: m + reach, sampleRate: sampleRate, lead: rightFilters[c])))
+            }
+            let longest = periodRange(sampleRate).upperBound
+            let shift = max(pl, pr) < longest ? phaseShift(forwards, backwards, count: m, reach: reach, period: min(pl, pr)) : 0
+            let fade = weights(m)
+            for c in channels.indices {
+                channels[c].replaceSubrange(start..<end, with: inPhase(forwards[c], backwards[c], count: m, reach: reach, shift: shift, crossfade: fade))
+            }
+            return Repair(before: before, after: after, shortened: shortening)
+        }
         let crossfade = weights(n)
         for c in channels.indices {
             let x = channels[c]
             let left = Array(x[(start - h)..<start])
             let right = reversed(x, end..<(end + h))
-            var forward: [Float], backward: [Float]
-            if let (pl, pr) = periods {
-                forward = repeated(left, period: pl, count: n, sampleRate: sampleRate, lead: leftFilters[c])
-                backward = reversed(repeated(right, period: pr, count: n, sampleRate: sampleRate, lead: rightFilters[c]))
-            } else {
-                forward = predicted(left, count: n, sampleRate: sampleRate)
-                backward = reversed(predicted(right, count: n, sampleRate: sampleRate))
-            }
+            let forward = predicted(left, count: n, sampleRate: sampleRate)
+            let backward = reversed(predicted(right, count: n, sampleRate: sampleRate))
             var joined = [Float](repeating: 0, count: n)
             for k in 0..<n { joined[k] = (1 - crossfade[k]) * forward[k] + crossfade[k] * backward[k] }
-            if periods == nil {
-                let window = levelWindow(sampleRate)
-                level(&joined, from: rms(left.suffix(window)), to: rms(right.suffix(window)), window: window)
-            }
+            let window = levelWindow(sampleRate)
+            level(&joined, from: rms(left.suffix(window)), to: rms(right.suffix(window)), window: window)
             for k in 0..<n { channels[c][start + k] = joined[k] }
         }
         return Repair(before: before, after: after)
+    }
+
+    /// The lag d within half a `period` either way at which the forward extensions, read d
+    /// samples on, match the backward ones (normalised correlation of the channel mixes over up to
+    /// two periods around the middle of the `count` replaced): of the lags matching within 0.01 of
+    /// the best, the smallest (a tone matches itself every period of its own, and `period` may
+    /// span several); 0 when nothing matches well (the two sides are not one tone).
+    /// `forwards[c][k]` continues the left side at span sample k; `backwards[c][reach + k]`
+    /// continues the right side there.
+    static func phaseShift(_ forwards: [[Float]], _ backwards: [[Float]], count n: Int, reach: Int, period: Int) -> Int {
+        let half = min(period / 2, reach - 2)
+        let w = min(2 * period, n - half)
+        let from = max(half, (n - w) / 2)
+        guard half > 0, w >= 32, from + w + half <= n + reach else { return 0 }
+        func mix(_ x: [[Float]], _ range: Range<Int>) -> [Float] {
+            var m = [Float](repeating: 0, count: range.count)
+            for ch in x { for i in range { m[i - range.lowerBound] += ch[i] } }
+            return m
+        }
+        let b = mix(backwards, (reach + from)..<(reach + from + w))
+        let f = mix(forwards, (from - half)..<(from + w + half))
+        let eb = b.reduce(0) { $0 + $1 * $1 }
+        guard eb > 0 else { return 0 }
+        let scores = (-half...half).map { d -> (lag: Int, score: Float) in
+            var dot: Float = 0, ef: Float = 0
+            for i in 0..<w {
+                let y = f[i + half + d]
+                dot += y * b[i]
+                ef += y * y
+            }
+            return (d, ef > 0 ? dot / (eb * ef).squareRoot() : 0)
+        }
+        let best = scores.map(\.score).max() ?? 0
+        guard best >= 0.8 else { return 0 }
+        return scores.filter { $0.score >= best - 0.01 }.min { abs($0.lag) < abs($1.lag) }?.lag ?? 0
+    }
+
+    /// `count` samples from the forward extension into the backward one with no loss of level
+    /// where the two are out of phase: the forward one is read `shift` samples further, and the
+    /// backward one `shift` samples less far, as the `crossfade` moves over to it (each side
+    /// unchanged at its own edge), so both read the same phase all along. A change of speed of
+    /// at most half a period over the span, in place of the dip or cancellation of crossfading
+    /// two copies of a tone out of phase.
+    static func inPhase(_ forward: [Float], _ backward: [Float], count n: Int, reach: Int, shift: Int, crossfade: [Float]) -> [Float] {
+        var out = [Float](repeating: 0, count: n)
+        let d = Double(shift)
+        for k in 0..<n {
+            let u = Double(crossfade[k])
+            let f = interpolated(forward, Double(k) + d * u)
+            let b = interpolated(backward, Double(reach + k) - d * (1 - u))
+            out[k] = (1 - crossfade[k]) * f + crossfade[k] * b
+        }
+        return out
+    }
+
+    /// `x` at position `t` (Catmull-Rom between its samples; the edge samples beyond its ends).
+    static func interpolated(_ x: [Float], _ t: Double) -> Float {
+        let i = Int(t.rounded(.down))
+        let f = Float(t - Double(i))
+        func at(_ j: Int) -> Float { x[min(max(j, 0), x.count - 1)] }
+        let p1 = at(i)
+        if f == 0 { return p1 }
+        let p0 = at(i - 1), p2 = at(i + 1), p3 = at(i + 2)
+        let a = -0.5 * p0 + 1.5 * p1 - 1.5 * p2 + 0.5 * p3
+        let b = p0 - 2.5 * p1 + 2 * p2 - 0.5 * p3
+        let c = -0.5 * p0 + 0.5 * p2
+        return ((a * f + b) * f + c) * f + p1
     }
 
     /// `x[range]` (all of `x` by default) in reverse order: the right side of a join is read

@@ -31,24 +31,38 @@ final class JoinLengthTests: XCTestCase {
     func testSoundThatOutlastsThePicturesIsKeptAndTheNextClipStartsInSync() throws {
         // Two clips whose sound runs 100 ms past their last picture (a variable-rate phone
         // fragment), then one whose sound and pictures end together.
-        let clips = try [beepClip(0, audioSeconds: 2.1), beepClip(1, audioSeconds: 2.1), beepClip(2, audioSeconds: 2)]
-        let out = fx.scratch("join-length").appendingPathComponent("merged.mp4")
+        try checkHeld([2.1, 2.1, 2], name: "join-length")
+    }
+
+    /// Sound that outlasts the pictures by more than one AAC frame and less than two (32 ms) is
+    /// kept too: at most one frame of sound is cut at a join.
+    func testSoundOneAndAHalfAACFramesPastThePicturesIsKept() throws {
+        try checkHeld([2.032, 2.032, 2], name: "join-length-short")
+    }
+
+    /// Merges clips of 2 s of pictures and `sounds` seconds of sound, and checks the decoded sound
+    /// is their sum within one AAC frame per join, and every clip starts after all the sound of
+    /// the one before it, in sync.
+    func checkHeld(_ sounds: [Double], name: String) throws {
+        let clips = try sounds.enumerated().map { try beepClip($0.offset, audioSeconds: $0.element) }
+        let out = fx.scratch(name).appendingPathComponent("merged.mp4")
         _ = try Merger(inputs: clips, options: MergeOptions(output: out)).run()
         XCTAssertEqual(try Probe.decodeErrors(out.path), "")
 
         // The decoded sound is the clips' sound: their sum within one AAC frame per join.
-        XCTAssertEqual(try Probe.stream(clips[0], "a:0", "duration"), "2.100000", "fixture: 2.1 s of sound")
+        XCTAssertEqual(Double(try Probe.stream(clips[0], "a:0", "duration")) ?? 0, sounds[0], accuracy: 0.001, "fixture: its sound")
         XCTAssertEqual(try Probe.stream(clips[0], "v:0", "duration"), "2.000000", "fixture: 2 s of pictures")
         let inputs = try clips.map { try Probe.audioSamples($0).count }
         let sound = try Probe.audioSamples(out.path)
-        XCTAssertEqual(Double(sound.count), Double(inputs.reduce(0, +)), accuracy: 2 * 1024, "decoded \(sound.count), clips \(inputs)")
+        XCTAssertEqual(
+            Double(sound.count), Double(inputs.reduce(0, +)), accuracy: Double(clips.count - 1) * 1024, "decoded \(sound.count), clips \(inputs)")
 
         // Each clip starts in sync (its beep 0.5 s after its first picture, as in the clip), after
         // all the sound of the clip before it: that clip's last picture was held.
         let pts = try Probe.videoPTS(out.path)
         XCTAssertEqual(pts.count, 180)
         let frame = 1.0 / 30
-        let starts = [0.0, 2.1, 4.2]
+        let starts = [0.0, sounds[0], sounds[0] + sounds[1]]
         for (i, picture) in [0, 60, 120].enumerated() {
             XCTAssertEqual(pts[picture] - pts[0], starts[i], accuracy: frame, "clip \(i + 1) starts after the sound before it")
             let beep = try XCTUnwrap(onset(sound, from: pts[picture] - pts[0]), "clip \(i + 1)'s beep")

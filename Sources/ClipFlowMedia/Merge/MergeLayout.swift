@@ -41,10 +41,10 @@ extension Merger {
         /// length): the next clip starts with its pictures and that sound's end is cut.
         static let longestHold = 0.25
         /// Sound this much (samples) or less past the last picture is not held for: it is cut at
-        /// the join and the next clip starts at its predecessor's pictures' end. Encoders and
-        /// muxers that end the sound on whole AAC frames leave up to about two frames past the
-        /// pictures (ffmpeg's `-shortest`, GStreamer's splitmuxsink).
-        static let shortestHold = 2 * AudioJoinPlan.frameSize
+        /// the join and the next clip starts at its predecessor's pictures' end. One AAC frame:
+        /// encoders and muxers that end the sound on whole AAC frames leave up to that much past
+        /// the pictures; more is sound of the clip's own, kept.
+        static let shortestHold = AudioJoinPlan.frameSize
 
         /// Output ticks (videoTB) to hold the last picture of `c` for its sound to play out: the
         /// time its audible sound ends after its pictures (rounded up), when that is more than

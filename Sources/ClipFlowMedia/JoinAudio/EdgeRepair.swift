@@ -175,7 +175,7 @@ public enum EdgeRepair {
                     reversed(repeated(reversed(x, end..<(end + h)), period: pr, count: m + reach, sampleRate: sampleRate, lead: rightFilters[c])))
             }
             let longest = periodRange(sampleRate).upperBound
-            let shift = max(pl, pr) < longest ? phaseShift(forwards, backwards, count: m, reach: reach, period: min(pl, pr)) : 0
+            let shift = max(pl, pr) < longest ? phaseShift(forwards, backwards, count: m, reach: reach, period: min(pl, pr), sampleRate: sampleRate) : 0
             let fade = weights(m)
             for c in channels.indices {
                 channels[c].replaceSubrange(start..<end, with: inPhase(forwards[c], backwards[c], count: m, reach: reach, shift: shift, crossfade: fade))
@@ -199,15 +199,16 @@ public enum EdgeRepair {
     }
 
     /// The lag d within half a `period` either way at which the forward extensions, read d
-    /// samples on, match the backward ones (normalised correlation of the channel mixes over up to
-    /// two periods around the middle of the `count` replaced): of the lags matching within 0.01 of
+    /// samples on, match the backward ones (normalised correlation of the channel mixes over
+    /// `periodWindow` samples, or two periods if shorter, around the middle of the `count`
+    /// replaced): of the lags matching within 0.01 of
     /// the best, the smallest (a tone matches itself every period of its own, and `period` may
     /// span several); 0 when nothing matches well (the two sides are not one tone).
     /// `forwards[c][k]` continues the left side at span sample k; `backwards[c][reach + k]`
     /// continues the right side there.
-    static func phaseShift(_ forwards: [[Float]], _ backwards: [[Float]], count n: Int, reach: Int, period: Int) -> Int {
+    static func phaseShift(_ forwards: [[Float]], _ backwards: [[Float]], count n: Int, reach: Int, period: Int, sampleRate: Int) -> Int {
         let half = min(period / 2, reach - 2)
-        let w = min(2 * period, n - half)
+        let w = min(2 * period, periodWindow(sampleRate), n - half)
         let from = max(half, (n - w) / 2)
         guard half > 0, w >= 32, from + w + half <= n + reach else { return 0 }
         func mix(_ x: [[Float]], _ range: Range<Int>) -> [Float] {

@@ -3,11 +3,12 @@ import Foundation
 import Synchronization
 
 /// The thread that calls into a `MicrophoneDevice` for `MicrophoneSource`: every call after
-/// `prepare` (start, reads, close) is made here, never on the stage's queue, because a device
-/// call may never return (alsa-lib's pulse plugin blocks for good inside a wait when its sound
-/// server dies). The stage takes what it read from `results` with a bounded wait, sees how long
-/// the current call has lasted (`callSeconds`), and ends it with `release`: the thread is told
-/// to stop and waited for at most a bound, then abandoned (`HelperThreads.startAbandonable`).
+/// `prepare` (reads, a restart after an overrun, close) is made here, never on the stage's
+/// queue, because a device call may never return (alsa-lib's pulse plugin blocks for good inside
+/// a wait when its sound server dies). The stage takes what it read from `results` with a
+/// bounded wait, sees how long the current call has lasted (`callSeconds`), and ends it with
+/// `release`: the thread is told to stop and waited for at most a bound, then abandoned
+/// (`HelperThreads.startAbandonable`).
 ///
 /// Ownership: the device belongs to the reading thread from `start` on; it closes it when it
 /// ends. An abandoned thread keeps the device, open, for as long as its call lasts (for ever if

@@ -5,8 +5,11 @@ import Synchronization
 /// Source: audio from an ALSA capture PCM (port type `frames`), as `Item.frame(.audio(...))`
 /// chunks of about 10 ms of interleaved Float samples.
 ///
-/// `prepare` opens the PCM and negotiates the rate and channels (so a missing or busy device fails
-/// before anything runs) and emits a notice with what was agreed. Each chunk's `firstSample`
+/// `prepare` opens the PCM, negotiates the rate and channels (so a missing or busy device fails
+/// before anything runs), emits a notice with what was agreed and starts capturing, so the
+/// microphone runs before the sources prepared after it start (a camera starts in `produce`):
+/// what it captures meanwhile waits in the device's buffer for `produce`, and an overrun before
+/// the first chunk only restarts capture (no audio was delivered yet). Each chunk's `firstSample`
 /// counts the frames the device delivered before it (continuous: frames the device lost are not
 /// counted) and its `clockTime` is the measured CLOCK_MONOTONIC time of its first frame; placing
 /// the chunks against the pictures is the recorder's work.
@@ -97,6 +100,7 @@ public final class MicrophoneSource: Stage {
         microphone = mic
         negotiated = mic.format
         context.emit(.notice("microphone \(device): \(mic.format.summary)"))
+        try mic.start()
     }
 
     /// Announces raw audio at the negotiated rate and channel count.
@@ -149,6 +153,8 @@ public final class MicrophoneSource: Stage {
                         "microphone '\(device)' sent no audio for \(Self.seconds(stallSeconds)); is its sound server or driver stalled, or the device broken?"
                     )
                 }
+            case .overrun where framesCaptured == 0:
+                continue
             case .overrun:
                 overruns += 1
                 context.emit(.notice("microphone \(device): overrun \(overruns) (audio lost; the recorder fills the gap)"))

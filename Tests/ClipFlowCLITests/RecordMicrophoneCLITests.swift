@@ -19,8 +19,11 @@ final class RecordMicrophoneCLITests: XCTestCase {
     }
 
     /// Records `seconds` in fragments of `segment` seconds with a microphone `ppm` off; `gap`
-    /// (seconds after the start, 250 ms) makes it deliver nothing for a while.
-    func record(_ name: String, seconds: Int, segment: Int, ppm: Double, gapAt: Double? = nil) throws -> (
+    /// (seconds after the start, 250 ms) makes it deliver nothing for a while. With
+    /// `ffmpegBeside`, the ffmpeg CLI records the same microphone (`-f alsa`, through the same
+    /// pulse plugin) into that file at the same time, beside a real-time test source
+    /// (`-re` lavfi testsrc2) of the same size and rate, with the same encoders.
+    func record(_ name: String, seconds: Int, segment: Int, ppm: Double, gapAt: Double? = nil, ffmpegBeside: String? = nil) throws -> (
         dir: String, stderr: String, feeder: MicrophoneFeeder, gapStart: Double?
     ) {
         let server = try PulseAudioServer.start()
@@ -33,12 +36,26 @@ final class RecordMicrophoneCLITests: XCTestCase {
         let dir = fx.scratch(name).path
         var env = server.environment
         env["CLIPFLOW_V4L2_EMULATE"] = "flash"
+        let ffmpeg = try ffmpegBeside.map { out in
+            try BackgroundRun(
+                [
+                    "/usr/bin/env", "ffmpeg", "-nostdin", "-v", "error", "-y", "-re", "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30", "-f",
+                    "alsa", "-ac", "2", "-ar", "48000", "-i", PulseAudioServer.pipePCM, "-t", "\(seconds)", "-map", "0:v", "-map", "1:a", "-c:v",
+                    "libx264", "-preset", "ultrafast", "-crf", "23", "-bf", "0", "-g", "60", "-pix_fmt", "yuv420p", "-c:a", "aac", "-b:a",
+                    "128k", out
+                ], env: server.environment)
+        }
         let r = try Run.run(
             [
                 binary, "record", "--source", "v4l2", "--audio", PulseAudioServer.pipePCM, "-o", dir, "--size", "320x240",
                 "--duration", "\(seconds)", "--segment", "\(segment)", "--encoder-preset", "ultrafast"
             ], env: env, check: false)
         XCTAssertEqual(r.status, 0, r.stderr)
+        if let ffmpeg {
+            let status = ffmpeg.wait(until: Date().addingTimeInterval(60))
+            if status == nil { ffmpeg.signal(SIGKILL) }
+            XCTAssertEqual(status, 0, "ffmpeg: \(ffmpeg.stderr)")
+        }
         return (dir, r.stderr, feeder, gapStart)
     }
 
@@ -98,17 +115,179 @@ final class RecordMicrophoneCLITests: XCTestCase {
 
     /// Ten minutes at 300 ppm drift by 180 ms; so do 30 s at 6000 ppm, recorded here: the flashes
     /// and beeps meet within a video frame in the first fragment and in the last.
-    /// `CLIPFLOW_SYNC_SECONDS=600` records that long at 300 ppm instead, in 60 s fragments (real time).
+    /// `CLIPFLOW_SYNC_SECONDS=600` records that long instead, in 60 s fragments (real time), the
+    /// microphone `CLIPFLOW_SYNC_PPM` off (default 300), and checks it as `checkLongRecording`
+    /// does; `CLIPFLOW_SYNC_FFMPEG=1` has the ffmpeg CLI record the same microphone beside it.
     func testTenMinutesOfDriftStayInSync() throws {
-        if let long = ProcessInfo.processInfo.environment["CLIPFLOW_SYNC_SECONDS"].flatMap(Int.init), long >= 60 {
-            let run = try record("mic-300ppm-long", seconds: long, segment: 60, ppm: 300)
+        let env = ProcessInfo.processInfo.environment
+        if let long = env["CLIPFLOW_SYNC_SECONDS"].flatMap(Int.init), long >= 60 {
+            let ppm = env["CLIPFLOW_SYNC_PPM"].flatMap(Double.init) ?? 300
+            let ffmpeg = env["CLIPFLOW_SYNC_FFMPEG"] == "1" ? fx.scratch("mic-drift-ffmpeg").appendingPathComponent("ffmpeg.mp4").path : nil
+            print(String(format: "drift: %d s in 60 s fragments, the microphone %+.0f ppm off", long, ppm))
+            let run = try record("mic-drift-long", seconds: long, segment: 60, ppm: ppm, ffmpegBeside: ffmpeg)
             XCTAssertFalse(run.stderr.contains("audio lost"), run.stderr)
-            try checkFragments(try clips(run.dir), count: long / 60, segment: 60)
+            let files = try clips(run.dir)
+            try checkFragments(files, count: long / 60, segment: 60)
+            try checkLongRecording(files)
+            if let ffmpeg { try reportDrift(ffmpeg, "ffmpeg CLI (one file)") }
             return
         }
         let run = try record("mic-6000ppm", seconds: 30, segment: 10, ppm: 6000)
         XCTAssertFalse(run.stderr.contains("audio lost"), run.stderr)
         try checkFragments(try clips(run.dir), count: 3, segment: 10)
+    }
+
+    /// Records 5 s from `source` (testpattern, or v4l2: the emulated camera flashing at whole
+    /// seconds) with the pipe microphone, in 2 s fragments; returns the first fragment. With
+    /// `soundLate`, the microphone delivers nothing from before the recording opens it until
+    /// 0.1 s before the first whole second at least half a second after the pictures started (a
+    /// sound server or driver slow to start): its sound starts 0.4 to 1.4 s after the first
+    /// picture, 0.1 s before a flash, and a notice says the pictures before it were left out.
+    func recordFirstFragment(_ name: String, source: String, soundLate: Bool) throws -> String {
+        let server = try PulseAudioServer.start()
+        addTeardownBlock { server.stop() }
+        let feeder = MicrophoneFeeder(server: server)
+        try feeder.start()
+        addTeardownBlock { feeder.stop() }
+        // The feeder beeps from half a second after its start: every flash of the recording has one.
+        Thread.sleep(forTimeInterval: 1)
+        if soundLate { feeder.gap(at: MicrophoneFeeder.now(), milliseconds: 60_000) }
+        let dir = fx.scratch(name).path
+        var env = server.environment
+        env["CLIPFLOW_V4L2_EMULATE"] = "flash"
+        let rec = try BackgroundRun(
+            [
+                binary, "record", "--source", source, "--audio", PulseAudioServer.pipePCM, "-o", dir, "--size", "320x240",
+                "--duration", "5", "--segment", "2", "--encoder-preset", "ultrafast"
+            ], env: env)
+        // Told when the camera is set up (v4l2: its first picture follows within tens of
+        // milliseconds) or the test pattern's first picture is made.
+        let marker = source == "v4l2" ? "camera /dev/video0" : "test pattern"
+        XCTAssertTrue(rec.waitFor(marker, seconds: 20), rec.stderr)
+        if soundLate { feeder.endGaps(at: (MicrophoneFeeder.now() + 0.5).rounded(.up) - 0.1) }
+        let status = rec.wait(until: Date().addingTimeInterval(30))
+        if status == nil { rec.signal(SIGKILL) }
+        XCTAssertEqual(status, 0, rec.stderr)
+        if soundLate { XCTAssertTrue(rec.stderr.contains("the recording starts with the first sound of its audio input"), rec.stderr) }
+        let files = try clips(dir)
+        XCTAssertGreaterThanOrEqual(files.count, 2, rec.stderr)
+        let first = try XCTUnwrap(files.first, rec.stderr)
+        XCTAssertEqual(try AVSync.streamDuration(first, "v:0"), 2, accuracy: 0.034, first)
+        return first
+    }
+
+    /// The microphone's sound (the feeder's tone never stops) from the first decoded sample of
+    /// `clip` on: no stretch of silence (1 ms below -54 dBFS) starts in its first 100 ms.
+    func checkSoundFromTheStart(_ clip: String, _ what: String) throws {
+        let samples = try Probe.audioSamples(clip)
+        XCTAssertGreaterThan(samples.count, 4800, "\(what): \(clip)")
+        let silence = Self.firstSilence(samples, rate: 48_000, longerThan: 0.001)
+        let leading = samples.prefix { abs($0) < 0.002 }.count
+        print(
+            String(
+                format: "%@: %.1f ms of silence at the start; the first stretch of silence at %@", what, Double(leading) / 48,
+                silence.map { String(format: "%.3f s", $0) } ?? "none"))
+        if let silence { XCTAssertGreaterThanOrEqual(silence, 0.1, "\(what): silence in the first 100 ms, from \(silence) s (\(clip))") }
+    }
+
+    /// `record --source v4l2 --audio PCM`, from a microphone on time and from one whose sound
+    /// starts late: the first fragment has the microphone's sound from its first picture, and
+    /// every flash in it, the first one too, has its beep within a frame. The late one's
+    /// recording starts with its sound: its first flash is the one the sound started 0.1 s before.
+    func testRecordingFromTheCameraHasSoundFromItsFirstPicture() throws {
+        for late in [false, true] {
+            let what = late ? "camera, sound late" : "camera"
+            let clip = try recordFirstFragment("mic-from-start-v4l2\(late ? "-late" : "")", source: "v4l2", soundLate: late)
+            try checkSoundFromTheStart(clip, what)
+            let flashes = try AVSync.flashTimes(clip)
+            let sync = try AVSync.offsets(clip)
+            print("\(what): flashes at \(flashes) s, flash to beep \(sync.map { String(format: "%+.1f", $0.offset * 1000) }) ms")
+            XCTAssertGreaterThanOrEqual(flashes.count, 1, "\(what): \(clip)")
+            XCTAssertEqual(sync.map(\.flash), flashes, "\(what): a flash without its beep (\(clip))")
+            XCTAssertLessThan(sync.map { abs($0.offset) }.max() ?? 1, 1.0 / 30, "\(what): \(sync) (\(clip))")
+            if late { XCTAssertLessThan(flashes.first ?? 9, 0.1 + 1.5 / 30, "\(what): the recording starts with the sound (\(clip))") }
+        }
+    }
+
+    /// `record --source testpattern --audio PCM`, from a microphone on time and from one whose
+    /// sound starts late: the first fragment has the microphone's sound from its first picture.
+    func testRecordingFromTheTestPatternHasSoundFromItsFirstPicture() throws {
+        for late in [false, true] {
+            let clip = try recordFirstFragment("mic-from-start-testpattern\(late ? "-late" : "")", source: "testpattern", soundLate: late)
+            try checkSoundFromTheStart(clip, late ? "test pattern, sound late" : "test pattern")
+        }
+    }
+
+    /// A long recording's fragments, printed on lines starting `drift:`: per fragment the flash to
+    /// beep offsets at its start and end, the worst, and its audio's length against its pictures';
+    /// merged (clipflow merge), the longest silence at every join and the offsets at the start
+    /// and the end. Each fragment's audio is as long as its pictures within one AAC frame, the
+    /// last flash's beep within one AAC frame of it, and no join has silence (the microphone's
+    /// tone never stops).
+    func checkLongRecording(_ files: [String]) throws {
+        let aacFrame = 1024.0 / 48_000
+        var joins: [Double] = []
+        var at = 0.0
+        var worst = 0.0
+        for (i, c) in files.enumerated() {
+            let v = try AVSync.streamDuration(c, "v:0")
+            let a = try AVSync.streamDuration(c, "a:0")
+            let sync = try AVSync.offsets(c)
+            let w = sync.map { abs($0.offset) }.max() ?? .nan
+            worst = max(worst, w)
+            print(
+                String(
+                    format: "drift: fragment %2d: flash to beep %+5.1f ms at its start, %+5.1f ms at its end, worst %4.1f ms (%d flashes); "
+                        + "audio - video %+5.1f ms", i + 1, (sync.first?.offset ?? .nan) * 1000, (sync.last?.offset ?? .nan) * 1000, w * 1000,
+                    sync.count, (a - v) * 1000))
+            XCTAssertEqual(a, v, accuracy: aacFrame, "\(c): audio as long as the pictures within one AAC frame")
+            at += v
+            if i < files.count - 1 { joins.append(at) }
+        }
+        let last = try XCTUnwrap(try AVSync.offsets(try XCTUnwrap(files.last)).last, "no flash with its beep in the last fragment")
+        XCTAssertLessThan(abs(last.offset), aacFrame, "the offset at the end")
+        let merged = fx.scratch("mic-drift-merged").appendingPathComponent("merged.mp4").path
+        let m = try Run.run([binary, "merge", "-o", merged, "--quiet"] + files, check: false)
+        XCTAssertEqual(m.status, 0, m.stderr)
+        let samples = try Probe.audioSamples(merged)
+        var longestAtJoins = 0.0
+        for (i, j) in joins.enumerated() {
+            let from = max(0, Int((j - 0.1) * 48_000)), to = min(samples.count, Int((j + 0.1) * 48_000))
+            var run = 0, longest = 0
+            for k in from..<max(from, to) {
+                run = abs(samples[k]) < 0.002 ? run + 1 : 0
+                longest = max(longest, run)
+            }
+            longestAtJoins = max(longestAtJoins, Double(longest) / 48)
+            print(String(format: "drift: join %d at %.3f s: longest silence within 100 ms of it %.2f ms", i + 1, j, Double(longest) / 48))
+            XCTAssertLessThan(longest, 48, "join \(i + 1) at \(j) s: silence")
+        }
+        let v = try AVSync.streamDuration(merged, "v:0")
+        let a = try AVSync.streamDuration(merged, "a:0")
+        let sync = try AVSync.offsets(merged)
+        print(
+            String(
+                format:
+                    "drift: merged: %.3f s, audio - video %+.1f ms; flash to beep %+.1f ms at the start, %+.1f ms at the end, worst %.1f ms (%d flashes); longest silence at a join %.2f ms",
+                v, (a - v) * 1000, (sync.first?.offset ?? .nan) * 1000, (sync.last?.offset ?? .nan) * 1000,
+                (sync.map { abs($0.offset) }.max() ?? .nan) * 1000, sync.count, longestAtJoins))
+        print(String(format: "drift: worst flash to beep offset over every fragment %.1f ms", worst * 1000))
+        try reportDrift(merged, "clipflow (merged)")
+    }
+
+    /// Prints how far the sound of `file` drifts against its pictures from its first beep to its
+    /// last: beeps are due one clock second apart, and the pictures run on the clock, so any
+    /// difference from that in the file is the sound moving against the pictures.
+    func reportDrift(_ file: String, _ what: String) throws {
+        let beeps = try AVSync.beepOnsets(file)
+        guard let first = beeps.first, let last = beeps.last, beeps.count > 1 else { return XCTFail("\(what): no beeps in \(file)") }
+        let spacings = zip(beeps, beeps.dropFirst()).map { $1 - $0 }
+        // Clock seconds between the first beep and the last (a beep not found is a spacing of two).
+        let drift = (last - first) - spacings.reduce(0) { $0 + $1.rounded() }
+        print(
+            String(
+                format: "drift: %@: %d beeps over %.1f s, spaced %.4f to %.4f s: the sound moves %+.1f ms against the pictures from the first to the last",
+                what, beeps.count, last - first, spacings.min() ?? .nan, spacings.max() ?? .nan, drift * 1000))
     }
 
     /// How a recording whose microphone broke ended: its exit status (nil: it still ran at the

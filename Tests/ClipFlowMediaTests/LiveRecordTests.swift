@@ -43,17 +43,21 @@ final class LiveRecordTests: XCTestCase {
         }
     }
 
-    /// Records `seconds` into fragments of `segment` seconds; returns the fragments and the recorder.
-    func record(seconds: Double, segment: Double, ppm: Double, lose: Range<Double>? = nil, name: String) throws -> (
-        [String], FragmentRecorder
-    ) {
+    /// Records `seconds` into fragments of `segment` seconds; returns the fragments and the
+    /// recorder. The microphone starts at `micStart` on the clock, the camera at 1000.4;
+    /// `separate`: its audio comes from a source of its own (the recording starts with its sound).
+    func record(
+        seconds: Double, segment: Double, ppm: Double, lose: Range<Double>? = nil, micStart: Double = 1000.2, separate: Bool = false,
+        name: String
+    ) throws -> ([String], FragmentRecorder) {
         var o = RecordOptions(directory: fx.scratch(name).path)
         o.preset = "ultrafast"
         o.segmentSeconds = segment
         let r = try FragmentRecorder(options: o)
         r.expectAudio(sampleRate: 48_000, channels: 2)
         r.audioInputOpen = true
-        var mic = LiveAudioAlignerTests.Device(ppm: ppm, start: 1000.2, lose: lose)
+        r.separateAudio = separate
+        var mic = LiveAudioAlignerTests.Device(ppm: ppm, start: micStart, lose: lose)
         var cam = Camera(start: 1000.4)
         // Arrival: a picture 5 ms after its capture, audio 15 ms after its last sample.
         var chunk = mic.next()
@@ -108,6 +112,26 @@ final class LiveRecordTests: XCTestCase {
             XCTAssertLessThanOrEqual(j.d2_ratio, 2, "join at \(j.at) s: second difference \(j.d2_ratio)x the source's (a click)")
             XCTAssertLessThanOrEqual(j.hf_db, 6, "join at \(j.at) s: \(j.hf_db) dB more energy above 3 kHz than the source (a click)")
         }
+    }
+
+    /// A microphone whose sound starts half a second after the camera's first picture: the
+    /// recording starts with it, the pictures before it left out, so the first fragment has sound
+    /// from its first picture (judged by ffmpeg's decode) and its first flash, 0.1 s after the
+    /// sound started, has its beep.
+    func testRecordingStartsWithTheMicrophonesFirstSound() throws {
+        let (clips, r) = try record(seconds: 6, segment: 2, ppm: 300, micStart: 1000.9, separate: true, name: "live-record-late-sound")
+        // Pictures at 1000.4 + n / 30: 0 to 14 begin before the sound, 15 with it (or just before,
+        // as the capture time measures are late by up to a millisecond).
+        XCTAssertTrue((15...16).contains(r.picturesBeforeSound), "\(r.picturesBeforeSound) pictures left out")
+        XCTAssertEqual(clips.count, 3)
+        let first = try XCTUnwrap(clips.first)
+        let samples = try Probe.audioSamples(first)
+        let leading = samples.prefix { abs($0) < 0.002 }.count
+        XCTAssertLessThan(leading, 48, "\(first): \(leading) silent samples at the start")
+        let sync = try AVSync.offsets(first)
+        XCTAssertEqual(try AVSync.flashTimes(first).first ?? -1, 0.1, accuracy: 1.5 / 30, first)
+        XCTAssertEqual(sync.first?.flash ?? -1, try AVSync.flashTimes(first).first ?? -2, "\(first): the first flash has its beep")
+        XCTAssertLessThan(sync.map { abs($0.offset) }.max() ?? 1, 0.003, "\(first): \(sync)")
     }
 
     /// What the simulated microphone heard from clock time `start` on, as a WAV file.

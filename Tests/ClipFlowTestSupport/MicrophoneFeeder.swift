@@ -82,6 +82,11 @@ public final class MicrophoneFeeder: @unchecked Sendable {
         state.withLock { $0.gaps.append((at, at + milliseconds / 1000)) }
     }
 
+    /// Ends the gaps still open at CLOCK_MONOTONIC `at`: the frames due from then on are written.
+    public func endGaps(at: Double) {
+        state.withLock { s in s.gaps = s.gaps.map { g in (g.from, g.from < at ? min(g.to, at) : g.to) } }
+    }
+
     /// Starts the discarding reader (with a server) and the writing thread (frame 0 is due now).
     public func start() throws {
         if let server {

@@ -88,9 +88,11 @@ public final class RecordControl: Sendable {
 
 /// Encodes raw frames into clip fragments (see `FragmentRecorder`) and passes each fragment on
 /// the moment it is closed. One input carries the pictures (and maybe their audio); a second
-/// may carry audio alone (a microphone): pictures then wait for the audio of their instant, and
-/// once the pictures end the stage ends as soon as their audio is in. On a graceful stop, a cancel or a failure upstream, the open fragment
-/// is finalised: what was recorded is kept and playable.
+/// may carry audio alone (a microphone): the recording then starts with its first sound (a
+/// notice says how many pictures before it were left out), pictures wait for the audio of their
+/// instant, and once the pictures end the stage ends as soon as their audio is in. On a graceful
+/// stop, a cancel or a failure upstream, the open fragment is finalised: what was recorded is
+/// kept and playable.
 /// Belongs to its stage queue; `control` is thread-safe (commands from any thread).
 public final class RecordStage: Stage {
     public let id: String
@@ -106,6 +108,7 @@ public final class RecordStage: Stage {
     private var audioInput: Int?
     private var picturesEnded = false
     private var reportedOverruns = 0
+    private var reportedStart = false
     private var lastProgress = -1
     public var inputTypes: Set<PortType> { [.frames] }
     public var outputType: PortType? { .clips }
@@ -229,6 +232,7 @@ public final class RecordStage: Stage {
         if input == audioInput {
             r.audioInputOpen = false
             try r.releasePictures()
+            reportStart(r, context)
             return .ok
         }
         picturesEnded = true
@@ -278,6 +282,7 @@ public final class RecordStage: Stage {
             return .endOfStream
         }
         publish(r)
+        reportStart(r, context)
         if r.audioOverruns != reportedOverruns {
             reportedOverruns = r.audioOverruns
             context.emit(
@@ -294,6 +299,18 @@ public final class RecordStage: Stage {
             context.progress(Int64(secs), of: Int64(options.maxSeconds), unit: "seconds")
         }
         return .ok
+    }
+
+    /// Once the recording started: how many pictures it left out waiting for the first sound of
+    /// its audio input, if any.
+    private func reportStart(_ r: FragmentRecorder, _ context: StageContext) {
+        guard !reportedStart, r.recordingStarted else { return }
+        reportedStart = true
+        let n = r.picturesBeforeSound
+        if n > 0 {
+            context.emit(
+                .notice("the recording starts with the first sound of its audio input: \(n) picture\(n == 1 ? "" : "s") before it left out"))
+        }
     }
 
     /// Carries out commands, in the order they were sent.
@@ -324,7 +341,6 @@ public final class RecordStage: Stage {
         control.end()
         try recorder?.finish()
         if let r = recorder { publish(r) }
-        reportMissing(context)
     }
 
     /// Copies the recorder's state into `status`.
@@ -347,12 +363,6 @@ public final class RecordStage: Stage {
         // Failed or cancelled elsewhere: still finalise the open fragment (recorded data is kept).
         if outcome != .completed, let r = recorder {
             if (try? r.finish()) == nil { r.abandon() }
-        }
-    }
-
-    private func reportMissing(_ context: StageContext) {
-        if let r = recorder, r.missingPictures > 0 {
-            context.emit(.notice("\(r.missingPictures) pictures were missing from the source (sequence gaps); timing kept from timestamps"))
         }
     }
 }

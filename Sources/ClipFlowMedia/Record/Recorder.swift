@@ -69,6 +69,12 @@ public struct RecordedClip: Sendable, Equatable {
 /// waits until the audio reaches its end (at most `longestAudioWait`, then it goes on and its
 /// audio is silence).
 ///
+/// With audio from a source of its own (`separateAudio`), the recording starts when both deliver:
+/// pictures wait for that source's first sound, and those that begin before it are left out
+/// (`picturesBeforeSound`), so the first fragment has sound from its first picture. While none
+/// has come, only the newest `longestAudioWait` of pictures are kept; once the audio input
+/// ends without any, the pictures are recorded without it.
+///
 /// Not thread-safe: one owner (the record stage's queue).
 public final class FragmentRecorder {
     public let options: RecordOptions
@@ -117,6 +123,13 @@ public final class FragmentRecorder {
     public private(set) var muteSeconds = 0.0
     /// End (sample index on the pictures' timeline) of the audio received so far; nil before any.
     private var receivedAudioEnd: Int64?
+    /// Where the separate source's first sound starts (sample index on the pictures' timeline).
+    private var soundFrom: Int64?
+    /// True until a picture goes on to the recording: while `separateAudio`, pictures before the
+    /// first sound are left out.
+    private var awaitingFirstPicture = true
+    /// Pictures left out because they began before the separate source's first sound.
+    public private(set) var picturesBeforeSound = 0
     public static let longestAudioWait = 1.0
 
     public init(options: RecordOptions) throws {
@@ -149,6 +162,8 @@ public final class FragmentRecorder {
     public var audioLevel: Double? { aligner?.level }
     /// Pictures taken but waiting for their audio.
     public var picturesWaiting: Int { waiting.count }
+    /// False while the first pictures wait for the separate source's first sound.
+    public var recordingStarted: Bool { !awaitingFirstPicture }
 
     /// The audio format to expect before any audio arrives (from the stream's parameters): every
     /// fragment then has an audio track, silent until the audio comes.
@@ -193,6 +208,20 @@ public final class FragmentRecorder {
     /// input is open, and any that waited longer than `longestAudioWait`).
     public func releasePictures() throws {
         while let v = waiting.first, !full {
+            if awaitingFirstPicture && separateAudio {
+                if let from = soundFrom {
+                    if sampleIndex(v.time) < from {
+                        waiting.removeFirst()
+                        picturesBeforeSound += 1
+                        continue
+                    }
+                } else if audioInputOpen {
+                    guard let newest = waiting.last, newest.time - v.time >= Self.longestAudioWait else { break }
+                    waiting.removeFirst()
+                    picturesBeforeSound += 1
+                    continue
+                }
+            }
             if audioInputOpen, let newest = waiting.last, newest.time - v.time < Self.longestAudioWait {
                 guard let f = audioFormat, audioStarted, audioFirst + Int64(audio.count / f.channels) >= sampleIndex(v.time + nominalFrame) else { break }
             }
@@ -279,6 +308,7 @@ public final class FragmentRecorder {
             audioStarted = true
             audioFirst = a.firstSample
         }
+        if separateAudio, soundFrom == nil { soundFrom = a.firstSample }
         receivedAudioEnd = max(receivedAudioEnd ?? .min, a.firstSample + Int64(a.frameCount))
         // Append, closing any gap with silence (the timeline stays exact) and skipping overlap.
         let end = audioFirst + Int64(audio.count / a.channels)
@@ -293,6 +323,7 @@ public final class FragmentRecorder {
     }
 
     private func takeVideo(_ v: VideoFrame) throws {
+        awaitingFirstPicture = false
         if let last = lastSequence, v.sequence > last + 1 { missingPictures += v.sequence - last - 1 }
         lastSequence = v.sequence
         if let r = v.nominalRate, r > 0 { nominalFrame = 1 / r } else if let last = lastVideoTime, v.time > last { nominalFrame = min(1, v.time - last) }

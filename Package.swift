@@ -7,7 +7,8 @@ import PackageDescription
 //                  -> ClipFlowCaptureEmulation -> ClipFlowCapture    driver client and its kernel stand-in)
 //                  -> ClipFlowUpload  -> CClipFlowCurl   (the only importer of libcurl)
 //                  -> ClipFlowMicrophone -> CClipFlowALSA (the only importer of alsa-lib)
-//                  -> ClipFlowServe   -> Hummingbird (HTTP server), GRDB (SQLite), PostgresNIO, ClipFlowMedia, ClipFlowUpload
+//                  -> ClipFlowServe   -> Hummingbird (HTTP server), GRDB (SQLite), PostgresNIO, ClipFlowMedia, ClipFlowUpload,
+//                                        CClipFlowZlib (the only importer of zlib: gzip of text answers)
 //                  -> ClipFlowBatch   -> ClipFlowMedia, ClipFlowUpload (a pipeline per row; s3:// paths)
 //                  \-> ClipFlowCore (imports no C)
 /// Release builds compile and link against the static Swift runtime and Foundation: the dynamic
@@ -50,6 +51,7 @@ let package = Package(
         .target(name: "CClipFlowV4L2"),
         .target(name: "CClipFlowCurl", linkerSettings: [.linkedLibrary("dl")]),  // libcurl, libcrypto: dlopen (cf_curl.c)
         .target(name: "CClipFlowALSA", linkerSettings: [.linkedLibrary("asound")]),
+        .target(name: "CClipFlowZlib", linkerSettings: [.linkedLibrary("z")]),
         .target(name: "ClipFlowCore", swiftSettings: staticStdlib),
         .target(name: "ClipFlowMedia", dependencies: ["ClipFlowCore", "CClipFlowFFmpeg"], swiftSettings: staticStdlib),
         .target(name: "ClipFlowCapture", dependencies: ["ClipFlowCore", "ClipFlowMedia", "CClipFlowV4L2"], swiftSettings: staticStdlib),
@@ -59,7 +61,7 @@ let package = Package(
         .target(
             name: "ClipFlowServe",
             dependencies: [
-                "ClipFlowCore", "ClipFlowMedia", "ClipFlowUpload", .product(name: "Hummingbird", package: "hummingbird"),
+                "ClipFlowCore", "ClipFlowMedia", "ClipFlowUpload", "CClipFlowZlib", .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"), .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),

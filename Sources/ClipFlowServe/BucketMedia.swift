@@ -159,7 +159,9 @@ struct BucketMediaFiles<Context: RequestContext>: RouterMiddleware {
         headers[.cacheControl] = MediaServing.cacheControl
         headers[.eTag] = etag
         headers[HTTPField.Name("X-Content-Type-Options")!] = "nosniff"
-        if let match = request.headers[.ifNoneMatch], match.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == etag }) {
+        // Compared weakly (RFC 9110 section 13.1.2): a gzipped playlist's tag is the weak form.
+        let tags = request.headers[.ifNoneMatch]?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } ?? []
+        if tags.contains(where: { $0 == etag || $0 == "W/" + etag }) {
             return Response(status: .notModified, headers: headers)
         }
         headers[.contentLength] = String(data.count)

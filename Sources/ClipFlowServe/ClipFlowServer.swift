@@ -181,6 +181,7 @@ public enum ClipFlowServer {
         let router = Router()
         router.middlewares.add(RequestLog(log: log, metrics: metrics, uploadPrefixes: Self.uploadPrefixes))
         router.middlewares.add(RequestGuard(checksHost: !options.hasAPIKey, listenName: options.host))
+        router.middlewares.add(ResponseCompression())
         if options.role.takesUploads {
             try await api.reconcile()
             if let bucket {

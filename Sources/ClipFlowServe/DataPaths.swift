@@ -14,12 +14,13 @@ struct DataPaths: Sendable {
     }
 
     /// `message` as it may be shown: the data folder is `DATA` (its files `DATA/media/7/...`), and
-    /// a quoted upload file in it (kept, or downloaded into a worker's scratch) is "the upload".
+    /// a quoted upload file in it (kept, or downloaded into a worker's scratch), with the word
+    /// "input" that names it in a media error, is "the upload".
     func scrub(_ message: String) -> String {
         var text = message
         for path in spellings {
             text = text.replacingOccurrences(of: path + "/", with: "DATA/").replacingOccurrences(of: path, with: "DATA")
         }
-        return text.replacingOccurrences(of: "'DATA/(uploads/[^'/]+|scratch/[^'/]+/upload)'", with: "the upload", options: .regularExpression)
+        return text.replacingOccurrences(of: "(input )?'DATA/(uploads/[^'/]+|scratch/[^'/]+/upload)'", with: "the upload", options: .regularExpression)
     }
 }

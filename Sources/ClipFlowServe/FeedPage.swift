@@ -649,7 +649,7 @@ enum FeedPage {
         fetch('/feed.json').then(r => r.json()).then(doc => {
           videos = doc.videos;
           if (videos.length === 0) {
-            feed.innerHTML = '<p id="empty">No videos yet. Upload one (<code>clipflow upload VIDEO --to gcore --endpoint URL</code>, or any TUS client) and it appears here once it plays.</p>';
+            feed.innerHTML = '<p id="empty">No videos yet. Upload one (<code>clipflow upload VIDEO --to clipflow --endpoint URL</code>, or any TUS client) and it appears here once it plays.</p>';
             return;
           }
           videos.forEach((entry, index) => {

@@ -16,14 +16,16 @@ import Hummingbird
 ///     GET    /feed.json           every viewable or ready video's feed entry (public)
 ///     GET    /, /v/{id}           the feed page (public); GET /videos asked for as HTML: the list page
 ///                                 (`Pages`; the API key as a Bearer token or a Basic password)
+///     GET    /favicon.ico         the icon (public)
 ///
 /// A video: `id, name, description, client_id, status (pending, processing, viewable, ready,
 /// error), error, duration, screenshot, hls_url, renditions [{name, status}], progress,
 /// created_at`. The management routes need `Authorization: Bearer` with the API key or an access
 /// token when the server has a key (401 otherwise); the upload's TUS creation carries the upload
-/// token in its metadata, or the API key to make a video of a plain TUS upload (`admit`). Bodies
-/// above 64 KiB are refused (413); POST bodies must be `application/json` (415), and each field of
-/// the right type and range (400 naming the field; fields the API does not know are ignored).
+/// token in its metadata, or the API key (on a server with one) to make a video of a plain TUS
+/// upload (`admit`). Bodies above 64 KiB are refused (413); POST bodies must be
+/// `application/json` (415), and each field of the right type and range (400 naming the field;
+/// fields the API does not know are ignored).
 /// Query numbers out of range or not whole numbers are refused (400 naming the parameter).
 /// Answers are not to be cached (`no-store`; the public feed: `no-cache`), and no answer shows an
 /// absolute path of the data folder.
@@ -45,6 +47,7 @@ struct HostingAPI: Sendable {
     func addRoutes<Context: RequestContext>(to router: Router<Context>) {
         router.get("/") { _, _ in Pages.feed(mediaOrigin: processor.media.mediaOrigin) }
         router.get("v/:id") { _, _ in Pages.feed(mediaOrigin: processor.media.mediaOrigin) }
+        router.get("favicon.ico") { _, _ in Pages.favicon() }
         let api = router.group().add(middleware: JSONRefusals<Context>())
         api.post("auth/refresh") { request, _ in try await refresh(request) }
         api.get("feed.json") { request, _ in try await feed(request) }
@@ -147,7 +150,7 @@ struct HostingAPI: Sendable {
         let host = TUSServer.origin(of: request) ?? ""
         let base = v.published.isEmpty ? nil : "\(host)/media/\(v.id!)/\(v.published)/"
         let published = Set(v.renditions.split(separator: ",").map(String.init))
-        var renditions = published.sorted().map { VideoResource.RenditionState(name: $0, status: "ready") }
+        var renditions = LadderRung.ordered(published).map { VideoResource.RenditionState(name: $0, status: "ready") }
         var progress = v.status == .ready ? 1.0 : 0
         if v.status == .viewable || v.status == .processing {
             // This server's own worker knows it best; another server's recorded it in the store.
@@ -184,21 +187,18 @@ extension HostingAPI {
     /// - one that names a video (`video_id`) must carry that video's upload token (another
     ///   video's or a forged one: 403; an expired one: 401) and the video must still wait for its
     ///   upload (409): it carries that video;
-    /// - one that names none but is sent with `Authorization: Bearer` (the API key or an access
-    ///   token; 401 otherwise) carries a new video (`pending`), stored with the upload, named by
-    ///   its `filename` metadata, else `name` (as Uppy sends), else "untitled";
-    /// - one with neither is refused on a server with an API key (401) and, on one without, kept
-    ///   as a file that no video carries.
+    /// - one that names none carries a new video (`pending`), stored with the upload, named by its
+    ///   `title` metadata, else `filename`, else `name` (as Uppy sends), else "untitled". On a
+    ///   server with an API key it must be sent with `Authorization: Bearer` (the API key or an
+    ///   access token; 401 otherwise); on one without (loopback only), anything passes, as on the
+    ///   management routes.
     func admit(_ metadata: [String: String], authorization: String?) async throws -> UploadCarrier {
         guard let vid = metadata["video_id"] else {
-            if authorization == nil {
-                if tokens.apiKey != nil {
-                    throw HTTPRefusal(.unauthorized, "an upload token (Upload-Metadata video_id and token) or the API key (Authorization: Bearer) is needed")
-                }
-                return .none
+            if authorization == nil, tokens.apiKey != nil {
+                throw HTTPRefusal(.unauthorized, "an upload token (Upload-Metadata video_id and token) or the API key (Authorization: Bearer) is needed")
             }
             try tokens.authorize(authorization)
-            let named = [metadata["filename"], metadata["name"]].compactMap { $0?.trimmingCharacters(in: .whitespacesAndNewlines) }.first { !$0.isEmpty }
+            let named = ["title", "filename", "name"].compactMap { metadata[$0]?.trimmingCharacters(in: .whitespacesAndNewlines) }.first { !$0.isEmpty }
             return .newVideo(
                 VideoRow(
                     id: nil, name: String((named ?? "untitled").prefix(500)), description: nil, clientID: 1, status: .pending, mode: .ladder, error: nil,

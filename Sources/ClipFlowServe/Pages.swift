@@ -7,10 +7,26 @@ import Hummingbird
 ///   play;
 /// - `/videos` (asked for as HTML): every video with its cover (a link to it in the feed once it
 ///   plays), name, duration, status and, for a failed one, why. It shows what the JSON list shows,
-///   so it asks for the same key (`HostingAPI`).
+///   so it asks for the same key (`HostingAPI`);
+/// - `/favicon.ico`, which browsers ask every site for: a play button, 32x32.
 enum Pages {
     /// `mediaOrigin`: where media bytes come from when not from this server (`MediaStorage`).
     static func feed(mediaOrigin: String?) -> Response { html(FeedPage.html, mediaOrigin: mediaOrigin) }
+
+    /// The icon: a white play button on blue, an ICO holding one 32x32 PNG.
+    static func favicon() -> Response {
+        var headers = HTTPFields()
+        headers[.contentType] = "image/x-icon"
+        headers[.cacheControl] = "public, max-age=86400"
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: icon)))
+    }
+
+    private static let icon = [UInt8](
+        Data(
+            base64Encoded:
+                "AAABAAEAICAAAAEAIACrAAAAFgAAAIlQTkcNChoKAAAADUlIRFIAAAAgAAAAIAgGAAAAc3p69AAAAHJJREFUeNrt17ENwCAMBEAvkpWYn22CaCiIEgX85hNsS9R/BQK/"
+                + "SDdHyqflkbuxDn6ErA6/IKgAVnhDBOBXgDp0ABoxBUBCVAAEBALQIGCAWQgcMAoxA7xF7Avwdwl9PkQ+P6PYiAKwVTf4TjWjl1NmPS+KbnPYxYwd9wAAAABJRU5ErkJggg=="
+        ) ?? Data())
 
     static func list(_ videos: [VideoResource], mediaOrigin: String?) -> Response {
         var rows = ""
@@ -30,8 +46,8 @@ enum Pages {
         let body =
             videos.isEmpty
             ? """
-            <p class="empty">No videos yet. Upload one with <code>clipflow upload VIDEO --to gcore --endpoint URL</code> \
-            (or any TUS client, with the API key); it appears here at once and in the <a href="/">feed</a> once it plays.</p>
+            <p class="empty">No videos yet. Upload one with <code>clipflow upload VIDEO --to clipflow --endpoint URL</code> \
+            (or any TUS client, with the API key when the server has one); it appears here at once and in the <a href="/">feed</a> once it plays.</p>
             """ : "<ul>\n\(rows)</ul>"
         return html(
             """

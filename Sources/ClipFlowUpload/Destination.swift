@@ -13,6 +13,10 @@ public struct UploadDestination: Codable, Sendable, Equatable {
         case gcore
         /// S3/OSS multipart: `endpoint` is the service URL, with `bucket` and `region`.
         case s3
+        /// `clipflow serve`: `endpoint` is the server's URL. Its hosting API is Gcore's (`gcore`);
+        /// a token is needed only when the server has an API key, and a result names the video's
+        /// watch page.
+        case clipflow
     }
 
     public var method: Method
@@ -158,7 +162,7 @@ public struct EnvironmentCredentialProvider: CredentialProvider {
     public var isAvailable: Bool {
         switch method {
         case .s3: return environment["AWS_ACCESS_KEY_ID"] != nil
-        case .tus, .gcore: return environment["CLIPFLOW_UPLOAD_TOKEN"] != nil
+        case .tus, .gcore, .clipflow: return environment["CLIPFLOW_UPLOAD_TOKEN"] != nil
         }
     }
 
@@ -173,7 +177,7 @@ public struct EnvironmentCredentialProvider: CredentialProvider {
                 )
             }
             return .aws(AWSCredentials(accessKeyID: key, secretAccessKey: secret, sessionToken: environment["AWS_SESSION_TOKEN"]))
-        case .tus, .gcore:
+        case .tus, .gcore, .clipflow:
             guard let token = environment["CLIPFLOW_UPLOAD_TOKEN"] else {
                 throw UploadError(
                     .credentials,

@@ -30,11 +30,17 @@ extension UploadDestination {
                     refreshHeaders: { try auth.refresh(reason: $0) })
             }
             return TUSUploader(options: tusOptions, store: store)
-        case .gcore:
-            guard let provider = credentials.provider(for: .gcore, settings: settings) else {
-                throw UploadError(.credentials, message: "gcore upload: no credentials source")
-            }
+        case .gcore, .clipflow:
+            // `clipflow serve` without an API key takes uploads without a token: with no command,
+            // URL or CLIPFLOW_UPLOAD_TOKEN, none is sent (a server with a key refuses, and the
+            // error says what to set).
+            let tokenless =
+                method == .clipflow && credentials.command == nil && credentials.url == nil
+                && !EnvironmentCredentialProvider(method: method, environment: ProcessInfo.processInfo.environment).isAvailable
+            let provider = tokenless ? nil : credentials.provider(for: method, settings: settings)
+            if !tokenless, provider == nil { throw UploadError(.credentials, message: "\(method.rawValue) upload: no credentials source") }
             var o = GcoreOptions(apiBase: endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint, uploadURLTemplate: uploadURLTemplate)
+            o.server = method == .clipflow ? .clipflow : .gcore
             o.tus = tusOptions
             return GcoreUploader(options: o, store: store, credentials: provider)
         case .s3:

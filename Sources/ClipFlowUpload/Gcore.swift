@@ -15,10 +15,32 @@ import Synchronization
 // video before a creation is repeated. A cancelled or discarded upload deletes its video
 // (DELETE {api}/videos/{id}), as a cancelled TUS upload is deleted on its server; so does a failed
 // one that cannot be resumed (`abandon`), so no video is left waiting for an upload that ended.
+//
+// `clipflow serve` speaks the same API (`HostingServer.clipflow`): there the token is optional (a
+// server without an API key needs none, so without credentials no Authorization is sent), and a
+// result names the video's watch page ({api}/v/{id}).
+
+/// Which server a `GcoreUploader` talks to: both speak Gcore's hosting API.
+public enum HostingServer: String, Codable, Sendable {
+    /// Gcore's video hosting.
+    case gcore
+    /// `clipflow serve`, whose feed plays a video at `{api}/v/{id}`.
+    case clipflow
+
+    /// How messages name the API.
+    var apiName: String {
+        switch self {
+        case .gcore: "Gcore API"
+        case .clipflow: "clipflow serve"
+        }
+    }
+}
 
 /// Options of a Gcore destination. No secrets (those come from the `CredentialProvider`).
 public struct GcoreOptions: Codable, Sendable, Equatable {
     public var apiBase: String
+    /// The server behind `apiBase` (results, resume records and messages name it).
+    public var server = HostingServer.gcore
     /// The TUS creation URL; `{hostname}` is replaced by the upload server the API names
     /// (default: `defaultUploadURLTemplate(apiBase:)`).
     public var uploadURLTemplate: String
@@ -46,11 +68,12 @@ public struct GcoreOptions: Codable, Sendable, Equatable {
         (apiBase.lowercased().hasPrefix("http://") ? "http" : "https") + "://{hostname}/upload"
     }
 
-    private enum CodingKeys: String, CodingKey { case apiBase, uploadURLTemplate, name, description, tus }
+    private enum CodingKeys: String, CodingKey { case apiBase, server, uploadURLTemplate, name, description, tus }
 
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         self.init(apiBase: try c.decode(String.self, forKey: .apiBase))
+        server = try c.decodeIfPresent(HostingServer.self, forKey: .server) ?? server
         uploadURLTemplate = try c.decodeIfPresent(String.self, forKey: .uploadURLTemplate) ?? uploadURLTemplate
         name = try c.decodeIfPresent(String.self, forKey: .name)
         description = try c.decodeIfPresent(String.self, forKey: .description)
@@ -58,16 +81,17 @@ public struct GcoreOptions: Codable, Sendable, Equatable {
     }
 }
 
-/// Bearer credentials for the hosting API: the current access token, refreshed on demand.
-/// Thread-safe; one per destination, shared by its uploads.
+/// Bearer credentials for the hosting API: the current access token, refreshed on demand; with
+/// no provider, none (an empty token: requests go without `Authorization`). Thread-safe; one per
+/// destination, shared by its uploads.
 public final class GcoreAuth: Sendable {
     public let apiBase: String
-    private let provider: CredentialProvider
+    private let provider: CredentialProvider?
     private let settings: TransportSettings
     private let current = Mutex<(access: String, refresh: String?)?>(nil)
     private let refreshes = Atomic<Int>(0)
 
-    public init(apiBase: String, provider: CredentialProvider, settings: TransportSettings = TransportSettings()) {
+    public init(apiBase: String, provider: CredentialProvider?, settings: TransportSettings = TransportSettings()) {
         self.apiBase = apiBase
         self.provider = provider
         self.settings = settings
@@ -76,16 +100,19 @@ public final class GcoreAuth: Sendable {
     /// Times the access token was renewed after a refusal.
     public var refreshCount: Int { refreshes.load(ordering: .relaxed) }
 
-    /// The access token, asking the provider the first time.
+    /// The access token, asking the provider the first time; empty without a provider.
     public func accessToken() throws -> String {
+        guard let provider else { return "" }
         if let c = current.withLock({ $0 }) { return c.access }
         return try adopt(provider.refresh(reason: "first use"))
     }
 
     /// Renews the access token after the API refused `rejected`: POST {api}/auth/refresh with the
-    /// refresh token when there is one, else (or when that fails) the provider again.
+    /// refresh token when there is one, else (or when that fails) the provider again. Without a
+    /// provider it fails, saying what to set.
     public func refresh(rejected: String, reason: String) throws -> String {
         refreshes.add(1, ordering: .relaxed)
+        guard let provider else { throw Self.tokenNeeded(reason) }
         let held = current.withLock { $0 }
         if let held, held.access != rejected { return held.access }  // another upload already renewed it
         if let r = held?.refresh, let access = try? refreshByToken(r) {
@@ -93,6 +120,20 @@ public final class GcoreAuth: Sendable {
             return access
         }
         return try adopt(provider.refresh(reason: reason))
+    }
+
+    /// The failure of a request sent without a token that the server refused (`reason`).
+    static func tokenNeeded(_ reason: String) -> UploadError {
+        UploadError(
+            .credentials,
+            message:
+                "\(reason); the server needs a token: set CLIPFLOW_UPLOAD_TOKEN (for clipflow serve, its CLIPFLOW_API_KEY), or give --credentials-command or --credentials-url"
+        )
+    }
+
+    /// `Authorization` for `token`: none for the empty token.
+    static func headers(_ token: String) -> [(String, String)] {
+        token.isEmpty ? [] : [("Authorization", "Bearer \(token)")]
     }
 
     private func adopt(_ c: Credentials) throws -> String {
@@ -131,13 +172,15 @@ public final class GcoreUploader: FileUploader, Sendable {
     public let tus: TUSUploader
     public var destination: String { tus.destination }
 
-    public init(options: GcoreOptions, store: ResumeStore, credentials: CredentialProvider) {
+    /// `credentials` nil: no token is sent (`clipflow serve` without an API key needs none).
+    public init(options: GcoreOptions, store: ResumeStore, credentials: CredentialProvider?) {
         self.options = options
         self.store = store
         auth = GcoreAuth(apiBase: options.apiBase, provider: credentials, settings: options.tus.transport)
         var t = options.tus
         t.endpoint = ""
-        tus = TUSUploader(options: t, store: store, headers: nil, destination: "gcore:" + options.apiBase, method: "gcore")
+        let method = options.server.rawValue
+        tus = TUSUploader(options: t, store: store, headers: nil, destination: "\(method):" + options.apiBase, method: method)
     }
 
     public func upload(
@@ -201,12 +244,13 @@ public final class GcoreUploader: FileUploader, Sendable {
                         let fp = try FileFingerprint.of(file)
                         try store.save(
                             ResumeRecord(
-                                method: "gcore", fingerprint: fp, destination: destination,
+                                method: self.options.server.rawValue, fingerprint: fp, destination: destination,
                                 extra: ["video_id": vid, "hls_url": jsonString(video["hls_url"]) ?? ""]))
                     }
                 }
                 guard let vid = jsonString(video["id"]) else {
-                    throw UploadError(.protocol, message: "Gcore API \(displayURL(self.options.apiBase)): POST /videos answered without a video id")
+                    throw UploadError(
+                        .protocol, message: "\(self.options.server.apiName) \(displayURL(self.options.apiBase)): POST /videos answered without a video id")
                 }
                 made(vid)
                 let info = try api.call("GET", "/videos/\(vid)/upload", nil)
@@ -215,7 +259,9 @@ public final class GcoreUploader: FileUploader, Sendable {
                 else {
                     throw UploadError(
                         .protocol,
-                        message: "Gcore API \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload answered without servers[].hostname and token")
+                        message:
+                            "\(self.options.server.apiName) \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload answered without servers[].hostname and token"
+                    )
                 }
                 Secrets.shared.register(token)
                 // The upload server is expected to differ from the API host (the upload token is made for
@@ -225,7 +271,7 @@ public final class GcoreUploader: FileUploader, Sendable {
                     throw UploadError(
                         .protocol,
                         message:
-                            "Gcore API \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload named the upload server '\(String(host.prefix(200)))', which is not a host name (letters, digits, '.', '-', an optional :port)"
+                            "\(self.options.server.apiName) \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload named the upload server '\(String(host.prefix(200)))', which is not a host name (letters, digits, '.', '-', an optional :port)"
                     )
                 }
                 let clientID = (info["video"] as? [String: Any]).flatMap { jsonString($0["client_id"]) } ?? jsonString(video["client_id"]) ?? ""
@@ -237,14 +283,16 @@ public final class GcoreUploader: FileUploader, Sendable {
                     extra: ["video_id": vid, "hls_url": jsonString(video["hls_url"]) ?? previous?["hls_url"] ?? ""])
             },
             renew: { [auth] reason in
+                // Without a token there is none to renew; a fresh upload token follows all the same.
                 let current = try auth.accessToken()
-                _ = try auth.refresh(rejected: current, reason: reason)
+                if !current.isEmpty { _ = try auth.refresh(rejected: current, reason: reason) }
             },
             finish: { result, record in
-                result.method = "gcore"
+                result.method = self.options.server.rawValue
                 result.videoID = record.extra["video_id"]
                 let hls = record.extra["hls_url"] ?? ""
                 result.playbackURL = hls.isEmpty ? nil : hls
+                if self.options.server == .clipflow, let vid = result.videoID { result.watchURL = self.options.apiBase + "/v/" + vid }
             }, failing: failing)
     }
 
@@ -266,10 +314,9 @@ public final class GcoreUploader: FileUploader, Sendable {
             guard var token = try? auth.accessToken() else { return }
             for _ in 0..<2 {
                 let req = HTTPRequest(
-                    method: "DELETE", url: options.apiBase + "/videos/\(vid)",
-                    headers: [("Authorization", "Bearer \(token)"), ("Accept", "application/json")])
+                    method: "DELETE", url: options.apiBase + "/videos/\(vid)", headers: GcoreAuth.headers(token) + [("Accept", "application/json")])
                 guard let r = try? transport.perform(req), r.status == 401,
-                    let fresh = try? auth.refresh(rejected: token, reason: "Gcore API DELETE /videos/\(vid) answered 401")
+                    let fresh = try? auth.refresh(rejected: token, reason: "\(options.server.apiName) DELETE /videos/\(vid) answered 401")
                 else { break }
                 token = fresh
             }
@@ -292,14 +339,12 @@ public final class GcoreUploader: FileUploader, Sendable {
             var token = try uploader.auth.accessToken()
             // API calls report no resumption: `retryResumed` is about the upload's bytes.
             return try requests.perform(progress: { 0 }, resumedAt: { nil }) {
-                var req = HTTPRequest(
-                    method: method, url: base + path,
-                    headers: [("Authorization", "Bearer \(token)"), ("Accept", "application/json")])
+                var req = HTTPRequest(method: method, url: base + path, headers: GcoreAuth.headers(token) + [("Accept", "application/json")])
                 if let body {
                     req.body = .bytes(try JSONSerialization.data(withJSONObject: body))
                     req.setHeader("Content-Type", "application/json")
                 }
-                let what = "Gcore API \(method) \(displayURL(base + path))"
+                let what = "\(uploader.options.server.apiName) \(method) \(displayURL(base + path))"
                 var reason: String
                 var retryAfter: Double? = nil
                 do {
@@ -313,6 +358,8 @@ public final class GcoreUploader: FileUploader, Sendable {
                     let text = String(r.text.prefix(300)).trimmingCharacters(in: .whitespacesAndNewlines)
                     reason = "\(what): HTTP \(r.status)\(text.isEmpty ? "" : " (\(text))")"
                     if r.status == 401 {
+                        // Sent without a token: there is none to renew.
+                        if token.isEmpty { throw GcoreAuth.tokenNeeded(reason) }
                         let rejected = token
                         let refresh = { token = try uploader.auth.refresh(rejected: rejected, reason: "\(what) answered 401") }
                         return .refused(

@@ -6,12 +6,12 @@ import Synchronization
 
 /// What a finished upload produced. Fields a protocol does not have stay nil.
 public struct UploadResult: Sendable, Equatable, Codable {
-    /// "tus", "gcore" or "s3".
+    /// "tus", "gcore", "clipflow" or "s3".
     public var method: String
     public var bytes: Int64
     /// Where the file now lives: the TUS upload URL, or the S3 object URL.
     public var url: String?
-    /// Hosting's video id (Gcore flow).
+    /// Hosting's video id (Gcore and clipflow flows).
     public var videoID: String?
     /// The object's ETag (S3) as the server returned it.
     public var etag: String?
@@ -19,10 +19,12 @@ public struct UploadResult: Sendable, Equatable, Codable {
     public var uploadID: String?
     /// Playback URL reported by hosting (Gcore `hls_url`).
     public var playbackURL: String?
+    /// The page where a person watches the video (`clipflow serve`: `{endpoint}/v/{id}`).
+    public var watchURL: String?
 
     public init(
         method: String, bytes: Int64, url: String? = nil, videoID: String? = nil, etag: String? = nil,
-        uploadID: String? = nil, playbackURL: String? = nil
+        uploadID: String? = nil, playbackURL: String? = nil, watchURL: String? = nil
     ) {
         self.method = method
         self.bytes = bytes
@@ -31,6 +33,7 @@ public struct UploadResult: Sendable, Equatable, Codable {
         self.etag = etag
         self.uploadID = uploadID
         self.playbackURL = playbackURL
+        self.watchURL = watchURL
     }
 }
 

@@ -205,9 +205,11 @@ public final class UploadQueue: Sendable {
         wake.signal()
     }
 
-    /// Removes finished and cancelled entries from the list.
-    public func prune() throws {
-        try modify { entries in entries.removeAll { $0.isDone } }
+    /// Removes finished and cancelled entries from the list, and failed ones when `failed`. What a
+    /// failed upload left on its server stays there: uploading the same file to the same place
+    /// again resumes it (`cancel` deletes it).
+    public func prune(failed: Bool = false) throws {
+        try modify { entries in entries.removeAll { $0.isDone || (failed && $0.state == .failed) } }
     }
 
     // MARK: - Running

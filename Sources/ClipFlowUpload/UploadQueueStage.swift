@@ -87,10 +87,10 @@ enum StageUploads {
     }
 
     /// Runs the entries `ids` names (nil: everything queued or running now) through `queue`, then
-    /// emits an `output` per finished upload (its URL, else its file) and a `result` with the
-    /// counts (finished, paused, failed, cancelled). Stopped: the unfinished uploads stay queued,
-    /// paused. Throws when an upload failed, naming each failed file with the command that
-    /// retries it (messages already starting with the file name it once).
+    /// emits an `output` per finished upload (its watch page, else its URL, else its file) and a
+    /// `result` with the counts (finished, paused, failed, cancelled). Stopped: the unfinished
+    /// uploads stay queued, paused. Throws when an upload failed, naming each failed file with the
+    /// command that retries it (messages already starting with the file name it once).
     static func run(_ queue: UploadQueue, ids: Set<String>?, directory: String, _ context: StageContext) throws {
         let ended: [QueueEntry]
         do {
@@ -104,7 +104,7 @@ enum StageUploads {
             throw e.asClipFlowError
         }
         for e in ended where e.state == .finished {
-            context.emit(.output(path: e.result?.url ?? e.file))
+            context.emit(.output(path: e.result?.watchURL ?? e.result?.url ?? e.file))
         }
         func count(_ states: [QueueEntry.State]) -> EventValue { .integer(Int64(ended.filter { states.contains($0.state) }.count)) }
         context.emit(

@@ -66,15 +66,20 @@ public final class UploadStage: Stage {
     public var outputType: PortType? { nil }
 
     public static let kind = StageKind(
-        name: "upload", summary: "sink: upload every file it receives (TUS, Gcore-style hosting, S3/OSS multipart), resumably, through the upload queue",
+        name: "upload",
+        summary: "sink: upload every file it receives (TUS, clipflow serve, Gcore-style hosting, S3/OSS multipart), resumably, through the upload queue",
         inputs: [.video, .image, .clips], minInputs: 1, output: nil,
         params: [
             ParamSpec(
                 "method", .choice(UploadDestination.Method.allCases.map(\.rawValue)), required: true,
-                help: "tus: a TUS 1.0 server; gcore: Gcore-style video hosting API, then TUS; s3: S3/OSS multipart"),
+                help:
+                    "tus: a TUS 1.0 server; clipflow: a clipflow serve (a token only when it has an API key); gcore: Gcore-style video hosting API, then TUS; s3: S3/OSS multipart"
+            ),
             ParamSpec(
                 "endpoint", .string, required: true,
-                help: "tus: the creation URL (https://host/files); gcore: the API base URL; s3: the service URL"),
+                help:
+                    "tus: the creation URL (https://host/files); clipflow: the server's URL (http://127.0.0.1:8080); gcore: the API base URL; s3: the service URL"
+            ),
             ParamSpec("bucket", .string, help: "s3: the bucket"),
             ParamSpec("region", .string, help: "s3: the signing region (default us-east-1)"),
             ParamSpec("key-prefix", .string, help: "s3: prefix of object keys (the key is prefix + file name)"),
@@ -83,7 +88,7 @@ public final class UploadStage: Stage {
                 help: "s3: path style (endpoint/bucket/key, default) or virtual-hosted (bucket.endpoint/key)"),
             ParamSpec(
                 "upload-url", .string,
-                help: "gcore: TUS URL template, {hostname} replaced (default https://{hostname}/upload; http:// when the endpoint is http://)"),
+                help: "gcore, clipflow: TUS URL template, {hostname} replaced (default https://{hostname}/upload; http:// when the endpoint is http://)"),
             ParamSpec("chunk-size", .integer(min: 1, max: nil), help: "TUS chunk / S3 part size in bytes (default: automatic)"),
             ParamSpec("min-part-size", .integer(min: 1, max: nil), help: "s3: the backend's smallest part (S3 5242880, OSS 102400)"),
             ParamSpec(
@@ -100,7 +105,7 @@ public final class UploadStage: Stage {
                 "credentials-command", .string,
                 help: "shell command printing credentials JSON, run at start and whenever they expire (default: from the environment)"),
             ParamSpec("credentials-url", .string, help: "URL returning credentials JSON, called at start and whenever they expire"),
-            ParamSpec("title", .string, help: "metadata: title (gcore: the video name; default the file name)"),
+            ParamSpec("title", .string, help: "metadata: title (gcore, clipflow: the video name; default the file name)"),
             ParamSpec("description", .string, help: "metadata: description"),
             ParamSpec("tags", .stringList, help: "metadata: tags"),
             ParamSpec("category", .string, help: "metadata: category"),
@@ -195,6 +200,7 @@ struct StageUploadObserver: UploadObserver {
             if let v = r.etag { d.append(EventField("etag", .string(v))) }
             if let v = r.uploadID { d.append(EventField("upload_id", .string(v))) }
             if let v = r.playbackURL { d.append(EventField("playback_url", .string(v))) }
+            if let v = r.watchURL { d.append(EventField("watch_url", .string(v))) }
             return ([EventField("result", .object(d))], "finished: \(r.summary)")
         case .failed(_, let code, let message):
             return ([EventField("code", .string(code)), EventField("message", .string(message))], "failed (\(code)): \(message)")
@@ -233,11 +239,12 @@ struct StageUploadObserver: UploadObserver {
 }
 
 extension UploadResult {
-    /// "1000 bytes, URL, video ID, playback URL, etag", for people.
+    /// "1000 bytes, URL, video ID, watch URL, playback URL, etag", for people.
     public var summary: String {
         var parts = ["\(bytes) bytes"]
         if let u = url { parts.append(u) }
         if let v = videoID { parts.append("video \(v)") }
+        if let w = watchURL { parts.append("watch \(w)") }
         if let p = playbackURL { parts.append("playback \(p)") }
         if let e = etag { parts.append("etag \(e)") }
         return parts.joined(separator: ", ")

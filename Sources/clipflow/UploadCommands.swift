@@ -10,14 +10,16 @@ import Synchronization
 /// `clipflow upload ...`: send files, and manage the persistent upload queue.
 struct Upload: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Upload files resumably (TUS, Gcore-style hosting, S3/OSS multipart) through a persistent queue.",
+        abstract: "Upload files resumably (TUS, clipflow serve, Gcore-style hosting, S3/OSS multipart) through a persistent queue.",
         discussion: """
-            `clipflow upload FILE... --to tus|gcore|s3 --endpoint URL` adds the files to the queue and uploads \
-            them, resuming any earlier partial upload of the same file. Ctrl-C pauses: the uploads stay queued \
-            and `clipflow upload run` continues them where the server stopped. Credentials are never stored: \
-            they come from the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN for S3, \
-            CLIPFLOW_UPLOAD_TOKEN/CLIPFLOW_UPLOAD_REFRESH_TOKEN for tokens), a command or a URL, and are asked \
-            for again when the server says they expired.
+            `clipflow upload FILE... --to tus|clipflow|gcore|s3 --endpoint URL` adds the files to the queue and \
+            uploads them, resuming any earlier partial upload of the same file. Ctrl-C pauses: the uploads stay \
+            queued and `clipflow upload run` continues them where the server stopped. `--to clipflow --endpoint \
+            http://127.0.0.1:8080` sends a video to a `clipflow serve` and prints the page where it plays; a token \
+            is needed only when that server has an API key (CLIPFLOW_UPLOAD_TOKEN set to it). Credentials are \
+            never stored: they come from the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN \
+            for S3, CLIPFLOW_UPLOAD_TOKEN/CLIPFLOW_UPLOAD_REFRESH_TOKEN for tokens), a command or a URL, and are \
+            asked for again when the server says they expired.
             """,
         subcommands: [
             UploadSend.self, UploadList.self, UploadRun.self, UploadPause.self, UploadResume.self,
@@ -52,10 +54,10 @@ struct ConcurrencyFlag: ParsableArguments {
 }
 
 struct DestinationFlags: ParsableArguments {
-    @Option(name: .customLong("to"), help: "tus, gcore or s3.")
+    @Option(name: .customLong("to"), help: "tus, clipflow (a clipflow serve), gcore or s3.")
     var method: String?
 
-    @Option(help: "tus: creation URL (https://host/files); gcore: API base URL; s3: service URL.")
+    @Option(help: "tus: creation URL (https://host/files); clipflow: the server's URL (http://127.0.0.1:8080); gcore: API base URL; s3: service URL.")
     var endpoint: String?
 
     @Option(help: "s3: bucket.") var bucket: String?
@@ -64,7 +66,7 @@ struct DestinationFlags: ParsableArguments {
     @Option(help: "s3: path or virtual addressing.") var addressing: String?
     @Option(
         name: .customLong("upload-url"),
-        help: "gcore: TUS URL template with {hostname} (default https://{hostname}/upload; http:// when --endpoint is http://).")
+        help: "gcore, clipflow: TUS URL template with {hostname} (default https://{hostname}/upload; http:// when --endpoint is http://).")
     var uploadURLTemplate: String?
     @Option(name: .customLong("chunk-size"), help: "TUS chunk / S3 part size in bytes (default automatic).") var chunkSize: Int64?
     @Option(name: .customLong("min-part-size"), help: "s3: the backend's smallest part (S3 5242880, OSS 102400).") var minimumPartSize: Int64?
@@ -83,7 +85,8 @@ struct DestinationFlags: ParsableArguments {
 
     @Option(
         name: .customLong("title"),
-        help: ArgumentHelp("Metadata: title (gcore: the video name). Uploading several files: give one per file, in their order.", valueName: "title"))
+        help: ArgumentHelp(
+            "Metadata: title (gcore, clipflow: the video name). Uploading several files: give one per file, in their order.", valueName: "title"))
     var titles: [String] = []
     @Option(help: "Metadata: description.") var description: String?
     @Option(name: .customLong("tag"), help: "Metadata: a tag (repeatable).") var tags: [String] = []
@@ -91,9 +94,9 @@ struct DestinationFlags: ParsableArguments {
     @Option(name: .customLong("cover-url"), help: "Metadata: cover image URL.") var coverURL: String?
 
     func destination() throws -> UploadDestination {
-        guard let methodName = method else { throw ValidationError("--to tus|gcore|s3 is required") }
+        guard let methodName = method else { throw ValidationError("--to tus|clipflow|gcore|s3 is required") }
         guard let m = UploadDestination.Method(rawValue: methodName) else {
-            throw ValidationError("--to must be tus, gcore or s3 (got '\(methodName)')")
+            throw ValidationError("--to must be tus, clipflow, gcore or s3 (got '\(methodName)')")
         }
         guard let endpoint else { throw ValidationError("--endpoint URL is required") }
         var d = UploadDestination(
@@ -309,9 +312,15 @@ struct UploadCancel: ParsableCommand {
 }
 
 struct UploadPrune: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "prune", abstract: "Remove finished and cancelled uploads from the list.")
+    static let configuration = CommandConfiguration(
+        commandName: "prune", abstract: "Remove finished and cancelled uploads from the list (and failed ones, with --failed).")
     @OptionGroup var queue: QueueFlags
+    @Flag(
+        help:
+            "Remove failed uploads too. What they left on the server stays: uploading the same file again resumes it; `clipflow upload cancel` deletes it."
+    )
+    var failed = false
     func run() throws {
-        try ErrorReport.run { try queue.makeQueue().prune() }
+        try ErrorReport.run { try queue.makeQueue().prune(failed: failed) }
     }
 }

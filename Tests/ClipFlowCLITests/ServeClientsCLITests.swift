@@ -186,4 +186,80 @@ final class ServeClientsCLITests: XCTestCase {
         XCTAssertEqual(try videos(s).compactMap { $0["name"] as? String }, ["clip.mp4"])
         XCTAssertFalse(s.stderrText.contains(key))
     }
+
+    /// On a server without an API key (it listens on loopback only), a plain TUS upload sent with
+    /// no `Authorization` becomes a video as one sent with the key does: tuspy's named by its
+    /// `filename` metadata, ours (`--to tus`) by its `--title`; both are processed and play.
+    func testPlainTUSUploadWithoutAKeyBecomesAVideoOnAServerWithoutOne() throws {
+        let data = fx.scratch("serve-clients-open-tus")
+        let s = server(data, key: "")
+        try s.start()
+        defer { s.stop() }
+        let r = try tuspy("http://127.0.0.1:\(s.port)/files/", try clip(), metadata: ["filename": "clip.mp4"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let ours = try Run.run(
+            [
+                binary, "upload", try clip(), "--to", "tus", "--endpoint", "http://127.0.0.1:\(s.port)/files", "--title", "Holiday",
+                "--queue", fx.scratch("serve-clients-open-tus-q").path
+            ], check: false)
+        XCTAssertEqual(ours.status, 0, ours.stderr)
+        let listed = try videos(s)
+        XCTAssertEqual(listed.compactMap { $0["name"] as? String }, ["Holiday", "clip.mp4"], "\(listed)")
+        for id in listed.compactMap({ $0["id"] as? Int }) {
+            let v = try playable(s, id)
+            XCTAssertTrue(["viewable", "ready"].contains(v["status"] as? String ?? ""), "\(v)")
+            XCTAssertTrue(try probeHLS(v).streams.contains("video"), "\(v)")
+        }
+    }
+
+    /// The JSON objects among `text`'s lines.
+    func events(_ text: String) -> [[String: Any]] {
+        text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    }
+
+    /// `clipflow upload --to clipflow --endpoint http://HOST:PORT`: with no token against a server
+    /// without a key; against one with a key, refused without the token, saying what to set (the
+    /// failed entry then cleared by `upload prune --failed`), and sent with it. A success prints
+    /// the video's watch link (`/v/ID`), and its JSON events carry it.
+    func testUploadToClipflowWithAndWithoutAKeyPrintsTheWatchLink() throws {
+        let open = server(fx.scratch("serve-clients-own-open"), key: "")
+        try open.start()
+        defer { open.stop() }
+        let base = "http://127.0.0.1:\(open.port)"
+        let sent = try Run.run(
+            [binary, "upload", try clip(), "--to", "clipflow", "--endpoint", base, "--title", "Morning", "--queue", fx.scratch("serve-clients-own-q1").path],
+            check: false)
+        XCTAssertEqual(sent.status, 0, sent.stderr)
+        let listed = try videos(open)
+        XCTAssertEqual(listed.compactMap { $0["name"] as? String }, ["Morning"], "\(listed)")
+        let id = try XCTUnwrap(listed.first?["id"] as? Int)
+        XCTAssertTrue(sent.stderr.contains("watch \(base)/v/\(id)"), sent.stderr)
+        XCTAssertEqual(try HTTP.request("GET", "\(base)/v/\(id)").status, 200)
+        XCTAssertTrue(["viewable", "ready"].contains(try playable(open, id)["status"] as? String ?? ""))
+
+        let locked = server(fx.scratch("serve-clients-own-key"))
+        try locked.start()
+        defer { locked.stop() }
+        let keyed = "http://127.0.0.1:\(locked.port)"
+        let queue = fx.scratch("serve-clients-own-q2").path
+        let refused = try Run.run([binary, "upload", try clip(), "--to", "clipflow", "--endpoint", keyed, "--queue", queue], check: false)
+        XCTAssertEqual(refused.status, 1, refused.stderr)
+        XCTAssertTrue(refused.stderr.contains("set CLIPFLOW_UPLOAD_TOKEN"), refused.stderr)
+        XCTAssertEqual(try videos(locked).count, 0, "no video is left waiting")
+        XCTAssertTrue(try Run.run([binary, "upload", "list", "--queue", queue]).out.contains("failed"))
+        XCTAssertTrue(try Run.run([binary, "upload", "prune", "--help"]).out.contains("--failed"))
+        try Run.run([binary, "upload", "prune", "--failed", "--queue", queue])
+        XCTAssertTrue(try Run.run([binary, "upload", "list", "--queue", queue]).out.contains("the upload queue is empty"))
+
+        let withKey = try Run.run(
+            [binary, "upload", try clip(), "--to", "clipflow", "--endpoint", keyed, "--queue", queue, "--events", "json"],
+            env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
+        XCTAssertEqual(withKey.status, 0, withKey.stderr)
+        let made = try XCTUnwrap(try videos(locked).first?["id"] as? Int)
+        let finished = try XCTUnwrap(
+            events(withKey.out).last { $0["event"] as? String == "finished" && $0["item"] != nil }?["result"] as? [String: Any], withKey.out)
+        XCTAssertEqual(finished["method"] as? String, "clipflow")
+        XCTAssertEqual(finished["watch_url"] as? String, "\(keyed)/v/\(made)")
+        XCTAssertFalse(withKey.out.contains(key) || withKey.stderr.contains(key))
+    }
 }

@@ -435,6 +435,108 @@ final class ServeHTTPHardeningCLITests: XCTestCase {
         XCTAssertFalse(log.contains(data.path + "/media"), log)
     }
 
+    // MARK: compression and the icon
+
+    /// `gzip -dc` of `bytes` (an independent decoder); nil when they are not gzip.
+    func gunzip(_ bytes: Data) throws -> Data? {
+        let file = fx.scratch("serve-http-gunzip").appendingPathComponent("body.gz")
+        try bytes.write(to: file)
+        let r = try Run.run(["gzip", "-dc", file.path], check: false)
+        return r.status == 0 ? r.stdout : nil
+    }
+
+    /// Text (pages, JSON, playlists) is gzipped for a client that asks (`Accept-Encoding: gzip`),
+    /// and every such answer varies by it; media bytes, ranges, and clients that do not ask (or
+    /// refuse gzip) get the bytes as they are. Judged by curl's raw bytes, `gzip -dc` and
+    /// `curl --compressed`.
+    func testTextIsGzippedForClientsThatAskAndMediaNeverIs() throws {
+        let data = fx.scratch("serve-http-gzip")
+        let folder = data.appendingPathComponent("media/999999/a0-full")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let playlist =
+            "#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-TARGETDURATION:4\n" + (0..<200).map { "#EXTINF:4.000,\nseg\($0).m4s\n" }.joined() + "#EXT-X-ENDLIST\n"
+        try Data(playlist.utf8).write(to: folder.appendingPathComponent("index.m3u8"))
+        let manifest = "{\"videos\":[" + (0..<100).map { "{\"segment\":\"seg\($0).m4s\",\"duration\":4}" }.joined(separator: ",") + "]}"
+        try Data(manifest.utf8).write(to: folder.appendingPathComponent("feed.json"))
+        // Media of zeros would shrink to almost nothing; it is sent as it is all the same.
+        for name in ["seg0.m4s", "x.mp4", "x.ts", "x.m4a"] { try Data(count: 100_000).write(to: folder.appendingPathComponent(name)) }
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        let p = s.port
+        let gzip = ["Accept-Encoding": "gzip"]
+        let media = "/media/999999/a0-full"
+        let texts: [(String, [String: String])] = [
+            ("/", [:]), ("/videos", ["Accept": "text/html"]), ("\(media)/index.m3u8", [:]), ("\(media)/feed.json", [:])
+        ]
+        for (path, headers) in texts {
+            let plain = try curl(p, "GET", path, headers: headers)
+            XCTAssertEqual(plain.status, 200, path)
+            XCTAssertNil(plain.header("Content-Encoding"), path)
+            XCTAssertEqual(plain.header("Vary"), "Accept-Encoding", path)
+            let packed = try curl(p, "GET", path, headers: headers.merging(gzip) { $1 })
+            XCTAssertEqual(packed.status, 200, path)
+            XCTAssertEqual(packed.header("Content-Encoding"), "gzip", path)
+            XCTAssertEqual(packed.header("Vary"), "Accept-Encoding", path)
+            XCTAssertEqual(packed.header("Content-Length"), String(packed.body.count), path)
+            XCTAssertEqual(packed.header("Content-Type"), plain.header("Content-Type"), path)
+            XCTAssertLessThan(packed.body.count, plain.body.count, path)
+            XCTAssertEqual(try gunzip(packed.body), plain.body, path)
+            var args = ["curl", "-sS", "--compressed"]
+            for (k, v) in headers { args += ["-H", "\(k): \(v)"] }
+            XCTAssertEqual(try Run.run(args + ["http://127.0.0.1:\(p)\(path)"]).stdout, plain.body, "curl --compressed \(path)")
+            for refusing in ["gzip;q=0", "identity", "br", "deflate, gzip;q=0.0"] {
+                let r = try curl(p, "GET", path, headers: headers.merging(["Accept-Encoding": refusing]) { $1 })
+                XCTAssertNil(r.header("Content-Encoding"), "\(path) \(refusing)")
+                XCTAssertEqual(r.body, plain.body, "\(path) \(refusing)")
+            }
+            let weighed = try curl(p, "GET", path, headers: headers.merging(["Accept-Encoding": "deflate, GZIP;q=0.5"]) { $1 })
+            XCTAssertEqual(weighed.header("Content-Encoding"), "gzip", path)
+        }
+
+        // A playlist's gzipped answer is another representation: a weak tag, which revalidates it.
+        let playlistPath = "\(media)/index.m3u8"
+        let strong = try XCTUnwrap(try curl(p, "GET", playlistPath).header("ETag"))
+        let weak = try XCTUnwrap(try curl(p, "GET", playlistPath, headers: gzip).header("ETag"))
+        XCTAssertEqual(weak, "W/" + strong)
+        let revalidated = try curl(p, "GET", playlistPath, headers: gzip.merging(["If-None-Match": weak]) { $1 })
+        XCTAssertEqual(revalidated.status, 304)
+        XCTAssertEqual(revalidated.header("ETag"), weak)
+        // A range is of the bytes as they are.
+        let range = try curl(p, "GET", playlistPath, headers: gzip.merging(["Range": "bytes=0-6"]) { $1 })
+        XCTAssertEqual(range.status, 206)
+        XCTAssertNil(range.header("Content-Encoding"))
+        XCTAssertEqual(range.text, "#EXTM3U")
+
+        for name in ["seg0.m4s", "x.mp4", "x.ts", "x.m4a"] {
+            let r = try curl(p, "GET", "\(media)/\(name)", headers: gzip)
+            XCTAssertEqual(r.status, 200, name)
+            XCTAssertNil(r.header("Content-Encoding"), name)
+            XCTAssertNil(r.header("Vary"), name)
+            XCTAssertEqual(r.body, Data(count: 100_000), name)
+        }
+    }
+
+    /// A browser asks every site for `/favicon.ico`: it gets an icon (ffprobe reads a 32x32
+    /// picture in it), and the log shows no 404 for it.
+    func testTheFaviconIsAnIconNotA404() throws {
+        let data = fx.scratch("serve-http-favicon")
+        let s = server(data)
+        try s.start()
+        defer { s.stop() }
+        let r = try curl(s.port, "GET", "/favicon.ico")
+        XCTAssertEqual(r.status, 200)
+        XCTAssertEqual(r.header("Content-Type"), "image/x-icon")
+        let icon = fx.scratch("serve-http-favicon-out").appendingPathComponent("favicon.ico")
+        try r.body.write(to: icon)
+        let probe = try Run.run(["ffprobe", "-v", "error", "-show_entries", "stream=width,height", "-of", "csv=p=0", icon.path])
+        XCTAssertEqual(probe.out.trimmingCharacters(in: .whitespacesAndNewlines), "32,32")
+        s.stop()
+        let lines = s.stderrText.split(separator: "\n").filter { $0.contains("path=/favicon.ico") }
+        XCTAssertEqual(lines.count, 1, s.stderrText)
+        XCTAssertTrue(lines.allSatisfy { $0.contains("status=200") }, s.stderrText)
+    }
+
     // MARK: operator input
 
     /// `--max-connections` beyond what a server can hold (up to Int64's largest, which once

@@ -267,7 +267,7 @@ final class ServeHostingCLITests: XCTestCase {
         }
         let empty = try listPage(password: key)
         XCTAssertEqual(empty.status, 200)
-        XCTAssertTrue(empty.text.contains("No videos yet. Upload one with <code>clipflow upload VIDEO --to gcore"), empty.text)
+        XCTAssertTrue(empty.text.contains("No videos yet. Upload one with <code>clipflow upload VIDEO --to clipflow"), empty.text)
 
         // Names reach the list page as text, never as markup.
         XCTAssertEqual(try api(s, "POST", "/videos", json: ["name": "<img src=x onerror=alert(1)>"]).status, 201)

@@ -156,7 +156,7 @@ final class UploadCLITests: XCTestCase {
         XCTAssertTrue(missing.stderr.contains("/nonexistent/clip.mp4") && missing.stderr.contains("No such file"), missing.stderr)
         let usage = try Run.run([binary, "upload", "x.mp4", "--to", "ftp", "--endpoint", "http://h"], check: false)
         XCTAssertNotEqual(usage.status, 0)
-        XCTAssertTrue(usage.stderr.contains("--to must be tus, gcore or s3"), usage.stderr)
+        XCTAssertTrue(usage.stderr.contains("--to must be tus, clipflow, gcore or s3"), usage.stderr)
         let file = try makeFile("c.mp4", bytes: 1000)
         let port = ServerProcess.freePort()
         let down = try Run.run(

@@ -197,6 +197,12 @@ extension HLSLadderTests {
         XCTAssertEqual(try Probe.stream(dir.appendingPathComponent("storyboard.jpg").path, "v:0", "height"), "160")
     }
 
+    /// Renditions are listed by height as numbers, from the top, the copy first.
+    func testRenditionNamesAreOrderedByHeight() {
+        XCTAssertEqual(LadderRung.ordered(["1080p", "360p", "540p", "720p"]), ["1080p", "720p", "540p", "360p"])
+        XCTAssertEqual(LadderRung.ordered(Set(["360p", "copy", "2160p", "720p"])), ["copy", "2160p", "720p", "360p"])
+    }
+
     func testSegmentSchedules() {
         XCTAssertEqual(SegmentSchedule.vod.boundary(after: 0), 6)
         XCTAssertEqual(SegmentSchedule.vod.boundary(after: 6), 12)

@@ -15,6 +15,8 @@ final class DataPathsTests: XCTestCase {
         let upload = "'\(link.path)/uploads/0123456789abcdef0123456789abcdef'"
         XCTAssertEqual(paths.scrub("cannot open \(upload): Invalid data"), "cannot open the upload: Invalid data")
         XCTAssertEqual(
+            paths.scrub("input \(upload) is not a video FFmpeg can read: Invalid data"), "the upload is not a video FFmpeg can read: Invalid data")
+        XCTAssertEqual(
             paths.scrub("cannot create '\(real.path)/media/1/a1-0000000a-first': File exists"), "cannot create 'DATA/media/1/a1-0000000a-first': File exists")
         XCTAssertEqual(paths.scrub("'\(link.path)' is full"), "'DATA' is full")
         XCTAssertEqual(paths.scrub("\(folder.path)/other stays"), "\(folder.path)/other stays")

@@ -22,6 +22,17 @@ public struct LadderRung: Sendable, Equatable {
         LadderRung(name: "1080p", height: 1080, maxRate: 6_000_000), LadderRung(name: "720p", height: 720, maxRate: 3_500_000),
         LadderRung(name: "540p", height: 540, maxRate: 2_000_000), LadderRung(name: "360p", height: 360, maxRate: 1_000_000)
     ]
+
+    /// Rendition names in the ladder's order, from the top: `copy` (the source itself), then the
+    /// rungs by height as numbers (`1080p` before `720p`, not as text), then any other name.
+    public static func ordered(_ names: some Sequence<String>) -> [String] {
+        func key(_ name: String) -> (Int, Int, String) {
+            if name == "copy" { return (0, 0, name) }
+            if name.hasSuffix("p"), let height = Int(name.dropLast()) { return (1, -height, name) }
+            return (2, 0, name)
+        }
+        return names.sorted { key($0) < key($1) }
+    }
 }
 
 /// Where segments start, in seconds: 0, then `first`, then every `length` (the `feed` profile

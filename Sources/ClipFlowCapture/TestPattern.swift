@@ -150,7 +150,7 @@ public final class TestPatternGenerator {
         var planar = Data(count: ySize + 2 * cSize)
         planar.withUnsafeMutableBytes { raw in
             let p = raw.bindMemory(to: UInt8.self).baseAddress!
-            baseY.withUnsafeBufferPointer { memcpy(p, $0.baseAddress!, ySize) }
+            p.update(from: baseY, count: ySize)
             memset(p + ySize, 128, 2 * cSize)
             let l = layout
             // Flash.

@@ -17,6 +17,9 @@ public final class TestPatternSource: Stage {
     public private(set) var produced: Int64 = 0
     /// Pictures skipped because the consumer was late (real-time mode only).
     public private(set) var skipped: Int64 = 0
+    /// Why pictures are skipped, as the `dropped` events say it: made late, or pushed late to
+    /// a consumer that was not ready, a picture whose time has passed is lost.
+    public static let skipCause = "skipping pictures: they could not be made and delivered in real time"
     public var inputTypes: Set<PortType> { [] }
     public var outputType: PortType? { .frames }
 
@@ -111,7 +114,7 @@ public final class TestPatternSource: Stage {
                         if context.push(.frame(.audio(gen.audio(from: r.lowerBound, count: Int(r.count))))) != .ok { break }
                     }
                     n += 1
-                    context.emit(.dropped(count: Int(skipped)))
+                    context.emit(.dropped(count: Int(skipped), cause: Self.skipCause))
                     continue
                 }
             }
@@ -128,6 +131,5 @@ public final class TestPatternSource: Stage {
             if n % 30 == 0 { context.progress(n, of: frameLimit ?? 0, unit: "frames") }
         }
         context.progress(n, of: frameLimit ?? n, unit: "frames")
-        if skipped > 0 { context.emit(.notice("\(skipped) pictures skipped: the consumer fell behind real time")) }
     }
 }

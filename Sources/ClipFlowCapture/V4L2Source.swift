@@ -9,8 +9,8 @@ import Foundation
 /// (exactly duration x fps pictures when none is dropped), the graph stops, or the
 /// camera is unplugged: then it emits a notice, sets `deviceLost` and ends the stream normally so
 /// that downstream stages finalise what was recorded. Frames the driver dropped are counted from
-/// gaps in the kernel's sequence numbers and reported as `.dropped` events; broken pictures
-/// (skipped) are counted in `brokenFrames` and reported in a notice at the end.
+/// gaps in the kernel's sequence numbers, broken pictures (skipped) in `brokenFrames`; each is
+/// reported as `.dropped` events of its own cause (`lostCause`, `brokenCause`).
 ///
 /// Belongs to its stage queue (others read its counters after the run); owns the `V4L2Device`
 /// from `prepare` to `finish`. A stop or cancel is seen through `context.stopRequested`, polled
@@ -33,6 +33,10 @@ public final class V4L2Source: Stage {
     public private(set) var brokenFrames = 0
     /// The camera went away mid-stream.
     public private(set) var deviceLost = false
+    /// Why pictures are missing from the kernel's sequence, as the `dropped` events say it.
+    public static let lostCause = "dropping pictures: the camera was not read in time (no capture buffer was free)"
+    /// Why broken pictures are left out, as the `dropped` events say it.
+    public static let brokenCause = "skipping broken pictures (flagged by the driver, or MJPEG that did not decode)"
 
     public var inputTypes: Set<PortType> { [] }
     public var outputType: PortType? { .frames }
@@ -129,10 +133,7 @@ public final class V4L2Source: Stage {
             case .frame(let f):
                 quiet = 0
                 if let last = lastFrame, Self.slot(of: f.time, fps: rate) >= last { finishStream(cam, context); return }
-                if cam.droppedFrames != droppedFrames {
-                    droppedFrames = cam.droppedFrames
-                    context.emit(.dropped(count: droppedFrames))
-                }
+                reportDrops(cam, context)
                 let r = context.push(.frame(.video(f)))
                 framesPushed += 1
                 if framesPushed % 30 == 0 { report(context) }
@@ -148,18 +149,20 @@ public final class V4L2Source: Stage {
         context.progress(Int64(framesPushed), of: Int64(frameLimit), unit: "frames")
     }
 
-    private func finishStream(_ cam: V4L2Device, _ context: StageContext) {
+    /// The camera's drops and broken pictures since the last report, as `dropped` events.
+    private func reportDrops(_ cam: V4L2Device, _ context: StageContext) {
         if cam.droppedFrames != droppedFrames {
             droppedFrames = cam.droppedFrames
-            context.emit(.dropped(count: droppedFrames))
+            context.emit(.dropped(count: droppedFrames, cause: Self.lostCause))
         }
-        brokenFrames = cam.brokenFrames
-        if brokenFrames > 0 {
-            context.emit(
-                .notice(
-                    "camera \(device): \(brokenFrames) broken picture\(brokenFrames == 1 ? "" : "s") skipped (flagged by the driver, or MJPEG that did not decode)"
-                ))
+        if cam.brokenFrames != brokenFrames {
+            brokenFrames = cam.brokenFrames
+            context.emit(.dropped(count: brokenFrames, cause: Self.brokenCause))
         }
+    }
+
+    private func finishStream(_ cam: V4L2Device, _ context: StageContext) {
+        reportDrops(cam, context)
         report(context)
         cam.stop()
     }

@@ -41,3 +41,19 @@ public struct ClipFlowError: Error, CustomStringConvertible, Equatable, Sendable
         }
     }
 }
+
+/// How a message names a setting the person can change, as they asked for the work: an option
+/// of the command line (`--conform`) or a field of a pipeline's stage (`"conform": true`), so a
+/// suggestion is one they can follow where they read it.
+public enum SettingSpelling: Sendable, Equatable {
+    case commandLine
+    case pipelineField
+
+    /// The yes-or-no setting `name` turned on: `--conform`, or `"conform": true`.
+    public func on(_ name: String) -> String {
+        switch self {
+        case .commandLine: return "--\(name)"
+        case .pipelineField: return "\"\(name)\": true"
+        }
+    }
+}

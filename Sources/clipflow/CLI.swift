@@ -54,7 +54,8 @@ struct Merge: ParsableCommand {
             Clips must share codec parameters (size, profile, audio rate and channels); with \
             --conform, clips that differ are joined too: those that differ only in H.264 level or \
             VUI timing are copied with their own parameter sets, the others re-encoded to match the \
-            format of most of the duration. --conform --plan prints what would be done, as JSON.
+            format of most of the duration. --conform --plan prints what would be done: a table, or \
+            JSON with --events json.
             """
     )
 
@@ -188,10 +189,13 @@ struct Merge: ParsableCommand {
     }
 }
 
-/// Before any work: no output may be an input or another output, none may exist unless
-/// `overwrite` (`-y`; every one that does is named), and the first output's folder must exist
-/// unless the command makes it (`makesFolder`: a ladder's; a pipeline's stages make theirs).
+/// Before any work, inputs first (an output's problem is worth fixing only once the inputs are
+/// there): every input must be a readable file that is not empty; no output may be an input or
+/// another output, none may exist unless `overwrite` (`-y`; every one that does is named), and
+/// the first output's folder must exist unless the command makes it (`makesFolder`: a ladder's;
+/// a pipeline's stages make theirs).
 func checkBeforeWork(inputs: [String], outputs: [OutputSafety.Use], overwrite: Bool, makesFolder: Bool = false) throws {
+    for input in inputs { try ClipProbe.checkReadableFile(input) }
     let inputUses = inputs.enumerated().map { OutputSafety.Use(path: $1, label: "input \($0 + 1)") }
     if let clash = OutputSafety.clashes(inputs: inputUses, outputs: outputs).first {
         throw ClipFlowError.badInput(clash.description)

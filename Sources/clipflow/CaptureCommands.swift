@@ -16,18 +16,17 @@ struct Record: ParsableCommand {
         discussion: """
             Pictures are encoded to H.264 (libx264) and audio to AAC, into fragments DIR/<prefix>-NNNN.mp4, \
             each a complete MP4 the moment it is closed. --audio records a microphone (an ALSA capture \
-            device) beside the camera, in sync: both on one clock, a microphone running fast or slow \
-            followed, audio it loses filled with silence of the same length. Fragments are \
-            --segment starts a new fragment every N seconds \
-            (on a keyframe); --max-duration caps the total over every clip in DIR. SIGINT/SIGTERM (or \
-            the camera being unplugged) finalises the open fragment; earlier ones are untouched. A \
-            microphone that goes away (unplugged, its sound server ended or hung) leaves the pictures \
-            with silence: the clips are kept, the summary names the seconds without sound and record \
-            exits 1. On a \
-            terminal one status line shows the open fragment, its time and the total, drops and the \
-            audio level. With --interactive, press a key (on a terminal no Enter is needed; otherwise \
-            one command a line on standard input): p pause (closes the clip), r resume (starts a new \
-            one), s split, d delete the last clip, l list, q stop.
+            device) beside the camera, in sync: the recording starts with its first sound (pictures \
+            before it are left out), both on one clock, a microphone running fast or slow followed, \
+            audio it loses filled with silence of the same length. --segment starts a new \
+            fragment every N seconds (on a keyframe); --max-duration caps the total over every clip in \
+            DIR. SIGINT/SIGTERM (or the camera being unplugged) finalises the open fragment; earlier ones \
+            are untouched. A microphone that goes away (unplugged, its sound server ended or hung) leaves \
+            the pictures with silence: the clips are kept, the summary names the seconds without sound \
+            and record exits 1. On a terminal one status line shows the open fragment, its time and the \
+            total, drops and the audio level. With --interactive, press a key (on a terminal no Enter is \
+            needed; otherwise one command a line on standard input): p pause (closes the clip), r resume \
+            (starts a new one), s split, d delete the last clip, l list, q stop.
             """)
 
     enum Source: String, ExpressibleByArgument { case testpattern, v4l2 }
@@ -103,7 +102,8 @@ struct Record: ParsableCommand {
 
     func run() throws {
         MediaProcess.tuneAllocator()
-        let door = FrontDoor(flags)
+        // The summary tells every picture lost and why: the stages' drop lines would tell it again.
+        let door = FrontDoor(flags, tellsDrops: true)
         try ErrorReport.run {
             guard let (w, h) = parseSize(size) else { throw ClipFlowError.badInput("--size '\(size)': expected WxH") }
             var o = RecordOptions(directory: output)
@@ -122,11 +122,13 @@ struct Record: ParsableCommand {
             var nodes = [StageNode(handing: src), StageNode(handing: rec)]
             var edges = [Edge(from: "camera", to: "record", limits: RecordStage.kind.queue)]
             if let mic {
-                nodes.append(StageNode(handing: mic))
+                // Prepared first: the microphone is open and capturing before the camera starts,
+                // and the recording starts with its first sound.
+                nodes.insert(StageNode(handing: mic), at: 0)
                 edges.append(Edge(from: "microphone", to: "record", limits: RecordStage.kind.queue))
             }
             let store = ClipStore(directory: output, prefix: prefix)
-            let reader = RecordCommandReader(control: control, store: store)
+            let reader = RecordCommandReader(control: control, store: store, status: status)
             let keys = interactive && TerminalKeys.enterRawMode()
             defer { if keys { TerminalKeys.restore() } }
             let (outcome, runner) = try door.run(
@@ -158,14 +160,12 @@ struct Record: ParsableCommand {
             let clips = (rec.recorder?.clips ?? []).filter { FileManager.default.fileExists(atPath: $0.path) }
             let total = clips.reduce(0) { $0 + $1.seconds }
             var summary = String(format: "recorded %d clip%@, %.2f s, into %@", clips.count, clips.count == 1 ? "" : "s", total, output)
-            // Every picture lost on the way: by the camera (sequence gaps: no buffer was free in
-            // time; broken pictures skipped) or the test pattern (late pictures skipped), and on
-            // the queue to the encoder.
-            let atSource = (src as? V4L2Source).map { $0.droppedFrames + $0.brokenFrames } ?? Int((src as? TestPatternSource)?.skipped ?? 0)
-            let inQueue = runner.linkStats.reduce(0) { $0 + $1.stats.dropped }
-            if atSource + inQueue > 0 {
-                summary +=
-                    "; \(atSource + inQueue) picture\(atSource + inQueue == 1 ? "" : "s") dropped (\(atSource) by the \(source == .v4l2 ? "camera" : "test pattern"), \(inQueue) in the queue)"
+            let camera = src as? V4L2Source
+            if let lost = Self.lostPictures(
+                camera: camera?.droppedFrames ?? 0, broken: camera?.brokenFrames ?? 0, late: Int((src as? TestPatternSource)?.skipped ?? 0),
+                queue: runner.linkStats.reduce(0) { $0 + $1.stats.dropped })
+            {
+                summary += "; " + lost
             }
             if let r = rec.recorder, r.audioOverruns > 0 {
                 summary += String(
@@ -198,6 +198,19 @@ struct Record: ParsableCommand {
                 throw clips.isEmpty ? e : ClipFlowError(e.kind, "\(e.message)\nkept: \(summary)")
             }
         }
+    }
+
+    /// The summary's account of every picture lost on the way, each count with its one cause:
+    /// the camera's (not read in time: gaps in its sequence), the broken pictures it delivered,
+    /// the test pattern's late pictures, and those the queue to the encoder shed; nil when none.
+    static func lostPictures(camera: Int, broken: Int, late: Int, queue: Int) -> String? {
+        let parts = [
+            (camera, "by the camera (it was not read in time)"), (broken, "broken (flagged by the driver, or MJPEG that did not decode)"),
+            (late, "by the test pattern (they could not be made and delivered in real time)"), (queue, "in the queue to the encoder (it was full)")
+        ].filter { $0.0 > 0 }
+        guard !parts.isEmpty else { return nil }
+        let total = parts.reduce(0) { $0 + $1.0 }
+        return "\(total) picture\(total == 1 ? "" : "s") dropped: " + parts.map { "\($0.0) \($0.1)" }.joined(separator: ", ")
     }
 
     /// The source stage the options name.
@@ -259,14 +272,17 @@ enum RecordCommand: Equatable {
 /// Carries out `RecordCommand`s on a thread of its own (it waits on standard input) while the
 /// recording runs: pause, resume, split and d (delete the last clip) go to the record stage
 /// (`RecordControl`), which carries them out on its queue, d through its recorder, so the
-/// deleted clip's seconds leave the total `--max-duration` counts; q stops the graph; l lists
-/// the directory. The stage's answers are shown in the order given, from a queue of the reader's
-/// own, so the stage never waits on the terminal. Remembers whether q ended the recording, for
-/// the summary. Once `close()`d (the run is over and the summary is being made) it does nothing
-/// more. Thread-safe.
+/// deleted clip's seconds leave the total `--max-duration` counts; d's answer names the clip it
+/// deleted and, during a take, the one still being recorded; q stops the graph; l lists the
+/// directory and the clip being recorded. The stage's answers are shown in the order given, from
+/// a queue of the reader's own, so the stage never waits on the terminal. Remembers whether q
+/// ended the recording, for the summary. Once `close()`d (the run is over and the summary is
+/// being made) it does nothing more. Thread-safe.
 final class RecordCommandReader: Sendable {
     let control: RecordControl
     let store: ClipStore
+    /// The recording as it stands: the clip being recorded, for d's answer and l's listing.
+    let status: RecordStatus
     /// Where the stage's answers are shown (`reply`), in order.
     private let answers = DispatchQueue(label: "record answers")
     private struct State {
@@ -275,9 +291,18 @@ final class RecordCommandReader: Sendable {
     }
     private let state = Mutex(State())
 
-    init(control: RecordControl, store: ClipStore) {
+    init(control: RecordControl, store: ClipStore, status: RecordStatus) {
         self.control = control
         self.store = store
+        self.status = status
+    }
+
+    /// The clip being recorded (its file name and seconds so far), nil while paused or before a
+    /// take.
+    func recording() -> (name: String, seconds: Double)? {
+        let now = status.snapshot
+        guard !now.paused, let n = now.fragment else { return nil }
+        return (String(format: "%@-%04d.mp4", store.prefix, n), now.fragmentSeconds)
     }
 
     /// True once q ended the recording.
@@ -315,17 +340,20 @@ final class RecordCommandReader: Sendable {
         case .split: control.send(.split)
         case .deleteLast:
             let answers = answers
-            control.deleteLast { answer in
+            control.deleteLast { [self] answer in
                 let text: String
                 switch answer {
-                case .deleted(let path, _): text = "deleted \(path)"
+                case .deleted(let path, let seconds):
+                    text =
+                        String(format: "deleted %@ (%.1f s)", (path as NSString).lastPathComponent, seconds)
+                        + (recording().map { "; still recording \($0.name)" } ?? "")
                 case .nothingToDelete: text = "no clip to delete"
                 case .failed(let why): text = "cannot delete the last clip: \(why)"
                 case .recordingEnded: text = "the recording has ended; no clip was deleted"
                 }
                 answers.async { reply(text) }
             }
-        case .list: clipListing(store).forEach(reply)
+        case .list: clipListing(store, recording: recording()).forEach(reply)
         case .quit:
             state.withLock { $0.quit = true }
             runner.stop(deadline: 10)
@@ -357,8 +385,9 @@ struct Clips: ParsableCommand {
     }
 }
 
-/// The `clips` listing: a line per fragment (name, seconds, size, frames), then the count and total.
-func clipListing(_ store: ClipStore) -> [String] {
+/// The `clips` listing: a line per fragment (name, seconds, size, frames), then the count and
+/// total. `recording`: the clip being recorded (not yet in the directory), listed last and counted.
+func clipListing(_ store: ClipStore, recording: (name: String, seconds: Double)? = nil) -> [String] {
     var total = 0.0
     let files = store.clipFiles()
     var lines: [String] = []
@@ -374,7 +403,13 @@ func clipListing(_ store: ClipStore) -> [String] {
             lines.append("\(name)  unreadable")
         }
     }
-    lines.append(String(format: "%d clip%@, %.2f s", files.count, files.count == 1 ? "" : "s", total))
+    let count = files.count + (recording == nil ? 0 : 1)
+    var summary = String(format: "%d clip%@, %.2f s", count, count == 1 ? "" : "s", total + (recording?.seconds ?? 0))
+    if let recording {
+        lines.append(String(format: "%@  %7.2f s  being recorded", recording.name, recording.seconds))
+        summary += ", one being recorded"
+    }
+    lines.append(summary)
     return lines
 }
 

@@ -69,7 +69,7 @@ final class JSONEventWriter: EventRenderer, Sendable {
             fields += [("completed", .number(Double(c))), ("total", .number(Double(t))), ("unit", .string(u))]
             if let speed { fields.append(("speed", .number((speed * 1000).rounded() / 1000))) }
         case .output(let p): event("output"); fields.append(("path", .string(p)))
-        case .dropped(let n): event("dropped"); fields.append(("count", .number(Double(n))))
+        case .dropped(let n, let cause): event("dropped"); fields += [("count", .number(Double(n))), ("cause", .string(cause))]
         case .notice(let m): event("notice"); fields.append(("message", .string(m)))
         case .queue(let from, let items, let bytes, let dropped):
             event("queue")
@@ -110,8 +110,8 @@ final class JSONEventWriter: EventRenderer, Sendable {
 ///   the command has run `patience` seconds and erased at `end()`; other lines print above it.
 ///   Otherwise a line per 10 % of a stage's or an item's progress, once that stage or item has
 ///   run `patience` seconds; no carriage returns.
-/// - Always: notices, item events, the first drop of a stage, a queue that dropped items, and
-///   (unless the command's summary names them) the files written.
+/// - Always: notices, item events, and (unless the command's summary tells them) the first drop
+///   of a stage for each cause, a queue that dropped items, and the files written.
 /// - `verbose` adds each stage's failure or stop and every queue's statistics. A failure is
 ///   otherwise told once, by the command's `error:` line (`ErrorReport`).
 ///
@@ -120,6 +120,7 @@ final class TextRenderer: EventRenderer, Sendable {
     let quiet: Bool
     let verbose: Bool
     let showsOutputs: Bool
+    let showsDrops: Bool
     let isTTY: Bool
     /// Seconds of work before progress is shown: shorter work is not waited for.
     static let patience = 1.0
@@ -133,6 +134,7 @@ final class TextRenderer: EventRenderer, Sendable {
         /// event of all: a stage waiting for its inputs is not work a person waits for.
         var firstProgress: [String: Double] = [:]
         var start: Double?
+        /// Stages and causes ("stage: cause") whose first drop was told.
         var warnedDrops: Set<String> = []
         /// The command's own status line, while it is shown.
         var statusLine: (@Sendable () -> String)?
@@ -167,10 +169,11 @@ final class TextRenderer: EventRenderer, Sendable {
     }
     private let drawing = Mutex(Drawing())
 
-    init(quiet: Bool, verbose: Bool = false, showsOutputs: Bool = true, isTTY: Bool = isatty(2) == 1) {
+    init(quiet: Bool, verbose: Bool = false, showsOutputs: Bool = true, showsDrops: Bool = true, isTTY: Bool = isatty(2) == 1) {
         self.quiet = quiet
         self.verbose = verbose
         self.showsOutputs = showsOutputs
+        self.showsDrops = showsDrops
         self.isTTY = isTTY
     }
 
@@ -199,14 +202,19 @@ final class TextRenderer: EventRenderer, Sendable {
                     d.state[e.stage] = "\(c) \(u)"
                 }
             case .output(let p): if showsOutputs || verbose { line = "\(e.stage): wrote \(p)" }
-            case .dropped(let n):
-                // The first drop is worth a line; totals come at the end. A source (a camera) drops
-                // what it could not deliver in time, any other stage what its full input queue shed.
+            case .dropped(let n, let cause):
+                // The first drop of each cause is worth a line, which says the cause; totals come
+                // at the end. A source (a camera) drops what it could not deliver in time, any other
+                // stage what its full input queue shed.
                 d.state[e.stage] = "dropped \(n)"
-                if n > 0 && !d.warnedDrops.contains(e.stage) { d.warnedDrops.insert(e.stage); line = "\(e.stage): dropping items (\(n) so far)" }
+                let key = "\(e.stage): \(cause)"
+                if n > 0 && showsDrops && !d.warnedDrops.contains(key) {
+                    d.warnedDrops.insert(key)
+                    line = "\(key) (\(n) so far)"
+                }
             case .notice(let m): line = "\(e.stage): \(m)"
             case .queue(let from, let items, _, let dropped):
-                if dropped > 0 || verbose { line = "\(e.stage): queue from \(from): at most \(items) queued, \(dropped) dropped" }
+                if (dropped > 0 && showsDrops) || verbose { line = "\(e.stage): queue from \(from): at most \(items) queued, \(dropped) dropped" }
             case .result: break
             case .item(let id, let name, let f, let text):
                 let key = e.stage + "/" + id

@@ -73,14 +73,24 @@ enum ErrorReport {
     }
 
     /// Ends the process for an error that left a command: what ArgumentParser asked for (help,
-    /// the version, a completion script) printed as it prints it; an error already reported
+    /// the version, a completion script) printed as it prints it, a command's help (and the
+    /// description man pages are made from) with its default subcommand's options
+    /// (`DefaultSubcommandHelp`); an error already reported
     /// (`ExitCode`) with its status; a bad command line as one `error:` line (the message, a
     /// "did you mean" for a misspelt subcommand, where to read more), status 64.
     static func exit(_ error: Error, arguments: [String]) -> Never {
         if let code = error as? ExitCode { Foundation.exit(code.rawValue) }
         if let e = classify(error) { Foundation.exit(print(e).rawValue) }
         let status = ClipFlow.exitCode(for: error)
-        if status == .success { ClipFlow.exit(withError: error) }
+        if status == .success {
+            let shown = ClipFlow.fullMessage(for: error)
+            let dump = arguments.contains("--experimental-dump-help") ? DefaultSubcommandHelp.expandedDump(shown) : nil
+            if let help = dump ?? DefaultSubcommandHelp.expanded(shown) {
+                Swift.print(help, terminator: "")
+                Foundation.exit(0)
+            }
+            ClipFlow.exit(withError: error)
+        }
         let text = Secrets.shared.redact(commandLineMessage(ClipFlow.fullMessage(for: error), arguments: arguments))
         FileHandle.standardError.write(Data("error: \(text)\n".utf8))
         Foundation.exit(status.rawValue)

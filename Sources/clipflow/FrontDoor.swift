@@ -29,8 +29,9 @@ struct OverwriteFlag: ParsableArguments {
 
 extension OutputFlags {
     /// The renderer these flags ask for.
-    func renderer(namesOutputs: Bool = false) -> EventRenderer {
-        events == .json ? JSONEventWriter() : TextRenderer(quiet: quiet, verbose: verbose, showsOutputs: !namesOutputs)
+    func renderer(namesOutputs: Bool = false, tellsDrops: Bool = false) -> EventRenderer {
+        events == .json
+            ? JSONEventWriter() : TextRenderer(quiet: quiet, verbose: verbose, showsOutputs: !namesOutputs, showsDrops: !tellsDrops)
     }
 }
 
@@ -52,9 +53,10 @@ final class FrontDoor: Sendable {
     let showsItems: Bool
 
     /// `namesOutputs`: the command's own summary names what it wrote, so the stages' "wrote
-    /// PATH" lines are left to `--verbose`.
-    init(_ flags: OutputFlags, namesOutputs: Bool = false) {
-        renderer = flags.renderer(namesOutputs: namesOutputs)
+    /// PATH" lines are left to `--verbose`. `tellsDrops`: the summary tells every item dropped
+    /// and why, so the stages' drop lines are left out (and a queue's drops to `--verbose`).
+    init(_ flags: OutputFlags, namesOutputs: Bool = false, tellsDrops: Bool = false) {
+        renderer = flags.renderer(namesOutputs: namesOutputs, tellsDrops: tellsDrops)
         showsItems = flags.events == .text && !flags.quiet
     }
 
@@ -91,11 +93,12 @@ private struct Tee: EventSink {
 }
 
 /// What the stages reported that a command's summary or status line needs: each stage's
-/// `result` fields and latest drop count. Thread-safe.
+/// `result` fields and latest drop count of each cause. Thread-safe.
 final class EventLog: EventSink, Sendable {
     private struct State {
         var results: [String: [EventField]] = [:]
-        var dropped: [String: Int] = [:]
+        /// By stage, then by cause.
+        var dropped: [String: [String: Int]] = [:]
     }
     private let state = Mutex(State())
 
@@ -103,7 +106,7 @@ final class EventLog: EventSink, Sendable {
         state.withLock { s in
             switch e.kind {
             case .result(let r): s.results[e.stage, default: []] += r
-            case .dropped(let n): s.dropped[e.stage] = n
+            case .dropped(let n, let cause): s.dropped[e.stage, default: [:]][cause] = n
             default: break
             }
         }
@@ -111,9 +114,14 @@ final class EventLog: EventSink, Sendable {
 
     func result(_ stage: String) -> [EventField]? { state.withLock { $0.results[stage] } }
 
-    /// Items dropped so far as the stage last reported: a source what it could not deliver in
-    /// time, any other stage what its input queues shed.
-    func dropped(_ stage: String) -> Int { state.withLock { $0.dropped[stage] ?? 0 } }
+    /// Items dropped so far as the stage last reported, for every cause (or for `cause` alone): a
+    /// source what it could not deliver in time, any other stage what its input queues shed.
+    func dropped(_ stage: String, cause: String? = nil) -> Int {
+        state.withLock { s in
+            let counts = s.dropped[stage] ?? [:]
+            return cause.map { counts[$0] ?? 0 } ?? counts.values.reduce(0, +)
+        }
+    }
 }
 
 /// SIGINT/SIGTERM for every long command. First signal: `runner.stop(deadline: grace)` (sources

@@ -61,7 +61,7 @@ final class BatchRowsTests: XCTestCase {
         for name in ["b", "a", ".hidden", "c"] {
             try FileManager.default.createDirectory(at: d.appendingPathComponent(name), withIntermediateDirectories: true)
         }
-        FileManager.default.createFile(atPath: d.appendingPathComponent("file.txt").path, contents: Data())
+        XCTAssertTrue(FileManager.default.createFile(atPath: d.appendingPathComponent("file.txt").path, contents: Data()))
         defer { try? FileManager.default.removeItem(at: d) }
         let rows = try BatchRows.eachDirectory(d.path)
         XCTAssertEqual(rows.map { $0.values["NAME"] }, ["a", "b", "c"])

@@ -26,7 +26,7 @@ final class CLITests: XCTestCase {
         let good = try fx.toneClip(0, seconds: 1)
         let dir = fx.scratch("bad")
         let empty = dir.appendingPathComponent("empty.mp4").path
-        FileManager.default.createFile(atPath: empty, contents: Data())
+        XCTAssertTrue(FileManager.default.createFile(atPath: empty, contents: Data()))
         let text = dir.appendingPathComponent("notes.mp4").path
         try "these are my notes, not a video\n".write(toFile: text, atomically: true, encoding: .utf8)
         // Truncated, moov at the end (lost) and moov at the front (sample data missing).

@@ -210,6 +210,63 @@ final class CommandLineCLITests: XCTestCase {
         XCTAssertTrue(v.stderr.contains("stages[1].rotation: unknown parameter for a merge stage (did you mean 'rotate'?)"), v.stderr)
     }
 
+    /// Inputs are told before outputs: a missing input is the error even where the output
+    /// exists too (merge, transcode, hls).
+    func testAMissingInputIsToldBeforeAnOutputThatExists() throws {
+        let a = try fx.toneClip(0, seconds: 1)
+        let dir = fx.scratch("inputs-first")
+        let file = dir.appendingPathComponent("merged.mp4").path
+        XCTAssertTrue(FileManager.default.createFile(atPath: file, contents: Data("an earlier merge".utf8)))
+        let folder = dir.appendingPathComponent("ladder").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let missing = dir.appendingPathComponent("missing.mp4").path
+        for args in [["merge", "-o", file], ["transcode", "-o", file], ["hls", "-o", folder]] {
+            let r = try clipflow(args + [a, missing])
+            XCTAssertEqual(r.status, 65, "\(args): \(r.stderr)")
+            XCTAssertEqual(r.stderr, "error: input '\(missing)': no such file\n", "\(args)")
+        }
+        XCTAssertEqual(try String(contentsOfFile: file, encoding: .utf8), "an earlier merge")
+    }
+
+    /// A clip a copy cannot take but a conform can (an MKV) is refused with the way to ask for
+    /// the conform, spelt where the merge was asked for: `--conform` on the command line,
+    /// `"conform": true` in a pipeline and in a batch's row.
+    func testTheConformSuggestionIsSpeltWhereTheMergeWasAskedFor() throws {
+        let a = try fx.toneClip(0, seconds: 1)
+        let mkv = try fx.clip(
+            "suggest-conform.mkv",
+            ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "1", "-c:v", "libx264", "-c:a", "aac"])
+        let dir = fx.scratch("suggest-conform")
+        let out = dir.appendingPathComponent("m.mp4").path
+        let refusal = "input '\(mkv)' is a 'matroska,webm' file; merge takes MP4/MOV clips; "
+        let cli = try clipflow(["merge", "-o", out, a, mkv])
+        XCTAssertEqual(cli.status, 65, cli.stderr)
+        XCTAssertEqual(cli.stderr, "error: " + refusal + "--conform would re-encode clip 2 (\(mkv)) (--conform --plan shows why)\n")
+
+        let pipeline = dir.appendingPathComponent("merge.json").path
+        try """
+        {"version": 1, "stages": [
+          {"id": "files", "kind": "files", "paths": ["${A}", "${B}"]},
+          {"id": "merge", "kind": "merge", "inputs": ["files"], "output": "${OUT}"}
+        ]}
+        """.write(toFile: pipeline, atomically: true, encoding: .utf8)
+        let field = "\"conform\": true would re-encode clip 2 (\(mkv)) (`clipflow merge --conform --plan` with the clips shows why)"
+        let run = try clipflow(["run", pipeline, "--set", "A=\(a)", "--set", "B=\(mkv)", "--set", "OUT=\(out)"])
+        XCTAssertEqual(run.status, 65, run.stderr)
+        XCTAssertEqual(run.stderr, "error: stage 'merge': " + refusal + field + "\n")
+
+        let rows = dir.appendingPathComponent("rows.csv").path
+        try "A,B,OUT\n\(a),\(mkv),\(out)\n".write(toFile: rows, atomically: true, encoding: .utf8)
+        let batch = try clipflow(["batch", pipeline, "--rows", rows, "--quiet"])
+        XCTAssertEqual(batch.status, 65, batch.stderr)
+        let summary = try XCTUnwrap(
+            JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: rows + ".summary.json"))) as? [String: Any])
+        let reason = (summary["results"] as? [[String: Any]])?.first?["reason"] as? String ?? ""
+        XCTAssertTrue(reason.contains(refusal + field), reason)
+        XCTAssertFalse(reason.contains("--conform would"), reason)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: out))
+    }
+
     func testAStopIsSaidOnceAsStoppedNotAsAnError() throws {
         let long = try fx.clip("stop-30s.mp4", seconds: 30, size: "1280x720")
         let dir = fx.scratch("stop")
@@ -278,6 +335,49 @@ final class CommandLineCLITests: XCTestCase {
     }
 
     // MARK: 5. Help texts
+
+    /// A command whose common work is its default subcommand (`clipflow hls IN -o DIR`,
+    /// `clipflow upload FILE --to ...`) shows that subcommand's usage, arguments and options in
+    /// its own help, before its subcommands; `clipflow help hls` says the same, and so does the
+    /// description the man pages are made from (`man clipflow.hls`).
+    func testAParentsHelpShowsItsDefaultSubcommandsOptions() throws {
+        let dump = try XCTUnwrap(try JSONSerialization.jsonObject(with: try clipflow(["--experimental-dump-help"]).stdout) as? [String: Any])
+        let commands = try XCTUnwrap((dump["command"] as? [String: Any])?["subcommands"] as? [[String: Any]])
+        func argumentNames(_ c: [String: Any]?) -> [String] {
+            (c?["arguments"] as? [[String: Any]] ?? []).compactMap { ($0["preferredName"] as? [String: Any])?["name"] as? String }
+        }
+        for (parent, child) in [("hls", "write"), ("upload", "send")] {
+            let described = commands.first { $0["commandName"] as? String == parent }
+            let childDescribed = (described?["subcommands"] as? [[String: Any]])?.first { $0["commandName"] as? String == child }
+            XCTAssertGreaterThan(argumentNames(childDescribed).count, 3, parent)
+            XCTAssertEqual(argumentNames(described), argumentNames(childDescribed), parent)
+            let help = try clipflow([parent, "--help"])
+            XCTAssertEqual(help.status, 0, help.stderr)
+            let own = try clipflow([parent, child, "--help"]).out
+            let options = own.split(separator: "\n").filter { $0.hasPrefix("  -") || $0.hasPrefix("  <") }
+            XCTAssertGreaterThan(options.count, 3, own)
+            for option in options { XCTAssertTrue(help.out.contains(option), "\(parent) --help lacks '\(option)':\n\(help.out)") }
+            XCTAssertTrue(help.out.contains("USAGE: clipflow \(parent) <subcommand>\n       clipflow \(parent) [\(child)] "), help.out)
+            let subcommands = try XCTUnwrap(help.out.range(of: "SUBCOMMANDS:"), help.out)
+            XCTAssertTrue(help.out[subcommands.upperBound...].contains("\(child) (default)"), help.out)
+            XCTAssertLessThan(try XCTUnwrap(help.out.range(of: "OPTIONS:")).lowerBound, subcommands.lowerBound, help.out)
+            XCTAssertEqual(try clipflow(["help", parent]).out, help.out)
+        }
+        XCTAssertFalse(try clipflow(["merge", "--help"]).out.contains("(default)"), "merge has no subcommands")
+    }
+
+    /// Help sentences read whole and say what the command does: `record`'s about `--segment`,
+    /// `merge`'s and its `--plan` option's about what the plan prints.
+    func testHelpSentencesSayWhatTheCommandDoes() throws {
+        func words(_ text: String) -> String { text.replacingOccurrences(of: "\\s+", with: " ", options: .regularExpression) }
+        let record = words(try clipflow(["record", "--help"]).out)
+        XCTAssertTrue(record.contains("same length. --segment starts a new fragment every N seconds (on a keyframe);"), record)
+        XCTAssertFalse(record.contains("Fragments are --segment"), record)
+        let merge = words(try clipflow(["merge", "--help"]).out)
+        XCTAssertTrue(merge.contains("--conform --plan prints what would be done: a table, or JSON with --events json."), merge)
+        XCTAssertTrue(merge.contains("a table, or JSON with --events json."), merge)
+        XCTAssertFalse(merge.contains("done, as JSON"), merge)
+    }
 
     /// Every command's help, rendered: no stray backslash, no option that does nothing there.
     func testEveryCommandsHelpReadsClean() throws {

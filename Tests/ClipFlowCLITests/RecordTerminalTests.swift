@@ -45,9 +45,10 @@ final class RecordTerminalTests: XCTestCase {
     func videoSeconds(_ path: String) throws -> Double { Double(try Probe.stream(path, "v:0", "duration")) ?? -1 }
 
     /// One status line that agrees with itself and keys that act at once, unechoed: `s` splits
-    /// (clip-0002 is shown), `d` deletes the last clip (its line above the status line, its
-    /// seconds gone from the total), `l` lists above the status line, `q` ends with a summary
-    /// that counts only the clips that exist.
+    /// (clip-0002 is shown), `d` deletes the last clip (its line above the status line names it,
+    /// its seconds and the clip still being recorded; its seconds gone from the total), `l` lists
+    /// above the status line, the clip being recorded too, `q` ends with a summary that counts
+    /// only the clips that exist.
     func testStatusLineAndKeysInATerminal() throws {
         let dir = fx.scratch("term-record-keys").path
         let recording = #"^● REC clip-0001  00:0[1-9]\.\d / total"#
@@ -59,8 +60,9 @@ final class RecordTerminalTests: XCTestCase {
                 ["wait": #"^● REC clip-0002  "#, "timeout": 5], ["screen": "split"],
                 ["wait": #"^● REC clip-0002  00:00\.[5-9]"#, "timeout": 5],
                 ["press": "s"], ["wait": #"^● REC clip-0003  00:00\.[3-9]"#, "timeout": 5], ["screen": "before-delete"],
-                ["press": "d"], ["wait": #"^deleted .*clip-0002\.mp4$"#, "timeout": 5], ["sleep": 0.3], ["screen": "deleted"],
-                ["press": "l"], ["wait": #"^1 clip, \d+\.\d\d s$"#, "timeout": 5], ["screen": "listed"],
+                ["press": "d"], ["wait": #"^deleted clip-0002\.mp4 \(\d+\.\d s\); still recording clip-0003\.mp4$"#, "timeout": 5], ["sleep": 0.3],
+                ["screen": "deleted"],
+                ["press": "l"], ["wait": #"^2 clips, \d+\.\d\d s, one being recorded$"#, "timeout": 5], ["screen": "listed"],
                 ["press": "q"], ["exit": 20]
             ],
             ["record", "--interactive", "--size", "320x240", "-o", dir])
@@ -97,17 +99,18 @@ final class RecordTerminalTests: XCTestCase {
         let d1 = try videoSeconds("\(dir)/clip-0001.mp4")
         let beforeDelete = try XCTUnwrap(shown(s.statusRow("before-delete")), s.statusRow("before-delete"))
         let deleted = s.screen("deleted")
-        let deletedLine = try XCTUnwrap(deleted.lines.firstIndex { $0.hasPrefix("deleted ") && $0.hasSuffix("clip-0002.mp4") })
+        let deletedLine = try XCTUnwrap(deleted.lines.firstIndex { $0.hasPrefix("deleted clip-0002.mp4 (") && $0.hasSuffix("; still recording clip-0003.mp4") })
         XCTAssertLessThan(deletedLine, deleted.cursor, "the answer prints above the status line")
         let afterDelete = try XCTUnwrap(shown(s.statusRow("deleted")), s.statusRow("deleted"))
         XCTAssertEqual(afterDelete.fragment, 3)
         XCTAssertGreaterThan(beforeDelete.total - beforeDelete.elapsed, d1 + 0.4, "clip-0001 and clip-0002 before the delete")
         XCTAssertEqual(afterDelete.total - afterDelete.elapsed, d1, accuracy: 0.11, "only clip-0001 closed and kept after it")
-        // l: the listing above the status line.
+        // l: the listing above the status line, the clip being recorded counted.
         let listed = s.screen("listed")
-        let count = try XCTUnwrap(listed.lines.firstIndex { $0.hasPrefix("1 clip, ") })
+        let count = try XCTUnwrap(listed.lines.firstIndex { $0.hasPrefix("2 clips, ") })
         XCTAssertLessThan(count, listed.cursor)
-        XCTAssertTrue(listed.lines[count - 1].hasPrefix("clip-0001.mp4 "), listed.lines[count - 1])
+        XCTAssertTrue(listed.lines[count - 2].hasPrefix("clip-0001.mp4 "), listed.lines[count - 2])
+        XCTAssertTrue(listed.lines[count - 1].hasPrefix("clip-0003.mp4 ") && listed.lines[count - 1].hasSuffix(" s  being recorded"), listed.lines[count - 1])
         XCTAssertNotNil(shown(s.statusRow("listed")), s.statusRow("listed"))
 
         // q: the summary counts the clips that exist, with their seconds.
@@ -190,7 +193,7 @@ final class RecordTerminalTests: XCTestCase {
         XCTAssertEqual(shownDrops.camera, dropped, "the pictures missing from the clip")
         XCTAssertEqual(shownDrops.queue, 0)
         // The summary as printed (on the screen a long directory name wraps it).
-        XCTAssertTrue(s.raw.contains("; \(dropped) pictures dropped (\(dropped) by the camera, 0 in the queue)\r\n"), s.raw)
+        XCTAssertTrue(s.raw.contains("; \(dropped) pictures dropped: \(dropped) by the camera (it was not read in time)\r\n"), s.raw)
         XCTAssertTrue(s.modeRestored, "not interactive: the mode is never changed")
     }
 
@@ -256,7 +259,8 @@ final class RecordTerminalTests: XCTestCase {
         seen += String(decoding: rest, as: UTF8.self)
         let answers = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         XCTAssertEqual(p.terminationStatus, 0, seen)
-        XCTAssertEqual(answers, "deleted \(dir)/clip-0002.mp4\n")
+        XCTAssertNotNil(
+            answers.range(of: #"^deleted clip-0002\.mp4 \(\d+\.\d s\); still recording clip-0003\.mp4\n$"#, options: .regularExpression), answers)
         XCTAssertEqual(clips(dir), ["clip-0001.mp4", "clip-0003.mp4"])
         let total = try videoSeconds("\(dir)/clip-0001.mp4") + videoSeconds("\(dir)/clip-0003.mp4")
         XCTAssertTrue(seen.contains(String(format: "recorded 2 clips, %.2f s, into \(dir)\n", total)), "\(seen) (ffprobe: \(total) s)")

@@ -137,6 +137,38 @@ final class MergeConformCLITests: XCTestCase {
         XCTAssertEqual(try Probe.decodeErrors(out, keepTimestamps: true), "")
         XCTAssertEqual(try clipflow(["merge", "--plan", a, b]).status, 64, "--plan needs --conform")
     }
+
+    /// A conform's work (two re-encodes, then the copy of every clip) is one progress: in plain
+    /// lines and in JSON events it only moves forward, to 100 %, never starting again for the
+    /// next clip or for the copy.
+    func testConformProgressOnlyMovesForward() throws {
+        let a = try fx.toneClip(0, seconds: 3, size: "640x360")
+        let b = try fx.toneClip(1, seconds: 1, size: "320x240"), c = try fx.toneClip(2, seconds: 1, size: "320x240")
+        let dir = fx.scratch("cli-conform-progress")
+        let plain = try clipflow(["merge", "--conform", "--verbose", "-o", dir.appendingPathComponent("plain.mp4").path, a, b, c])
+        XCTAssertEqual(plain.status, 0, plain.stderr)
+        XCTAssertTrue(plain.stderr.contains("2 re-encoded to match"), plain.stderr)
+        let percents = plain.stderr.split(separator: "\n").compactMap { line -> Int? in
+            guard line.hasPrefix("merge: "), let pct = line.dropFirst(7).split(separator: "%").first else { return nil }
+            return Int(pct)
+        }
+        XCTAssertGreaterThan(percents.count, 2, plain.stderr)
+        XCTAssertEqual(percents, percents.sorted(), "plain lines: \(plain.stderr)")
+        XCTAssertEqual(percents.last, 100, plain.stderr)
+
+        let json = try clipflow(["merge", "--conform", "--events", "json", "-o", dir.appendingPathComponent("json.mp4").path, a, b, c])
+        XCTAssertEqual(json.status, 0, json.stderr)
+        let progress = json.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            .filter { $0["stage"] as? String == "merge" && $0["event"] as? String == "progress" }
+        let fractions = progress.compactMap { e -> Double? in
+            guard let c = e["completed"] as? Double, let t = e["total"] as? Double, t > 0 else { return nil }
+            return c / t
+        }
+        XCTAssertGreaterThan(fractions.count, 2, json.out)
+        XCTAssertEqual(fractions, fractions.sorted(), "JSON events: \(progress)")
+        XCTAssertEqual(fractions.last, 1)
+        XCTAssertEqual(Set(progress.compactMap { $0["unit"] as? String }).count, 1, "one unit for the whole: \(progress)")
+    }
 }
 
 /// Clips that differ only where decoding does not look, and covers of merged clips, as a user

@@ -254,7 +254,7 @@ final class RecordTests: XCTestCase {
         o.preset = "warp"
         XCTAssertThrowsError(try FragmentRecorder(options: o)) { XCTAssertTrue("\($0)".contains("unknown preset 'warp'"), "\($0)") }
         let file = fx.scratch("record-bad").appendingPathComponent("f").path
-        FileManager.default.createFile(atPath: file, contents: Data())
+        XCTAssertTrue(FileManager.default.createFile(atPath: file, contents: Data()))
         XCTAssertThrowsError(try FragmentRecorder(options: RecordOptions(directory: file))) {
             XCTAssertTrue("\($0)".contains("cannot create the recording directory '\(file)'"), "\($0)")
         }

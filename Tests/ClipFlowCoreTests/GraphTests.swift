@@ -68,9 +68,9 @@ final class GraphTests: XCTestCase {
         XCTAssertEqual(Int(sink.missing), st.dropped, "drop-oldest loses only items before ones delivered")
         XCTAssertGreaterThan(sink.discontinuities, 0)
         let lastReported = rec.events.compactMap { e -> Int? in
-            if case .dropped(let n) = e.kind { return n }; return nil
+            if case .dropped(let n, let cause) = e.kind, cause == Link.dropCause { return n }; return nil
         }.last
-        XCTAssertEqual(lastReported, st.dropped, "the dropped event reports the exact count")
+        XCTAssertEqual(lastReported, st.dropped, "the dropped event reports the exact count, and that the queue was full")
     }
 
     func testDropNewestCountsEveryRefusedItem() throws {
@@ -191,7 +191,7 @@ final class HarnessTests: XCTestCase {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("cf-files-\(getpid())")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
-        for n in ["b.mp4", "a.mp4", "c.mov"] { FileManager.default.createFile(atPath: dir.appendingPathComponent(n).path, contents: Data([1])) }
+        for n in ["b.mp4", "a.mp4", "c.mov"] { XCTAssertTrue(FileManager.default.createFile(atPath: dir.appendingPathComponent(n).path, contents: Data([1]))) }
         let h = StageHarness(FilesStage(id: "f", paths: [], glob: dir.path + "/*.mp4"))
         try h.produce()
         XCTAssertEqual([h.pull(), h.pull(), h.pull()].map { $0?.path.map { ($0 as NSString).lastPathComponent } }, ["a.mp4", "b.mp4", nil])

@@ -64,7 +64,7 @@ final class JoinKindsTests: XCTestCase {
         for (k, kind) in Self.kinds.kinds.enumerated() {
             let (master, clips) = try fragments(kind, tag: "\(k)")
             let out = fx.scratch("kinds-\(k)").appendingPathComponent("merged.mp4")
-            try Merger(inputs: clips, options: MergeOptions(output: out)).run()
+            _ = try Merger(inputs: clips, options: MergeOptions(output: out)).run()
             XCTAssertEqual(try Probe.decodeErrors(out.path), "", kind.name)
             let sound = try clips.map { Double(try Probe.stream($0, "a:0", "duration")) ?? 0 }
             let pictures = try clips.map { Double(try Probe.stream($0, "v:0", "duration")) ?? 0 }

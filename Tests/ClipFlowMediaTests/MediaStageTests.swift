@@ -47,7 +47,7 @@ final class MediaStageTests: XCTestCase {
     func testMergeStageRefusesBadInputNamingTheFile() throws {
         let dir = fx.scratch("merge-bad")
         let empty = dir.appendingPathComponent("empty.mp4").path
-        FileManager.default.createFile(atPath: empty, contents: Data())
+        XCTAssertTrue(FileManager.default.createFile(atPath: empty, contents: Data()))
         let h = StageHarness(MergeStage(id: "m", output: dir.appendingPathComponent("m.mp4").path))
         _ = try h.push(.file(empty, type: .clips))
         XCTAssertThrowsError(try h.endOfStream()) { e in

@@ -13,7 +13,7 @@ final class ProbeStageTests: XCTestCase {
     func testEachClipGoesOnWithItsProbeInTheInputsOrder() throws {
         let a = try fx.toneClip(0, seconds: 1), b = try fx.toneClip(1, seconds: 1)
         let broken = fx.scratch("probe-stage").appendingPathComponent("broken.mp4").path
-        FileManager.default.createFile(atPath: broken, contents: Data("not a clip".utf8))
+        XCTAssertTrue(FileManager.default.createFile(atPath: broken, contents: Data("not a clip".utf8)))
         let h = StageHarness(ProbeStage(id: "p"))
         // Input 1's clip waits until input 0 has ended; input 0's go on at once.
         XCTAssertEqual(try h.push(.file(b, type: .clips), input: 1), .ok)

@@ -160,7 +160,7 @@ final class RealToolClipsTests: XCTestCase {
         let out = fx.scratch("tool-copycut").appendingPathComponent("merged.mp4")
         XCTAssertThrowsError(try Merger(inputs: atKeyframes + [between], options: MergeOptions(output: out)).run()) { e in
             XCTAssertTrue("\(e)".hasPrefix("input '\(between)': its edit list hides its first"), "\(e)")
-            XCTAssertTrue("\(e)".contains("--conform re-encodes this clip"), "\(e)")
+            XCTAssertTrue("\(e)".contains("; cut it on a keyframe, or re-encode it; --conform would re-encode clip 3 (\(between))"), "\(e)")
         }
         let plan = try ConformPlan.make(atKeyframes + [between])
         XCTAssertEqual(plan.clips.map(\.action), [.copy, .copy, .reencode])

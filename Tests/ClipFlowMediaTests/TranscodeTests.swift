@@ -286,16 +286,16 @@ final class TranscodeTests: XCTestCase {
     func testBadInputsFailNamingTheFileAndLeaveNoOutput() throws {
         let dir = fx.scratch("bad")
         let garbage = dir.appendingPathComponent("garbage.mp4").path
-        FileManager.default.createFile(atPath: garbage, contents: Data((0..<4096).map { UInt8(truncatingIfNeeded: $0 * 7919) }))
+        XCTAssertTrue(FileManager.default.createFile(atPath: garbage, contents: Data((0..<4096).map { UInt8(truncatingIfNeeded: $0 * 7919) })))
         let audioOnly = try fx.clip("audio-only.m4a", ["-f", "lavfi", "-i", "sine", "-t", "1", "-c:a", "aac"])
         let good = try cameraClip("cam360", seconds: 1)
         let whole = try Data(contentsOf: URL(fileURLWithPath: try cameraClip("cam360-5s", seconds: 5)))
         let truncated = dir.appendingPathComponent("truncated.mp4").path
-        FileManager.default.createFile(atPath: truncated, contents: whole.prefix(whole.count / 2))
+        XCTAssertTrue(FileManager.default.createFile(atPath: truncated, contents: whole.prefix(whole.count / 2)))
         // Fast start: the index survives the cut, the pictures it lists do not.
         let fastStart = try Data(contentsOf: URL(fileURLWithPath: try cameraClip("cam360-5s-faststart", seconds: 5, extra: ["-movflags", "+faststart"])))
         let cut = dir.appendingPathComponent("cut.mp4").path
-        FileManager.default.createFile(atPath: cut, contents: fastStart.prefix(fastStart.count * 6 / 10))
+        XCTAssertTrue(FileManager.default.createFile(atPath: cut, contents: fastStart.prefix(fastStart.count * 6 / 10)))
         let cases: [(String, String)] = [
             (garbage, "garbage.mp4"), (audioOnly, "has no video"), (truncated, "truncated.mp4"), (cut, "cut.mp4' is truncated"),
             (dir.appendingPathComponent("missing.mp4").path, "no such file")

@@ -160,7 +160,7 @@ final class TUSTests: XCTestCase {
 
     func testZeroByteFileIsCreatedWithLengthZeroAndFinishes() throws {
         let file = dir + "/empty.mp4"
-        FileManager.default.createFile(atPath: file, contents: Data())
+        XCTAssertTrue(FileManager.default.createFile(atPath: file, contents: Data()))
         let up = TUSUploader(options: options(server.baseURL), store: try store())
         let log = UploadEventLog()
         let result = try up.upload(file: file, id: "z", metadata: [:], control: UploadControl(), observer: log)

@@ -9,8 +9,12 @@ public struct PipelineEvent: Sendable, Equatable {
         case progress(completed: Int64, total: Int64, unit: String, speed: Double? = nil)
         /// A file the stage wrote.
         case output(path: String)
-        /// Items dropped on the stage's input links so far (drop policies only).
-        case dropped(count: Int)
+        /// Items dropped so far for one cause: a stage's input links shed them (drop policies
+        /// only), or a source could not deliver them (a camera's pictures lost while it was not
+        /// read in time). `cause` says what is dropped and why, as a line after the stage's name
+        /// reads (`dropping pictures: ...`); a stage may drop for more than one cause, each with
+        /// its own count.
+        case dropped(count: Int, cause: String)
         /// A non-fatal notice.
         case notice(String)
         /// At the end of a run, for each input link of the stage: the deepest it got and what it

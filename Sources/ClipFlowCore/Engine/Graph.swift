@@ -214,7 +214,7 @@ public final class GraphRunner: @unchecked Sendable {
                         func reportDrops() {
                             guard dropping else { return }
                             let total = ins.reduce(0) { $0 + $1.stats.dropped }
-                            if total != reportedDrops { reportedDrops = total; c.emit(.dropped(count: total)) }
+                            if total != reportedDrops { reportedDrops = total; c.emit(.dropped(count: total, cause: Link.dropCause)) }
                         }
                         let fanIn = FanIn(ins)
                         inputLoop: while let next = fanIn.pull() {

@@ -8,6 +8,8 @@ public final class Link: Sendable {
     public let to: String
     public let policy: OverflowPolicy
     private let queue: BoundedQueue<Item>
+    /// Why a consumer's links drop items, as its `dropped` events say it.
+    public static let dropCause = "dropping items: its input queue is full"
 
     public init(from: String, to: String, limits: LinkLimits, policy: OverflowPolicy) {
         self.from = from

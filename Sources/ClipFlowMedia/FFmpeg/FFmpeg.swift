@@ -19,10 +19,10 @@ enum FF {
     static func describe(_ rc: Int32) -> String {
         var buf = [CChar](repeating: 0, count: 256)
         av_strerror(rc, &buf, buf.count)
-        let text = String(cString: buf)
+        let text = String(nulTerminated: buf)
         var logBuf = [CChar](repeating: 0, count: 512)
         cf_log_take_last(&logBuf, Int32(logBuf.count))
-        let logged = String(cString: logBuf)
+        let logged = String(nulTerminated: logBuf)
         if !logged.isEmpty, !text.contains(logged) { return "\(text) (\(logged))" }
         return text
     }
@@ -43,6 +43,14 @@ enum FF {
     static let eagain = cf_averror_eagain()
     static let noPTS = cf_nopts()
     static func err(_ posix: Int32) -> Int32 { cf_averror(posix) }
+}
+
+extension String {
+    /// The text a C function wrote into `buffer`: its bytes up to the first NUL (all of them
+    /// when there is none), as UTF-8.
+    fileprivate init(nulTerminated buffer: [CChar]) {
+        self.init(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
 }
 
 /// Process-wide settings for media work.
@@ -78,7 +86,7 @@ final class Packet: @unchecked Sendable {
         let n = Int(p.pointee.size)
         try FF.check(av_new_packet(c.p, Int32(prefix.count + n)), "allocating a packet")
         try FF.check(av_packet_copy_props(c.p, p), "copying a packet's properties")
-        prefix.withUnsafeBufferPointer { memcpy(c.p.pointee.data, $0.baseAddress!, prefix.count) }
+        if !prefix.isEmpty { c.p.pointee.data.update(from: prefix, count: prefix.count) }
         if n > 0, let d = p.pointee.data { memcpy(c.p.pointee.data + prefix.count, d, n) }
         c.p.pointee.stream_index = p.pointee.stream_index
         c.p.pointee.pts = p.pointee.pts

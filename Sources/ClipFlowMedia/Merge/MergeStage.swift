@@ -33,6 +33,9 @@ public final class MergeStage: Stage {
     public let conform: Bool
     /// With `conform`: the re-encodes' settings and the target (`ConformPlan.make(_:preset:)`).
     public let preset: TranscodePreset?
+    /// How its refusals name its settings: as the command line spells them, or (a pipeline's
+    /// stage, made from `kind`) as the stage's fields.
+    public let spelling: SettingSpelling
     private var clips = InputOrdered<(path: String, probe: Result<ClipInfo, Error>?)>()
     private let cancelFlag = CancellationFlag()
     public var inputTypes: Set<PortType> { [.clips] }
@@ -90,7 +93,7 @@ public final class MergeStage: Stage {
                 MergeStage(
                     id: id, output: p.string("output")!, rotate: p.int("rotate") ?? 0, setRotation: p.int("set-rotation"),
                     overwrite: p.bool("overwrite") ?? false, onStop: p.string("on-stop").flatMap(OnStop.init) ?? .discard,
-                    conform: p.bool("conform") ?? false, preset: p.string("preset").flatMap { TranscodePreset.named($0) })
+                    conform: p.bool("conform") ?? false, preset: p.string("preset").flatMap { TranscodePreset.named($0) }, spelling: .pipelineField)
             }
         })
 
@@ -104,7 +107,7 @@ public final class MergeStage: Stage {
 
     public init(
         id: String, output: String, rotate: Int = 0, setRotation: Int? = nil, overwrite: Bool = false, onStop: OnStop = .discard, conform: Bool = false,
-        preset: TranscodePreset? = nil
+        preset: TranscodePreset? = nil, spelling: SettingSpelling = .commandLine
     ) {
         self.id = id
         self.output = output
@@ -114,6 +117,7 @@ public final class MergeStage: Stage {
         self.onStop = onStop
         self.conform = conform
         self.preset = preset
+        self.spelling = spelling
     }
 
     public func prepare(_ context: StageContext) throws {
@@ -141,6 +145,7 @@ public final class MergeStage: Stage {
         options.setRotation = setRotation
         options.overwrite = overwrite
         options.moovReserveOverride = moovReserveOverride
+        options.spelling = spelling
         var merged: [FileOrigin] = []
         do {
             let r: MergeResult

@@ -23,6 +23,9 @@ public struct MergeOptions: Sendable {
     /// does not look (H.264 level and VUI: `ConformPlan.harmonisable`); other differences are
     /// refused.
     public var parameterSetsInBand = false
+    /// How a refusal names the settings that would join the clips: as the command line spells
+    /// them (`clipflow merge`), or as a pipeline's stage fields.
+    public var spelling = SettingSpelling.commandLine
     public init(output: URL, rotate: Int = 0) {
         self.output = output
         self.rotate = rotate
@@ -96,7 +99,12 @@ public final class Merger {
         // Probe on every core (nothing else runs yet); errors are reported for the first bad input
         // in the order given, as a sequential probe would.
         let results = ProbeResults.probing(inputs, known: probed, cancel: cancel)
-        let clips = try results.all()
+        let clips: [ClipInfo]
+        do { clips = try results.all() } catch let e as ClipFlowError where e.kind == .badInput && !options.parameterSetsInBand {
+            // A clip a copy cannot take (another container or codec, an edit list that hides
+            // pictures) but a conform would re-encode: the refusal says so.
+            try Self.refuse(e, inputs, probed: results.outcomes(), spelling: options.spelling)
+        }
         var inBand = options.parameterSetsInBand
         do { try Compatibility.check(clips, parameterSetsInBand: inBand) } catch let e as ClipFlowError where !inBand {
             // Sets that differ only where decoding does not look (level, VUI) are copied as they
@@ -104,7 +112,7 @@ public final class Merger {
             if clips.dropFirst().allSatisfy({ Compatibility.difference(clips[0], $0) == nil || ConformPlan.harmonisable(clips[0], $0) }) {
                 inBand = true
             } else {
-                try Self.refuse(e, inputs, probed: results.outcomes())
+                try Self.refuse(e, inputs, probed: results.outcomes(), spelling: options.spelling)
             }
         }
         let layout = try Layout(clips: clips, rotate: options.rotate, setRotation: options.setRotation)
@@ -129,8 +137,9 @@ public final class Merger {
         return result
     }
 
-    /// Rethrows `e` (clips that cannot be joined by copy) saying what `--conform` would do instead.
-    private static func refuse(_ e: ClipFlowError, _ inputs: [String], probed: [Result<ClipInfo, Error>]) throws -> Never {
+    /// Rethrows `e` (clips that cannot be joined by copy) saying what a conform would do instead,
+    /// naming it as `spelling` does; `e` as it is when a conform could not join them either.
+    private static func refuse(_ e: ClipFlowError, _ inputs: [String], probed: [Result<ClipInfo, Error>], spelling: SettingSpelling) throws -> Never {
         guard let plan = try? ConformPlan.make(inputs, probed: probed) else { throw e }
         var would: [String] = []
         let re = plan.reencoded.map { "\($0 + 1) (\(plan.clips[$0].path))" }
@@ -138,7 +147,8 @@ public final class Merger {
         if !re.isEmpty { would.append("re-encode clip\(re.count == 1 ? "" : "s") \(re.joined(separator: ", "))") }
         if !ha.isEmpty { would.append("copy clip\(ha.count == 1 ? "" : "s") \(ha.joined(separator: ", ")) after harmonising parameter sets") }
         if would.isEmpty { throw e }
-        throw ClipFlowError(e.kind, e.message + "; --conform would " + would.joined(separator: " and ") + " (--conform --plan shows why)")
+        let why = spelling == .commandLine ? "--conform --plan shows why" : "`clipflow merge --conform --plan` with the clips shows why"
+        throw ClipFlowError(e.kind, e.message + "; \(spelling.on("conform")) would " + would.joined(separator: " and ") + " (\(why))")
     }
 
     struct MoovTooSmall: Error { let reserved: Int }

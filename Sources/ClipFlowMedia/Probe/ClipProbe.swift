@@ -146,8 +146,9 @@ public enum ClipProbe {
         return try probe(dmx, reader: reader)
     }
 
-    /// Plain-file checks with clear messages before FFmpeg sees the file.
-    static func checkReadableFile(_ path: String) throws {
+    /// Plain-file checks with clear messages before FFmpeg sees the file: it exists, is a file,
+    /// not empty, and can be read.
+    public static func checkReadableFile(_ path: String) throws {
         var st = stat()
         if stat(path, &st) != 0 {
             if errno == ENOENT { throw ClipFlowError.badInput("input '\(path)': no such file") }
@@ -219,10 +220,11 @@ public enum ClipProbe {
         }
         guard vstats.count > 0 else { throw ClipFlowError.badInput("input '\(path)': the video track has no frames") }
         // Pictures an edit list hides must be decoded but not shown; a track of joined clips has
-        // one edit list, so they would be shown. Said plainly; `--conform` re-encodes such a clip.
+        // one edit list, so they would be shown. Said plainly; a conform re-encodes such a clip
+        // (`Merger` says how to ask for it).
         if vstats.hidden > 0 {
             throw ClipFlowError.badInput(
-                "input '\(path)': its edit list hides its first \(vstats.hidden) picture\(vstats.hidden == 1 ? "" : "s") (decoded from the keyframe before a cut, as `ffmpeg -ss T -c copy` writes when T is not a keyframe), which a join by copy would show; --conform re-encodes this clip, or cut it on a keyframe"
+                "input '\(path)': its edit list hides its first \(vstats.hidden) picture\(vstats.hidden == 1 ? "" : "s") (decoded from the keyframe before a cut, as `ffmpeg -ss T -c copy` writes when T is not a keyframe), which a join by copy would show; cut it on a keyframe, or re-encode it"
             )
         }
         // Truncation: the sample tables point past the end of the file.

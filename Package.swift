@@ -1,7 +1,7 @@
 // swift-tools-version:6.0
 import PackageDescription
 
-// Module layout (see ../shared/ENGINEERING.md):
+// Module layout (docs/development.md draws it with every import):
 //   clipflow (CLI) -> ClipFlowMedia   -> CClipFlowFFmpeg (the only importer of FFmpeg)
 //                  -> ClipFlowCapture -> CClipFlowV4L2   (the only importers of the V4L2 headers: the
 //                  -> ClipFlowCaptureEmulation -> ClipFlowCapture    driver client and its kernel stand-in)

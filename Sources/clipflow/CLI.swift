@@ -22,12 +22,12 @@ struct ClipFlow: ParsableCommand {
     )
 
     static func main() {
-        V4L2Emulation.installFromProcessEnvironment()  // "no camera here": CLIPFLOW_V4L2_EMULATE (README, Capture)
+        V4L2Emulation.installFromProcessEnvironment()  // "no camera here": CLIPFLOW_V4L2_EMULATE (docs/record.md, "No camera here")
         let arguments = Array(CommandLine.arguments.dropFirst())
         do {
             var command = try parseAsRoot(arguments)
             // CLIPFLOW_PARSE_ONLY=1: the command line is checked as a run would check it (options,
-            // values, what goes together), and nothing runs (README, "Checking a command line").
+            // values, what goes together), and nothing runs (docs/events.md, "Checking a command line").
             if ProcessInfo.processInfo.environment["CLIPFLOW_PARSE_ONLY"] == "1" {
                 print("would run: clipflow \(arguments.map(Self.shellQuoted).joined(separator: " "))")
                 return

@@ -8,7 +8,7 @@ import Synchronization
 #endif
 
 /// How a long command shows its events: `text` on stderr (a status bar on a terminal, plain
-/// lines otherwise) or `json`, one event per line on stdout (README, "Events").
+/// lines otherwise) or `json`, one event per line on stdout (docs/events.md, "Events").
 enum EventFormat: String, ExpressibleByArgument, Sendable { case text, json }
 
 /// The one place events become output. Every long command renders through one of these.

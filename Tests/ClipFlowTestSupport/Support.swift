@@ -49,8 +49,13 @@ public struct Run {
 extension Run {
     /// Starts `binary args`, waits until `marker` appears on the watched stream (stdout when
     /// `watchStdout`, else stderr), sends SIGINT, and returns the exit status and everything the
-    /// watched stream printed. The other stream is discarded.
-    public static func interrupt(_ binary: String, _ args: [String], after marker: String, watchStdout: Bool = false) throws -> (status: Int32, text: String) {
+    /// watched stream printed. The other stream is discarded. A marker that has not appeared
+    /// within `timeout` seconds never will: the program is interrupted all the same (killed 30 s
+    /// later if it still runs) and the text ends with a line saying so, so the test fails with
+    /// what was printed instead of waiting for good.
+    public static func interrupt(
+        _ binary: String, _ args: [String], after marker: String, watchStdout: Bool = false, timeout: TimeInterval = 180
+    ) throws -> (status: Int32, text: String) {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: binary)
         p.arguments = args
@@ -62,16 +67,25 @@ extension Run {
         }
         p.standardInput = FileHandle.nullDevice
         try p.run()
+        let pid = p.processIdentifier, started = Date()
+        let late = DispatchWorkItem { kill(pid, SIGINT) }
+        let stuck = DispatchWorkItem { kill(pid, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: late)
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout + 30, execute: stuck)
         var seen = Data()
         while !String(decoding: seen, as: UTF8.self).contains(marker) {
             let d = pipe.fileHandleForReading.availableData
             if d.isEmpty { break }
             seen += d
         }
-        kill(p.processIdentifier, SIGINT)
+        late.cancel()
+        let timedOut = !String(decoding: seen, as: UTF8.self).contains(marker) && Date().timeIntervalSince(started) >= timeout
+        kill(pid, SIGINT)
         let rest = pipe.fileHandleForReading.readDataToEndOfFile()
         p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: seen + rest, as: UTF8.self))
+        stuck.cancel()
+        let text = String(decoding: seen + rest, as: UTF8.self)
+        return (p.terminationStatus, timedOut ? text + "\n[Run.interrupt: '\(marker)' did not appear within \(Int(timeout)) s]" : text)
     }
 }
 
@@ -204,8 +218,10 @@ public enum Probe {
     }
 }
 
-/// Fixture clips made with the ffmpeg CLI into a per-process temporary folder (never committed;
-/// the committed fixtures/ folder holds only tiny files).
+/// Fixture clips made with the ffmpeg CLI into a temporary folder (never committed; the committed
+/// fixtures/ folder holds only tiny files): the folder `CLIPFLOW_FIXTURES_DIR` names, which
+/// scripts/test-parallel sets so that its test processes make each clip once between them, or
+/// else a folder of this process's own.
 public final class Fixtures: @unchecked Sendable {
     public static let shared = Fixtures()
     public let dir: URL
@@ -213,7 +229,11 @@ public final class Fixtures: @unchecked Sendable {
     private var made: [String: String] = [:]
 
     private init() {
-        dir = FileManager.default.temporaryDirectory.appendingPathComponent("clipflow-fixtures-\(getpid())")
+        if let shared = ProcessInfo.processInfo.environment["CLIPFLOW_FIXTURES_DIR"], !shared.isEmpty {
+            dir = URL(fileURLWithPath: shared)
+        } else {
+            dir = FileManager.default.temporaryDirectory.appendingPathComponent("clipflow-fixtures-\(getpid())")
+        }
         try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         chmod(dir.path, 0o777)
     }
@@ -242,9 +262,39 @@ public final class Fixtures: @unchecked Sendable {
         lock.lock(); defer { lock.unlock() }
         if let p = made[name] { return p }
         let path = dir.appendingPathComponent(name).path
-        try Run.run(["ffmpeg", "-v", "error", "-y"] + args + [path])
+        try Self.makeOnce(path) { try Run.run(["ffmpeg", "-v", "error", "-y"] + args + [$0]) }
         made[name] = path
         return path
+    }
+
+    /// Makes the file at `path` with `make` unless it exists, safely for several processes
+    /// sharing the folder: under an exclusive lock on a hidden lock file beside it (a second
+    /// process asking for the same file waits, then finds it made), `make` writes a hidden
+    /// temporary in the same folder whose name ends as `path`'s does (so ffmpeg still picks the
+    /// format from the extension), renamed to `path` once complete: nobody sees a half-written file.
+    public static func makeOnce(_ path: String, _ make: (String) throws -> Void) throws {
+        let url = URL(fileURLWithPath: path)
+        let folder = url.deletingLastPathComponent(), name = url.lastPathComponent
+        let lockPath = folder.appendingPathComponent(".\(name).lock").path
+        let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o666)
+        guard fd >= 0 else {
+            throw NSError(domain: "Fixtures", code: 1, userInfo: [NSLocalizedDescriptionKey: "cannot open \(lockPath): \(String(cString: strerror(errno)))"])
+        }
+        defer { close(fd) }
+        while flock(fd, LOCK_EX) != 0 && errno == EINTR {}
+        defer { _ = flock(fd, LOCK_UN) }
+        if FileManager.default.fileExists(atPath: path) { return }
+        let temporary = folder.appendingPathComponent(".making-\(getpid())-\(name)").path
+        do {
+            try make(temporary)
+            guard rename(temporary, path) == 0 else {
+                throw NSError(
+                    domain: "Fixtures", code: 2, userInfo: [NSLocalizedDescriptionKey: "cannot rename \(temporary): \(String(cString: strerror(errno)))"])
+            }
+        } catch {
+            unlink(temporary)
+            throw error
+        }
     }
 
     public static let x264 = ["-c:v", "libx264", "-preset", "ultrafast", "-g", "30", "-bf", "2", "-pix_fmt", "yuv420p"]

@@ -55,7 +55,7 @@ die() { echo "local-cluster: $*" >&2; exit 1; }
 note() { echo "local-cluster: $*" >&2; }
 
 for tool in munged slurmctld slurmd sinfo scontrol; do
-  command -v "$tool" >/dev/null || die "$tool not found: install Debian's slurm-wlm and munge (scripts/install-deps.sh)"
+  command -v "$tool" >/dev/null || die "$tool not found: install Debian's slurm-wlm and munge (scripts/install-test-deps.sh)"
 done
 [ "$(id -u)" -eq 0 ] || die "run as root: slurmd starts jobs as their users and munged's key belongs to the user running it"
 

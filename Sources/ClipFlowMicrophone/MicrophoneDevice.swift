@@ -129,14 +129,16 @@ public final class MicrophoneDevice {
         }
     }
 
-    /// An overrun restarts capture (`.overrun`); a suspend resumes; a vanished device is `.deviceLost`.
+    /// An overrun restarts capture (`.overrun`); a suspend resumes; a vanished device is
+    /// `.deviceLost`, also when it vanishes while capture restarts.
     private func recover(_ p: OpaquePointer, _ e: Int32) throws -> MicrophoneRead {
         switch -e {
         case EPIPE:
-            let r = snd_pcm_prepare(p)
-            if r < 0 { throw Self.error(name, "cannot restart after an overrun", r) }
-            let s = snd_pcm_start(p)
-            if s < 0 { throw Self.error(name, "cannot restart after an overrun", s) }
+            for step in [snd_pcm_prepare, snd_pcm_start] {
+                let r = step(p)
+                if Self.gone(r) { return .deviceLost("microphone '\(name)' went away: \(Self.text(r))") }
+                if r < 0 { throw Self.error(name, "cannot restart after an overrun", r) }
+            }
             return .overrun
         case ESTRPIPE:
             var r = snd_pcm_resume(p)
@@ -147,6 +149,7 @@ public final class MicrophoneDevice {
             }
             if r < 0 {
                 let q = snd_pcm_prepare(p)
+                if Self.gone(q) { return .deviceLost("microphone '\(name)' went away: \(Self.text(q))") }
                 if q < 0 { throw Self.error(name, "cannot resume after a suspend", q) }
             }
             if snd_pcm_state(p) != SND_PCM_STATE_RUNNING { _ = snd_pcm_start(p) }
@@ -157,6 +160,9 @@ public final class MicrophoneDevice {
             throw Self.error(name, "cannot read", e)
         }
     }
+
+    /// Whether an alsa-lib result says the device is gone (its server died, it was unplugged).
+    static func gone(_ r: Int32) -> Bool { r == -ENODEV || r == -EBADFD || r == -EIO }
 
     static func text(_ e: Int32) -> String { String(cString: snd_strerror(e)) }
 

@@ -415,14 +415,8 @@ struct AudioRegionRenderer {
 
         /// Catmull-Rom interpolation of x[index - 1 ... index + 2]; exact at integer positions.
         @inline(__always) func value(_ x: UnsafePointer<Float>) -> Float {
-            let p1 = x[index]
-            if fraction == 0 { return p1 }
-            let p0 = x[index - 1], p2 = x[index + 1], p3 = x[index + 2]
-            let f = fraction
-            let a = -0.5 * p0 + 1.5 * p1 - 1.5 * p2 + 0.5 * p3
-            let b = p0 - 2.5 * p1 + 2 * p2 - 0.5 * p3
-            let c = -0.5 * p0 + 0.5 * p2
-            return ((a * f + b) * f + c) * f + p1
+            if fraction == 0 { return x[index] }
+            return EdgeRepair.catmullRom(x[index - 1], x[index], x[index + 1], x[index + 2], fraction)
         }
     }
 }

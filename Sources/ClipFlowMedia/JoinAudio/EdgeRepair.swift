@@ -257,9 +257,13 @@ public enum EdgeRepair {
         let i = Int(t.rounded(.down))
         let f = Float(t - Double(i))
         func at(_ j: Int) -> Float { x[min(max(j, 0), x.count - 1)] }
-        let p1 = at(i)
-        if f == 0 { return p1 }
-        let p0 = at(i - 1), p2 = at(i + 1), p3 = at(i + 2)
+        if f == 0 { return at(i) }
+        return catmullRom(at(i - 1), at(i), at(i + 1), at(i + 2), f)
+    }
+
+    /// Catmull-Rom interpolation between `p1` (f = 0) and `p2` (f = 1), with their neighbours
+    /// `p0` and `p3`.
+    @inline(__always) static func catmullRom(_ p0: Float, _ p1: Float, _ p2: Float, _ p3: Float, _ f: Float) -> Float {
         let a = -0.5 * p0 + 1.5 * p1 - 1.5 * p2 + 0.5 * p3
         let b = p0 - 2.5 * p1 + 2 * p2 - 0.5 * p3
         let c = -0.5 * p0 + 0.5 * p2

@@ -110,7 +110,10 @@ final class BatchSlurmCLITests: XCTestCase {
         }
         let killed = try XCTUnwrap(victim, "every task finished before scancel reached it")
         XCTAssertEqual(cancelled?.exitStatus, 130, "clipflow stops the row on SIGTERM: \(cluster.output(job: job, task: killed))")
-        XCTAssertEqual(try s3.pendingMultipartUploads(), 0, "a cancelled task aborts its upload: \(cluster.output(job: job, task: killed))")
+        // Other tasks may be publishing at this moment: only the victim's own uploads count here.
+        XCTAssertFalse(
+            try s3.pendingMultipartUploadKeys().contains(outputs[killed]),
+            "a cancelled task aborts its upload: \(cluster.output(job: job, task: killed))")
         XCTAssertFalse(
             try s3.keys(prefix: "merged/").contains(outputs[killed]), "a cancelled run leaves no output: \(cluster.output(job: job, task: killed))")
         try cluster.requeue(job: job, task: killed)

@@ -189,4 +189,9 @@ public final class SeaweedFS: @unchecked Sendable {
     public func pendingMultipartUploadIDs(bucket: String? = nil) throws -> [String] {
         ((try json(["pending-uploads", "--bucket", bucket ?? self.bucket]) as? [[String: Any]]) ?? []).compactMap { $0["upload_id"] as? String }
     }
+
+    /// The keys of those multipart uploads, a key once per pending upload.
+    public func pendingMultipartUploadKeys(bucket: String? = nil) throws -> [String] {
+        ((try json(["pending-uploads", "--bucket", bucket ?? self.bucket]) as? [[String: Any]]) ?? []).compactMap { $0["key"] as? String }
+    }
 }

@@ -38,7 +38,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.0.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.0.0"),
         .package(url: "https://github.com/apple/swift-nio-extras", from: "1.20.0"),
-        .package(url: "https://github.com/vapor/postgres-nio", from: "1.20.0")
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.20.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.0.0")
     ],
     targets: [
         .target(
@@ -66,7 +67,8 @@ let package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types"), .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "Logging", package: "swift-log"), .product(name: "GRDB", package: "GRDB.swift"),
-                .product(name: "PostgresNIO", package: "postgres-nio")
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
             ],
             swiftSettings: staticStdlib),
         // The emulated vivid camera (a kernel stand-in behind ClipFlowCapture's syscall seam): the

@@ -6,7 +6,7 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTPTypes
-import Synchronization
+import ServiceLifecycle
 
 /// How `clipflow serve` runs.
 public struct ServeOptions: Sendable {
@@ -154,8 +154,30 @@ public enum ClipFlowServer {
             postgres = store
             database = store
         }
-        let connection = Task { [postgres] in await postgres?.run() }
-        defer { connection.cancel() }
+        // Services, shut down in the reverse of this order on SIGINT/SIGTERM: the server (it
+        // stops accepting and finishes the requests in flight), the sweeper, the processing (its
+        // jobs go back to the queue), then the database's connections.
+        var services: [any Service] = []
+        if let postgres { services.append(postgres.client) }
+        services.append(
+            ClosureService { [postgres] in
+                try await serve(
+                    options, address: address, bucket: bucket, database: database, postgres: postgres, log: log, metrics: metrics, listening: listening)
+            })
+        let group = ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: Self.logger))
+        do { try await group.run() } catch let error as IOError where [EADDRINUSE, EACCES, EADDRNOTAVAIL].contains(error.errnoCode) {
+            // Taken between the check and the server's own bind.
+            throw ClipFlowError.badInput(listenProblem(options.listenText, errno: error.errnoCode))
+        }
+    }
+
+    /// Brings the schema up to date, then runs the HTTP server with the sweeper of expired uploads
+    /// and the processing (each by role) as services of the application, until a graceful
+    /// shutdown; the database's connections run already (a service before this one).
+    private static func serve(
+        _ options: ServeOptions, address: SocketAddress, bucket: ServeBucket?, database: any ServeStore, postgres: PostgresStore?, log: ServeLog,
+        metrics: ServeMetrics, listening: @escaping @Sendable (Int) -> Void
+    ) async throws {
         try await postgres?.migrate()
         Self.raiseOpenFileLimit(toServe: options.maxConnections)
         let files: any UploadStorage, media: any MediaStorage
@@ -195,7 +217,7 @@ public enum ClipFlowServer {
         OperatorEndpoints(database: database, metrics: metrics).addRoutes(to: router)
         let databaseName = postgres?.display ?? "sqlite"
         let (serverStarted, started) = AsyncStream<Void>.makeStream()
-        let app = Application(
+        var app = Application(
             router: router, server: .http1(configuration: Self.http1),
             configuration: .init(
                 address: .hostname(address.ipAddress ?? options.host, port: options.port), serverName: "clipflow",
@@ -208,31 +230,12 @@ public enum ClipFlowServer {
                 listening(port)
                 started.finish()
             }, logger: Self.logger)
-        let sweeper = Task {
-            while options.role.takesUploads, !Task.isCancelled {
-                _ = try? await tus.sweep()
-                try? await Task.sleep(for: .seconds(options.sweepInterval))
-            }
+        // The application shuts its services down after the server, in the reverse of this order.
+        if options.role.processes {
+            app.addServices(ProcessingService(processor: processor, database: database, serverStarted: serverStarted))
         }
-        // Jobs start once the start line is out (a worker's first line is its start line).
-        let processing = Task {
-            for await _ in serverStarted {}
-            if options.role.processes, !Task.isCancelled { await processor.run() }
-        }
-        defer {
-            sweeper.cancel()
-            processing.cancel()
-        }
-        do { try await app.runService() } catch let error as IOError where [EADDRINUSE, EACCES, EADDRNOTAVAIL].contains(error.errnoCode) {
-            // Taken between the check and the server's own bind.
-            throw ClipFlowError.badInput(listenProblem(options.listenText, errno: error.errnoCode))
-        }
-        // Work cut short by the shutdown goes back in the queue at once (another server, or this
-        // one when it starts again, runs it): once the workers have stopped, so that no job they
-        // were taking stays behind as running.
-        processing.cancel()
-        await Self.wait(for: processing, atMost: Self.processingStopLimit)
-        try? await database.releaseJobs(owner: processor.owner)
+        if options.role.takesUploads { app.addServices(UploadSweeper(tus: tus, interval: options.sweepInterval)) }
+        try await app.run()
     }
 }
 
@@ -261,27 +264,6 @@ extension ClipFlowServer {
         case EACCES: return "--listen \(listen): permission denied (ports below 1024 need privileges)"
         case EADDRNOTAVAIL: return "--listen \(listen): no network interface of this machine has that address"
         default: return "--listen \(listen): cannot listen there: \(String(cString: strerror(errno)))"
-        }
-    }
-
-    /// Seconds a stopping server waits for its workers to let go of their jobs (their worker
-    /// processes are killed at once; the bound keeps a database call that hangs from holding
-    /// the exit).
-    static let processingStopLimit: Double = 10
-
-    /// Returns once `task` has ended, or after `seconds` (whichever comes first).
-    static func wait(for task: Task<Void, Never>, atMost seconds: Double) async {
-        let waiting = OneResumption()
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            waiting.hold(continuation)
-            Task {
-                await task.value
-                waiting.resume()
-            }
-            Task {
-                try? await Task.sleep(for: .seconds(seconds))
-                waiting.resume()
-            }
         }
     }
 
@@ -331,15 +313,6 @@ final class ExpectContinue: ChannelInboundHandler, RemovableChannelHandler, Send
         }
         context.fireChannelRead(data)
     }
-}
-
-/// A continuation resumed once, by whichever of its resumers comes first. Thread-safe.
-private final class OneResumption: Sendable {
-    private let continuation = Mutex<CheckedContinuation<Void, Never>?>(nil)
-
-    func hold(_ c: CheckedContinuation<Void, Never>) { continuation.withLock { $0 = c } }
-
-    func resume() { continuation.withLock { c in c.take() }?.resume() }
 }
 
 /// One server per data folder: an exclusive lock on `DATA/lock`, held while it runs (the kernel

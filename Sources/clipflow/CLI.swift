@@ -8,7 +8,7 @@ import Foundation
 #endif
 
 @main
-struct ClipFlow: ParsableCommand {
+struct ClipFlow: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "clipflow",
         abstract: "Turn camera recordings and clip fragments into upload-ready videos.",
@@ -21,7 +21,7 @@ struct ClipFlow: ParsableCommand {
         ]
     )
 
-    static func main() {
+    static func main() async {
         V4L2Emulation.installFromProcessEnvironment()  // "no camera here": CLIPFLOW_V4L2_EMULATE (docs/record.md, "No camera here")
         let arguments = Array(CommandLine.arguments.dropFirst())
         do {
@@ -32,7 +32,11 @@ struct ClipFlow: ParsableCommand {
                 print("would run: clipflow \(arguments.map(Self.shellQuoted).joined(separator: " "))")
                 return
             }
-            try command.run()
+            if var served = command as? any AsyncParsableCommand {
+                try await served.run()
+            } else {
+                try command.run()
+            }
         } catch {
             ErrorReport.exit(error, arguments: arguments)
         }

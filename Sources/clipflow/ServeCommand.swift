@@ -2,9 +2,8 @@ import ArgumentParser
 import ClipFlowCore
 import ClipFlowServe
 import Foundation
-import Synchronization
 
-struct Serve: ParsableCommand {
+struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
         abstract: "Serve uploads (TUS 1.0), the hosting API, processing into HLS, and the feed.",
@@ -98,7 +97,7 @@ struct Serve: ParsableCommand {
         return host.isEmpty ? nil : (host, port)
     }
 
-    func run() throws {
+    func run() async throws {
         var options = ServeOptions(data: URL(fileURLWithPath: data))
         (options.host, options.port) = Self.split(listen)!
         options.apiKey = ProcessInfo.processInfo.environment["CLIPFLOW_API_KEY"]
@@ -117,24 +116,10 @@ struct Serve: ParsableCommand {
         options.role = role
         options.storage = storage
         options.storageCredentialsCommand = credentialsCommand
-        let outcome = ServeOutcome()
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            do { try await ClipFlowServer.run(options) } catch { outcome.set(error) }
-            done.signal()
-        }
-        done.wait()
-        if let e = outcome.error {
-            try ErrorReport.run { throw e }
+        do { try await ClipFlowServer.run(options) } catch {
+            try ErrorReport.run { throw error }
         }
     }
-}
-
-/// The server task's error, handed to the command's thread. Thread-safe (a mutex).
-private final class ServeOutcome: Sendable {
-    private let stored = Mutex<(any Error)?>(nil)
-    func set(_ e: any Error) { stored.withLock { $0 = e } }
-    var error: (any Error)? { stored.withLock { $0 } }
 }
 
 extension ServeLogFormat: ExpressibleByArgument {}

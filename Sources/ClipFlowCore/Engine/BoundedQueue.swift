@@ -263,4 +263,17 @@ public final class Doorbell: @unchecked Sendable {
         while rings == seen { cond.wait() }
         cond.unlock()
     }
+
+    /// Waits until it has rung more than `seen` times in all, or `seconds` have passed; true when
+    /// it rang.
+    @discardableResult
+    public func wait(after seen: UInt64, atMost seconds: Double) -> Bool {
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        cond.lock()
+        defer { cond.unlock() }
+        while rings == seen {
+            if !cond.wait(until: deadline) { return rings != seen }
+        }
+        return true
+    }
 }

@@ -61,34 +61,49 @@ enum WorkerProcess {
         started(pid)
         let box = ProcessBox(process)
         let heard = LastHeard()
-        let watchdog = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(min(1, stall / 4)))
-                let hung = heard.time.withLock { last -> Bool in
-                    guard let at = last, at >= 0, Date().timeIntervalSince1970 - at > stall else { return false }
-                    last = -1
-                    return true
-                }
-                if hung { kill(pid, SIGKILL) }
-            }
-        }
-        defer { watchdog.cancel() }
-        let ended = try await withTaskCancellationHandler {
-            try await waits.perform {
-                let stderrText = Mutex(Data())
-                let stderrDone = DispatchSemaphore(value: 0)
-                DispatchQueue.global().async {
-                    let handle = errors.fileHandleForReading
-                    while true {
-                        let chunk = handle.availableData
-                        if chunk.isEmpty { break }
-                        stderrText.withLock { d in
-                            d.append(chunk)
-                            if d.count > 4096 { d = d.suffix(4096) }
-                        }
+        let ended = try await withThrowingTaskGroup(of: Void.self, returning: Outcome.self) { watchdog in
+            // Kills the worker once it has been silent for `stall` seconds.
+            watchdog.addTask {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .seconds(min(1, stall / 4)))
+                    let hung = heard.time.withLock { last -> Bool in
+                        guard let at = last, at >= 0, Date().timeIntervalSince1970 - at > stall else { return false }
+                        last = -1
+                        return true
                     }
-                    stderrDone.signal()
+                    if hung { kill(pid, SIGKILL) }
                 }
+            }
+            defer { watchdog.cancelAll() }
+            return try await Self.wait(for: box, pid: pid, input: input, output: output, errors: errors, heard: heard, memoryLimit: memoryLimit, line: line)
+        }
+        let killedAsHung = heard.time.withLock { last -> Bool in
+            defer { last = nil }
+            return last == -1
+        }
+        return killedAsHung ? .died("the processing worker made no progress for \(Int(stall)) s") : ended
+    }
+
+    /// Reads the worker's stdout (each line to `line`) and stderr until they close, and waits for it
+    /// to end; cancelling the task stops it (SIGTERM, then SIGKILL after `stopGrace`).
+    private static func wait(
+        for box: ProcessBox, pid: Int32, input: Pipe, output: Pipe, errors: Pipe, heard: LastHeard, memoryLimit: Int64,
+        line: @escaping @Sendable (String) -> Void
+    ) async throws -> Outcome {
+        try await withTaskCancellationHandler {
+            // Its stderr (the last 4 KiB) is read beside its stdout, each on a thread of `waits`.
+            async let message = waits.perform { () -> String in
+                var tail = Data()
+                let handle = errors.fileHandleForReading
+                while true {
+                    let chunk = handle.availableData
+                    if chunk.isEmpty { break }
+                    tail.append(chunk)
+                    if tail.count > 4096 { tail = tail.suffix(4096) }
+                }
+                return String(decoding: tail, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            }
+            try await waits.perform {
                 var pending = Data()
                 let handle = output.fileHandleForReading
                 while true {
@@ -101,21 +116,15 @@ enum WorkerProcess {
                         pending = Data(pending[(newline + 1)...])
                     }
                 }
-                stderrDone.wait()
                 box.process.waitUntilExit()
-                try? input.fileHandleForWriting.close()
-                let reason = String(decoding: stderrText.withLock { $0 }, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-                return outcome(box.process.terminationReason, box.process.terminationStatus, reason, memoryLimit: memoryLimit)
             }
+            let reason = try await message
+            try? input.fileHandleForWriting.close()
+            return outcome(box.process.terminationReason, box.process.terminationStatus, reason, memoryLimit: memoryLimit)
         } onCancel: {
             kill(pid, SIGTERM)
             DispatchQueue.global().asyncAfter(deadline: .now() + stopGrace) { if box.process.isRunning { kill(pid, SIGKILL) } }
         }
-        let killedAsHung = heard.time.withLock { last -> Bool in
-            defer { last = nil }
-            return last == -1
-        }
-        return killedAsHung ? .died("the processing worker made no progress for \(Int(stall)) s") : ended
     }
 
     /// How a worker that ended with `status` (a signal when `reason` says so) and wrote `message`

@@ -58,7 +58,7 @@ public final class UploadQueue: Sendable {
     private let controls = Mutex<[String: UploadControl]>([:])
     /// Ends `run`'s poll wait early when something changed. A wake signal, not a hand-off: the
     /// work is the entries in `queue.json` (which other processes change too), read on every pass.
-    private let wake = DispatchSemaphore(value: 0)
+    private let wake = Doorbell()
 
     private var queuePath: String { directory + "/queue.json" }
     private let file: SharedJSONFile<QueueFile>
@@ -153,7 +153,7 @@ public final class UploadQueue: Sendable {
             if let uploader = try? makeUploader(entry.destination, resumeStore) { try? uploader.discard(file: entry.file) }
             observer.upload(.cancelled(id: id))
         }
-        wake.signal()
+        wake.ring()
     }
 
     /// Holds an upload: a running one stops (resumable), a waiting one is not picked.
@@ -170,7 +170,7 @@ public final class UploadQueue: Sendable {
             return entries[i]
         }
         if entry.state == .running, entry.owner == getpid() { controls.withLock { $0[id] }?.pause() }
-        wake.signal()
+        wake.ring()
     }
 
     /// Puts a paused or failed upload back in the queue (it continues where the server stopped).
@@ -186,7 +186,7 @@ public final class UploadQueue: Sendable {
                 entries[i].updated = Date()
             }
         }
-        wake.signal()
+        wake.ring()
     }
 
     public func pauseAll() throws {
@@ -202,7 +202,7 @@ public final class UploadQueue: Sendable {
     public func stopAll() {
         stopFlag.store(true, ordering: .releasing)
         for c in controls.withLock({ Array($0.values) }) { c.pause() }
-        wake.signal()
+        wake.ring()
     }
 
     /// Removes finished and cancelled entries from the list, and failed ones when `failed`. What a
@@ -222,6 +222,7 @@ public final class UploadQueue: Sendable {
         stopFlag.store(false, ordering: .releasing)
         let transfers = HelperThreads()
         while true {
+            let seen = wake.count
             let stopping = stopFlag.load(ordering: .acquiring) || (external?.isCancelled ?? false)
             if stopping { for c in controls.withLock({ Array($0.values) }) { c.pause() } }
             let me = getpid()
@@ -264,7 +265,7 @@ public final class UploadQueue: Sendable {
                 transfers.start("upload \(entry.id)", stackSize: 1 << 20) { [self] in
                     work(entry, control)
                     controls.withLock { _ = $0.removeValue(forKey: entry.id) }
-                    wake.signal()
+                    wake.ring()
                 }
             }
             let active = controls.withLock { $0.count }
@@ -273,7 +274,7 @@ public final class UploadQueue: Sendable {
                 let pending = entries.contains { ($0.state == .queued) && (ids?.contains($0.id) ?? true) }
                 if stopping || !pending { break }
             }
-            _ = wake.wait(timeout: .now() + pollInterval)
+            wake.wait(after: seen, atMost: pollInterval)
         }
         transfers.wait()
         let entries = try load()

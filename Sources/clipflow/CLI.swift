@@ -146,20 +146,17 @@ struct Merge: ParsableCommand {
             let graph = graph()
             let (outcome, _) = try door.run(nodes: graph.nodes, edges: graph.edges, grace: 30)
             if let e = ErrorReport.error(outcome) { throw e }
-            if let r = door.log.result("merge") {
-                let clips = Int(r["clips"]?.integer ?? 0)
+            if let r = door.log.result(MergeSummary.self, of: "merge") {
                 var line = String(
                     format: "merged %d clip%@ into %@ (%d video frames, %.1f MB) in %.2f s",
-                    clips, clips == 1 ? "" : "s", output, Int(r["video_frames"]?.integer ?? 0), Double(r["bytes"]?.integer ?? 0) / 1e6,
-                    Date().timeIntervalSince(started))
-                if let turn = r["rotation"]?.integer, turn != 0 { line += ", turned \(turn) degrees" }
-                if let n = r["reencoded_clips"]?.integer, n > 0 { line += ", \(n) re-encoded to match" }
-                if let n = r["own_parameter_sets"]?.integer, n > 0 { line += ", \(n) with their own parameter sets" }
+                    r.clips, r.clips == 1 ? "" : "s", output, r.videoFrames, Double(r.bytes) / 1e6, Date().timeIntervalSince(started))
+                if r.rotation != 0 { line += ", turned \(r.rotation) degrees" }
+                if let n = r.reencodedClips, n > 0 { line += ", \(n) re-encoded to match" }
+                if r.ownParameterSets > 0 { line += ", \(r.ownParameterSets) with their own parameter sets" }
                 door.say(line)
             }
-            if let thumb = thumbnail, let t = door.log.result("thumbnail") {
-                door.say(
-                    "cover \(thumb): \(t["width"]?.integer ?? 0)x\(t["height"]?.integer ?? 0) from \(String(format: "%.2f", t["time"]?.number ?? 0)) s")
+            if let thumb = thumbnail, let t = door.log.result(ThumbnailSummary.self, of: "thumbnail") {
+                door.say("cover \(thumb): \(t.width)x\(t.height) from \(String(format: "%.2f", t.time)) s")
             }
         }
     }

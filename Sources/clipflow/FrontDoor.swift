@@ -112,7 +112,8 @@ final class EventLog: EventSink, Sendable {
         }
     }
 
-    func result(_ stage: String) -> [EventField]? { state.withLock { $0.results[stage] } }
+    /// What `stage` reported in its `result` events, as `type` (nil when it reported none).
+    func result<R: StageResult>(_ type: R.Type, of stage: String) -> R? { state.withLock { $0.results[stage] }.map { R(fields: $0) } }
 
     /// Items dropped so far as the stage last reported, for every cause (or for `cause` alone): a
     /// source what it could not deliver in time, any other stage what its input queues shed.

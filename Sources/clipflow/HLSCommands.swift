@@ -75,8 +75,8 @@ struct HLSWrite: ParsableCommand {
             ).graph(of: inputs)
             let (outcome, _) = try door.run(nodes: graph.nodes, edges: graph.edges, grace: 5)
             if let e = ErrorReport.error(outcome) { throw e }
-            if let r = door.log.result("hls") {
-                door.say("wrote \(r["renditions"]?.integer ?? 0) renditions of \(r["segments"]?.integer ?? 0) segments: \(r["master"]?.string ?? output)")
+            if let r = door.log.result(HLSSummary.self, of: "hls") {
+                door.say("wrote \(r.renditions) renditions of \(r.segments) segments: \(r.master.isEmpty ? output : r.master)")
             }
         }
     }

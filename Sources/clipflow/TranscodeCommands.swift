@@ -101,15 +101,13 @@ struct Transcode: ParsableCommand {
                 nodes: [files] + graph.nodes, edges: graph.entries.map { Edge(from: "files", to: $0, limits: TranscodeStage.kind.queue) } + graph.edges,
                 grace: 5)
             if let e = ErrorReport.error(outcome) { throw e }
-            if let r = door.log.result("transcode") {
+            if let r = door.log.result(TranscodeSummary.self, of: "transcode") {
                 let wall = Date().timeIntervalSince(started)
-                let seconds = r["seconds"]?.number ?? 0
                 door.say(
                     String(
                         format: "transcoded %d input%@ into %@ (%dx%d, %d frames, %.1f s, %.1f MB) in %.2f s (%.2fx)",
-                        inputs.count, inputs.count == 1 ? "" : "s", output, Int(r["width"]?.integer ?? 0),
-                        Int(r["height"]?.integer ?? 0), Int(r["video_frames"]?.integer ?? 0), seconds, Double(r["bytes"]?.integer ?? 0) / 1e6, wall,
-                        wall > 0 ? seconds / wall : 0))
+                        inputs.count, inputs.count == 1 ? "" : "s", output, r.width, r.height, r.videoFrames, r.seconds, Double(r.bytes) / 1e6, wall,
+                        wall > 0 ? r.seconds / wall : 0))
             }
         }
     }

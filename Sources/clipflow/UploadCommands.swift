@@ -158,14 +158,15 @@ func runUploads(_ ids: [String]?, queue: QueueFlags, concurrency: ConcurrencyFla
     let node = StageNode("upload") { UploadQueueStage(id: "upload", directory: path, concurrency: concurrency, ids: ids ?? []) }
     let (outcome, _) = try door.run(nodes: [node], edges: [], grace: 10)
     if outcome == .interrupted {
-        let paused = door.log.result("upload")?["paused"]?.integer ?? 0
+        let paused = door.log.result(UploadQueueSummary.self, of: "upload")?.paused ?? 0
         throw ClipFlowError(
             .interrupted, "stopped: \(paused) upload(s) paused and kept in the queue; `clipflow upload run --queue \(path)` continues them")
     }
     // Each failure was told as it happened (with its reason): the closing error sums up.
-    if case .failed(_, let e) = outcome, door.showsItems, let ids = door.log.result("upload")?["failed_ids"]?.string, !ids.isEmpty {
-        let n = ids.split(separator: " ").count
-        throw ClipFlowError(e.kind, "\(n) upload\(n == 1 ? "" : "s") failed (above); `clipflow upload resume \(ids) --queue \(path)` retries")
+    if case .failed(_, let e) = outcome, door.showsItems, let ids = door.log.result(UploadQueueSummary.self, of: "upload")?.failedIDs, !ids.isEmpty {
+        let n = ids.count
+        throw ClipFlowError(
+            e.kind, "\(n) upload\(n == 1 ? "" : "s") failed (above); `clipflow upload resume \(ids.joined(separator: " ")) --queue \(path)` retries")
     }
     if let e = ErrorReport.error(outcome) { throw e }
 }

@@ -156,7 +156,7 @@ final class VideoRenditionStage: Stage {
             if rung.height > short, !always {
                 skipped = true
                 let why = "the pictures are \(v.width)x\(v.height), smaller than the rung"
-                context.emit(.result([EventField("left_out", .string(why))]))
+                context.emit(RenditionLeftOut(reason: why))
                 if asked { context.emit(.notice("\(rung.name) left out: \(why)")) }
                 return .endOfStream
             }
@@ -428,4 +428,15 @@ extension AVCConfiguration {
         rec += [1, UInt8(pps.count >> 8), UInt8(pps.count & 0xff)] + pps
         return AVCConfiguration(rec)
     }
+}
+
+/// A rung left out of its ladder, and why: its rendition's `result` event.
+public struct RenditionLeftOut: StageResult, Equatable {
+    public var reason: String
+
+    public init(reason: String) { self.reason = reason }
+
+    public var fields: [EventField] { [EventField("left_out", .string(reason))] }
+
+    public init(fields: [EventField]) { self.init(reason: fields.text("left_out")) }
 }

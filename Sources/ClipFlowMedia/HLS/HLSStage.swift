@@ -98,10 +98,7 @@ final class LadderStage: Stage {
         let master = folder.output.appendingPathComponent("master.m3u8")
         context.emit(.output(path: master.path))
         context.emit(
-            .result([
-                .init("renditions", .integer(Int64(video.count))), .init("playlists", .string(video.map(\.playlistURI).joined(separator: ","))),
-                .init("segments", .integer(Int64(video[0].segments.count))), .init("master", .string(master.path))
-            ]))
+            HLSSummary(renditions: video.count, playlists: video.map(\.playlistURI), segments: video[0].segments.count, master: master.path))
     }
 
     func finish(_ context: StageContext, outcome: StageOutcome) {
@@ -146,5 +143,36 @@ extension SegmentSchedule {
     public init(profile: String, segment: Double?) {
         let base: SegmentSchedule = profile == "feed" ? .feed : .vod
         self = segment.map { SegmentSchedule(length: $0, first: profile == "feed" ? min(1, $0) : $0) } ?? base
+    }
+}
+
+/// What a ladder wrote: its `result` event.
+public struct HLSSummary: StageResult, Equatable {
+    public var renditions: Int
+    /// The renditions' playlists, as the master names them.
+    public var playlists: [String]
+    /// Segments of the first rendition.
+    public var segments: Int
+    /// The master playlist's path.
+    public var master: String
+
+    public init(renditions: Int, playlists: [String], segments: Int, master: String) {
+        self.renditions = renditions
+        self.playlists = playlists
+        self.segments = segments
+        self.master = master
+    }
+
+    public var fields: [EventField] {
+        [
+            .init("renditions", .integer(Int64(renditions))), .init("playlists", .string(playlists.joined(separator: ","))),
+            .init("segments", .integer(Int64(segments))), .init("master", .string(master))
+        ]
+    }
+
+    public init(fields f: [EventField]) {
+        self.init(
+            renditions: f.int("renditions"), playlists: f.text("playlists").split(separator: ",").map(String.init), segments: f.int("segments"),
+            master: f.text("master"))
     }
 }

@@ -149,16 +149,14 @@ public final class MergeStage: Stage {
         var merged: [FileOrigin] = []
         do {
             let r: MergeResult
+            var conformed: (reencoded: Int, harmonised: Int)?
             if conform {
                 let (merged, plan) = try ConformingMerger(
                     inputs: clips.all.map(\.path), options: options, preset: preset, progress: StageProgress(context: context), cancel: cancelFlag,
                     threads: context.helpers, probed: clips.all.map(\.probe)
                 ).run()
                 r = merged
-                context.emit(
-                    .result([
-                        .init("reencoded_clips", .integer(Int64(plan.reencoded.count))), .init("harmonised_clips", .integer(Int64(plan.harmonised.count)))
-                    ]))
+                conformed = (plan.reencoded.count, plan.harmonised.count)
             } else {
                 r = try Merger(
                     inputs: clips.all.map(\.path), options: options, progress: StageProgress(context: context), cancel: cancelFlag,
@@ -167,10 +165,9 @@ public final class MergeStage: Stage {
             }
             context.emit(.output(path: r.output.path))
             context.emit(
-                .result([
-                    .init("clips", .integer(Int64(r.clips))), .init("video_frames", .integer(Int64(r.videoFrames))), .init("bytes", .integer(r.bytes)),
-                    .init("rotation", .integer(Int64(r.rotation))), .init("own_parameter_sets", .integer(Int64(r.ownParameterSets)))
-                ]))
+                MergeSummary(
+                    clips: r.clips, videoFrames: r.videoFrames, bytes: r.bytes, rotation: r.rotation, ownParameterSets: r.ownParameterSets,
+                    reencodedClips: conformed?.reencoded, harmonisedClips: conformed?.harmonised))
             merged = r.sources
         } catch let e as ClipFlowError where e.kind == .interrupted && context.stopRequested && !context.cancellation.isCancelled {
             return
@@ -179,5 +176,49 @@ public final class MergeStage: Stage {
         var item = Item.file(output, type: .video)
         item.facts[FileOrigins.self] = FileOrigins(merged)
         context.push(item)
+    }
+}
+
+/// What a merge made: its `result` event.
+public struct MergeSummary: StageResult, Equatable {
+    public var clips: Int
+    public var videoFrames: Int
+    public var bytes: Int64
+    /// Clockwise degrees written into the display matrix.
+    public var rotation: Int
+    /// Clips whose pictures carry parameter sets of their own (in band).
+    public var ownParameterSets: Int
+    /// With `conform`: the clips re-encoded to match, and those whose audio alone was made to.
+    public var reencodedClips: Int?
+    public var harmonisedClips: Int?
+
+    public init(
+        clips: Int, videoFrames: Int, bytes: Int64, rotation: Int, ownParameterSets: Int, reencodedClips: Int? = nil, harmonisedClips: Int? = nil
+    ) {
+        self.clips = clips
+        self.videoFrames = videoFrames
+        self.bytes = bytes
+        self.rotation = rotation
+        self.ownParameterSets = ownParameterSets
+        self.reencodedClips = reencodedClips
+        self.harmonisedClips = harmonisedClips
+    }
+
+    public var fields: [EventField] {
+        var f: [EventField] = []
+        if let reencodedClips, let harmonisedClips {
+            f += [.init("reencoded_clips", .integer(Int64(reencodedClips))), .init("harmonised_clips", .integer(Int64(harmonisedClips)))]
+        }
+        return f + [
+            .init("clips", .integer(Int64(clips))), .init("video_frames", .integer(Int64(videoFrames))), .init("bytes", .integer(bytes)),
+            .init("rotation", .integer(Int64(rotation))), .init("own_parameter_sets", .integer(Int64(ownParameterSets)))
+        ]
+    }
+
+    public init(fields f: [EventField]) {
+        self.init(
+            clips: f.int("clips"), videoFrames: f.int("video_frames"), bytes: f.int64("bytes"), rotation: f.int("rotation"),
+            ownParameterSets: f.int("own_parameter_sets"), reencodedClips: f["reencoded_clips"]?.integer.map(Int.init),
+            harmonisedClips: f["harmonised_clips"]?.integer.map(Int.init))
     }
 }

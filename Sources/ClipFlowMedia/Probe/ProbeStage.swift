@@ -58,6 +58,17 @@ final class ProbeStage: Stage {
             for item in waiting[input]! where context.push(item) == .flushing { return }
         }
         waiting = [:]
-        context.emit(.result([.init("probed", .integer(Int64(probed)))]))
+        context.emit(ProbeSummary(probed: probed))
     }
+}
+
+/// How many clips a probe stage probed: its `result` event.
+public struct ProbeSummary: StageResult, Equatable {
+    public var probed: Int
+
+    public init(probed: Int) { self.probed = probed }
+
+    public var fields: [EventField] { [.init("probed", .integer(Int64(probed)))] }
+
+    public init(fields: [EventField]) { self.init(probed: fields.int("probed")) }
 }

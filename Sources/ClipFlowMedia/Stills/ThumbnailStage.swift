@@ -57,7 +57,25 @@ public final class ThumbnailStage: Stage {
         let r = try Thumbnailer(path: video, sources: item.facts[FileOrigins.self]?.stretches ?? [], cancel: cancelFlag).write(
             to: URL(fileURLWithPath: output), limit: size, replacing: overwrite)
         context.emit(.output(path: output))
-        context.emit(.result([.init("width", .integer(Int64(r.width))), .init("height", .integer(Int64(r.height))), .init("time", .number(r.time))]))
+        context.emit(ThumbnailSummary(width: r.width, height: r.height, time: r.time))
         return context.push(.file(output, type: .image)) == .flushing ? .flushing : .ok
     }
+}
+
+/// The cover a thumbnail stage wrote: its `result` event.
+public struct ThumbnailSummary: StageResult, Equatable {
+    public var width: Int
+    public var height: Int
+    /// Seconds into the video of the picture chosen.
+    public var time: Double
+
+    public init(width: Int, height: Int, time: Double) {
+        self.width = width
+        self.height = height
+        self.time = time
+    }
+
+    public var fields: [EventField] { [.init("width", .integer(Int64(width))), .init("height", .integer(Int64(height))), .init("time", .number(time))] }
+
+    public init(fields f: [EventField]) { self.init(width: f.int("width"), height: f.int("height"), time: f.double("time")) }
 }

@@ -128,10 +128,7 @@ public final class DecodeStage: Stage {
         } catch let e as ClipFlowError where e.kind == .interrupted && context.stopRequested && !context.cancellation.isCancelled {
             return
         }
-        context.emit(
-            .result([
-                .init("inputs", .integer(Int64(files.all.count))), .init("video_frames", .integer(sequence)), .init("audio_samples", .integer(samples))
-            ]))
+        context.emit(DecodeSummary(inputs: files.all.count, videoFrames: sequence, audioSamples: samples))
     }
 
     /// What the frames of `shape` are, as the stages taking them are told; `duration`: the
@@ -230,4 +227,23 @@ final class PicturePacker {
             return try body(wrapper)
         }
     }
+}
+
+/// What a decode stage decoded: its `result` event.
+public struct DecodeSummary: StageResult, Equatable {
+    public var inputs: Int
+    public var videoFrames: Int64
+    public var audioSamples: Int64
+
+    public init(inputs: Int, videoFrames: Int64, audioSamples: Int64) {
+        self.inputs = inputs
+        self.videoFrames = videoFrames
+        self.audioSamples = audioSamples
+    }
+
+    public var fields: [EventField] {
+        [.init("inputs", .integer(Int64(inputs))), .init("video_frames", .integer(videoFrames)), .init("audio_samples", .integer(audioSamples))]
+    }
+
+    public init(fields f: [EventField]) { self.init(inputs: f.int("inputs"), videoFrames: f.int64("video_frames"), audioSamples: f.int64("audio_samples")) }
 }

@@ -117,11 +117,8 @@ final class EncodeStage: Stage {
         report(file.videoSeconds, final: true, context)
         context.emit(.output(path: output))
         context.emit(
-            .result([
-                .init("width", .integer(Int64(shape.width))), .init("height", .integer(Int64(shape.height))),
-                .init("video_frames", .integer(Int64(file.videoFrames))), .init("seconds", .number(file.videoSeconds)), .init("bytes", .integer(bytes)),
-                .init("rotation", .integer(Int64(shape.rotation)))
-            ]))
+            TranscodeSummary(
+                width: shape.width, height: shape.height, videoFrames: file.videoFrames, seconds: file.videoSeconds, bytes: bytes, rotation: shape.rotation))
         context.push(.file(output, type: .video))
     }
 
@@ -129,5 +126,39 @@ final class EncodeStage: Stage {
     func finish(_ context: StageContext, outcome: StageOutcome) {
         file?.discard()
         file = nil
+    }
+}
+
+/// What a transcode wrote: its encode's `result` event.
+public struct TranscodeSummary: StageResult, Equatable {
+    public var width: Int
+    public var height: Int
+    public var videoFrames: Int
+    /// Seconds of video.
+    public var seconds: Double
+    public var bytes: Int64
+    /// Clockwise degrees written into the display matrix.
+    public var rotation: Int
+
+    public init(width: Int, height: Int, videoFrames: Int, seconds: Double, bytes: Int64, rotation: Int) {
+        self.width = width
+        self.height = height
+        self.videoFrames = videoFrames
+        self.seconds = seconds
+        self.bytes = bytes
+        self.rotation = rotation
+    }
+
+    public var fields: [EventField] {
+        [
+            .init("width", .integer(Int64(width))), .init("height", .integer(Int64(height))), .init("video_frames", .integer(Int64(videoFrames))),
+            .init("seconds", .number(seconds)), .init("bytes", .integer(bytes)), .init("rotation", .integer(Int64(rotation)))
+        ]
+    }
+
+    public init(fields f: [EventField]) {
+        self.init(
+            width: f.int("width"), height: f.int("height"), videoFrames: f.int("video_frames"), seconds: f.double("seconds"), bytes: f.int64("bytes"),
+            rotation: f.int("rotation"))
     }
 }

@@ -106,13 +106,11 @@ enum StageUploads {
         for e in ended where e.state == .finished {
             context.emit(.output(path: e.result?.watchURL ?? e.result?.url ?? e.file))
         }
-        func count(_ states: [QueueEntry.State]) -> EventValue { .integer(Int64(ended.filter { states.contains($0.state) }.count)) }
+        func count(_ states: [QueueEntry.State]) -> Int { ended.filter { states.contains($0.state) }.count }
         context.emit(
-            .result([
-                EventField("finished", count([.finished])), EventField("paused", count([.queued, .running, .paused])),
-                EventField("failed", count([.failed])), EventField("cancelled", count([.cancelled])),
-                EventField("failed_ids", .string(ended.filter { $0.state == .failed }.map(\.id).joined(separator: " ")))
-            ]))
+            UploadQueueSummary(
+                finished: count([.finished]), paused: count([.queued, .running, .paused]), failed: count([.failed]), cancelled: count([.cancelled]),
+                failedIDs: ended.filter { $0.state == .failed }.map(\.id)))
         if context.stopRequested { return }
         let failed = ended.filter { $0.state == .failed }
         guard !failed.isEmpty else { return }
@@ -122,5 +120,38 @@ enum StageUploads {
             return "\(text) (id \(e.id); `clipflow upload resume \(e.id) --queue \(directory)` retries)"
         }
         throw ClipFlowError.failure(lines.joined(separator: "\n"))
+    }
+}
+
+/// How a queue's run ended: its `result` event.
+public struct UploadQueueSummary: StageResult, Equatable {
+    public var finished: Int
+    /// Left in the queue (queued, running or paused when the run stopped).
+    public var paused: Int
+    public var failed: Int
+    public var cancelled: Int
+    /// The entries that failed.
+    public var failedIDs: [String]
+
+    public init(finished: Int, paused: Int, failed: Int, cancelled: Int, failedIDs: [String]) {
+        self.finished = finished
+        self.paused = paused
+        self.failed = failed
+        self.cancelled = cancelled
+        self.failedIDs = failedIDs
+    }
+
+    public var fields: [EventField] {
+        [
+            EventField("finished", .integer(Int64(finished))), EventField("paused", .integer(Int64(paused))),
+            EventField("failed", .integer(Int64(failed))), EventField("cancelled", .integer(Int64(cancelled))),
+            EventField("failed_ids", .string(failedIDs.joined(separator: " ")))
+        ]
+    }
+
+    public init(fields f: [EventField]) {
+        self.init(
+            finished: f.int("finished"), paused: f.int("paused"), failed: f.int("failed"), cancelled: f.int("cancelled"),
+            failedIDs: f.text("failed_ids").split(separator: " ").map(String.init))
     }
 }

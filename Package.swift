@@ -70,6 +70,11 @@ let package = Package(
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
             ],
+            // The feed page (HTTP/FeedPage.swift): in the binary as bytes, so no resource bundle.
+            resources: [
+                .embedInCode("HTTP/FeedPage/feed.html"), .embedInCode("HTTP/FeedPage/feed.css"),
+                .embedInCode("HTTP/FeedPage/feed.js")
+            ],
             swiftSettings: staticStdlib),
         // The emulated vivid camera (a kernel stand-in behind ClipFlowCapture's syscall seam): the
         // tests' camera, and the CLI's "no camera here" feature (CLIPFLOW_V4L2_EMULATE). It speaks

@@ -1,17 +1,20 @@
+import ClipFlowUpload
 import XCTest
 
 @testable import ClipFlowServe
 
 /// The TUS headers the server parses, and the database it keeps its truth in.
 final class TUSHeaderTests: XCTestCase {
+    /// The server reads Upload-Metadata with the client's codec (`TUSMetadata`, tested in
+    /// `TUSMetadataTests`); what it refuses it answers 400 (`ServeCLITests`).
     func testUploadMetadataIsCheckedAndDecoded() {
-        XCTAssertNil(TUSServer.metadataProblem(""))
-        XCTAssertNil(TUSServer.metadataProblem("filename aGVsbG8udHh0,is_confidential"))
-        XCTAssertEqual(TUSServer.metadata("filename aGVsbG8udHh0,is_confidential"), ["filename": "hello.txt", "is_confidential": ""])
-        XCTAssertEqual(TUSServer.metadataProblem("filename not*base64"), "the value of \"filename\" is not base64")
-        XCTAssertEqual(TUSServer.metadataProblem("a YQ==,a Yg=="), "key \"a\" appears twice")
-        XCTAssertNotNil(TUSServer.metadataProblem("a b c"))
-        XCTAssertNotNil(TUSServer.metadataProblem("ключ YQ=="))
+        XCTAssertEqual(try TUSMetadata.decode(""), [:])
+        XCTAssertEqual(try TUSMetadata.decode("filename aGVsbG8udHh0,is_confidential"), ["filename": "hello.txt", "is_confidential": ""])
+        XCTAssertThrowsError(try TUSMetadata.decode("filename not*base64")) { XCTAssertEqual("\($0)", "the value of \"filename\" is not base64") }
+        XCTAssertThrowsError(try TUSMetadata.decode("a YQ==,a Yg==")) { XCTAssertEqual("\($0)", "key \"a\" appears twice") }
+        XCTAssertThrowsError(try TUSMetadata.decode("a b c"))
+        XCTAssertThrowsError(try TUSMetadata.decode("ключ YQ=="))
+        XCTAssertEqual(TUSMetadata.removing("token", from: "video_id MQ==,token dA==, title"), "video_id MQ==, title")
     }
 
     func testUploadChecksumHeader() throws {

@@ -69,7 +69,7 @@ final class GcoreTests: XCTestCase {
 
         let token = try XCTUnwrap((state["upload_tokens"] as? [String: String])?[vid])
         let r = try CurlTransport().perform(HTTPRequest(method: "HEAD", url: url, headers: [("Tus-Resumable", "1.0.0")]))
-        let meta = decodeMetadata(r.header("upload-metadata") ?? "")
+        let meta = try TUSMetadata.decode(r.header("upload-metadata") ?? "")
         XCTAssertEqual(meta["filename"], "holiday.mp4")
         XCTAssertEqual(meta["video_id"], vid)
         XCTAssertEqual(meta["client_id"], "1234")
@@ -186,7 +186,7 @@ final class GcoreTests: XCTestCase {
         let token = try XCTUnwrap((state["upload_tokens"] as? [String: String])?[vid])
         let url = try XCTUnwrap(result.url)
         let r = try CurlTransport().perform(HTTPRequest(method: "HEAD", url: url, headers: [("Tus-Resumable", "1.0.0")]))
-        XCTAssertEqual(decodeMetadata(r.header("upload-metadata") ?? "")["token"], token, "created with the fresh upload token")
+        XCTAssertEqual(try TUSMetadata.decode(r.header("upload-metadata") ?? "")["token"], token, "created with the fresh upload token")
         XCTAssertEqual(try fileSHA256(tus.storedPath(url)), try fileSHA256(file))
     }
 

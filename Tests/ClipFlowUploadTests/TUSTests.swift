@@ -96,7 +96,7 @@ final class TUSTests: XCTestCase {
         let r = try CurlTransport().perform(HTTPRequest(method: "HEAD", url: url, headers: [("Tus-Resumable", "1.0.0")]))
         XCTAssertEqual(r.header("upload-offset"), "1000000")
         XCTAssertEqual(r.header("upload-length"), "1000000")
-        let meta = decodeMetadata(r.header("upload-metadata") ?? "")
+        let meta = try TUSMetadata.decode(r.header("upload-metadata") ?? "")
         XCTAssertEqual(meta["filename"], "clip one.mp4")
         XCTAssertEqual(meta["filetype"], "video/mp4")
         XCTAssertEqual(meta["title"], "Hällo, world")

@@ -1,88 +1,23 @@
 import ClipFlowMedia
+import ClipFlowUpload
 import Foundation
 import HTTPTypes
 import Hummingbird
 
-/// A video as the hosting API shows it (Gcore's fields): every field present, absent values as
-/// `null`.
-struct VideoResource: Encodable, Sendable {
-    var id: Int64
-    var name: String
-    var description: String?
-    var clientID: Int64
-    var status: VideoRow.Status
-    var mode: VideoRow.Mode
-    /// Why processing failed, without any path of the data folder.
-    var error: String?
-    var duration: Double?
-    /// The poster's URL; empty until the video is published.
-    var screenshot: String
-    /// The master playlist's URL; empty until the video is published.
-    var hlsURL: String
-    var renditions: [RenditionState]
-    /// 0 to 1, never moving back.
-    var progress: Double
-    var createdAt: Double
+/// A video as the hosting API shows it: Gcore's fields (`Gcore.Video`, the type the upload
+/// client reads), every field present, absent values as `null`.
+typealias VideoResource = Gcore.Video
 
-    struct RenditionState: Encodable, Sendable {
-        var name: String
-        var status: String
-        var progress: Double?
+extension Gcore.Video {
+    /// A video of this server, every field set from its row's values.
+    init(
+        id: Int64, name: String, description: String?, clientID: Int64, status: VideoRow.Status, mode: VideoRow.Mode, error: String?,
+        duration: Double?, screenshot: String, hlsURL: String, renditions: [Rendition], progress: Double, createdAt: Double
+    ) {
+        self.init(
+            id: .number(id), name: name, description: description, clientID: .number(clientID), status: status.rawValue, mode: mode.rawValue,
+            error: error, duration: duration, screenshot: screenshot, hlsURL: hlsURL, renditions: renditions, progress: progress, createdAt: createdAt)
     }
-
-    enum CodingKeys: String, CodingKey {
-        case id, name, description, status, mode, error, duration, screenshot, renditions, progress
-        case clientID = "client_id", hlsURL = "hls_url", createdAt = "created_at"
-    }
-
-    func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(id, forKey: .id)
-        try c.encode(name, forKey: .name)
-        try c.encode(description, forKey: .description)
-        try c.encode(clientID, forKey: .clientID)
-        try c.encode(status.rawValue, forKey: .status)
-        try c.encode(mode.rawValue, forKey: .mode)
-        try c.encode(error, forKey: .error)
-        try c.encode(duration, forKey: .duration)
-        try c.encode(screenshot, forKey: .screenshot)
-        try c.encode(hlsURL, forKey: .hlsURL)
-        try c.encode(renditions, forKey: .renditions)
-        try c.encode(progress, forKey: .progress)
-        try c.encode(createdAt, forKey: .createdAt)
-    }
-}
-
-/// The answer of `GET /videos/{id}/upload`: where and with which token the video's upload goes
-/// (Gcore's shape).
-struct UploadTarget: Encodable, Sendable {
-    var servers: [Server]
-    var token: String
-    var video: Video
-
-    struct Server: Encodable, Sendable {
-        var id: Int
-        var hostname: String
-    }
-
-    struct Video: Encodable, Sendable {
-        var id: Int64
-        var clientID: Int64
-        enum CodingKeys: String, CodingKey {
-            case id
-            case clientID = "client_id"
-        }
-    }
-}
-
-/// The answer of `POST /auth/refresh`.
-struct AccessGrant: Encodable, Sendable {
-    var access: String
-}
-
-/// The answer of a refused API request.
-struct RefusalBody: Encodable, Sendable {
-    var detail: String
 }
 
 /// `GET /feed.json`: each playable video's published manifest entry, its paths made absolute,
@@ -126,12 +61,12 @@ struct JSONAnswer<Value: Encodable & Sendable>: ResponseGenerator, Sendable {
     }
 }
 
-/// The hosting API's refusals as JSON (`{"detail": reason}`, `no-store`); an error that is not a
+/// The hosting API's refusals as JSON (`Gcore.Refusal`: `{"detail": reason}`, `no-store`); an error that is not a
 /// refusal is a bare 500 (its cause may name server paths).
 struct JSONRefusals<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do { return try await next(request, context) } catch let refusal as HTTPRefusal {
-            return try JSONAnswer(value: RefusalBody(detail: refusal.reason), status: refusal.status).response(from: request, context: context)
+            return try JSONAnswer(value: Gcore.Refusal(detail: refusal.reason), status: refusal.status).response(from: request, context: context)
         } catch {
             return Response(status: .internalServerError)
         }

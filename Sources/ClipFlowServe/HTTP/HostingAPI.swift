@@ -1,11 +1,13 @@
 import ClipFlowCore
 import ClipFlowMedia
+import ClipFlowUpload
 import Foundation
 import HTTPTypes
 import Hummingbird
 
 /// The hosting API, shaped as Gcore's video API so that `clipflow upload --to gcore` (and clients
-/// written for it) work against this server unchanged:
+/// written for it) work against this server unchanged; its bodies are the client's own types
+/// (`Gcore`: `Refresh`, `Tokens`, `NewVideo`, `Video`, `UploadTarget`, `Refusal`):
 ///
 ///     POST   /auth/refresh        {"refresh": API key}      -> {"access"}  (an access token, 1 h)
 ///     POST   /videos              {"name", "description"?, "client_id"?, "mode"?: "ladder"|"copy"} -> 201 video
@@ -65,18 +67,18 @@ struct HostingAPI: Sendable {
 
     // MARK: routes
 
-    private func refresh(_ request: Request) async throws -> JSONAnswer<AccessGrant> {
-        let body = try await jsonBody(request, as: RefreshBody.self)
+    private func refresh(_ request: Request) async throws -> JSONAnswer<Gcore.Tokens> {
+        let body = try await jsonBody(request, as: Gcore.Refresh.self, expecting: ["refresh": "a string"])
         if tokens.apiKey != nil {
             guard let refresh = body.refresh, tokens.isAPIKey(refresh) else {
                 throw HTTPRefusal(.unauthorized, "refresh: unknown refresh token")
             }
         }
-        return JSONAnswer(value: AccessGrant(access: tokens.access()))
+        return JSONAnswer(value: Gcore.Tokens(access: tokens.access()))
     }
 
     private func create(_ request: Request) async throws -> JSONAnswer<VideoResource> {
-        let body = try await jsonBody(request, as: NewVideoBody.self)
+        let body = try NewVideoBody(try await jsonBody(request, as: Gcore.NewVideo.self, expecting: NewVideoBody.expected))
         let row = try await database.insert(
             VideoRow(
                 id: nil, name: body.name, description: body.description, clientID: body.clientID, status: .pending, mode: body.mode, error: nil,
@@ -107,12 +109,12 @@ struct HostingAPI: Sendable {
         return Response(status: .noContent)
     }
 
-    private func uploadTarget(_ v: VideoRow, _ request: Request) throws -> JSONAnswer<UploadTarget> {
+    private func uploadTarget(_ v: VideoRow, _ request: Request) throws -> JSONAnswer<Gcore.UploadTarget> {
         guard v.status == .pending else { throw HTTPRefusal(.conflict, "video \(v.id!) was uploaded already") }
         return JSONAnswer(
-            value: UploadTarget(
+            value: Gcore.UploadTarget(
                 servers: [.init(id: 1, hostname: request.head.authority ?? "127.0.0.1")], token: tokens.upload(video: v.id!),
-                video: .init(id: v.id!, clientID: v.clientID)))
+                video: .init(id: .number(v.id!), clientID: .number(v.clientID))))
     }
 
     private func feed(_ request: Request) async throws -> JSONAnswer<HostedFeed> {
@@ -150,7 +152,7 @@ struct HostingAPI: Sendable {
         let host = TUSServer.origin(of: request) ?? ""
         let base = v.published.isEmpty ? nil : "\(host)/media/\(v.id!)/\(v.published)/"
         let published = Set(v.renditions.split(separator: ",").map(String.init))
-        var renditions = LadderRung.ordered(published).map { VideoResource.RenditionState(name: $0, status: "ready") }
+        var renditions = LadderRung.ordered(published).map { VideoResource.Rendition(name: $0, status: "ready") }
         var progress = v.status == .ready ? 1.0 : 0
         if v.status == .viewable || v.status == .processing {
             // This server's own worker knows it best; another server's recorded it in the store.
@@ -165,8 +167,9 @@ struct HostingAPI: Sendable {
     }
 
     /// The body as `Body`: `application/json`, at most `maxBody` bytes, a JSON object (an empty
-    /// body is `{}`) whose fields `Body` checks.
-    private func jsonBody<Body: Decodable>(_ request: Request, as: Body.Type) async throws -> Body {
+    /// body is `{}`) whose fields have `Body`'s types; a field that does not is refused naming it
+    /// and what it expects (`expecting`, by field).
+    private func jsonBody<Body: Decodable>(_ request: Request, as: Body.Type, expecting: [String: String]) async throws -> Body {
         let type = request.headers[.contentType]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
         guard type == "application/json" else {
             throw HTTPRefusal(.unsupportedMediaType, "Content-Type: expected application/json, got '\((request.headers[.contentType] ?? "").prefix(60))'")
@@ -175,9 +178,22 @@ struct HostingAPI: Sendable {
         let buffer: ByteBuffer
         do { buffer = try await r.collectBody(upTo: Self.maxBody) } catch { throw HTTPRefusal(.contentTooLarge, "the body is above 64 KiB") }
         let data = buffer.readableBytes > 0 ? Data(buffer.readableBytesView) : Data("{}".utf8)
-        do { return try JSONDecoder().decode(Body.self, from: data) } catch let refusal as HTTPRefusal { throw refusal } catch {
+        do { return try JSONDecoder().decode(Body.self, from: data) } catch {
+            if let field = Self.field(of: error), let expected = expecting[field] { throw HTTPRefusal(.badRequest, "\(field): expected \(expected)") }
             throw HTTPRefusal(.badRequest, "the body is not a JSON object")
         }
+    }
+
+    /// The body field a decoding error is about (nil: the body as a whole). `Gcore`'s request types
+    /// report every failure of a field at the field, a number out of its type's range too.
+    static func field(of error: any Error) -> String? {
+        let path: [any CodingKey]
+        switch error as? DecodingError {
+        case .keyNotFound(let key, let context)?: path = context.codingPath + [key]
+        case .typeMismatch(_, let context)?, .valueNotFound(_, let context)?, .dataCorrupted(let context)?: path = context.codingPath
+        default: return nil
+        }
+        return path.first?.stringValue
     }
 
 }
@@ -225,7 +241,7 @@ extension HostingAPI {
     /// waiting for it, is deleted with it; a video made by `POST /videos` stays (its client may
     /// upload again).
     func abandoned(_ upload: UploadRow) async {
-        guard TUSServer.metadata(upload.metadata)["video_id"] == nil, let vid = upload.videoID,
+        guard (try? TUSMetadata.decode(upload.metadata))?["video_id"] == nil, let vid = upload.videoID,
             let v = try? await database.video(vid), v.status == .pending, v.uploadID == nil
         else { return }
         try? await database.deleteVideo(vid)
@@ -237,50 +253,28 @@ extension HostingAPI {
     }
 }
 
-/// The body of `POST /videos`, each field checked (400 naming it).
-struct NewVideoBody: Decodable {
+/// The body of `POST /videos` (`Gcore.NewVideo`, its types checked by `jsonBody`), each
+/// field's value checked (400 naming it).
+struct NewVideoBody {
     var name: String
     var description: String?
     var clientID: Int64
     var mode: VideoRow.Mode
 
-    enum Key: String, CodingKey {
-        case name, description, mode
-        case clientID = "client_id"
-    }
+    /// What each field must be.
+    static let expected = [
+        "name": "a non-empty string of at most 500 characters", "description": "a string or null",
+        "client_id": "a whole number from 0 to \(Int64.max)", "mode": "\"ladder\" or \"copy\""
+    ]
 
-    init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: Key.self)
-        let name = try field(Key.name, "a non-empty string of at most 500 characters") { try c.decodeIfPresent(String.self, forKey: .name) }
-        guard let name, !name.isEmpty, name.count <= 500 else { throw HTTPRefusal(.badRequest, "name: expected a non-empty string of at most 500 characters") }
-        self.name = name
-        description = try field(Key.description, "a string or null") { try c.decodeIfPresent(String.self, forKey: .description) }
-        let range = "a whole number from 0 to \(Int64.max)"
-        let client = try field(Key.clientID, range) { try c.decodeIfPresent(Int64.self, forKey: .clientID) }
-        guard (client ?? 0) >= 0 else { throw HTTPRefusal(.badRequest, "client_id: expected \(range)") }
-        clientID = client ?? 1
-        let modes = "\"ladder\" or \"copy\""
-        let text = try field(Key.mode, modes) { try c.decodeIfPresent(String.self, forKey: .mode) }
-        guard let m = VideoRow.Mode(rawValue: text ?? "ladder") else { throw HTTPRefusal(.badRequest, "mode: expected \(modes)") }
+    init(_ body: Gcore.NewVideo) throws {
+        func refuse(_ field: String) -> HTTPRefusal { HTTPRefusal(.badRequest, "\(field): expected \(Self.expected[field] ?? "")") }
+        guard !body.name.isEmpty, body.name.count <= 500 else { throw refuse("name") }
+        name = body.name
+        description = body.description
+        guard (body.clientID ?? 0) >= 0 else { throw refuse("client_id") }
+        clientID = body.clientID ?? 1
+        guard let m = VideoRow.Mode(rawValue: body.mode ?? "ladder") else { throw refuse("mode") }
         mode = m
     }
-}
-
-/// The body of `POST /auth/refresh`.
-struct RefreshBody: Decodable {
-    var refresh: String?
-
-    enum Key: String, CodingKey { case refresh }
-
-    init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: Key.self)
-        refresh = try field(Key.refresh, "a string") { try c.decodeIfPresent(String.self, forKey: .refresh) }
-    }
-}
-
-/// A body field decoded by `read`; a value of the wrong type or out of range is refused with 400
-/// naming the field and what it expects (whatever the decoder threw: a number too large for the
-/// type is reported by an error type of its own).
-private func field<T, K: CodingKey>(_ key: K, _ expected: String, _ read: () throws -> T) throws -> T {
-    do { return try read() } catch { throw HTTPRefusal(.badRequest, "\(key.stringValue): expected \(expected)") }
 }

@@ -34,12 +34,14 @@ enum Pages {
             let cover = v.screenshot.isEmpty ? nil : v.screenshot
             let seconds = v.duration.map { String(format: "%d:%02d", Int($0) / 60, Int($0) % 60) } ?? "–"
             var picture = cover.map { "<img src=\"\(escape($0))\" alt=\"\" loading=\"lazy\">" } ?? ""
-            if v.status == .viewable || v.status == .ready { picture = "<a href=\"/v/\(v.id)\" aria-label=\"play\">\(picture)</a>" }
+            if let status = VideoRow.Status(rawValue: v.status), status == .viewable || status == .ready {
+                picture = "<a href=\"/v/\(v.id)\" aria-label=\"play\">\(picture)</a>"
+            }
             let reason = v.error.map { "<div class=\"error\">\(escape($0))</div>" } ?? ""
             rows += """
                 <li class="video" data-id="\(v.id)"><div class="cover">\(picture)</div>\
                 <div><div class="name">\(escape(v.name))</div>\
-                <div class="meta">\(seconds) · <span class="status">\(v.status.rawValue)</span></div>\(reason)</div></li>
+                <div class="meta">\(seconds) · <span class="status">\(escape(v.status))</span></div>\(reason)</div></li>
 
                 """
         }

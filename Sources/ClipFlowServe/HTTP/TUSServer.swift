@@ -270,13 +270,14 @@ public final class TUSServer: Sendable {
         }
         guard length <= limits.maxSize else { throw HTTPRefusal(.contentTooLarge, "Upload-Length \(length) is above Tus-Max-Size \(limits.maxSize)") }
         let header = request.headers[.uploadMetadata] ?? ""
-        if let problem = Self.metadataProblem(header) { throw HTTPRefusal(.badRequest, "Upload-Metadata: \(problem)") }
-        let carrier = try await admit(Self.metadata(header), request.headers[.authorization])
+        let metadata: [String: String]
+        do { metadata = try TUSMetadata.decode(header) } catch { throw HTTPRefusal(.badRequest, "Upload-Metadata: \(error)") }
+        let carrier = try await admit(metadata, request.headers[.authorization])
         let now = Date().timeIntervalSince1970
         let id = Self.newID(), key = Self.key(id)
         // The token did its work (admission): it is neither kept nor ever echoed.
         var row = UploadRow(
-            id: key, length: length, offset: 0, metadata: Self.metadata(header, without: "token"), createdAt: now, expiresAt: now + limits.expiration,
+            id: key, length: length, offset: 0, metadata: TUSMetadata.removing("token", from: header), createdAt: now, expiresAt: now + limits.expiration,
             completedAt: length == 0 ? now : nil, videoID: carrier.existing)
         try await files.create(key, length: length)
         do { row = try await database.insert(row, carrying: carrier.newVideo) } catch {
@@ -461,40 +462,6 @@ extension TUSServer {
         }
         guard let expected = Data(base64Encoded: String(parts[1])) else { throw HTTPRefusal(.badRequest, "Upload-Checksum: the checksum is not base64") }
         return (algorithm, Digest(algorithm), [UInt8](expected))
-    }
-
-    /// What is wrong with an Upload-Metadata header (nil: nothing): comma-separated pairs of a key
-    /// (ASCII, no spaces or commas) and an optional base64 value, each key once.
-    static func metadataProblem(_ s: String) -> String? {
-        if s.isEmpty { return nil }
-        var keys = Set<String>()
-        for pair in s.split(separator: ",", omittingEmptySubsequences: false) {
-            let parts = pair.trimmingCharacters(in: .whitespaces).split(separator: " ", omittingEmptySubsequences: true)
-            guard let key = parts.first, parts.count <= 2, key.allSatisfy({ $0.isASCII && !$0.isWhitespace && $0 != "," }) else {
-                return "\"\(pair.prefix(40))\" is not KEY or KEY BASE64"
-            }
-            guard keys.insert(String(key)).inserted else { return "key \"\(key)\" appears twice" }
-            if parts.count == 2, Data(base64Encoded: String(parts[1])) == nil { return "the value of \"\(key)\" is not base64" }
-        }
-        return nil
-    }
-
-    /// The metadata's values, decoded (invalid UTF-8 values left out).
-    static func metadata(_ s: String) -> [String: String] {
-        var out: [String: String] = [:]
-        for pair in s.split(separator: ",") {
-            let parts = pair.trimmingCharacters(in: .whitespaces).split(separator: " ")
-            guard let key = parts.first else { continue }
-            out[String(key)] = parts.count == 2 ? Data(base64Encoded: String(parts[1])).flatMap { String(data: $0, encoding: .utf8) } : ""
-        }
-        return out
-    }
-
-    /// The metadata header without `key`'s pair.
-    static func metadata(_ s: String, without key: String) -> String {
-        s.split(separator: ",", omittingEmptySubsequences: false).filter { pair in
-            pair.trimmingCharacters(in: .whitespaces).split(separator: " ").first.map(String.init) != key
-        }.joined(separator: ",")
     }
 
     /// The key an upload is kept under (its row, its file): the SHA-256 of its id, in hex, so that

@@ -3,7 +3,8 @@ import ClipFlowCore
 import Synchronization
 
 // Gcore-style video hosting: the hosting API makes a video and hands out an upload server and a
-// one-off token; the bytes then go by TUS with the token in Upload-Metadata.
+// one-off token; the bytes then go by TUS with the token in Upload-Metadata. The API's bodies are
+// the types of `Gcore` (GcoreAPITypes.swift), which `clipflow serve` answers with too.
 //
 //   POST {api}/videos {"name","description"?}       -> video {id, hls_url, ...}     (once per file; id kept in the resume record)
 //   GET  {api}/videos/{id}/upload                    -> {servers[].hostname, video{client_id}, token}
@@ -148,14 +149,12 @@ public final class GcoreAuth: Sendable {
 
     private func refreshByToken(_ refresh: String) throws -> String {
         let t = try CurlTransport(settings: settings)
-        let body = try JSONSerialization.data(withJSONObject: ["refresh": refresh])
+        let body = try JSONEncoder().encode(Gcore.Refresh(refresh: refresh))
         let r = try t.perform(
             HTTPRequest(
                 method: "POST", url: apiBase + "/auth/refresh",
                 headers: [("Content-Type", "application/json")], body: .bytes(body)))
-        guard r.isSuccess, let obj = try? JSONSerialization.jsonObject(with: r.body) as? [String: Any],
-            let access = (obj["access"] ?? obj["access_token"]) as? String, !access.isEmpty
-        else {
+        guard r.isSuccess, let access = (try? JSONDecoder().decode(Gcore.Tokens.self, from: r.body))?.access, !access.isEmpty else {
             throw UploadError(.credentials, message: "Gcore API \(displayURL(apiBase)): token refresh answered HTTP \(r.status)")
         }
         Secrets.shared.register(access)
@@ -232,37 +231,32 @@ public final class GcoreUploader: FileUploader, Sendable {
         return try tus.run(
             file: file, id: id, metadata: [:], control: control, observer: observer,
             target: { previous in
-                var video: [String: Any]
-                if let vid = previous?["video_id"] {
-                    video = ["id": vid, "hls_url": previous?["hls_url"] ?? ""]
+                let video: Gcore.Video
+                if let vid = previous?["video_id"], !vid.isEmpty {
+                    video = Gcore.Video(id: .text(vid), hlsURL: previous?["hls_url"] ?? "")
                 } else {
-                    var body: [String: Any] = ["name": name]
-                    if let description { body["description"] = description }
-                    video = try api.call("POST", "/videos", body)
+                    video = try api.call(
+                        "POST", "/videos", body: try JSONEncoder().encode(Gcore.NewVideo(name: name, description: description)),
+                        as: Gcore.Video.self, lacking: "a video id")
                     // Remember the video at once: a crash before the TUS creation must not make a second one.
-                    if let vid = jsonString(video["id"]) {
-                        let fp = try FileFingerprint.of(file)
-                        try store.save(
-                            ResumeRecord(
-                                method: self.options.server.rawValue, fingerprint: fp, destination: destination,
-                                extra: ["video_id": vid, "hls_url": jsonString(video["hls_url"]) ?? ""]))
-                    }
+                    let fp = try FileFingerprint.of(file)
+                    try store.save(
+                        ResumeRecord(
+                            method: self.options.server.rawValue, fingerprint: fp, destination: destination,
+                            extra: ["video_id": video.id.description, "hls_url": video.hlsURL]))
                 }
-                guard let vid = jsonString(video["id"]) else {
-                    throw UploadError(
-                        .protocol, message: "\(self.options.server.apiName) \(displayURL(self.options.apiBase)): POST /videos answered without a video id")
-                }
+                let vid = video.id.description
                 made(vid)
-                let info = try api.call("GET", "/videos/\(vid)/upload", nil)
-                guard let servers = info["servers"] as? [[String: Any]], let host = servers.first.flatMap({ jsonString($0["hostname"]) }),
-                    let token = jsonString(info["token"])
-                else {
+                let info = try api.call(
+                    "GET", "/videos/\(vid)/upload", as: Gcore.UploadTarget.self, lacking: "servers[].hostname and token")
+                guard let host = info.servers.first?.hostname, !host.isEmpty, !info.token.isEmpty else {
                     throw UploadError(
                         .protocol,
                         message:
                             "\(self.options.server.apiName) \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload answered without servers[].hostname and token"
                     )
                 }
+                let token = info.token
                 Secrets.shared.register(token)
                 // The upload server is expected to differ from the API host (the upload token is made for
                 // it; the API's bearer token never goes there: the TUS part sends no Authorization). It
@@ -274,13 +268,13 @@ public final class GcoreUploader: FileUploader, Sendable {
                             "\(self.options.server.apiName) \(displayURL(self.options.apiBase)): GET /videos/\(vid)/upload named the upload server '\(String(host.prefix(200)))', which is not a host name (letters, digits, '.', '-', an optional :port)"
                     )
                 }
-                let clientID = (info["video"] as? [String: Any]).flatMap { jsonString($0["client_id"]) } ?? jsonString(video["client_id"]) ?? ""
+                let clientID = (info.video?.clientID ?? video.clientID)?.description ?? ""
                 var meta = ["filename": fileName, "video_id": vid, "token": token]
                 if !clientID.isEmpty { meta["client_id"] = clientID }
                 let endpoint = self.options.uploadURLTemplate.replacingOccurrences(of: "{hostname}", with: host)
                 return TUSTarget(
                     endpoint: endpoint, metadata: meta,
-                    extra: ["video_id": vid, "hls_url": jsonString(video["hls_url"]) ?? previous?["hls_url"] ?? ""])
+                    extra: ["video_id": vid, "hls_url": video.hlsURL.isEmpty ? previous?["hls_url"] ?? "" : video.hlsURL])
             },
             renew: { [auth] reason in
                 // Without a token there is none to renew; a fresh upload token follows all the same.
@@ -324,14 +318,16 @@ public final class GcoreUploader: FileUploader, Sendable {
     }
 
     /// Hosting API calls of one upload: bearer auth, one refresh on 401, retries on network
-    /// errors and retryable statuses per the TUS retry policy.
+    /// errors and retryable statuses per the TUS retry policy; answers read as `Gcore` types.
     fileprivate struct API {
         let uploader: GcoreUploader
         let id: String
         let control: UploadControl
         let observer: UploadObserver
 
-        func call(_ method: String, _ path: String, _ body: [String: Any]?) throws -> [String: Any] {
+        /// `body`: JSON to send. An accepted answer that is not a JSON object, or one without what
+        /// `Answer` must hold (said by `lacking`), fails the call.
+        func call<Answer: Decodable>(_ method: String, _ path: String, body: Data? = nil, as: Answer.Type, lacking: String) throws -> Answer {
             let base = uploader.options.apiBase
             let transport = try CurlTransport(settings: uploader.options.tus.transport, shouldAbort: { [control] in control.shouldStop })
             // One refresh per call: the call ends at the first accepted answer.
@@ -341,7 +337,7 @@ public final class GcoreUploader: FileUploader, Sendable {
             return try requests.perform(progress: { 0 }, resumedAt: { nil }) {
                 var req = HTTPRequest(method: method, url: base + path, headers: GcoreAuth.headers(token) + [("Accept", "application/json")])
                 if let body {
-                    req.body = .bytes(try JSONSerialization.data(withJSONObject: body))
+                    req.body = .bytes(body)
                     req.setHeader("Content-Type", "application/json")
                 }
                 let what = "\(uploader.options.server.apiName) \(method) \(displayURL(base + path))"
@@ -350,10 +346,13 @@ public final class GcoreUploader: FileUploader, Sendable {
                 do {
                     let r = try transport.perform(req)
                     if r.isSuccess {
-                        guard let obj = try? JSONSerialization.jsonObject(with: r.body) as? [String: Any] else {
-                            throw UploadError(.protocol, message: "\(what): the answer is not a JSON object")
+                        do { return .accepted(try JSONDecoder().decode(Answer.self, from: r.body)) } catch {
+                            throw UploadError(
+                                .protocol,
+                                message: isNotAnObject(error)
+                                    ? "\(what): the answer is not a JSON object"
+                                    : "\(uploader.options.server.apiName) \(displayURL(base)): \(method) \(path) answered without \(lacking)")
                         }
-                        return .accepted(obj)
                     }
                     let text = String(r.text.prefix(300)).trimmingCharacters(in: .whitespacesAndNewlines)
                     reason = "\(what): HTTP \(r.status)\(text.isEmpty ? "" : " (\(text))")"
@@ -405,10 +404,11 @@ func isPlainHost(_ s: String) -> Bool {
         && host.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "-") }
 }
 
-private func jsonString(_ v: Any?) -> String? {
-    switch v {
-    case let s as String: return s.isEmpty ? nil : s
-    case let n as NSNumber: return n.stringValue
-    default: return nil
+/// Whether decoding failed on the whole answer (not JSON, or not an object) rather than on a field.
+private func isNotAnObject(_ error: any Error) -> Bool {
+    switch error as? DecodingError {
+    case .typeMismatch(_, let context)?, .valueNotFound(_, let context)?, .dataCorrupted(let context)?: context.codingPath.isEmpty
+    case .keyNotFound?: false
+    default: true
     }
 }

@@ -377,7 +377,7 @@ final class TUSSession {
         if meta["filetype"] == nil { meta["filetype"] = mimeType(forExtension: (name as NSString).pathExtension) }
         var req = try request("POST", t.endpoint)
         req.setHeader("Upload-Length", String(size))
-        req.setHeader("Upload-Metadata", encodeMetadata(meta))
+        req.setHeader("Upload-Metadata", TUSMetadata.encode(meta))
         var withData = false
         if options.creationWithUpload && caps.offers("creation-with-upload") && size > 0 {
             withData = true

@@ -6,9 +6,9 @@ import PostgresNIO
 /// The store of several servers sharing one PostgreSQL database (and one data folder): the same
 /// rows as `SQLiteStore`, with what sharing needs: a job is taken with `FOR UPDATE SKIP LOCKED`
 /// (never by two servers), kept by heartbeats, and queued again by any server once its heartbeat
-/// stops; an upload's offset moves only by compare-and-set. The schema is made when missing
-/// (under an advisory lock, so servers starting together do not race). `run()` must run while the
-/// store is used. Thread-safe; `Sendable`.
+/// stops; an upload's offset moves only by compare-and-set. The schema is `SchemaMigrations`
+/// (the missing ones applied under an advisory lock, so servers starting together do not race).
+/// `run()` must run while the store is used. Thread-safe; `Sendable`.
 final class PostgresStore: ServeStore {
     let client: PostgresClient
     /// `postgres://user@host:port/db`: the URL without its password, for messages.
@@ -41,15 +41,15 @@ final class PostgresStore: ServeStore {
 
     func run() async { await client.run() }
 
-    /// Logs in, then makes the tables when missing. A login the server refuses (a wrong password,
-    /// an unknown user or database) is a bad-input error at once: trying again cannot fix it. A
-    /// server that does not answer is tried again until `seconds` have passed, then is an error
-    /// (the client would otherwise keep trying to connect).
+    /// Logs in, then applies the schema's missing migrations (`applyMigrations`). A login the server
+    /// refuses (a wrong password, an unknown user or database) is a bad-input error at once: trying
+    /// again cannot fix it. A server that does not answer is tried again until `seconds` have
+    /// passed, then is an error (the client would otherwise keep trying to connect).
     func migrate(within seconds: Double = 15) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 try await self.logIn()
-                try await self.makeTables()
+                try await self.applyMigrations()
             }
             group.addTask {
                 try await Task.sleep(for: .seconds(seconds))
@@ -93,38 +93,31 @@ final class PostgresStore: ServeStore {
         }
     }
 
-    private func makeTables() async throws {
+    /// Applies the migrations of `SchemaMigrations` the database lacks, in order, in one
+    /// transaction, recording them in `schema_migrations`; a database a newer clipflow upgraded is
+    /// refused. The transaction first takes an advisory lock (the one every clipflow since the
+    /// first has taken here), so of servers starting together one applies them and the others,
+    /// waiting, then find them applied.
+    private func applyMigrations() async throws {
+        let database = "\(login.source) \(display)"
         do {
             try await client.withTransaction(logger: logger) { db in
                 try await db.query("SELECT pg_advisory_xact_lock(7741)", logger: logger)
-                try await db.query(
-                    """
-                    CREATE TABLE IF NOT EXISTS uploads (id TEXT PRIMARY KEY, length BIGINT NOT NULL, received BIGINT NOT NULL,
-                      metadata TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL,
-                      completed_at DOUBLE PRECISION)
-                    """, logger: logger)
-                try await db.query(
-                    """
-                    CREATE TABLE IF NOT EXISTS videos (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL, description TEXT,
-                      client_id BIGINT NOT NULL, status TEXT NOT NULL, mode TEXT NOT NULL, error TEXT, duration DOUBLE PRECISION,
-                      upload_id TEXT, published TEXT NOT NULL, renditions TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL)
-                    """, logger: logger)
-                try await db.query(
-                    """
-                    CREATE TABLE IF NOT EXISTS jobs (id BIGSERIAL PRIMARY KEY, video_id BIGINT NOT NULL REFERENCES videos(id) ON DELETE CASCADE,
-                      state TEXT NOT NULL, attempts INT NOT NULL, queued_at DOUBLE PRECISION NOT NULL, owner TEXT, heartbeat DOUBLE PRECISION)
-                    """, logger: logger)
-                try await db.query("ALTER TABLE uploads ADD COLUMN IF NOT EXISTS video_id BIGINT", logger: logger)
-                try await db.query("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS step TEXT NOT NULL DEFAULT 'playable'", logger: logger)
-                try await db.query("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS plan TEXT", logger: logger)
-                try await db.query("ALTER TABLE videos ADD COLUMN IF NOT EXISTS progress DOUBLE PRECISION NOT NULL DEFAULT 0", logger: logger)
-                try await db.query("ALTER TABLE uploads ADD COLUMN IF NOT EXISTS multipart_upload TEXT", logger: logger)
-                try await db.query("ALTER TABLE uploads ADD COLUMN IF NOT EXISTS partial_part TEXT", logger: logger)
-                try await db.query("CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)", logger: logger)
-                try await db.query("CREATE INDEX IF NOT EXISTS uploads_video_id ON uploads (video_id)", logger: logger)
+                try await db.query(PostgresQuery(unsafeSQL: SchemaMigrations.recordTable), logger: logger)
+                var applied: [String] = []
+                for try await name in try await db.query("SELECT name FROM schema_migrations", logger: logger).decode(String.self) {
+                    applied.append(name)
+                }
+                let now = Date().timeIntervalSince1970
+                for migration in try SchemaMigrations.missing(applied: applied, database: database) {
+                    for statement in migration.statements(.postgres) { try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger) }
+                    try await db.query("INSERT INTO schema_migrations (name, applied_at) VALUES (\(migration.name), \(now))", logger: logger)
+                }
             }
         } catch {
-            throw ClipFlowError.output("\(login.source) \(display): \(Self.reason(error))")
+            let failed = (error as? PostgresTransactionError).flatMap { $0.closureError ?? $0.beginError ?? $0.commitError } ?? error
+            if let refusal = failed as? ClipFlowError { throw refusal }
+            throw ClipFlowError.output("\(database): \(Self.reason(failed))")
         }
     }
 

@@ -2,18 +2,46 @@ import ClipFlowCore
 import Foundation
 import GRDB
 
-extension UploadRow: FetchableRecord, PersistableRecord { static let databaseTableName = "uploads" }
+extension UploadRow: FetchableRecord, PersistableRecord {
+    static let databaseTableName = "uploads"
+    static let databaseColumnEncodingStrategy: DatabaseColumnEncodingStrategy = ColumnNames.encoding
+    static let databaseColumnDecodingStrategy: DatabaseColumnDecodingStrategy = ColumnNames.decoding
+}
 extension VideoRow: FetchableRecord, MutablePersistableRecord {
     static let databaseTableName = "videos"
+    static let databaseColumnEncodingStrategy: DatabaseColumnEncodingStrategy = ColumnNames.encoding
+    static let databaseColumnDecodingStrategy: DatabaseColumnDecodingStrategy = ColumnNames.decoding
     mutating func didInsert(_ inserted: InsertionSuccess) { id = inserted.rowID }
 }
 extension VideoRow.Status: DatabaseValueConvertible {}
 extension VideoRow.Mode: DatabaseValueConvertible {}
 extension JobRow: FetchableRecord, MutablePersistableRecord {
     static let databaseTableName = "jobs"
+    static let databaseColumnEncodingStrategy: DatabaseColumnEncodingStrategy = ColumnNames.encoding
+    static let databaseColumnDecodingStrategy: DatabaseColumnDecodingStrategy = ColumnNames.decoding
     mutating func didInsert(_ inserted: InsertionSuccess) { id = inserted.rowID }
 }
 extension JobRow.State: DatabaseValueConvertible {}
+
+/// The column of each record property whose name is not its column's: the columns are named as
+/// `SchemaMigrations` names them, for both dialects.
+private enum ColumnNames {
+    static let byProperty = [
+        "offset": "received", "partial": "partial_part", "createdAt": "created_at", "expiresAt": "expires_at", "completedAt": "completed_at",
+        "videoID": "video_id", "multipartUpload": "multipart_upload", "clientID": "client_id", "uploadID": "upload_id", "queuedAt": "queued_at"
+    ]
+    static let byColumn = Dictionary(uniqueKeysWithValues: byProperty.map { ($0.value, $0.key) })
+    static let encoding = DatabaseColumnEncodingStrategy.custom { key in byProperty[key.stringValue] ?? key.stringValue }
+    static let decoding = DatabaseColumnDecodingStrategy.custom { column in Key(byColumn[column] ?? column) }
+
+    struct Key: CodingKey {
+        let stringValue: String
+        init(_ name: String) { stringValue = name }
+        init?(stringValue: String) { self.init(stringValue) }
+        var intValue: Int? { nil }
+        init?(intValue: Int) { nil }
+    }
+}
 
 /// The store of one server: SQLite in the data folder (WAL, synchronous writes), made and migrated
 /// when opened. Thread-safe (GRDB's queue serialises access); `Sendable`.
@@ -36,71 +64,36 @@ final class SQLiteStore: ServeStore {
             throw ClipFlowError.output("cannot open the database '\(path)': \(error)")
         }
         try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL") }
-        try Self.migrator.migrate(queue)
+        try Self.migrate(queue, path: path)
     }
 
-    static var migrator: DatabaseMigrator {
-        var m = DatabaseMigrator()
-        m.registerMigration("uploads") { db in
-            try db.create(table: "uploads") { t in
-                t.primaryKey("id", .text)
-                t.column("length", .integer).notNull()
-                t.column("offset", .integer).notNull()
-                t.column("metadata", .text).notNull()
-                t.column("createdAt", .double).notNull()
-                t.column("expiresAt", .double).notNull()
-                t.column("completedAt", .double)
+    /// Applies the migrations of `SchemaMigrations` the database lacks, in order, in one
+    /// transaction, recording them in `schema_migrations`; a database made before that list
+    /// (`LegacySQLiteSchema`) is brought to it first, in the same transaction. A database a newer
+    /// clipflow upgraded is refused. One server opens a data folder's database at a time
+    /// (`DataLock`); the transaction is taken at once (`BEGIN IMMEDIATE`) all the same.
+    static func migrate(_ queue: DatabaseQueue, path: String) throws {
+        let database = "the database '\(path)'"
+        do {
+            try queue.writeWithoutTransaction { db in
+                try db.inTransaction(.immediate) {
+                    try db.execute(sql: SchemaMigrations.recordTable)
+                    let applied = try String.fetchAll(db, sql: "SELECT name FROM schema_migrations")
+                    let missing = try SchemaMigrations.missing(applied: applied, database: database)
+                    if try LegacySQLiteSchema.isLegacy(db) { try LegacySQLiteSchema.adopt(db, database: database) }
+                    let now = Date().timeIntervalSince1970
+                    for migration in missing {
+                        for statement in migration.statements(.sqlite) { try db.execute(sql: statement) }
+                        try db.execute(sql: "INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)", arguments: [migration.name, now])
+                    }
+                    return .commit
+                }
             }
+        } catch let error as ClipFlowError {
+            throw error
+        } catch {
+            throw ClipFlowError.output("cannot upgrade \(database): \(error)")
         }
-        m.registerMigration("videos and jobs") { db in
-            try db.create(table: "videos") { t in
-                t.autoIncrementedPrimaryKey("id")
-                t.column("name", .text).notNull()
-                t.column("description", .text)
-                t.column("clientID", .integer).notNull()
-                t.column("status", .text).notNull()
-                t.column("mode", .text).notNull()
-                t.column("error", .text)
-                t.column("duration", .double)
-                t.column("uploadID", .text)
-                t.column("published", .text).notNull()
-                t.column("renditions", .text).notNull()
-                t.column("createdAt", .double).notNull()
-            }
-            try db.create(table: "jobs") { t in
-                t.autoIncrementedPrimaryKey("id")
-                t.column("videoID", .integer).notNull().indexed().references("videos", onDelete: .cascade)
-                t.column("state", .text).notNull()
-                t.column("attempts", .integer).notNull()
-                t.column("queuedAt", .double).notNull()
-            }
-        }
-        m.registerMigration("job leases") { db in
-            try db.alter(table: "jobs") { t in
-                t.add(column: "owner", .text)
-                t.add(column: "heartbeat", .double)
-            }
-        }
-        m.registerMigration("job steps") { db in
-            try db.alter(table: "jobs") { t in
-                t.add(column: "step", .text).notNull().defaults(to: JobRow.Step.playable.rawValue)
-                t.add(column: "plan", .text)
-            }
-        }
-        m.registerMigration("uploads name their video") { db in
-            try db.alter(table: "uploads") { t in t.add(column: "videoID", .integer) }
-            try db.create(index: "uploads_videoID", on: "uploads", columns: ["videoID"])
-        }
-        m.registerMigration("videos record their progress") { db in
-            try db.alter(table: "videos") { t in t.add(column: "progress", .double).notNull().defaults(to: 0) }
-        }
-        m.registerMigration("uploads name their multipart upload") { db in
-            try db.alter(table: "uploads") { t in t.add(column: "multipartUpload", .text) }
-        }
-        m.registerMigration("uploads name their partial part") { db in
-            try db.alter(table: "uploads") { t in t.add(column: "partial", .text) }
-        }
-        return m
     }
 
     // MARK: videos
@@ -140,19 +133,19 @@ final class SQLiteStore: ServeStore {
     }
 
     func completedUploads() async throws -> [UploadRow] {
-        try await queue.read { db in try UploadRow.filter(sql: "completedAt IS NOT NULL").fetchAll(db) }
+        try await queue.read { db in try UploadRow.filter(sql: "completed_at IS NOT NULL").fetchAll(db) }
     }
 
     func uploads(ofVideo video: Int64) async throws -> [UploadRow] {
-        try await queue.read { db in try UploadRow.filter(sql: "videoID = ?", arguments: [video]).fetchAll(db) }
+        try await queue.read { db in try UploadRow.filter(sql: "video_id = ?", arguments: [video]).fetchAll(db) }
     }
 
     func unclaimedUploads() async throws -> [UploadRow] {
         try await queue.read { db in
             try UploadRow.filter(
                 sql: """
-                    completedAt IS NOT NULL AND videoID IS NOT NULL AND NOT EXISTS (SELECT 1 FROM videos v WHERE v.id = uploads.videoID
-                      AND (v.uploadID = uploads.id OR (v.status = 'pending' AND v.uploadID IS NULL)))
+                    completed_at IS NOT NULL AND video_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM videos v WHERE v.id = uploads.video_id
+                      AND (v.upload_id = uploads.id OR (v.status = 'pending' AND v.upload_id IS NULL)))
                     """
             ).fetchAll(db)
         }
@@ -193,7 +186,7 @@ final class SQLiteStore: ServeStore {
     func queueLadder(_ id: Int64, plan: String) async throws {
         try await queue.write { db in
             try db.execute(
-                sql: "UPDATE jobs SET state = 'queued', step = 'ladder', plan = ?, attempts = 0, queuedAt = ? WHERE id = ?",
+                sql: "UPDATE jobs SET state = 'queued', step = 'ladder', plan = ?, attempts = 0, queued_at = ? WHERE id = ?",
                 arguments: [plan, Date().timeIntervalSince1970, id])
         }
     }
@@ -202,7 +195,7 @@ final class SQLiteStore: ServeStore {
         try await queue.write { db in
             try db.execute(sql: "UPDATE jobs SET heartbeat = ? WHERE id = ?", arguments: [now, job])
             try db.execute(
-                sql: "UPDATE videos SET progress = MAX(progress, ?) WHERE id = (SELECT videoID FROM jobs WHERE id = ?)", arguments: [progress, job])
+                sql: "UPDATE videos SET progress = MAX(progress, ?) WHERE id = (SELECT video_id FROM jobs WHERE id = ?)", arguments: [progress, job])
         }
     }
 
@@ -256,7 +249,7 @@ final class SQLiteStore: ServeStore {
     func setOffset(_ id: String, from: UploadMark, to: UploadMark, completedAt: Double?) async throws -> Bool {
         try await queue.write { db in
             try db.execute(
-                sql: "UPDATE uploads SET \"offset\" = ?, partial = ?, completedAt = ? WHERE id = ? AND \"offset\" = ? AND partial IS ?",
+                sql: "UPDATE uploads SET received = ?, partial_part = ?, completed_at = ? WHERE id = ? AND received = ? AND partial_part IS ?",
                 arguments: [to.offset, to.partial, completedAt, id, from.offset, from.partial])
             return db.changesCount == 1
         }
@@ -264,8 +257,8 @@ final class SQLiteStore: ServeStore {
 
     func setMultipartUpload(_ id: String, to uploadID: String) async throws -> String? {
         try await queue.write { db in
-            try db.execute(sql: "UPDATE uploads SET multipartUpload = COALESCE(multipartUpload, ?) WHERE id = ?", arguments: [uploadID, id])
-            return try String.fetchOne(db, sql: "SELECT multipartUpload FROM uploads WHERE id = ?", arguments: [id])
+            try db.execute(sql: "UPDATE uploads SET multipart_upload = COALESCE(multipart_upload, ?) WHERE id = ?", arguments: [uploadID, id])
+            return try String.fetchOne(db, sql: "SELECT multipart_upload FROM uploads WHERE id = ?", arguments: [id])
         }
     }
 
@@ -275,7 +268,7 @@ final class SQLiteStore: ServeStore {
 
     func expired(before now: Double) async throws -> [UploadRow] {
         try await queue.read { db in
-            try UploadRow.filter(sql: "completedAt IS NULL AND expiresAt < ?", arguments: [now]).fetchAll(db)
+            try UploadRow.filter(sql: "completed_at IS NULL AND expires_at < ?", arguments: [now]).fetchAll(db)
         }
     }
 

@@ -1,0 +1,107 @@
+import ClipFlowCore
+
+/// The SQL dialects `clipflow serve` keeps its rows in.
+enum SQLDialect: String, Sendable, CaseIterable {
+    case sqlite, postgres
+
+    /// A table's own key, numbered by the database.
+    var serialKey: String {
+        switch self {
+        case .sqlite: return "INTEGER PRIMARY KEY AUTOINCREMENT"
+        case .postgres: return "BIGSERIAL PRIMARY KEY"
+        }
+    }
+}
+
+/// One step of the schema: its name, recorded in `schema_migrations` once applied (so never
+/// changed, reused or removed once released), and its statements, the same in both dialects but
+/// where they really differ.
+struct SchemaMigration: Sendable {
+    let name: String
+    let statements: @Sendable (SQLDialect) -> [String]
+
+    init(_ name: String, _ statements: @escaping @Sendable (SQLDialect) -> [String]) {
+        self.name = name
+        self.statements = statements
+    }
+
+    init(_ name: String, both statements: [String]) {
+        self.init(name) { _ in statements }
+    }
+}
+
+/// The one schema history of `clipflow serve`'s database, SQLite (`SQLiteStore`) and PostgreSQL
+/// (`PostgresStore`) alike: each store, when it opens the database, applies the migrations not yet
+/// recorded in its `schema_migrations` table, in this order and in one transaction (PostgreSQL
+/// under an advisory lock, so servers starting together apply them once), and refuses a database
+/// that records one this list does not have (a newer clipflow upgraded it). Both dialects end with
+/// the same tables and columns (`SchemaMigrationsTests` compares them); columns are named as
+/// PostgreSQL names them (an upload's offset is `received`, `offset` being a keyword there).
+///
+/// A change to the schema is a new migration at the end, for both dialects.
+enum SchemaMigrations {
+    static let all: [SchemaMigration] = [tables]
+
+    /// The table that records what was applied: the same name and shape in both dialects.
+    static let recordTable = "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+
+    /// The schema as it stood when this list began. Idempotent, so it recognises what came before:
+    /// a PostgreSQL database made by an older clipflow (which ran these statements at every start,
+    /// the columns added later as `ADD COLUMN IF NOT EXISTS`), and a SQLite one once
+    /// `LegacySQLiteSchema` has named its columns as here.
+    static let tables = SchemaMigration("tables") { dialect in
+        var statements = [
+            """
+            CREATE TABLE IF NOT EXISTS uploads (id TEXT PRIMARY KEY NOT NULL, length BIGINT NOT NULL, received BIGINT NOT NULL,
+              metadata TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL,
+              completed_at DOUBLE PRECISION, video_id BIGINT, multipart_upload TEXT, partial_part TEXT)
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS videos (id \(dialect.serialKey), name TEXT NOT NULL, description TEXT, client_id BIGINT NOT NULL,
+              status TEXT NOT NULL, mode TEXT NOT NULL, error TEXT, duration DOUBLE PRECISION, upload_id TEXT, published TEXT NOT NULL,
+              renditions TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, progress DOUBLE PRECISION NOT NULL DEFAULT 0)
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS jobs (id \(dialect.serialKey), video_id BIGINT NOT NULL REFERENCES videos(id) ON DELETE CASCADE,
+              state TEXT NOT NULL, attempts INT NOT NULL, queued_at DOUBLE PRECISION NOT NULL, owner TEXT, heartbeat DOUBLE PRECISION,
+              step TEXT NOT NULL DEFAULT 'playable', plan TEXT)
+            """,
+            "CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)"
+        ]
+        if dialect == .postgres {
+            // Columns an older clipflow's PostgreSQL tables may lack (SQLite has no `IF NOT EXISTS`
+            // here, and needs none: `LegacySQLiteSchema` finishes its older tables).
+            statements += [
+                "ALTER TABLE uploads ADD COLUMN IF NOT EXISTS video_id BIGINT",
+                "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS step TEXT NOT NULL DEFAULT 'playable'",
+                "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS plan TEXT",
+                "ALTER TABLE videos ADD COLUMN IF NOT EXISTS progress DOUBLE PRECISION NOT NULL DEFAULT 0",
+                "ALTER TABLE uploads ADD COLUMN IF NOT EXISTS multipart_upload TEXT",
+                "ALTER TABLE uploads ADD COLUMN IF NOT EXISTS partial_part TEXT"
+            ]
+        }
+        return statements + [
+            "CREATE INDEX IF NOT EXISTS uploads_video_id ON uploads (video_id)",
+            "CREATE INDEX IF NOT EXISTS jobs_video_id ON jobs (video_id)"
+        ]
+    }
+
+    /// The migrations a database that recorded `applied` lacks, in order. Throws, naming
+    /// `database` and the migrations, when `applied` has one this list does not: a newer clipflow
+    /// upgraded the database, and this one would misread it.
+    static func missing(applied: some Sequence<String>, database: String) throws -> [SchemaMigration] {
+        let applied = Set(applied)
+        let known = Set(all.map(\.name))
+        let unknown = applied.subtracting(known).sorted()
+        if !unknown.isEmpty { throw newer(database: database, unknown: unknown) }
+        return all.filter { !applied.contains($0.name) }
+    }
+
+    /// The refusal of a database a newer clipflow upgraded.
+    static func newer(database: String, unknown: [String]) -> ClipFlowError {
+        let names = unknown.map { "'\($0)'" }.joined(separator: ", ")
+        return .incompatible(
+            "\(database): upgraded by a newer clipflow: its schema has the \(unknown.count == 1 ? "migration" : "migrations") \(names), "
+                + "which this clipflow does not know (its last is '\(all.last!.name)'); run that clipflow or a newer one")
+    }
+}

@@ -233,6 +233,7 @@ public enum ClipFlowServer {
         // The application shuts its services down after the server, in the reverse of this order.
         if options.role.processes {
             app.addServices(ProcessingService(processor: processor, database: database, serverStarted: serverStarted))
+            if let postgres { app.addServices(JobNotifications(client: postgres.client, wake: processor.wake)) }
         }
         if options.role.takesUploads { app.addServices(UploadSweeper(tus: tus, interval: options.sweepInterval)) }
         try await app.run()

@@ -107,7 +107,7 @@ final class SchemaMigrationsTests: XCTestCase {
 
         try await checkUpgraded(try SQLiteStore(path: path))
         XCTAssertEqual(try sqliteSchema(path), fresh)
-        XCTAssertEqual(try sqlite(path, "SELECT name FROM schema_migrations"), SchemaMigrations.all.map(\.name))
+        XCTAssertEqual(try sqlite(path, "SELECT name FROM schema_migrations").sorted(), SchemaMigrations.all.map(\.name).sorted())
         _ = try SQLiteStore(path: path)
         XCTAssertEqual(try sqlite(path, "SELECT count(*) FROM schema_migrations"), ["\(SchemaMigrations.all.count)"], "opened again: nothing applied twice")
     }

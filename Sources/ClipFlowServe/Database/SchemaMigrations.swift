@@ -40,7 +40,7 @@ struct SchemaMigration: Sendable {
 ///
 /// A change to the schema is a new migration at the end, for both dialects.
 enum SchemaMigrations {
-    static let all: [SchemaMigration] = [tables]
+    static let all: [SchemaMigration] = [tables, jobNotifications]
 
     /// The table that records what was applied: the same name and shape in both dialects.
     static let recordTable = "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
@@ -83,6 +83,23 @@ enum SchemaMigrations {
         return statements + [
             "CREATE INDEX IF NOT EXISTS uploads_video_id ON uploads (video_id)",
             "CREATE INDEX IF NOT EXISTS jobs_video_id ON jobs (video_id)"
+        ]
+    }
+
+    /// PostgreSQL tells the servers sharing it when a job becomes queued (inserted, requeued, its
+    /// ladder step queued), on the channel `JobNotifications` listens on, so an idle worker takes
+    /// it at once instead of at its next poll. SQLite has one server, which wakes its own workers.
+    static let jobNotifications = SchemaMigration("job notifications") { dialect in
+        guard dialect == .postgres else { return [] }
+        return [
+            """
+            CREATE OR REPLACE FUNCTION clipflow_job_queued() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN PERFORM pg_notify('\(JobNotifications.channel)', ''); RETURN NULL; END $$
+            """,
+            """
+            CREATE TRIGGER jobs_queued AFTER INSERT OR UPDATE OF state, step ON jobs
+              FOR EACH ROW WHEN (NEW.state = 'queued') EXECUTE FUNCTION clipflow_job_queued()
+            """
         ]
     }
 

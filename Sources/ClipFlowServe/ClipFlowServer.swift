@@ -140,7 +140,7 @@ public enum ClipFlowServer {
         try await bucket?.check()
         try Self.makePrivateFolder(options.data)
         let log = ServeLog(format: options.logFormat)
-        let metrics = ServeMetrics()
+        let metrics = ServeMetrics(storage: bucket?.store.traffic)
         let database: any ServeStore
         var lock: DataLock?
         var postgres: PostgresStore?

@@ -1,3 +1,4 @@
+import ClipFlowUpload
 import Foundation
 import Synchronization
 
@@ -23,6 +24,11 @@ final class ServeMetrics: Sendable {
     }
 
     private let counts = Mutex(Counts())
+    /// The object storage's own counts of body bytes read and written (nil: no bucket).
+    private let storage: S3Traffic?
+
+    /// `storage`: the bucket's byte counts, for the exposition (nil: no bucket).
+    init(storage: S3Traffic? = nil) { self.storage = storage }
 
     var snapshot: Counts { counts.withLock { $0 } }
 
@@ -82,6 +88,14 @@ final class ServeMetrics: Sendable {
         buckets.append(("_sum", "", Self.number(c.playableSum)))
         buckets.append(("_count", "", "\(c.playableCount)"))
         family("clipflow_time_to_playable_seconds", "histogram", "Seconds from an upload's last byte until its video first played.", buckets)
+        if let traffic = storage {
+            family(
+                "clipflow_bucket_bytes_read_total", "counter", "Body bytes read from the object storage (objects fetched, listings).",
+                [("", "", "\(traffic.read)")])
+            family(
+                "clipflow_bucket_bytes_written_total", "counter", "Body bytes written to the object storage (objects and parts sent).",
+                [("", "", "\(traffic.written)")])
+        }
         let classes = ["1xx", "2xx", "3xx", "4xx", "5xx"]
         family(
             "clipflow_http_requests_total", "counter", "HTTP requests answered, by status class.",

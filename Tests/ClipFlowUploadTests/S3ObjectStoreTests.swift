@@ -556,6 +556,46 @@ final class S3ObjectStoreTests: XCTestCase {
         XCTAssertEqual(try s3.keys(prefix: k), [])
         XCTAssertNoThrow(try store.delete(bucket: s3.bucket, key: k), "deleting a missing key succeeds, as S3 answers")
     }
+
+    // MARK: Files put, objects copied, bytes counted
+
+    /// 20 MiB put from a file in one PutObject, streamed (the process's peak memory does not grow
+    /// by the file's size), with its type; then copied by the server: no body sent, the copy the
+    /// same bytes and type. The store counts the bytes of the bodies it sent and received.
+    func testPutOfAFileStreamsItAndACopyIsTheServers() throws {
+        let file = try makeFile("put.bin", size: 20 << 20, seed: 9)
+        let k = key("put.m4s"), c = key("copy.m4s")
+        let store = try store(viaProxy: true)
+        let before = try Memory.startPeak()
+        try store.put(file: file.path, bucket: s3.bucket, key: k, contentType: "video/iso.segment")
+        let grown = try Memory.peak() - before
+        XCTAssertLessThan(grown, 8 << 20, "peak memory grew by \(grown) bytes for a 20 MiB put")
+        XCTAssertEqual(store.traffic.written, 20 << 20)
+        XCTAssertEqual(try s3.objectSHA256(key: k), try sha256(ofFile: file))
+        XCTAssertEqual(try s3.head(key: k)["content_type"] as? String, "video/iso.segment")
+        let sent = try stats { $0.count("PUT", pathContains: "put.m4s") >= 1 }
+        XCTAssertEqual(sent.count("PUT", pathContains: "put.m4s"), 1, "one PutObject")
+
+        try store.copy(bucket: s3.bucket, from: k, to: c)
+        XCTAssertEqual(store.traffic.written, 20 << 20, "a copy sends no body")
+        XCTAssertEqual(try s3.objectSHA256(key: c), try sha256(ofFile: file))
+        XCTAssertEqual(try s3.head(key: c)["content_type"] as? String, "video/iso.segment")
+        let copied = try stats { $0.count("PUT", pathContains: "copy.m4s") >= 1 }
+        XCTAssertEqual(copied.count("PUT", pathContains: "copy.m4s"), 1)
+
+        let read = store.traffic.read
+        _ = try store.download(bucket: s3.bucket, key: c, to: dir + "/back.bin")
+        XCTAssertEqual(store.traffic.read - read, 20 << 20, "a download counts the object's bytes")
+        do {
+            try store.copy(bucket: s3.bucket, from: key("missing"), to: key("nothing"))
+            XCTFail("a copy of a missing object succeeded")
+        } catch let e as UploadError {
+            XCTAssertEqual(e.kind, .badInput, e.message)
+            XCTAssertTrue(e.message.contains(key("missing")), e.message)
+            assertNoSecret(e.message)
+        }
+        XCTAssertEqual(try s3.keys(prefix: key("nothing")), [])
+    }
 }
 
 /// This process's memory from /proc/self/status: the resident set now and its peak since

@@ -55,11 +55,12 @@ final class Processor: Sendable {
     /// Media seconds decoded / total, per video being processed (for `GET /videos`).
     private let progress = Mutex<[Int64: Double]>([:])
     private let jobs = Mutex(RunningJobs())
-    /// Counts `wake()` calls: an idle worker looks for a job as soon as it changes.
-    private let queued = Atomic<Int>(0)
-    /// Seconds an idle worker waits before it asks the database again (jobs queued by another
-    /// server, or requeued).
-    static let idlePoll: Double = 0.25
+    /// Rung by `wake()`: an idle worker looks for a job as soon as it rings.
+    private let queued = JobSignal()
+    /// Seconds an idle worker waits for a ring before it asks the database again: the fallback
+    /// for a job nobody rang for (this server rings when it queues one; with PostgreSQL, any
+    /// server's queued job rings through `JobNotifications`).
+    static let idlePoll: Double = 2
     /// Seconds between records of a running job's progress (with its heartbeat), which the API
     /// servers answer from.
     static let progressEvery: Double = 2
@@ -111,11 +112,11 @@ final class Processor: Sendable {
     /// this server is alone, else once their heartbeat is older than `lease` (checked all along).
     func run() async {
         let now: @Sendable () -> Double = { Date().timeIntervalSince1970 }
-        if alone { _ = try? await database.requeueStale(before: .infinity) }
+        if alone, (try? await database.requeueStale(before: .infinity)) ?? 0 > 0 { wake() }
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 while !Task.isCancelled {
-                    _ = try? await self.database.requeueStale(before: now() - self.lease)
+                    if (try? await self.database.requeueStale(before: now() - self.lease)) ?? 0 > 0 { self.wake() }
                     try? await Task.sleep(for: .seconds(self.lease / 4))
                 }
             }
@@ -131,20 +132,24 @@ final class Processor: Sendable {
             for steps in lanes {
                 group.addTask {
                     while !Task.isCancelled {
-                        let seen = self.queued.load(ordering: .acquiring)
+                        let seen = self.queued.rings
                         guard let job = try? await self.database.takeJob(owner: self.owner, now: now(), steps: steps), let jobID = job.id else {
                             await self.idle(since: seen)
                             continue
                         }
-                        let beating = Task {
-                            while !Task.isCancelled {
-                                try? await Task.sleep(for: .seconds(min(self.lease / 4, Self.progressEvery)))
-                                try? await self.database.heartbeat(job: jobID, now: now(), progress: self.progress(of: job.videoID) ?? 0)
+                        // The job's heartbeat beats while its step runs.
+                        let pause = await withTaskGroup(of: Void.self, returning: Double.self) { beating in
+                            beating.addTask {
+                                while !Task.isCancelled {
+                                    try? await Task.sleep(for: .seconds(min(self.lease / 4, Self.progressEvery)))
+                                    try? await self.database.heartbeat(job: jobID, now: now(), progress: self.progress(of: job.videoID) ?? 0)
+                                }
                             }
+                            defer { beating.cancelAll() }
+                            let pause = await self.process(job, jobID)
+                            await self.media.release(self.workFolder(job))
+                            return pause
                         }
-                        let pause = await self.process(job, jobID)
-                        await self.media.release(self.workFolder(job))
-                        beating.cancel()
                         if pause > 0 { try? await Task.sleep(for: .seconds(pause)) }
                     }
                 }
@@ -159,16 +164,10 @@ final class Processor: Sendable {
 
     /// Tells the idle workers that a job was queued (an upload completed): one takes it at once
     /// rather than at its next look at the database.
-    func wake() { queued.add(1, ordering: .releasing) }
+    func wake() { queued.ring() }
 
-    /// Returns after `idlePoll` seconds, or soon after a `wake()` (one since `seen`).
-    private func idle(since seen: Int) async {
-        let slices = 10
-        for _ in 0..<slices {
-            if queued.load(ordering: .acquiring) != seen || Task.isCancelled { return }
-            try? await Task.sleep(for: .seconds(Self.idlePoll / Double(slices)))
-        }
-    }
+    /// Returns after `idlePoll` seconds, or at a `wake()` (one since `seen`).
+    private func idle(since seen: UInt64) async { await queued.wait(after: seen, atMost: Self.idlePoll) }
 
     /// Stops `video`'s job on this server: its worker is killed, no other step starts, the job
     /// goes back to the queue without counting, and this returns once the job has let go of the
@@ -189,6 +188,7 @@ final class Processor: Sendable {
     /// Forgets that `video` was stopped: its job runs again (unless its removal deleted it).
     func release(video: Int64) {
         jobs.withLock { _ = $0.stopped.remove(video) }
+        wake()
     }
 
     /// Processes one step of a job; returns the seconds the worker waits before it takes the next
@@ -219,6 +219,9 @@ final class Processor: Sendable {
             do { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true) } catch {
                 throw ClipFlowError.output("cannot create '\(folder.path)': \(error.localizedDescription)")
             }
+            // A ladder step that runs where its playable step ran takes that step's folder over
+            // (the upload, the published folder: nothing downloaded again).
+            if job.step == .ladder { await media.resume(id, job: jobID, into: folder) }
             let input = try await uploads.localFile(upload, scratch: folder)
             await media.removeLeftovers(id, keeping: video.published, grace: limits.supersededGrace)
             if job.step == .ladder { try await media.prepare(id, published: video.published, in: folder) }
@@ -300,6 +303,8 @@ final class Processor: Sendable {
         let plan = PlayableFirst.ladder(rungs: PlayableFirst.rungs(width: probe.width, height: probe.height), copyable: copied)
         try await publish(&video, jobID, from: folder, name, status: plan == nil ? .ready : .viewable, renditions: first.renditions)
         guard let plan else { return true }
+        // What the ladder step builds on stays here for it, should it run here.
+        await media.keep(id, job: jobID, from: folder, published: name)
         // The step is over here before its ladder is queued: a lane of this server that takes
         // the ladder at once must not find the video still running.
         jobs.withLock { _ = $0.active.remove(id) }
@@ -360,7 +365,8 @@ final class Processor: Sendable {
         let wasPlayable = !video.published.isEmpty
         let superseded = video.published
         if let id = video.id {
-            try await media.put(id, folder, from: work)
+            // A ladder's renditions taken over from the folder it supersedes are that folder's.
+            try await media.put(id, folder, from: work, reusing: superseded)
             // Its grace starts now (before the switch: a sweep never sees it superseded and old).
             if !superseded.isEmpty { await media.superseded(id, superseded, grace: limits.supersededGrace) }
         }

@@ -89,11 +89,30 @@ final class BucketUploads: UploadStorage {
         try await bucket.perform { s, b in try s.deleteAll(bucket: b, prefix: prefix) }
     }
 
+    /// Downloaded (streamed to the file) as `SCRATCH/upload`, with what it is a copy of in
+    /// `SCRATCH/upload.json`. One there already (kept from the job's earlier step,
+    /// `MediaStorage.keep`) is used as it is when it is of the same upload and its object still
+    /// has that size and ETag (a HEAD): a stale copy never is.
     func localFile(_ key: String, scratch: URL) async throws -> String {
-        let path = scratch.appendingPathComponent("upload").path
+        let path = scratch.appendingPathComponent("upload").path, record = scratch.appendingPathComponent("upload.json")
         let object = objectKey(key)
-        try await bucket.perform { s, b in try s.download(bucket: b, key: object, to: path) }
+        if let copy = try? JSONDecoder().decode(LocalUpload.self, from: Data(contentsOf: record)), copy.key == key,
+            ((try? FileManager.default.attributesOfItem(atPath: path)[.size]) as? NSNumber)?.int64Value == copy.size,
+            let now = try await bucket.perform({ s, b in try s.head(bucket: b, key: object) }), now.size == copy.size, now.etag == copy.etag
+        {
+            return path
+        }
+        try? FileManager.default.removeItem(at: record)
+        let info = try await bucket.perform { s, b in try s.download(bucket: b, key: object, to: path) }
+        try? JSONEncoder().encode(LocalUpload(key: key, size: info.size, etag: info.etag)).write(to: record)
         return path
+    }
+
+    /// What a local copy of an upload is a copy of: the upload, and its object's size and ETag.
+    private struct LocalUpload: Codable {
+        var key: String
+        var size: Int64
+        var etag: String
     }
 }
 

@@ -1,4 +1,5 @@
 import ClipFlowCore
+import ClipFlowUpload
 import Foundation
 
 /// Where published ladders live: folders under `DATA/media` (`LocalMedia`, the default) or
@@ -15,10 +16,22 @@ protocol MediaStorage: Sendable {
     /// `video` writes its ladders into, where the published folder is found for reuse once
     /// `prepare` made it so.
     func workFolder(_ video: Int64, step: String) -> URL
-    /// Makes the published folder `name` of `video` readable in `work`.
+    /// Makes the published folder `name` of `video` readable in `work` (where `resume` may have
+    /// put it already).
     func prepare(_ video: Int64, published name: String, in work: URL) async throws
-    /// Makes folder `name` of `video`, complete in `work`, public (before it is published).
-    func put(_ video: Int64, _ name: String, from work: URL) async throws
+    /// Makes folder `name` of `video`, complete in `work`, public (before it is published). Its
+    /// files that are the very files (hard links: renditions a ladder took over, `LadderReuse`) of
+    /// folder `earlier` in `work`, public already, or the same bytes under the same name, are
+    /// taken from there, not sent again.
+    func put(_ video: Int64, _ name: String, from work: URL, reusing earlier: String) async throws
+    /// Step `job` of `video` that had `work` succeeded, and the job's next step builds on what
+    /// `work` holds (the upload, folder `published`, which it published): it is kept for that step
+    /// should it run here (`resume`), for a bounded time. The step's `release` then finds nothing
+    /// to remove.
+    func keep(_ video: Int64, job: Int64, from work: URL, published: String) async
+    /// Puts what `keep` kept of `job` of `video` (if anything) into `work`, a step folder just
+    /// made; nothing is kept of it afterwards.
+    func resume(_ video: Int64, job: Int64, into work: URL) async
     /// Folder `name` of `video` was superseded: its grace period (`grace` seconds, players in the
     /// middle of its playlists keep working) starts now; it goes after.
     func superseded(_ video: Int64, _ name: String, grace: Double) async
@@ -56,7 +69,12 @@ struct LocalMedia: MediaStorage {
 
     func prepare(_ video: Int64, published name: String, in work: URL) async throws {}
 
-    func put(_ video: Int64, _ name: String, from work: URL) async throws {}
+    func put(_ video: Int64, _ name: String, from work: URL, reusing earlier: String) async throws {}
+
+    /// The work folder is the video's media folder: what a step leaves there stays anyway.
+    func keep(_ video: Int64, job: Int64, from work: URL, published: String) async {}
+
+    func resume(_ video: Int64, job: Int64, into work: URL) async {}
 
     func superseded(_ video: Int64, _ name: String, grace: Double) async {
         _ = utimes(videoFolder(video).appendingPathComponent(name).path, nil)

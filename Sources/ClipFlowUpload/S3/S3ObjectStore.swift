@@ -23,8 +23,29 @@ public struct S3ObjectInfo: Sendable, Equatable {
     }
 }
 
-/// Lists, reads, writes and deletes objects in S3-compatible storage: the inputs and outputs of
-/// pipelines that name `s3://` locations.
+/// The body bytes an `S3ObjectStore` moved since it was made: `read`, the bodies of its
+/// answers (objects fetched, listings); `written`, the bodies of its requests (objects and parts
+/// sent). Headers are not counted, nor an attempt that broke off without an answer; an attempt
+/// answered and then retried is. A multipart `upload(file:)` counts the file once it completes.
+/// Thread-safe.
+public final class S3Traffic: Sendable {
+    private let readBytes = Atomic<Int64>(0)
+    private let writtenBytes = Atomic<Int64>(0)
+
+    public init() {}
+
+    public var read: Int64 { readBytes.load(ordering: .relaxed) }
+    public var written: Int64 { writtenBytes.load(ordering: .relaxed) }
+
+    func count(read: Int64, written: Int64) {
+        if read > 0 { readBytes.add(read, ordering: .relaxed) }
+        if written > 0 { writtenBytes.add(written, ordering: .relaxed) }
+    }
+}
+
+/// Lists, reads, writes, copies and deletes objects in S3-compatible storage: the inputs and
+/// outputs of pipelines that name `s3://` locations, and `clipflow serve`'s bucket. The bytes
+/// its calls move are counted (`traffic`).
 ///
 /// Every call runs on the caller's thread with a `CurlTransport` of its own; calls may run at once
 /// from several threads. Requests are signed with `SigV4Signer` by one shared `S3Uploader`, which
@@ -44,6 +65,8 @@ public final class S3ObjectStore: Sendable {
     let resumeStorePath: String
     /// Signs every request and holds the current credentials (made on first use).
     private let signer = Mutex<S3Uploader?>(nil)
+    /// The body bytes this store's calls moved.
+    public let traffic = S3Traffic()
 
     /// Upload resume records go to `$TMPDIR/clipflow-s3-objectstore-<uid>/resume.json`.
     public convenience init(access: S3Access) {
@@ -239,6 +262,50 @@ public final class S3ObjectStore: Sendable {
         return info
     }
 
+    /// The largest object one PutObject may carry (S3's limit: 5 GiB); `put(file:)` sends a
+    /// larger file as a multipart `upload(file:)`.
+    public static let largestPut: Int64 = 5 << 30
+
+    /// PutObject of `file`, its bytes streamed from the disk (never held in memory; hashed for
+    /// the signature as they are read), or a multipart `upload(file:)` above `largestPut`.
+    public func put(file: String, bucket: String, key: String, contentType: String = "application/octet-stream") throws {
+        var st = stat()
+        guard stat(file, &st) == 0 else {
+            throw UploadError(.badInput, message: "\(file): cannot read it: \(String(cString: strerror(errno)))")
+        }
+        let size = Int64(st.st_size)
+        if size > Self.largestPut { return try upload(file: file, bucket: bucket, key: key) }
+        let call = try S3Call(store: self, location: S3Location(bucket: bucket, key: key))
+        let url = objectURL(bucket, key)
+        try call.send("PutObject") {
+            HTTPRequest(method: "PUT", url: url, headers: [("Content-Type", contentType)], body: .file(path: file, offset: 0, length: size))
+        } read: { r in
+            guard r.isSuccess else { throw call.failure(r, step: "PutObject") }
+            return .accepted(())
+        }
+    }
+
+    /// CopyObject: the object `from` of `bucket` copied to `to` by the server (no byte passes
+    /// through this machine), its content type and metadata with it. A missing source is
+    /// `.badInput` naming it.
+    public func copy(bucket: String, from: String, to: String) throws {
+        let call = try S3Call(store: self, location: S3Location(bucket: bucket, key: to))
+        let url = objectURL(bucket, to), source = "/" + SigV4Signer.uriEncode(bucket + "/" + from, keepSlash: true)
+        try call.send("CopyObject") {
+            HTTPRequest(method: "PUT", url: url, headers: [("x-amz-copy-source", source)])
+        } read: { r -> Verdict<Void> in
+            guard r.isSuccess else {
+                if r.status == 404, S3ErrorInfo(r).code != "NoSuchBucket" {
+                    throw UploadError(.badInput, message: "\(S3Location(bucket: bucket, key: from)): no such object (the source of a copy)")
+                }
+                throw call.failure(r, step: "CopyObject")
+            }
+            // S3 may answer 200 and put an <Error> in the body (it failed after the headers went out).
+            if r.text.contains("<Error>") { return .retryable(call.retryable("CopyObject: HTTP 200 with an error in its body")) }
+            return .accepted(())
+        }
+    }
+
     /// Multipart upload of `file` through `S3Uploader` (parts, retries, credential renewal as
     /// `clipflow upload` does); the object appears only when complete, with `metadata` as
     /// `x-amz-meta-*`. `shouldAbort` returning true stops it (`.cancelled`); the parts sent so far
@@ -256,7 +323,8 @@ public final class S3ObjectStore: Sendable {
         let watch = AbortWatch(control: control, shouldAbort: shouldAbort)
         defer { watch.stop() }
         do {
-            _ = try uploader.upload(file: file, id: location.description, metadata: metadata, control: control, observer: NoUploadObserver())
+            let sent = try uploader.upload(file: file, id: location.description, metadata: metadata, control: control, observer: NoUploadObserver())
+            traffic.count(read: 0, written: sent.bytes)
         } catch let e as UploadError where e.kind == .paused {
             throw UploadError(
                 .cancelled, message: "\(file): upload to \(location) interrupted; the parts sent so far stay on the server for a later upload to continue")
@@ -319,6 +387,8 @@ final class S3Call {
     let transport: CurlTransport
     let control: UploadControl
     let requests: RequestExecutor
+    /// The store's counts of body bytes, which every answer adds to.
+    let traffic: S3Traffic
     private let watch: AbortWatch?
 
     /// `maxResponseBody`: the largest answer held in memory (nil: the store's network settings).
@@ -327,6 +397,7 @@ final class S3Call {
         self.location = location
         self.control = control
         signer = try store.sharedSigner()
+        traffic = store.traffic
         requests = RequestExecutor(policy: store.access.retry, id: location.description, control: control, observer: NoUploadObserver())
         do {
             var network = store.access.network
@@ -363,6 +434,7 @@ final class S3Call {
                 let r: HTTPResponse
                 do {
                     r = try transport.perform(req)
+                    traffic.count(read: Int64(r.body.count) + r.bodyBytesWritten, written: r.bytesSent)
                 } catch let e as TransportError {
                     if e.kind == .cancelled || control.shouldStop { throw interrupted }
                     guard e.isRetryable else {

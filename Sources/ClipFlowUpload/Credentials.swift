@@ -42,15 +42,16 @@ public protocol CredentialProvider: Sendable {
 ///   `{"Credentials": {...}}` (the `aws sts assume-role` output);
 /// - snake case: `{"access_key_id", "secret_access_key", "session_token", "expiration"}`;
 /// - bearer: `{"token"|"access"|"access_token", "refresh"|"refresh_token"}`.
+///
+/// Only string values count (an empty one as absent); `Expiration` is an ISO 8601 time with or
+/// without fractional seconds, and one that does not parse is left unknown.
 public func parseCredentials(_ data: Data, source: String) throws -> Credentials {
-    guard let top = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+    guard let top = (try? JSONDecoder().decode(CodableJSON.self, from: utf8FromUTF32(data)))?.object else {
         throw UploadError(.credentials, message: "\(source): did not return a JSON object with credentials")
     }
-    var object = top
-    if let nested = lowerKeys(top)["credentials"] as? [String: Any] { object = nested }
-    let o = lowerKeys(object).mapValues { $0 as? String }
+    let o = lowercasedKeys(lowercasedKeys(top)["credentials"]?.object ?? top)
     func field(_ names: String...) -> String? {
-        for n in names { if let v = o[n] ?? nil, !v.isEmpty { return v } }
+        for n in names { if let v = o[n]?.string, !v.isEmpty { return v } }
         return nil
     }
     if let key = field("accesskeyid", "access_key_id"), let secret = field("secretaccesskey", "secret_access_key") {
@@ -77,10 +78,29 @@ public func parseCredentials(_ data: Data, source: String) throws -> Credentials
     throw UploadError(.credentials, message: "\(source): the JSON has no credentials (expected AccessKeyId/SecretAccessKey[/SessionToken] or token)")
 }
 
-private func lowerKeys(_ d: [String: Any]) -> [String: Any] {
-    var out: [String: Any] = [:]
-    for (k, v) in d { out[k.lowercased()] = v }
+/// `object` with its keys in lower case. Of keys that differ only in case, the first in code
+/// point order is read ("AccessKeyId" before "accessKeyId").
+private func lowercasedKeys(_ object: [String: CodableJSON]) -> [String: CodableJSON] {
+    var out: [String: CodableJSON] = [:]
+    for (key, value) in object.sorted(by: { $0.key < $1.key }) where out[key.lowercased()] == nil { out[key.lowercased()] = value }
     return out
+}
+
+/// `data` as UTF-8 when it is UTF-32, which `JSONDecoder` does not read (it reads UTF-8 and
+/// UTF-16) and `JSONSerialization` did: told as that told it, by a byte order mark or by three
+/// zero bytes among the first four. Any other `data` as it is.
+private func utf8FromUTF32(_ data: Data) -> Data {
+    let b = Array(data.prefix(4))
+    guard b.count == 4 else { return data }
+    let encoding: String.Encoding, mark: Int
+    switch (b[0], b[1], b[2], b[3]) {
+    case (0, 0, 0xFE, 0xFF): (encoding, mark) = (.utf32BigEndian, 4)
+    case (0xFF, 0xFE, 0, 0): (encoding, mark) = (.utf32LittleEndian, 4)
+    case (0, 0, 0, _): (encoding, mark) = (.utf32BigEndian, 0)
+    case (_, 0, 0, 0): (encoding, mark) = (.utf32LittleEndian, 0)
+    default: return data
+    }
+    return String(data: data.dropFirst(mark), encoding: encoding).map { Data($0.utf8) } ?? data
 }
 
 /// Runs a command (argv, no shell) and reads credentials JSON from its standard output. Its

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ClipFlowCore
 import Foundation
 
 /// The help of a command whose common work is its default subcommand (`clipflow hls IN -o DIR`
@@ -25,23 +26,26 @@ enum DefaultSubcommandHelp {
     /// with each command that has a default subcommand taking that subcommand's arguments as its
     /// own; nil when it is not such a description.
     static func expandedDump(_ dump: String) -> String? {
-        guard var root = try? JSONSerialization.jsonObject(with: Data(dump.utf8)) as? [String: Any],
-            let command = root["command"] as? [String: Any]
+        guard var root = (try? JSONDecoder().decode(CodableJSON.self, from: Data(dump.utf8)))?.object,
+            let command = root["command"]?.object
         else { return nil }
-        func expand(_ c: [String: Any]) -> [String: Any] {
+        func expand(_ c: [String: CodableJSON]) -> [String: CodableJSON] {
             var c = c
-            let subs = (c["subcommands"] as? [[String: Any]] ?? []).map(expand)
-            if !subs.isEmpty { c["subcommands"] = subs }
-            if let name = c["defaultSubcommand"] as? String, let sub = subs.first(where: { $0["commandName"] as? String == name }),
+            // The subcommands are expanded when every one is an object (as in ArgumentParser's).
+            let listed = c["subcommands"]?.array ?? []
+            let subs = listed.allSatisfy { $0.object != nil } ? listed.compactMap(\.object).map(expand) : []
+            if !subs.isEmpty { c["subcommands"] = .array(subs.map(CodableJSON.object)) }
+            if let name = c["defaultSubcommand"]?.string, let sub = subs.first(where: { $0["commandName"]?.string == name }),
                 let arguments = sub["arguments"]
             {
                 c["arguments"] = arguments
             }
             return c
         }
-        root["command"] = expand(command)
-        guard let data = try? JSONSerialization.data(withJSONObject: root, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
-        else { return nil }
+        root["command"] = .object(expand(command))
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        guard let data = try? encoder.encode(CodableJSON.object(root)) else { return nil }
         return String(decoding: data, as: UTF8.self) + "\n"
     }
 

@@ -154,6 +154,90 @@ final class UploadModelTests: XCTestCase {
         XCTAssertEqual(Secrets.shared.redact("x secret/one y ref-tok"), "x *** y ***")
     }
 
+    /// Keys in any case, snake case or not, nested under "credentials" (in any case) or not; only
+    /// non-empty strings count; the errors for what is not a JSON object and for one without
+    /// credentials. (Values shorter than 4 characters, so none is registered as a secret.)
+    func testCredentialsJSONKeysInAnyCaseNestedOrNot() throws {
+        func parse(_ json: String) throws -> Credentials { try parseCredentials(Data(json.utf8), source: "src") }
+        func aws(_ key: String, _ secret: String, _ token: String? = nil) -> Credentials {
+            .aws(AWSCredentials(accessKeyID: key, secretAccessKey: secret, sessionToken: token))
+        }
+        for json in [
+            #"{"AccessKeyId": "K", "SecretAccessKey": "S", "SessionToken": "T"}"#,
+            #"{"accesskeyid": "K", "SECRETACCESSKEY": "S", "sessionTOKEN": "T"}"#,
+            #"{"access_key_id": "K", "secret_access_key": "S", "session_token": "T"}"#,
+            #"{"ACCESS_KEY_ID": "K", "Secret_Access_Key": "S", "Session_Token": "T"}"#,
+            #"{"AccessKeyId": "K", "SecretAccessKey": "S", "SecurityToken": "T"}"#,
+            #"{"CREDENTIALS": {"accessKeyId": "K", "secretAccessKey": "S", "sessionToken": "T"}}"#,
+            #"{"credentials": {"access_key_id": "K", "secret_access_key": "S", "session_token": "T"}, "AccessKeyId": "top"}"#,
+            #"{"AssumedRoleUser": {"Arn": "a"}, "Credentials": {"AccessKeyId": "K", "SecretAccessKey": "S", "SessionToken": "T"}}"#,
+            // An empty string or another type counts as absent: the next name is read.
+            #"{"AccessKeyId": "", "access_key_id": "K", "SecretAccessKey": "S", "SessionToken": 7, "session_token": "T"}"#,
+            // A "credentials" that is not an object is an ordinary member.
+            #"{"Credentials": "x", "AccessKeyId": "K", "SecretAccessKey": "S", "SessionToken": "T", "ExtraField": [1, null]}"#,
+            // AWS keys and a token: the AWS keys are read.
+            #"{"AccessKeyId": "K", "SecretAccessKey": "S", "SessionToken": "T", "token": "tok"}"#
+        ] {
+            XCTAssertEqual(try parse(json), aws("K", "S", "T"), json)
+        }
+        XCTAssertEqual(try parse(#"{"AccessKeyId": "K", "SecretAccessKey": "S", "security_token": "T"}"#), aws("K", "S"))
+        XCTAssertEqual(try parse(#"{"AccessKeyId": "K", "SecretAccessKey": "S", "SessionToken": null}"#), aws("K", "S"))
+        // Bearer tokens; a key without its secret is not AWS credentials.
+        XCTAssertEqual(try parse(#"{"TOKEN": "t", "REFRESH_TOKEN": "r"}"#), .bearer(token: "t", refreshToken: "r"))
+        XCTAssertEqual(try parse(#"{"Access_Token": "a", "Refresh": "", "refresh_token": "r"}"#), .bearer(token: "a", refreshToken: "r"))
+        XCTAssertEqual(try parse(#"{"token": 1, "access": "", "access_token": "a"}"#), .bearer(token: "a", refreshToken: nil))
+        XCTAssertEqual(try parse(#"{"AccessKeyId": "K", "token": "t"}"#), .bearer(token: "t", refreshToken: nil))
+        XCTAssertEqual(try parse(#"{"credentials": {"token": "in"}, "token": "out"}"#), .bearer(token: "in", refreshToken: nil))
+        // Of keys that differ only in case, the first in code point order is read.
+        XCTAssertEqual(try parse(#"{"token": "b", "Token": "a", "TOKEN": "c"}"#), .bearer(token: "c", refreshToken: nil))
+        XCTAssertEqual(try parse(#"{"token": "b", "Token": "a"}"#), .bearer(token: "a", refreshToken: nil))
+        // Other encodings JSON is written in: UTF-16 and UTF-32, with a byte order mark or not.
+        for encoding: String.Encoding in [.utf16, .utf16BigEndian, .utf16LittleEndian, .utf32, .utf32BigEndian, .utf32LittleEndian] {
+            let data = try XCTUnwrap(#"{"token": "t"}"#.data(using: encoding))
+            XCTAssertEqual(try parseCredentials(data, source: "src"), .bearer(token: "t", refreshToken: nil), "\(encoding)")
+        }
+
+        func message(_ json: String) -> String? {
+            do { _ = try parse(json) } catch { return (error as? UploadError)?.message }
+            return nil
+        }
+        let notJSON = "src: did not return a JSON object with credentials"
+        for json in ["", "[]", #"[{"token": "t"}]"#, #""token""#, "42", "null", "not json", #"{"token": "t"} x"#] {
+            XCTAssertEqual(message(json), notJSON, json)
+        }
+        // A broken string anywhere spoils the whole answer.
+        XCTAssertEqual(message(#"{"token": "t", "x": "\ud800"}"#), notJSON)
+        let none = "src: the JSON has no credentials (expected AccessKeyId/SecretAccessKey[/SessionToken] or token)"
+        for json in [
+            "{}", #"{"a": 1}"#, #"{"token": ""}"#, #"{"token": true}"#, #"{"token": ["t"]}"#, #"{"data": {"token": "t"}}"#,
+            #"{"AccessKeyId": "K", "SecretAccessKey": 5}"#,
+            // Only the nested object is read, and only one level down.
+            #"{"Credentials": {}, "token": "t"}"#, #"{"Credentials": {"Credentials": {"token": "t"}}}"#
+        ] {
+            XCTAssertEqual(message(json), none, json)
+        }
+    }
+
+    /// `Expiration` is an ISO 8601 time with a zone, with or without fractional seconds; any other
+    /// value leaves it unknown, and the credentials are still read.
+    func testCredentialsExpirationFormats() throws {
+        func expiration(_ value: String) throws -> Date? {
+            let json = #"{"AccessKeyId": "K", "SecretAccessKey": "S", "Expiration": \#(value)}"#
+            return try XCTUnwrap(parseCredentials(Data(json.utf8), source: "src").aws, value).expiration
+        }
+        let noon = try XCTUnwrap(ISO8601DateFormatter().date(from: "2026-11-23T12:00:00Z"))
+        XCTAssertEqual(try expiration(#""2026-11-23T12:00:00Z""#), noon)
+        XCTAssertEqual(try expiration(#""2026-11-23T14:00:00+02:00""#), noon)
+        XCTAssertEqual(try expiration(#""2026-11-23T12:00:00+00:00""#), noon)
+        let fraction = try XCTUnwrap(try expiration(#""2026-11-23T12:00:00.250Z""#))
+        XCTAssertEqual(fraction.timeIntervalSince(noon), 0.25, accuracy: 0.001)
+        let offsetFraction = try XCTUnwrap(try expiration(#""2026-11-23T17:30:00.5+05:30""#))
+        XCTAssertEqual(offsetFraction.timeIntervalSince(noon), 0.5, accuracy: 0.001)
+        for unknown in [#""2026-11-23 12:00:00""#, #""2026-11-23T12:00:00""#, #""20261123T120000Z""#, #""""#, "1795435200", "null"] {
+            XCTAssertNil(try expiration(unknown), unknown)
+        }
+    }
+
     func testCommandCredentialProviderRunsTheCommandAndReportsFailures() throws {
         let dir = Fixtures.shared.scratch("credcmd")
         let script = dir.appendingPathComponent("creds.sh")

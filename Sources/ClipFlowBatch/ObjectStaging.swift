@@ -21,7 +21,7 @@ public final class ObjectStaging: RemotePaths, Sendable {
         public var folder: Bool
     }
 
-    let store: S3ObjectStore
+    let store: S3Client
     let scratch: String
     let shouldAbort: @Sendable () -> Bool
     private let state = Mutex<(outputs: [Output], count: Int, retryable: Bool)>(([], 0, false))
@@ -30,7 +30,7 @@ public final class ObjectStaging: RemotePaths, Sendable {
     private let folder: Mutex<AtomicOutput?>
 
     /// Makes the run's scratch folder in `scratchParent` (named after `name`).
-    public init(store: S3ObjectStore, scratchParent: String, name: String, shouldAbort: @escaping @Sendable () -> Bool) throws {
+    public init(store: S3Client, scratchParent: String, name: String, shouldAbort: @escaping @Sendable () -> Bool) throws {
         self.store = store
         self.shouldAbort = shouldAbort
         let f = try AtomicOutput(folder: URL(fileURLWithPath: scratchParent).appendingPathComponent(name), label: "the scratch folder", replacing: false)

@@ -47,17 +47,26 @@ extension UploadDestination {
             guard let provider = credentials.provider(for: .s3, settings: settings) else {
                 throw UploadError(.credentials, message: "s3 upload: no credentials source")
             }
-            var o = S3Options(
-                endpoint: endpoint, region: region ?? "us-east-1", bucket: bucket ?? "", keyPrefix: keyPrefix ?? "",
-                addressingStyle: addressing ?? .path, partSize: chunkSize,
-                minimumPartSize: minimumPartSize ?? S3Options.awsMinimumPartSize, retry: retryPolicy)
-            o.network = settings
             // The first credentials come from the same source that refreshes them.
             guard case .aws(let keys) = try provider.refresh(reason: "start of upload") else {
                 throw UploadError(.credentials, message: "s3 upload: the credentials source gave a token, not access keys")
             }
-            return S3Uploader(options: o, store: store, credentials: keys, provider: provider)
+            // The client's settings: `s3Options.access`, as `S3Access.fromEnvironment` makes them
+            // from the environment for `batch` and `serve`.
+            return S3Uploader(options: s3Options, store: store, credentials: keys, provider: provider)
         }
+    }
+
+    /// The S3 settings these flags give (`--endpoint`, `--region`, `--bucket`, `--key-prefix`,
+    /// `--addressing`, `--chunk-size`, `--min-part-size`, the retry and network flags): the
+    /// upload's, and through `S3Options.access` the client's.
+    public var s3Options: S3Options {
+        var o = S3Options(
+            endpoint: endpoint, region: region ?? "us-east-1", bucket: bucket ?? "", keyPrefix: keyPrefix ?? "",
+            addressingStyle: addressing ?? .path, partSize: chunkSize,
+            minimumPartSize: minimumPartSize ?? S3Options.awsMinimumPartSize, retry: retryPolicy)
+        o.network = transportSettings
+        return o
     }
 }
 

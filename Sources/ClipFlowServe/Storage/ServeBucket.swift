@@ -3,12 +3,13 @@ import ClipFlowUpload
 import Foundation
 
 /// The bucket a server keeps its uploads and media in (`--storage s3://BUCKET/PREFIX`): every key
-/// it writes is under PREFIX (`uploads/…`, `media/ID/FOLDER/…`). The endpoint and credentials are
-/// the AWS tools' variables, or the keys come from a credentials command (`S3Access.fromEnvironment`). S3 calls block, so they run on a
+/// it writes is under PREFIX (`uploads/…`, `media/ID/FOLDER/…`). Every request goes through one
+/// `S3Client` (`store`), whose endpoint and credentials are the AWS tools' variables, or the keys
+/// come from a credentials command (`S3Access.fromEnvironment`). S3 calls block, so they run on a
 /// Dispatch queue of their own, never on an event loop or a thread of Swift's cooperative pool.
 /// Thread-safe; `Sendable`.
 final class ServeBucket: Sendable {
-    let store: S3ObjectStore
+    let store: S3Client
     let name: String
     /// "" or a prefix ending in "/".
     let prefix: String
@@ -30,7 +31,7 @@ final class ServeBucket: Sendable {
         }
         access.retry.maxAttemptsWithoutProgress = min(access.retry.maxAttemptsWithoutProgress, Self.attempts)
         access.retry.maxDelay = Self.retryDelay
-        store = S3ObjectStore(access: access)
+        store = S3Client(access: access)
         name = location.bucket
         prefix = location.key.isEmpty || location.key.hasSuffix("/") ? location.key : location.key + "/"
     }
@@ -42,7 +43,7 @@ final class ServeBucket: Sendable {
 
     /// Runs blocking S3 work off the event loops and the cooperative pool; its result.
     @discardableResult
-    func perform<T: Sendable>(_ body: @escaping @Sendable (S3ObjectStore, String) throws -> T) async throws -> T {
+    func perform<T: Sendable>(_ body: @escaping @Sendable (S3Client, String) throws -> T) async throws -> T {
         let (store, name) = (self.store, self.name)
         return try await io.perform { try body(store, name) }
     }

@@ -1,7 +1,11 @@
 import Foundation
 
-/// The endpoint and credentials of an S3-compatible service, taken the way the AWS tools take
-/// them. A value; the secret inside `credentials` is registered for redaction when it is made.
+/// How an `S3Client` reaches an S3-compatible service: the endpoint, region and addressing, the
+/// first credentials and what renews them, the network and retry settings. The one type both
+/// ways of configuring S3 resolve into: from the flags of `clipflow upload --to s3`
+/// (`S3Options.access`, via `UploadDestination.makeUploader`) and from the AWS tools' variables
+/// (`fromEnvironment`: `batch`, `serve`, `run`). A value; the secret inside `credentials` is
+/// registered for redaction when it is made.
 public struct S3Access: Sendable {
     public var endpoint: String
     public var region: String
@@ -12,10 +16,14 @@ public struct S3Access: Sendable {
     public var provider: CredentialProvider?
     public var network: TransportSettings
     public var retry: RetryPolicy
+    /// Credentials whose `expiration` is closer than this many seconds are renewed (through the
+    /// provider) before the next request.
+    public var credentialRefreshMargin: Double
 
     public init(
         endpoint: String, region: String, addressingStyle: S3Options.AddressingStyle = .path, credentials: AWSCredentials,
-        provider: CredentialProvider? = nil, network: TransportSettings = TransportSettings(), retry: RetryPolicy = RetryPolicy()
+        provider: CredentialProvider? = nil, network: TransportSettings = TransportSettings(), retry: RetryPolicy = RetryPolicy(),
+        credentialRefreshMargin: Double = 60
     ) {
         self.endpoint = endpoint
         self.region = region
@@ -24,6 +32,7 @@ public struct S3Access: Sendable {
         self.provider = provider
         self.network = network
         self.retry = retry
+        self.credentialRefreshMargin = credentialRefreshMargin
     }
 
     /// The variables read by `fromEnvironment`, in the order they are looked at.
@@ -93,6 +102,7 @@ public struct S3Access: Sendable {
     func options(bucket: String, key: String? = nil) -> S3Options {
         var o = S3Options(endpoint: endpoint, region: region, bucket: bucket, key: key, addressingStyle: addressingStyle, retry: retry)
         o.network = network
+        o.credentialRefreshMargin = credentialRefreshMargin
         return o
     }
 }

@@ -2,8 +2,11 @@ import Foundation
 import ClipFlowCore
 
 /// Where and how `S3Uploader` puts files: an S3-compatible endpoint (AWS S3, Alibaba OSS's S3
-/// endpoint, MinIO, moto). Holds no secret (credentials are passed to `S3Uploader` separately),
-/// so it can be written into a pipeline file.
+/// endpoint, MinIO, moto), the bucket and key, and how the multipart upload is cut and signed.
+/// Holds no secret (credentials are passed to `S3Uploader` separately), so it can be written into
+/// a pipeline file. The flags (`clipflow upload --to s3 ...`, `UploadDestination.makeUploader`)
+/// make one; its connection settings become the client's `S3Access` through `access`, the same
+/// value `S3Access.fromEnvironment` makes from the AWS tools' variables.
 public struct S3Options: Codable, Sendable, Equatable {
     public enum AddressingStyle: String, Codable, Sendable, Equatable, CaseIterable {
         /// `https://endpoint/bucket/key` (MinIO, moto, any endpoint).
@@ -33,7 +36,7 @@ public struct S3Options: Codable, Sendable, Equatable {
     public var contentType: String?
     /// User metadata sent as `x-amz-meta-<name>` with every upload (title, description, tags,
     /// category, cover-url, ...); the per-upload metadata given to `upload` is merged over it.
-    /// See `S3Uploader.metadataHeaders` for how names and non-ASCII values are encoded.
+    /// See `S3Client.metadataHeaders` for how names and non-ASCII values are encoded.
     public var metadata: [String: String]
     public var retry: RetryPolicy
     /// Timeouts (stall, connect) and TLS.
@@ -106,6 +109,17 @@ public struct S3Options: Codable, Sendable, Equatable {
     public func objectKey(for file: String) -> String {
         key ?? (keyPrefix + URL(fileURLWithPath: file).lastPathComponent)
     }
+
+    /// The client's settings for this endpoint: endpoint, region, addressing, network, retries
+    /// and the refresh margin, with the first `credentials` and the `provider` that renews them.
+    public func access(credentials: AWSCredentials, provider: CredentialProvider?) -> S3Access {
+        S3Access(
+            endpoint: endpoint, region: region, addressingStyle: addressingStyle, credentials: credentials, provider: provider, network: network,
+            retry: retry, credentialRefreshMargin: credentialRefreshMargin)
+    }
+
+    /// What resume records of uploads to this destination are filed under.
+    var destination: String { "s3 \(trimmedEndpoint) bucket=\(bucket) key=\(key ?? keyPrefix + "<file name>")" }
 
     var trimmedEndpoint: String {
         var e = endpoint

@@ -118,7 +118,7 @@ public enum BatchOutputs {
     /// put only whole, by multipart upload, after its run completed); an object folder is judged
     /// by each file it receives, else by its commit marker, which is published last: a folder
     /// whose stage declares none is never taken as complete.
-    public static func incomplete(_ writes: [RowPaths.Written], rowKey: String, store: () throws -> S3ObjectStore) -> String? {
+    public static func incomplete(_ writes: [RowPaths.Written], rowKey: String, store: () throws -> S3Client) -> String? {
         for w in writes {
             if let loc = S3Location(url: w.path) {
                 do {

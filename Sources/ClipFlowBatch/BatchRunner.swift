@@ -91,7 +91,7 @@ public final class BatchRunner: Sendable {
     let plan: Plan
     let parsed: JSONNode?
     let sink: EventSink
-    let store: @Sendable () throws -> S3ObjectStore
+    let store: @Sendable () throws -> S3Client
     let clock = SystemClock()
     private struct State {
         var next = 0
@@ -106,7 +106,7 @@ public final class BatchRunner: Sendable {
 
     /// `store` makes the object-storage client the first time a row needs it (credentials are
     /// read then); it is called at most once per row.
-    public init(plan: Plan, sink: EventSink, store: @escaping @Sendable () throws -> S3ObjectStore) {
+    public init(plan: Plan, sink: EventSink, store: @escaping @Sendable () throws -> S3Client) {
         self.plan = plan
         self.parsed = try? JSONParser.parse(plan.pipelineText)
         self.sink = sink
@@ -407,10 +407,10 @@ public final class BatchRunner: Sendable {
 /// The object-storage client for one row, made when first asked (a row with local paths only
 /// never reads credentials). Confined to the row's worker thread: not Sendable.
 final class StoreOnce {
-    let make: @Sendable () throws -> S3ObjectStore
-    var made: S3ObjectStore?
-    init(make: @escaping @Sendable () throws -> S3ObjectStore) { self.make = make }
-    func get() throws -> S3ObjectStore {
+    let make: @Sendable () throws -> S3Client
+    var made: S3Client?
+    init(make: @escaping @Sendable () throws -> S3Client) { self.make = make }
+    func get() throws -> S3Client {
         if let made { return made }
         let s = try make()
         made = s

@@ -153,15 +153,15 @@ func readPipelineText(_ file: String) throws -> String {
 final class StoreAccess: Sendable {
     let environment: [String: String]
     let credentialsCommand: String?
-    private let made = Mutex<S3ObjectStore?>(nil)
+    private let made = Mutex<S3Client?>(nil)
     init(environment: [String: String], credentialsCommand: String?) {
         self.environment = environment
         self.credentialsCommand = credentialsCommand
     }
-    @Sendable func store() throws -> S3ObjectStore {
+    @Sendable func store() throws -> S3Client {
         try made.withLock { m in
             if let m { return m }
-            let s = S3ObjectStore(access: try S3Access.fromEnvironment(environment, credentialsCommand: credentialsCommand))
+            let s = S3Client(access: try S3Access.fromEnvironment(environment, credentialsCommand: credentialsCommand))
             m = s
             return s
         }

@@ -51,8 +51,8 @@ func objectStaging(_ file: String, _ variables: [String: String], credentialsCom
     let env = ProcessInfo.processInfo.environment
     guard text.contains("s3://") || variables.values.contains(where: { $0.contains("s3://") }) || env.values.contains(where: { $0.hasPrefix("s3://") })
     else { return nil }
-    let store: S3ObjectStore
-    do { store = S3ObjectStore(access: try S3Access.fromEnvironment(env, credentialsCommand: credentialsCommand)) } catch let e as UploadError {
+    let store: S3Client
+    do { store = S3Client(access: try S3Access.fromEnvironment(env, credentialsCommand: credentialsCommand)) } catch let e as UploadError {
         throw e.asClipFlowError
     }
     let parent = env["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"

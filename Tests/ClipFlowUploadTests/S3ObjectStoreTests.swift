@@ -5,7 +5,7 @@ import Synchronization
 import ClipFlowTestSupport
 @testable import ClipFlowUpload
 
-/// `S3ObjectStore` against a real S3 server (SeaweedFS, signatures checked), judged by boto3
+/// `S3Client` against a real S3 server (SeaweedFS, signatures checked), judged by boto3
 /// (Tests/Servers/s3_oracle.py) and sha256sum; faults come from the fault proxy in front of it.
 final class S3ObjectStoreTests: XCTestCase {
     nonisolated(unsafe) static var s3: SeaweedFS?
@@ -59,8 +59,8 @@ final class S3ObjectStoreTests: XCTestCase {
         return a
     }
 
-    func store(viaProxy: Bool = false, pageSize: Int = 1000, partSize: Int64? = nil, retry: RetryPolicy = .fast) throws -> S3ObjectStore {
-        S3ObjectStore(access: try access(viaProxy: viaProxy, retry: retry), pageSize: pageSize, partSize: partSize, resumeStorePath: dir + "/resume.json")
+    func store(viaProxy: Bool = false, pageSize: Int = 1000, partSize: Int64? = nil, retry: RetryPolicy = .fast) throws -> S3Client {
+        S3Client(access: try access(viaProxy: viaProxy, retry: retry), pageSize: pageSize, partSize: partSize, resumeStorePath: dir + "/resume.json")
     }
 
     /// `size` pseudo-random bytes (xorshift) in a file of the test folder, written 1 MiB at a time
@@ -191,7 +191,7 @@ final class S3ObjectStoreTests: XCTestCase {
         let a = try S3Access.fromEnvironment(env, credentialsCommand: "cat '\(json.path)'")
         XCTAssertEqual(a.credentials.accessKeyID, s3.accessKey)
         XCTAssertEqual((a.provider as? CommandCredentialProvider)?.command, ["/bin/sh", "-c", "cat '\(json.path)'"])
-        XCTAssertNoThrow(try S3ObjectStore(access: a).list(bucket: s3.bucket, prefix: "nothing-here/"))
+        XCTAssertNoThrow(try S3Client(access: a).list(bucket: s3.bucket, prefix: "nothing-here/"))
 
         XCTAssertThrowsError(try S3Access.fromEnvironment(env, credentialsCommand: "exit 3")) { e in
             XCTAssertEqual((e as? UploadError)?.kind, .credentials)
@@ -215,7 +215,7 @@ final class S3ObjectStoreTests: XCTestCase {
                 "body": "<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>"
             ]
         ])
-        let info = try S3ObjectStore(access: a).head(bucket: s3.bucket, key: k)
+        let info = try S3Client(access: a).head(bucket: s3.bucket, key: k)
         XCTAssertEqual(info?.size, 321)
         XCTAssertEqual(try String(contentsOfFile: counter, encoding: .utf8), "run\nrun\n", "once at the start, once on the refusal")
         XCTAssertEqual(try stats { $0.requests.count >= 2 }.requests.map(\.outcome), ["status:400", "200"])
@@ -227,7 +227,7 @@ final class S3ObjectStoreTests: XCTestCase {
         var env = s3.environment
         let wrong = "wrongSecret/\(UUID().uuidString)"
         env["AWS_SECRET_ACCESS_KEY"] = wrong
-        let store = S3ObjectStore(access: try S3Access.fromEnvironment(env))
+        let store = S3Client(access: try S3Access.fromEnvironment(env))
         XCTAssertThrowsError(try store.list(bucket: s3.bucket, prefix: "")) { e in
             let u = e as? UploadError
             XCTAssertEqual(u?.kind, .credentials, "\(e)")
@@ -433,7 +433,7 @@ final class S3ObjectStoreTests: XCTestCase {
 
         var a = try access(retry: policy)
         a.endpoint = "http://127.0.0.1:\(ServerProcess.freePort())"
-        XCTAssertThrowsError(try S3ObjectStore(access: a).head(bucket: s3.bucket, key: k)) { e in
+        XCTAssertThrowsError(try S3Client(access: a).head(bucket: s3.bucket, key: k)) { e in
             let u = e as? UploadError
             XCTAssertEqual(u?.kind, .network, "\(e)")
             XCTAssertNotEqual(u?.asClipFlowError.kind, .badInput)

@@ -75,8 +75,8 @@ final class S3TestsWithoutServer: XCTestCase {
         XCTAssertTrue(S3ErrorInfo(err).isExpiry)
         XCTAssertFalse(S3ErrorInfo(HTTPResponse(status: 403, body: Data("<Error><Code>SignatureDoesNotMatch</Code></Error>".utf8))).isExpiry)
         XCTAssertTrue(S3ErrorInfo(HTTPResponse(status: 503, body: Data("<Error><Code>SlowDown</Code></Error>".utf8))).isRetryable)
-        XCTAssertEqual(S3Session.plainMD5("\"0123456789abcdef0123456789ABCDEF\""), "0123456789abcdef0123456789abcdef")
-        XCTAssertNil(S3Session.plainMD5("\"0123456789abcdef0123456789abcdef-3\""))
+        XCTAssertEqual(S3Client.FileUpload.plainMD5("\"0123456789abcdef0123456789ABCDEF\""), "0123456789abcdef0123456789abcdef")
+        XCTAssertNil(S3Client.FileUpload.plainMD5("\"0123456789abcdef0123456789abcdef-3\""))
     }
 }
 
@@ -314,9 +314,9 @@ extension S3TestsWithoutServer {
     func testMultipartETagIsTheMD5OfThePartMD5s() {
         // Oracle: python3 hashlib, md5(md5(b"part one") + md5(b"part two")) + "-2".
         XCTAssertEqual(
-            S3Session.multipartETag(["\"3303e12af474ca11d85ed2966a932992\"", "3EA4E15B91A17DC76052C56CFCDF67A2"]),
+            S3Client.FileUpload.multipartETag(["\"3303e12af474ca11d85ed2966a932992\"", "3EA4E15B91A17DC76052C56CFCDF67A2"]),
             "0732917abc3288784e318ac0aab1757a-2")
-        XCTAssertNil(S3Session.multipartETag(["\"3303e12af474ca11d85ed2966a932992\"", "\"kms-style\""]))
+        XCTAssertNil(S3Client.FileUpload.multipartETag(["\"3303e12af474ca11d85ed2966a932992\"", "\"kms-style\""]))
     }
 
     func testMaskedKeyIDsAndErrorClasses() {

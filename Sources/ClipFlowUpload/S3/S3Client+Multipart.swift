@@ -483,7 +483,3 @@ extension S3Client {
         }
     }
 }
-
-/// The multipart driver's name before it became the client's (`S3Client.FileUpload`); the tests
-/// reach its ETag helpers by it.
-typealias S3Session = S3Client.FileUpload

@@ -43,10 +43,6 @@ public final class S3Traffic: Sendable {
     }
 }
 
-/// The name of the client where it stands for the objects of a bucket (`batch`'s `s3://` paths,
-/// `clipflow serve`'s bucket): the same type, no second facade.
-public typealias S3ObjectStore = S3Client
-
 /// Listing, reading, writing, copying and deleting objects: the inputs and outputs of pipelines
 /// that name `s3://` locations, and `clipflow serve`'s bucket. Errors are `UploadError`s: a
 /// missing object or bucket is `.badInput` (retrying cannot help); everything else (network, 5xx,

@@ -134,7 +134,7 @@ public final class AtomicOutput {
     /// Writes `data` as the whole content of the temporary file (in place, keeping its lock).
     public func write(_ data: Data) throws {
         let fd = open(temporary.path, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { throw ClipFlowError.output("cannot write '\(target.path)': \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw ClipFlowError.output("cannot write '\(target.path)'", errno: errno) }
         defer { close(fd) }
         try data.withUnsafeBytes { try DurableFiles.writeAll(fd, $0, naming: target.path) }
     }

@@ -13,7 +13,7 @@ public enum DurableFiles {
     /// system's reason.
     public static func write(_ bytes: [UInt8], to path: String) throws {
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o644)
-        guard fd >= 0 else { throw ClipFlowError.output("cannot create '\(path)': \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw ClipFlowError.output("cannot create '\(path)'", errno: errno) }
         defer { close(fd) }
         try bytes.withUnsafeBytes { try writeAll(fd, $0, naming: path) }
         startWriteBack(fd, 0, Int64(bytes.count))
@@ -26,7 +26,7 @@ public enum DurableFiles {
         while done < raw.count {
             let n = Glibc.write(fd, raw.baseAddress! + done, raw.count - done)
             if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw ClipFlowError.output("cannot write '\(path)': \(String(cString: strerror(errno)))") }
+            guard n > 0 else { throw ClipFlowError.output("cannot write '\(path)'", errno: errno) }
             done += n
         }
     }
@@ -65,9 +65,9 @@ public enum DurableFiles {
 
     private static func fsync(path: String) throws {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { throw ClipFlowError.output("cannot open '\(path)' to make it durable: \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw ClipFlowError.output("cannot open '\(path)' to make it durable", errno: errno) }
         defer { close(fd) }
-        guard Glibc.fsync(fd) == 0 else { throw ClipFlowError.output("cannot make '\(path)' durable: \(String(cString: strerror(errno)))") }
+        guard Glibc.fsync(fd) == 0 else { throw ClipFlowError.output("cannot make '\(path)' durable", errno: errno) }
     }
 
     /// Linux's sync_file_range (glibc declares it only under _GNU_SOURCE, which Swift's Glibc

@@ -18,7 +18,7 @@ func createFolder(of output: String) throws {
     let dir = (output as NSString).deletingLastPathComponent
     guard !dir.isEmpty else { return }
     do { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) } catch {
-        throw ClipFlowError.output("cannot create the directory of '\(output)': \(error.localizedDescription)")
+        throw ClipFlowError.output("cannot create the directory of '\(output)'", writing: error)
     }
 }
 

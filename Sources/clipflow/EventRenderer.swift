@@ -25,17 +25,6 @@ protocol EventRenderer: EventSink {
     func showStatusLine(_ line: @escaping @Sendable () -> String) -> Bool
 }
 
-/// Events to a sink of the caller's and nothing else: for a process whose output is a protocol
-/// (`clipflow serve-worker`), not for a person.
-struct SinkRenderer: EventRenderer {
-    let sink: any EventSink
-
-    func emit(_ event: PipelineEvent) { sink.emit(event) }
-    func say(_ line: String) {}
-    func end() {}
-    func showStatusLine(_ line: @escaping @Sendable () -> String) -> Bool { false }
-}
-
 /// `--events json`: one JSON object per line on stdout, flushed per event, secrets redacted.
 /// Every line holds
 /// `time` (seconds since the writer was made: the start of the command), `stage`, `event`, then
@@ -67,6 +56,8 @@ final class JSONEventWriter: EventRenderer, Sendable {
         case .progress(let c, let t, let u, let speed):
             event("progress")
             fields += [("completed", .number(Double(c))), ("total", .number(Double(t))), ("unit", .string(u))]
+            // The fraction done, to the percent, once the total is known.
+            if t > 0 { fields.append(("progress", .number(Double(Int(min(1, max(0, Double(c) / Double(t))) * 100)) / 100))) }
             if let speed { fields.append(("speed", .number((speed * 1000).rounded() / 1000))) }
         case .output(let p): event("output"); fields.append(("path", .string(p)))
         case .dropped(let n, let cause): event("dropped"); fields += [("count", .number(Double(n))), ("cause", .string(cause))]
@@ -86,7 +77,10 @@ final class JSONEventWriter: EventRenderer, Sendable {
             event("helper")
             fields += [("name", .string(name)), ("running", .bool(running))]
         case .finished: event("finished")
-        case .failed(let m): event("failed"); fields.append(("message", .string(m)))
+        case .failed(let m, let kind):
+            event("failed")
+            fields.append(("message", .string(m)))
+            if let kind { fields.append(("kind", .string(kind.rawValue))) }
         case .interrupted: event("interrupted")
         }
         return JSONValue.object(fields.map { (key: $0.0, value: JSONNode($0.1)) }).serialized
@@ -232,7 +226,7 @@ final class TextRenderer: EventRenderer, Sendable {
                 }
             case .helper(let name, let running): if verbose { line = "\(e.stage): helper \(name) \(running ? "started" : "ended")" }
             case .finished: d.state[e.stage] = "done"
-            case .failed(let m):
+            case .failed(let m, _):
                 d.state[e.stage] = "failed"
                 if verbose { line = "\(e.stage): failed: \(m)" }
             case .interrupted:

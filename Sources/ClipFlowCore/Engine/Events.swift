@@ -30,7 +30,9 @@ public struct PipelineEvent: Sendable, Equatable {
         /// A helper thread of the stage (`HelperThreads`) started (`running`) or ended.
         case helper(name: String, running: Bool)
         case finished
-        case failed(String)
+        /// The stage failed: its message, and what the failure was (nil for a stage stopped
+        /// because another failed: that one's `failed` event names it).
+        case failed(String, kind: FailureKind? = nil)
         case interrupted
     }
     public var stage: String

@@ -305,7 +305,7 @@ public final class GraphRunner: @unchecked Sendable {
         switch result {
         case .completed: c.emit(.finished)
         case .stopped, .cancelled: c.emit(f == nil ? .interrupted : .failed("stopped because stage '\(f!.stage)' failed"))
-        case .failed: c.emit(.failed(f?.error.message ?? "failed"))
+        case .failed: c.emit(.failed(f?.error.message ?? "failed", kind: f?.error.failureKind ?? .failure))
         }
     }
 

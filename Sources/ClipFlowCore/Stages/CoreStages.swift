@@ -178,7 +178,7 @@ public final class DirectoryStage: Stage {
     public func prepare(_ context: StageContext) throws {
         context.onCancel { [cancelFlag] in cancelFlag.cancel() }
         do { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) } catch {
-            throw ClipFlowError.output("cannot create directory '\(directory)': \(error.localizedDescription)")
+            throw ClipFlowError.output("cannot create directory '\(directory)'", writing: error)
         }
     }
 
@@ -218,7 +218,7 @@ public final class DirectoryStage: Stage {
             let chunk: Data
             do { chunk = try inp.read(upToCount: 1 << 20) ?? Data() } catch { throw ClipFlowError.badInput("reading '\(src)': \(error.localizedDescription)") }
             if chunk.isEmpty { break }
-            do { try outp.write(contentsOf: chunk) } catch { throw ClipFlowError.output("writing into '\(directory)': \(error.localizedDescription)") }
+            do { try outp.write(contentsOf: chunk) } catch { throw ClipFlowError.output("writing into '\(directory)'", writing: error) }
             done += Int64(chunk.count)
             context.progress(done, of: total)
         }

@@ -34,6 +34,8 @@ enum FF {
         kind: ClipFlowError.Kind = .failure
     ) throws -> Int32 {
         if rc < 0 {
+            // A write that found no space is a full disk, whatever the operation's kind.
+            if rc == err(ENOSPC) || rc == err(EDQUOT) { throw ClipFlowError.diskFull("\(operation()): \(describe(rc))") }
             throw ClipFlowError(kind, "\(operation()): \(describe(rc))")
         }
         return rc

@@ -29,7 +29,7 @@ final class MuxerOutputFile {
     init(path: String, shownAs: String) throws {
         self.shownAs = shownAs
         fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        if fd < 0 { throw ClipFlowError.output("cannot write '\(shownAs)': \(String(cString: strerror(errno)))") }
+        if fd < 0 { throw ClipFlowError.output("cannot write '\(shownAs)'", errno: errno) }
     }
 
     /// Writes of bytes inside `clip` are sent from its file from now on (until it is freed).
@@ -102,8 +102,11 @@ final class MuxerOutputFile {
         closed = true
         pendingClip = nil
         let ok = Glibc.close(fd) == 0
-        if rc < 0 { throw ClipFlowError.output("writing '\(shownAs)' failed: \(FF.describe(rc))") }
-        if !ok { throw ClipFlowError.output("closing '\(shownAs)' failed: \(String(cString: strerror(errno)))") }
+        if rc < 0 {
+            if writeError != 0 { throw ClipFlowError.output("writing '\(shownAs)' failed", errno: writeError) }
+            throw ClipFlowError.output("writing '\(shownAs)' failed: \(FF.describe(rc))")
+        }
+        if !ok { throw ClipFlowError.output("closing '\(shownAs)' failed", errno: errno) }
     }
     deinit { if !closed { _ = Glibc.close(fd) } }
 }

@@ -148,6 +148,10 @@ public struct HLSLadder: Sendable {
         return StageGraph(nodes: nodes, edges: edges, entries: entries)
     }
 
+    /// The stage of `graph(id:)` whose progress is the ladder's: its decode, or its copy when it
+    /// decodes nothing.
+    public func progressStage(id: String) -> String { (ladder.rungs ?? LadderRung.standard).isEmpty ? "\(id).copy" : "\(id).decode" }
+
     /// The whole run as `clipflow hls` makes it: a `files` node with `inputs`, then the ladder's
     /// graph (ids as `graph(id: "hls")`).
     public func graph(of inputs: [String]) -> (nodes: [StageNode], edges: [Edge]) {
@@ -184,7 +188,7 @@ public final class LadderFolder: @unchecked Sendable {
     func create() throws {
         let parent = output.deletingLastPathComponent()
         do { try FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true) } catch {
-            throw ClipFlowError.output("cannot create the folder '\(parent.path)' for the ladder: \(error.localizedDescription)")
+            throw ClipFlowError.output("cannot create the folder '\(parent.path)' for the ladder", writing: error)
         }
         let made = try AtomicOutput(folder: output, label: "a ladder", replacing: replacing)
         lock.withLock { temporary = made }

@@ -22,7 +22,7 @@ final class RenditionFiles {
         if singleFile {
             let path = ladder.appendingPathComponent("\(name).mp4").path
             guard FileManager.default.createFile(atPath: path, contents: nil), let h = FileHandle(forWritingAtPath: path) else {
-                throw ClipFlowError.output("cannot create '\(path)': \(String(cString: strerror(errno)))")
+                throw ClipFlowError.output("cannot create '\(path)'", errno: errno)
             }
             handle = h
         } else {
@@ -63,7 +63,7 @@ final class RenditionFiles {
     /// Ends the rendition; its playlist inputs.
     func track(codecs: String) throws -> HLSTrack {
         if let h = handle {
-            do { try h.close() } catch { throw ClipFlowError.output("cannot write '\(initURI)': \(error.localizedDescription)") }
+            do { try h.close() } catch { throw ClipFlowError.output("cannot write '\(initURI)'", writing: error) }
             handle = nil
         }
         return HLSTrack(playlistURI: "\(name).m3u8", initURI: initURI, initRange: initRange, segments: segments, codecs: codecs)
@@ -71,7 +71,7 @@ final class RenditionFiles {
 
     private func append(_ bytes: [UInt8]) throws {
         do { try handle!.write(contentsOf: Data(bytes)) } catch {
-            throw ClipFlowError.output("cannot write '\(ladder.appendingPathComponent(initURI).path)': \(error.localizedDescription)")
+            throw ClipFlowError.output("cannot write '\(ladder.appendingPathComponent(initURI).path)'", writing: error)
         }
         written += bytes.count
     }

@@ -17,14 +17,28 @@ public enum HLSStage {
             ParamSpec("segment", .number(min: 1, max: 30), help: "segment length in seconds (overrides the profile's)"),
             ParamSpec("encoder-preset", .choice(TranscodeSettings.encoderPresets), default: .string("veryfast"), help: "x264 speed preset"),
             ParamSpec("single-file", .boolean, default: .bool(false), help: "one file per rendition, segments addressed by byte ranges"),
+            ParamSpec("reuse", .path, help: "a complete ladder of the same source (same file system) to take reuse-renditions from, as hard links"),
+            ParamSpec(
+                "reuse-renditions", .string,
+                help: "what to take from reuse, comma-separated: renditions by their playlists' names (360p, audio, copy) and poster for the covers"),
             .overwrite
         ],
         queue: DecodeStage.kind.queue,
         check: { p, path in
+            var issues: [PipelineIssue] = []
             if let l = p.string("ladder"), LadderChoice.parse(l) == nil {
-                return [PipelineIssue("\(path).ladder", "expected \(LadderChoice.expected), got \"\(l)\"")]
+                issues.append(PipelineIssue("\(path).ladder", "expected \(LadderChoice.expected), got \"\(l)\""))
             }
-            return []
+            switch (p.string("reuse"), p.string("reuse-renditions")) {
+            case (nil, nil): break
+            case (.some, nil): issues.append(PipelineIssue("\(path).reuse-renditions", "reuse needs reuse-renditions: what to take from it"))
+            case (nil, .some): issues.append(PipelineIssue("\(path).reuse", "reuse-renditions needs reuse: the ladder folder to take them from"))
+            case (.some, .some(let names)):
+                if LadderReuse.names(names) == nil {
+                    issues.append(PipelineIssue("\(path).reuse-renditions", "expected \(LadderReuse.expected), got \"\(names)\""))
+                }
+            }
+            return issues
         },
         files: { p in StageFiles(writes: p.string("output").map { [FileField("output", $0, commitMarker: "master.m3u8")] } ?? []) },
         graph: { id, p in
@@ -32,6 +46,9 @@ public enum HLSStage {
                 output: p.string("output")!, ladder: LadderChoice.parse(p.string("ladder") ?? "auto") ?? LadderChoice(rungs: nil),
                 schedule: SegmentSchedule(profile: p.string("profile") ?? "vod", segment: p.double("segment")),
                 encoderPreset: p.string("encoder-preset") ?? "veryfast", singleFile: p.bool("single-file") ?? false,
+                reuse: p.string("reuse").map {
+                    LadderReuse(folder: URL(fileURLWithPath: $0), named: LadderReuse.names(p.string("reuse-renditions") ?? "") ?? [])
+                },
                 overwrite: p.bool("overwrite") ?? false
             ).graph(id: id)
         })

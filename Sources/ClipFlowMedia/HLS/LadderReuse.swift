@@ -43,6 +43,17 @@ public struct LadderReuse: Sendable, Equatable {
         self.poster = poster
     }
 
+    /// What the `hls` stage's `reuse-renditions` names (`360p,audio,poster`), or nil when it is not
+    /// a list of such names (letters and digits, each once).
+    public static func names(_ list: String) -> [String]? {
+        let names = list.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+        let valid = names.allSatisfy { !$0.isEmpty && $0.allSatisfy { c in c.isASCII && (c.isLetter || c.isNumber) } }
+        return valid && Set(names).count == names.count ? names : nil
+    }
+
+    /// What `names` accepts, for a refusal.
+    public static let expected = "rendition names and poster, each once, comma-separated: 720p,audio,poster"
+
     /// Reuse of `names`: renditions, and `poster` for the poster.
     public init(folder: URL, named names: [String]) {
         self.init(folder: folder, tracks: names.filter { $0 != Self.poster }, poster: names.contains(Self.poster))
@@ -65,7 +76,7 @@ public struct LadderReuse: Sendable, Equatable {
                 try fm.createDirectory(at: to.deletingLastPathComponent(), withIntermediateDirectories: true)
                 try fm.linkItem(at: from, to: to)
             } catch {
-                throw ClipFlowError.output("cannot link '\(from.path)' into the new ladder: \(error.localizedDescription)")
+                throw ClipFlowError.output("cannot link '\(from.path)' into the new ladder", writing: error)
             }
         }
         return chosen

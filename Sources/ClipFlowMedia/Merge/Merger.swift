@@ -404,7 +404,7 @@ public final class Merger {
         let rc = mux.writeTrailer()
         if rc < 0 {
             if mux.sink.writeError != 0 {
-                throw ClipFlowError.output("writing '\(options.output.path)' failed: \(String(cString: strerror(mux.sink.writeError)))")
+                throw ClipFlowError.output("writing '\(options.output.path)' failed", errno: mux.sink.writeError)
             }
             if onePass, let reserve { throw MoovTooSmall(reserved: reserve) }
             throw ClipFlowError.output("finishing '\(options.output.path)' failed: \(FF.describe(rc))")

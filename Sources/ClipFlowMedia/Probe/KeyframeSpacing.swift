@@ -12,8 +12,13 @@ public struct KeyframeSpacing: Sendable, Equatable {
     public var longestGap: Double
 
     /// Measures the best video stream of `path`.
-    public static func measure(_ path: String) throws -> KeyframeSpacing {
-        let source = try Demuxer(path: path)
+    public static func measure(_ path: String) throws -> KeyframeSpacing { try measure(Demuxer(path: path)) }
+
+    /// Measures the best video stream of `source`, an open demuxer (a probe's: the file is not
+    /// opened again). From an MP4 or MOV nothing is read; from another container its packets are,
+    /// so `source` is at its end afterwards.
+    static func measure(_ source: Demuxer) throws -> KeyframeSpacing {
+        let path = source.path
         let v = av_find_best_stream(source.ctx, AVMEDIA_TYPE_VIDEO, -1, -1, nil, 0)
         guard v >= 0 else { throw ClipFlowError.badInput("input '\(path)' has no video stream") }
         let stream = source.stream(Int(v))

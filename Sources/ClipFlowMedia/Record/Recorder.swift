@@ -137,7 +137,7 @@ public final class FragmentRecorder {
         if let p = options.problem { throw ClipFlowError.badInput("record: \(p)") }
         self.options = options
         do { try FileManager.default.createDirectory(atPath: options.directory, withIntermediateDirectories: true) } catch {
-            throw ClipFlowError.output("cannot create the recording directory '\(options.directory)': \(error.localizedDescription)")
+            throw ClipFlowError.output("cannot create the recording directory '\(options.directory)'", writing: error)
         }
         guard access(options.directory, W_OK) == 0 else {
             throw ClipFlowError.output("cannot write into the recording directory '\(options.directory)' (permission denied)")

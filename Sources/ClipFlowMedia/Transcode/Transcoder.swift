@@ -51,6 +51,13 @@ public final class Transcoder {
     /// The inputs' stream parameters, as the transcode reads them.
     public static func probe(_ path: String) throws -> SourceInfo { try TranscodeInput(path: path).info }
 
+    /// Probes `path` and measures its keyframes' spacing (`KeyframeSpacing`) from the same open
+    /// demuxer: the file is opened once.
+    public static func probeWithSpacing(_ path: String) throws -> (info: SourceInfo, spacing: KeyframeSpacing) {
+        let input = try TranscodeInput(path: path)
+        return (input.info, try KeyframeSpacing.measure(input.demuxer))
+    }
+
     public func run() throws -> TranscodeResult {
         let (opened, plan) = try openAll()
         let out = try TranscodeOutput(target: output, replacing: overwrite, plan: plan.output)

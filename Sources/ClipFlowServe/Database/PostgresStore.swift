@@ -332,14 +332,18 @@ final class PostgresStore: ServeStore {
             UPDATE jobs SET state = 'running', attempts = attempts + 1, owner = \(owner), heartbeat = \(now)
             WHERE id = (SELECT id FROM jobs WHERE state = 'queued' AND step = ANY(\(names))
               ORDER BY step = 'ladder', id FOR UPDATE SKIP LOCKED LIMIT 1)
-            RETURNING id, video_id, attempts, queued_at, step, plan
+            RETURNING id, video_id, attempts, queued_at, step, plan, probe
             """, logger: logger)
-        for try await (id, video, attempts, queued, step, plan) in rows.decode((Int64, Int64, Int32, Double, String, String?).self) {
+        for try await (id, video, attempts, queued, step, plan, probe) in rows.decode((Int64, Int64, Int32, Double, String, String?, String?).self) {
             return JobRow(
                 id: id, videoID: video, state: .running, attempts: Int(attempts), queuedAt: queued, owner: owner, heartbeat: now,
-                step: JobRow.Step(rawValue: step) ?? .playable, plan: plan)
+                step: JobRow.Step(rawValue: step) ?? .playable, plan: plan, probe: probe)
         }
         return nil
+    }
+
+    func recordProbe(_ id: Int64, probe: String) async throws {
+        try await client.query("UPDATE jobs SET probe = \(probe) WHERE id = \(id)", logger: logger)
     }
 
     func queueLadder(_ id: Int64, plan: String) async throws {

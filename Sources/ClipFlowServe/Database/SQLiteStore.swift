@@ -191,6 +191,10 @@ final class SQLiteStore: ServeStore {
         }
     }
 
+    func recordProbe(_ id: Int64, probe: String) async throws {
+        try await queue.write { db in try db.execute(sql: "UPDATE jobs SET probe = ? WHERE id = ?", arguments: [probe, id]) }
+    }
+
     func heartbeat(job: Int64, now: Double, progress: Double) async throws {
         try await queue.write { db in
             try db.execute(sql: "UPDATE jobs SET heartbeat = ? WHERE id = ?", arguments: [now, job])

@@ -95,6 +95,8 @@ struct JobRow: Codable, Sendable, Equatable {
     var step: Step = .playable
     /// What the `ladder` step makes (`LadderStepPlan`, as JSON); nil for `playable`.
     var plan: String? = nil
+    /// The upload's probe (`WorkerProbe`, as JSON), once its first step made it; nil before.
+    var probe: String? = nil
 }
 
 /// Where `clipflow serve` keeps its truth: uploads and their durable offsets, videos, processing
@@ -141,6 +143,8 @@ protocol ServeStore: Sendable {
     /// The job's `playable` step is done: it goes back in the queue for its `ladder` step, with
     /// `plan` and its attempts counted afresh.
     func queueLadder(_ id: Int64, plan: String) async throws
+    /// Keeps the upload's probe (`JobRow.probe`) in the job's row.
+    func recordProbe(_ id: Int64, probe: String) async throws
     /// Records that `job` is alive at `now` and that its video's processing is `progress` done
     /// (0...1; what is stored only grows, so any server answers it moving forward).
     func heartbeat(job: Int64, now: Double, progress: Double) async throws

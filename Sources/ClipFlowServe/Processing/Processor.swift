@@ -217,7 +217,7 @@ final class Processor: Sendable {
         do {
             guard let upload = video.uploadID else { throw ClipFlowError.badInput("the video has no upload") }
             do { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true) } catch {
-                throw ClipFlowError.output("cannot create '\(folder.path)': \(error.localizedDescription)")
+                throw ClipFlowError.output("cannot create '\(folder.path)'", writing: error)
             }
             // A ladder step that runs where its playable step ran takes that step's folder over
             // (the upload, the published folder: nothing downloaded again).
@@ -227,7 +227,7 @@ final class Processor: Sendable {
             if job.step == .ladder { try await media.prepare(id, published: video.published, in: folder) }
             let finished: Bool
             switch job.step {
-            case .playable: finished = try await playable(&video, jobID, attempt: job.attempts, input: input, folder: folder)
+            case .playable: finished = try await playable(&video, jobID, job, input: input, folder: folder)
             case .ladder: finished = try await ladder(&video, jobID, job, input: input, folder: folder)
             }
             if finished {
@@ -280,12 +280,29 @@ final class Processor: Sendable {
     /// The `playable` step: probes, checks the limits and publishes what plays first (a `copy`
     /// video: its whole remux). Returns whether the job is finished (else its `ladder` step is
     /// queued).
-    private func playable(_ video: inout VideoRow, _ jobID: Int64, attempt: Int, input: String, folder: URL) async throws -> Bool {
+    private func playable(_ video: inout VideoRow, _ jobID: Int64, _ job: JobRow, input: String, folder: URL) async throws -> Bool {
         let id = video.id!
-        let prefix = Self.folderPrefix(attempt: attempt, besides: video.published)
+        let prefix = Self.folderPrefix(attempt: job.attempts, besides: video.published)
         let copyFolder = "\(prefix)-copy"
-        // A ladder video's probe goes on to write its copy when it can (one process, no decode).
-        let (probe, copiedAlready) = try await self.probe(id, input, copyInto: video.mode == .ladder ? folder.appendingPathComponent(copyFolder) : nil)
+        let probe: WorkerProbe, copiedAlready: Bool?
+        if let kept = job.probe.flatMap(WorkerProbe.init(json:)) {
+            // Probed by an earlier try: not again. Its copy, when it can be, is this try's.
+            probe = kept
+            if video.mode == .ladder, kept.copyRefusal == nil, limits.refusal(kept) == nil {
+                copiedAlready = try await copy(id, input, into: folder.appendingPathComponent(copyFolder))
+            } else {
+                copiedAlready = nil
+            }
+        } else {
+            // A ladder video's probe goes on to write its copy when it can (one process, no decode).
+            let answer = try await self.probe(id, input, copyInto: video.mode == .ladder ? folder.appendingPathComponent(copyFolder) : nil)
+            probe = answer.0
+            copiedAlready = answer.1
+            // Kept in the job's row (without this try's copy): no later step probes again.
+            var kept = probe
+            kept.copied = nil
+            try await database.recordProbe(jobID, probe: kept.json)
+        }
         if let refusal = limits.refusal(probe) { throw ClipFlowError.badInput(refusal) }
         video.duration = probe.duration
         try await database.update(video)
@@ -391,7 +408,7 @@ final class Processor: Sendable {
     /// Probes `input`; with `copyInto`, the worker goes on to write the upload's copy there when it
     /// can (within `limits`). Returns the probe and whether the copy was written (nil: not tried).
     private func probe(_ id: Int64, _ input: String, copyInto: URL? = nil) async throws -> (WorkerProbe, Bool?) {
-        let answer = Mutex<(probe: WorkerProbe?, copied: Bool?)>((nil, nil))
+        let answer = Mutex<WorkerProbe?>(nil)
         var arguments = ["--step", "probe", "--input", input]
         if let copyInto {
             arguments += [
@@ -399,19 +416,28 @@ final class Processor: Sendable {
                 String(limits.maxDuration), "--max-frame-rate", String(limits.maxFrameRate)
             ]
         }
-        try await step(id, arguments) { line in
-            let data = Data(line.utf8)
-            if let p = try? JSONDecoder().decode(WorkerProbe.self, from: data) {
-                answer.withLock { $0.probe = p }
-            } else if let c = try? JSONDecoder().decode([String: Bool].self, from: data), let copied = c["copied"] {
-                answer.withLock { $0.copied = copied }
-            } else if let p = try? JSONDecoder().decode([String: Double].self, from: data), let fraction = p["progress"] {
-                self.progress.withLock { $0[id] = max($0[id] ?? 0, 0.1 * min(1, max(0, fraction))) }
+        // A copy's progress is its `copy` stage's.
+        let copying = StepPipeline.progressStage(LadderChoice(rungs: [], copy: true))
+        try await step(id, arguments) { event in
+            if let p = event.probe {
+                answer.withLock { $0 = p }
+            } else if event.stage == copying, let fraction = event.fraction {
+                self.progress.withLock { $0[id] = max($0[id] ?? 0, 0.1 * fraction) }
             }
         }
-        let (probe, copied) = answer.withLock { $0 }
-        guard let probe else { throw StepFault.died("the processing worker's probe gave no answer") }
-        return (probe, copied)
+        guard let probe = answer.withLock({ $0 }) else { throw StepFault.died("the processing worker's probe gave no answer") }
+        return (probe, probe.copied)
+    }
+
+    /// The upload's copy into `output`, as a probe writes it (`probe(copyInto:)`), for a try that
+    /// has its probe already; returns whether it was written (false: the copy refused it).
+    private func copy(_ id: Int64, _ input: String, into output: URL) async throws -> Bool {
+        do {
+            try await ladder(id, input, LadderChoice(rungs: [], copy: true), into: output, share: (0, 0.1))
+            return true
+        } catch let e as ClipFlowError where e.kind == .badInput {
+            return false
+        }
     }
 
     /// One ladder of `input` (feed profile) into `output`, taking `reuse`'s renditions from a
@@ -421,21 +447,32 @@ final class Processor: Sendable {
         _ id: Int64, _ input: String, _ choice: LadderChoice, into output: URL, share: (Double, Double), reuse: (folder: String, tracks: [String])? = nil,
         background: Bool = false
     ) async throws {
-        var arguments = ["--step", "ladder", "--input", input, "--output", output.path, "--rungs", WorkerLadder.argument(choice)]
+        // The step is a pipeline (`StepPipeline`), which the worker runs as `clipflow run` would;
+        // its command line says it in short (`--print-pipeline` added prints it).
+        var arguments = ["--step", "ladder", "--input", input, "--output", output.path, "--rungs", StepPipeline.rungs(choice)]
         if let reuse { arguments += ["--reuse", reuse.folder, "--reuse-tracks", reuse.tracks.joined(separator: ",")] }
         if background { arguments += ["--nice", String(ServeWorker.backgroundNice)] }
-        try await step(id, arguments) { line in
-            if let p = try? JSONDecoder().decode([String: Double].self, from: Data(line.utf8)), let fraction = p["progress"] {
-                let overall = share.0 + (share.1 - share.0) * min(1, max(0, fraction))
+        // The ladder's progress is its decode's (its copy's, for a remux): the stage it declares.
+        let following = StepPipeline.progressStage(choice)
+        try await step(id, arguments) { event in
+            if event.stage == following, let fraction = event.fraction {
+                let overall = share.0 + (share.1 - share.0) * fraction
                 self.progress.withLock { $0[id] = max($0[id] ?? 0, overall) }
             }
         }
     }
 
-    /// Runs one worker process for `video`; throws the worker's reason (`ClipFlowError`) or a
-    /// `StepFault`.
-    private func step(_ video: Int64, _ arguments: [String], line: @escaping @Sendable (String) -> Void) async throws {
+    /// Runs one worker process for `video`, each of its events (`WorkerEventLine`) to `event`;
+    /// throws the worker's reason (`ClipFlowError`) or a `StepFault`: a failure whose `failed`
+    /// event says `disk_full` is a full disk.
+    private func step(_ video: Int64, _ arguments: [String], event: @escaping @Sendable (WorkerEventLine) -> Void) async throws {
         if isStopped(video) { throw StepFault.stopped }
+        let failure = Mutex<FailureKind?>(nil)
+        let line: @Sendable (String) -> Void = { text in
+            guard let e = WorkerEventLine.read(text) else { return }
+            if e.event == "failed", let kind = e.kind { failure.withLock { $0 = $0 ?? kind } }
+            event(e)
+        }
         let outcome = try await WorkerProcess.run(arguments, memoryLimit: limits.workerMemory, stall: limits.workerStall, line: line) { pid in
             let stopped = self.jobs.withLock { j -> Bool in
                 j.workers[video] = pid
@@ -447,7 +484,9 @@ final class Processor: Sendable {
         if isStopped(video) { throw StepFault.stopped }
         switch outcome {
         case .finished: return
-        case .failed(let message): throw ClipFlowError.badInput(message)
+        case .failed(let message):
+            if failure.withLock({ $0 }) == .diskFull { throw StepFault.diskFull(message) }
+            throw ClipFlowError.badInput(message)
         case .diskFull(let message): throw StepFault.diskFull(message)
         case .died(let reason): throw StepFault.died(reason)
         }

@@ -7,108 +7,153 @@ import Synchronization
 /// serve-worker`, which `clipflow serve` starts and supervises through `WorkerProcess`), so that
 /// whatever decoding a hostile upload does (crash, abort, exhaust memory) ends that process only.
 ///
-/// Protocol with the server: the request is the command line; the answer is JSON lines on
-/// stdout (`{"progress": F}` while a ladder is made, the probe's `WorkerProbe` for a probe); the
-/// exit status says how it ended (`WorkerExit`), with the reason on stderr. The worker ends by
-/// itself when its stdin reaches end of file: the server that started it is gone.
+/// Protocol with the server: the request is the command line; the answer is the event lines
+/// `clipflow run --events json` writes (docs/events.md) on stdout, through `events`: the graph's
+/// own (`progress` of the ladder's decode or copy, `HLSLadder.progressStage`; `failed` with the
+/// failure's `kind`), and the probe's `result` (`WorkerProbe`, stage `probe`), which the server
+/// reads with one decoder (`WorkerEventLine`). The exit status says coarsely how it ended
+/// (`WorkerExit`), with the reason on stderr. The worker ends by itself when its stdin reaches
+/// end of file: the server that started it is gone.
 public enum ServeWorker {
     public enum Step: String, Sendable, CaseIterable {
-        /// Reads the input's container and stream headers: a `WorkerProbe` line.
+        /// Reads the input's container and stream headers: a `WorkerProbe` result (and its
+        /// copy, `run`).
         case probe
-        /// Writes the input's ladder (`rungs`) into a new folder `output`.
+        /// Writes the input's ladder (`--rungs`) into a new folder `--output`: shorthand for the
+        /// step's pipeline (`StepPipeline`, run by `run(pipeline:)`).
         case ladder
     }
 
-    /// Runs a graph to its end, its events to the sink: the caller's front door (`clipflow
-    /// serve-worker` passes the one every command runs through; a signal cancels the graph).
-    public typealias GraphRunning = @Sendable (_ nodes: [StageNode], _ edges: [Edge], _ events: any EventSink) throws -> GraphOutcome
+    /// The id of the probe's stage in the worker's events.
+    public static let probeStage = "probe"
+    /// The ids of a step's stages: the upload (`files`) and its ladder (`hls`), in a step's
+    /// pipeline (`StepPipeline`) as in a probe's copy.
+    public static let uploadStage = "upload"
+    public static let ladderStage = "ladder"
 
-    /// Runs `step`, its graphs through `runGraph`, and returns the process's exit status. `memoryLimit` bytes (0: none) bounds the
-    /// process's data (RLIMIT_DATA: heap and private mappings), set before any work. `reuse`: a
-    /// ladder takes these renditions (comma-separated names, `poster` for the poster) from the
-    /// complete ladder in that folder (`LadderReuse`).
+    /// Runs a graph to its end, its events to the worker's `events`: the caller's front door
+    /// (`clipflow serve-worker` passes the one every command runs through; a signal cancels the
+    /// graph).
+    public typealias GraphRunning = @Sendable (_ nodes: [StageNode], _ edges: [Edge]) throws -> GraphOutcome
+
+    /// Runs `step`, its graphs through `runGraph`, and returns the process's exit status; what it
+    /// learns goes to `events` (the same sink `runGraph`'s graphs report to). `memoryLimit` bytes
+    /// (0: none) bounds the process's data (RLIMIT_DATA: heap and private mappings), set before any
+    /// work.
     ///
     /// A `nice` above 0 puts every thread of the worker at that CPU priority (`keepNice`).
     ///
     /// A probe with `output` and `copyWithin` goes on, when the upload can be copied
     /// (`PlayableFirst`) and is within those limits, to write its copy there (nothing decoded: no
-    /// second process to start, no second open), then says `{"copied": true}`, or
-    /// `{"copied": false}` when the copy refused it (the probe stands).
+    /// second process to start, no second open); its result says whether it did (`copied`; a copy
+    /// that refused the upload sets `copyRefusal`: the probe stands).
     public static func run(
-        step: Step, input: String, output: String?, rungs: String?, reuse: (folder: String, tracks: String)? = nil,
-        copyWithin: ProcessingLimits? = nil, memoryLimit: Int64, nice: Int32 = 0, runGraph: GraphRunning
+        step: Step, input: String, output: String?, copyWithin: ProcessingLimits? = nil, memoryLimit: Int64, nice: Int32 = 0, events: any EventSink,
+        runGraph: GraphRunning
     ) -> Int32 {
+        let stage = probeStage
+        if let refused = start(memoryLimit: memoryLimit, nice: nice) { return fail(refused, stage: stage, events: events) }
+        do {
+            switch step {
+            case .probe:
+                // One open: the keyframes are measured from the probe's own demuxer.
+                let (info, spacing) = try Transcoder.probeWithSpacing(input)
+                var probe = WorkerProbe(
+                    duration: info.duration, width: info.video.displaySize.width, height: info.video.displaySize.height,
+                    frameRate: info.video.frameRate, copyRefusal: try PlayableFirst.copyRefusal(info, spacing: spacing))
+                if let output, let limits = copyWithin, probe.copyRefusal == nil, limits.refusal(probe) == nil {
+                    probe.copyRefusal = try copy(input, into: output, runGraph: runGraph)
+                    probe.copied = probe.copyRefusal == nil
+                }
+                events.emit(PipelineEvent(stage: probeStage, kind: .result(probe.fields), time: SystemClock().now()))
+            case .ladder:
+                return fail(.failure("internal: a ladder is a pipeline (StepPipeline)"), stage: stage, events: events)
+            }
+            return WorkerExit.finished.rawValue
+        } catch let failed as GraphFailed {
+            // The graph's failing stage said it in its own `failed` event.
+            return fail(failed.error, stage: nil, events: events)
+        } catch {
+            return fail(error as? ClipFlowError ?? .failure("\(error)"), stage: stage, events: events)
+        }
+    }
+
+    /// Runs a step's pipeline (`StepPipeline`: the file the server wrote, which `clipflow run`
+    /// runs the same), its graph made by `graph` (the pipeline validated as `clipflow run`
+    /// validates it) and run through `runGraph`; returns the process's exit status. `memoryLimit`
+    /// and `nice` as `run(step:...)`. A pipeline refused before it runs fails as the stage
+    /// `pipeline`.
+    public static func run(
+        pipeline graph: () throws -> (nodes: [StageNode], edges: [Edge]), memoryLimit: Int64, nice: Int32 = 0, events: any EventSink,
+        runGraph: GraphRunning
+    ) -> Int32 {
+        if let refused = start(memoryLimit: memoryLimit, nice: nice) { return fail(refused, stage: "pipeline", events: events) }
+        let made: (nodes: [StageNode], edges: [Edge])
+        do { made = try graph() } catch { return fail(error as? ClipFlowError ?? .failure("\(error)"), stage: "pipeline", events: events) }
+        do {
+            switch try runGraph(made.nodes, made.edges) {
+            case .completed: return WorkerExit.finished.rawValue
+            case .interrupted: return fail(.interrupted, stage: nil, events: events)
+            case .failed(let stage, let e): return fail(ClipFlowError(e.kind, "\(stage): \(e.message)", cause: e.cause), stage: nil, events: events)
+            }
+        } catch {
+            return fail(error as? ClipFlowError ?? .failure("\(error)"), stage: "pipeline", events: events)
+        }
+    }
+
+    /// What every worker does first: it ends when the server goes, takes its CPU priority and its
+    /// memory bound; returns why it cannot, or nil.
+    private static func start(memoryLimit: Int64, nice: Int32) -> ClipFlowError? {
         endWhenServerGoes()
         if nice > 0 { keepNice(nice) }
         if memoryLimit > 0 {
             var limit = rlimit(rlim_cur: rlim_t(memoryLimit), rlim_max: rlim_t(memoryLimit))
             guard setrlimit(__rlimit_resource_t(RLIMIT_DATA.rawValue), &limit) == 0 else {
-                return fail(.failed, "cannot limit the worker's memory: \(String(cString: strerror(errno)))")
+                return .failure("cannot limit the worker's memory: \(String(cString: strerror(errno)))")
             }
         }
-        do {
-            switch step {
-            case .probe:
-                let info = try Transcoder.probe(input)
-                let probe = WorkerProbe(
-                    duration: info.duration, width: info.video.displaySize.width, height: info.video.displaySize.height,
-                    frameRate: info.video.frameRate, copyRefusal: try PlayableFirst.copyRefusal(info, spacing: KeyframeSpacing.measure(input)))
-                try emit(probe)
-                if let output, let limits = copyWithin, probe.copyRefusal == nil, limits.refusal(probe) == nil {
-                    try copy(input, into: output, runGraph: runGraph)
-                }
-            case .ladder:
-                guard let output, let rungs, let choice = WorkerLadder.choice(rungs) else {
-                    return fail(.failed, "ladder: expected --output and --rungs (rendition names such as 360p,720p, or copy)")
-                }
-                let reused = reuse.map { LadderReuse(folder: URL(fileURLWithPath: $0.folder), named: $0.tracks.split(separator: ",").map(String.init)) }
-                try write(HLSLadder(output: output, ladder: choice, schedule: .feed, reuse: reused), of: input, runGraph: runGraph)
-            }
-            return WorkerExit.finished.rawValue
-        } catch let e as ClipFlowError where e.kind == .interrupted {
-            return fail(.stopped, "stopped before the work was done")
-        } catch {
-            let message = (error as? ClipFlowError)?.message ?? "\(error)"
-            return fail(diskFull.contains { message.contains($0) } ? .diskFull : .failed, message)
-        }
+        return nil
     }
 
-    /// The copy of a probe that goes on (`run`): a refusal of the copy's is an answer, not a failure.
-    private static func copy(_ input: String, into output: String, runGraph: GraphRunning) throws {
+    /// The copy of a probe that goes on (`run`); returns nil once written, or the copy's refusal
+    /// (an answer, not a failure).
+    private static func copy(_ input: String, into output: String, runGraph: GraphRunning) throws -> String? {
         do {
             try write(HLSLadder(output: output, ladder: LadderChoice(rungs: [], copy: true), schedule: .feed), of: input, runGraph: runGraph)
-            try emit(["copied": true])
-        } catch let e as ClipFlowError where e.kind == .badInput {
-            try emit(["copied": false])
+            return nil
+        } catch let e as GraphFailed where e.error.kind == .badInput {
+            return e.error.message
         }
     }
 
-    /// Writes `ladder` of `input` through `runGraph`, progress as `ProgressLines`; an
-    /// interrupted run throws `ClipFlowError.interrupted`, a failed one the stage's error.
+    /// A graph that failed: its stage's error (the stage's `failed` event told it already).
+    private struct GraphFailed: Error {
+        let error: ClipFlowError
+    }
+
+    /// Writes `ladder` of `input` through `runGraph`; an interrupted run throws
+    /// `ClipFlowError.interrupted`, a failed one the stage's error.
     private static func write(_ ladder: HLSLadder, of input: String, runGraph: GraphRunning) throws {
-        let graph = ladder.graph(of: [input])
-        switch try runGraph(graph.nodes, graph.edges, ProgressLines()) {
+        let g = ladder.graph(id: ladderStage)
+        let nodes = [StageNode(uploadStage) { FilesStage(id: uploadStage, paths: [input], glob: nil) }] + g.nodes
+        let edges = g.entries.map { Edge(from: uploadStage, to: $0, limits: HLSStage.kind.queue) } + g.edges
+        switch try runGraph(nodes, edges) {
         case .completed: return
         case .interrupted: throw ClipFlowError.interrupted
-        case .failed(let stage, let e): throw ClipFlowError(e.kind, "\(stage): \(e.message)")
+        case .failed(let stage, let e): throw GraphFailed(error: ClipFlowError(e.kind, "\(stage): \(e.message)", cause: e.cause))
         }
     }
 
-    /// How a full disk reads in an error's message: the C library's words (FFmpeg and POSIX
-    /// calls) and Foundation's (files written through FileManager and Data).
-    private static let diskFull = [
-        String(cString: strerror(ENOSPC)), String(cString: strerror(EDQUOT)), CocoaError(.fileWriteOutOfSpace).localizedDescription
-    ]
-
-    private static func fail(_ status: WorkerExit, _ message: String) -> Int32 {
+    /// Ends with `error`: its `failed` event (unless a graph's stage emitted it: `stage` nil), its
+    /// message on stderr, and the exit status of its kind.
+    private static func fail(_ error: ClipFlowError, stage: String?, events: any EventSink) -> Int32 {
+        if let stage, error.kind != .interrupted {
+            events.emit(PipelineEvent(stage: stage, kind: .failed(error.message, kind: error.failureKind), time: SystemClock().now()))
+        }
+        let status: WorkerExit = error.kind == .interrupted ? .stopped : error.isDiskFull ? .diskFull : .failed
+        let message = error.kind == .interrupted ? "stopped before the work was done" : error.message
         FileHandle.standardError.write(Data((message + "\n").utf8))
         return status.rawValue
-    }
-
-    private static func emit<T: Encodable>(_ value: T) throws {
-        var line = try JSONEncoder().encode(value)
-        line.append(UInt8(ascii: "\n"))
-        FileHandle.standardOutput.write(line)
     }
 
     /// The CPU priority of a worker whose video plays already (a ladder step): it gives way to
@@ -164,48 +209,169 @@ public enum WorkerExit: Int32, Sendable {
 }
 
 /// What a probe tells the server: enough to check the job's limits before anything is decoded.
-struct WorkerProbe: Codable, Sendable, Equatable {
+/// The probe step's `result` event (stage `ServeWorker.probeStage`); kept in the job's row
+/// (`JobRow.probe`, this as JSON), so no later step probes again.
+public struct WorkerProbe: Codable, Sendable, Equatable, StageResult {
     /// Seconds (0 when the container does not say).
-    var duration: Double
+    public var duration: Double
     /// Size as displayed.
-    var width: Int
-    var height: Int
-    var frameRate: Double?
+    public var width: Int
+    public var height: Int
+    public var frameRate: Double?
     /// Why the upload cannot be published first as a copy of itself (nil: it can; `PlayableFirst`).
-    var copyRefusal: String?
+    public var copyRefusal: String?
+    /// Whether the probe's copy was written (nil: not tried).
+    public var copied: Bool?
+
+    public init(duration: Double, width: Int, height: Int, frameRate: Double? = nil, copyRefusal: String? = nil, copied: Bool? = nil) {
+        self.duration = duration
+        self.width = width
+        self.height = height
+        self.frameRate = frameRate
+        self.copyRefusal = copyRefusal
+        self.copied = copied
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case duration, width, height
+        case frameRate = "frame_rate"
+        case copyRefusal = "copy_refusal"
+        case copied
+    }
+
+    /// The probe as a job's row keeps it (`JobRow.probe`).
+    var json: String { String(decoding: (try? JSONEncoder().encode(self)) ?? Data("{}".utf8), as: UTF8.self) }
+
+    /// The probe a job's row kept, or nil when `json` is not one.
+    init?(json: String) {
+        guard let p = try? JSONDecoder().decode(Self.self, from: Data(json.utf8)) else { return nil }
+        self = p
+    }
+
+    public var fields: [EventField] {
+        var f = [EventField("duration", .number(duration)), EventField("width", .integer(Int64(width))), EventField("height", .integer(Int64(height)))]
+        if let frameRate { f.append(EventField("frame_rate", .number(frameRate))) }
+        if let copyRefusal { f.append(EventField("copy_refusal", .string(copyRefusal))) }
+        if let copied { f.append(EventField("copied", .bool(copied))) }
+        return f
+    }
+
+    public init(fields: [EventField]) {
+        self.init(
+            duration: fields.double("duration"), width: fields.int("width"), height: fields.int("height"), frameRate: fields["frame_rate"]?.number,
+            copyRefusal: fields["copy_refusal"]?.string, copied: fields["copied"].flatMap { if case .bool(let b) = $0 { b } else { nil } })
+    }
 }
 
-/// A ladder's rungs as the server names them on the worker's command line: names of
-/// `LadderRung.standard` ("360p,720p"), or "copy" for a remux.
-enum WorkerLadder {
-    static func argument(_ choice: LadderChoice) -> String {
+/// One line of a worker's stdout: an event as `--events json` writes it (docs/events.md), read
+/// with one decoder. What the server takes from it: `progress` (`completed` of `total`), a
+/// `failed` event's `message` and `kind`, the probe's `result` (`probe`, stage
+/// `ServeWorker.probeStage`).
+struct WorkerEventLine: Decodable, Sendable, Equatable {
+    var stage: String
+    var event: String
+    var completed: Double?
+    var total: Double?
+    var message: String?
+    /// A `failed` event's kind (nil: none given, or one this server does not know).
+    var kind: FailureKind?
+    /// The probe's `result`.
+    var probe: WorkerProbe?
+
+    private enum CodingKeys: String, CodingKey { case stage, event, completed, total, message, kind }
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        stage = try c.decode(String.self, forKey: .stage)
+        event = try c.decode(String.self, forKey: .event)
+        completed = try c.decodeIfPresent(Double.self, forKey: .completed)
+        total = try c.decodeIfPresent(Double.self, forKey: .total)
+        message = try c.decodeIfPresent(String.self, forKey: .message)
+        kind = (try? c.decodeIfPresent(String.self, forKey: .kind)).flatMap { $0.flatMap(FailureKind.init(rawValue:)) }
+        if event == "result", stage == ServeWorker.probeStage { probe = try WorkerProbe(from: decoder) }
+    }
+
+    /// The line `text`, or nil when it is not an event.
+    static func read(_ text: String) -> WorkerEventLine? { try? JSONDecoder().decode(Self.self, from: Data(text.utf8)) }
+
+    /// A `progress` event's fraction done (0 to 1), nil for any other event or an unknown total.
+    var fraction: Double? {
+        guard event == "progress", let completed, let total, total > 0 else { return nil }
+        return min(1, max(0, completed / total))
+    }
+}
+
+/// A job's ladder step as a pipeline: the JSON file `clipflow serve-worker PIPELINE` runs, in the
+/// format `clipflow run` validates and runs (docs/pipelines.md), so any step can be run again by
+/// hand (`clipflow run PIPELINE`): the upload (`files`, stage `ServeWorker.uploadStage`) into
+/// an `hls` ladder (stage `ServeWorker.ladderStage`, profile `feed`), with the renditions it takes
+/// from a complete ladder (`reuse`, `reuse-renditions`).
+public enum StepPipeline {
+    /// The pipeline's text.
+    public static func text(input: String, output: String, ladder choice: LadderChoice, reuse: (folder: String, tracks: [String])? = nil) -> String {
+        let pipeline = File(
+            version: 1,
+            stages: [
+                Stage(id: ServeWorker.uploadStage, kind: "files", paths: [input]),
+                Stage(
+                    id: ServeWorker.ladderStage, kind: HLSStage.kind.name, inputs: [ServeWorker.uploadStage], output: output, ladder: ladderField(choice),
+                    profile: "feed", reuse: reuse?.folder, reuseRenditions: reuse?.tracks.joined(separator: ","))
+            ])
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: (try? encoder.encode(pipeline)) ?? Data(), as: UTF8.self) + "\n"
+    }
+
+    /// The pipeline file: its version and stages (fields left out when nil).
+    private struct File: Encodable {
+        var version: Int
+        var stages: [Stage]
+    }
+
+    private struct Stage: Encodable {
+        var id: String
+        var kind: String
+        var paths: [String]? = nil
+        var inputs: [String]? = nil
+        var output: String? = nil
+        var ladder: String? = nil
+        var profile: String? = nil
+        var reuse: String? = nil
+        var reuseRenditions: String? = nil
+
+        enum CodingKeys: String, CodingKey {
+            case id, kind, paths, inputs, output, ladder, profile, reuse
+            case reuseRenditions = "reuse-renditions"
+        }
+    }
+
+    /// The pipeline of the rungs `rungs` names (`choice(rungs:)`), or nil when it names none.
+    static func text(input: String, output: String, rungs: String) -> String? {
+        choice(rungs: rungs).map { text(input: input, output: output, ladder: $0) }
+    }
+
+    /// The stage whose progress is the step's (`HLSLadder.progressStage`): `ladder.decode`, or
+    /// `ladder.copy` for a remux.
+    static func progressStage(_ choice: LadderChoice) -> String {
+        HLSLadder(output: "", ladder: choice, schedule: .feed).progressStage(id: ServeWorker.ladderStage)
+    }
+
+    /// The rungs of `choice` as the server names them on a worker's command line (`--rungs`).
+    public static func rungs(_ choice: LadderChoice) -> String {
         choice.copy ? "copy" : (choice.rungs ?? []).map(\.name).joined(separator: ",")
     }
 
-    static func choice(_ argument: String) -> LadderChoice? {
+    /// The rungs as the server named them on a worker's command line (`--rungs`): names of
+    /// `LadderRung.standard` ("360p,720p"), or "copy" for a remux; nil when they are not.
+    public static func choice(rungs argument: String) -> LadderChoice? {
         if argument == "copy" { return LadderChoice(rungs: [], copy: true) }
         let names = argument.split(separator: ",").map(String.init)
         let rungs = names.compactMap { name in LadderRung.standard.first { $0.name == name } }
         return rungs.isEmpty || rungs.count != names.count ? nil : LadderChoice(rungs: rungs)
     }
-}
 
-/// Progress of a ladder (its decode, or its copy for a remux) as `{"progress": F}` lines on
-/// stdout: at each new percent, and at least every second while work goes on (the server takes a
-/// silent worker to hang). Thread-safe.
-private final class ProgressLines: EventSink {
-    private let last = Mutex((percent: -1, time: Date.distantPast))
-
-    func emit(_ event: PipelineEvent) {
-        guard case .progress(let done, let total, _, _) = event.kind, total > 0,
-            event.stage.hasSuffix(".decode") || event.stage.hasSuffix(".copy")
-        else { return }
-        let percent = Int(min(1, Double(done) / Double(total)) * 100)
-        let due = last.withLock { l -> Bool in
-            guard percent != l.percent || Date().timeIntervalSince(l.time) >= 1 else { return false }
-            l = (percent, Date())
-            return true
-        }
-        if due { FileHandle.standardOutput.write(Data("{\"progress\":\(Double(percent) / 100)}\n".utf8)) }
+    /// The `hls` stage's `ladder` for `choice`: its rungs' heights (`720,360`), with `copy`.
+    static func ladderField(_ choice: LadderChoice) -> String {
+        ((choice.copy ? ["copy"] : []) + (choice.rungs.map { $0.map { String($0.height) } } ?? ["auto"])).joined(separator: ",")
     }
 }

@@ -19,9 +19,7 @@ final class ServeBucketBytesCLITests: XCTestCase {
 
     func url(_ s: ServerProcess, _ path: String) -> String { "http://127.0.0.1:\(s.port)\(path)" }
 
-    func get(_ s: ServerProcess, _ path: String) throws -> Any {
-        try HTTP.request("GET", url(s, path), headers: ["Authorization": "Bearer \(key)"]).json()
-    }
+    func get(_ s: ServerProcess, _ path: String) throws -> Any { try s.apiGet(path, key: key) }
 
     /// The server's counts of bytes read from and written to the bucket.
     func counted(_ s: ServerProcess) throws -> (read: Int, written: Int) {
@@ -50,13 +48,7 @@ final class ServeBucketBytesCLITests: XCTestCase {
     }
 
     func waitReady(_ s: ServerProcess, _ id: Int, seconds: Double = 240) throws -> [String: Any] {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            let v = try XCTUnwrap(try get(s, "/videos/\(id)") as? [String: Any])
-            if ["ready", "error"].contains(v["status"] as? String ?? "") { return v }
-            usleep(250_000)
-        }
-        throw ServerError("video \(id) not ready in \(seconds) s")
+        try s.waitForVideo(id, key: key, seconds: seconds)
     }
 
     /// 8 s of 1280x720 with sound, about 3 MB; keyframes every `gop` frames (300: too sparse to

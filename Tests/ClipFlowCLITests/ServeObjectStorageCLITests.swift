@@ -28,18 +28,10 @@ final class ServeObjectStorageCLITests: XCTestCase {
 
     func url(_ s: ServerProcess, _ path: String) -> String { "http://127.0.0.1:\(s.port)\(path)" }
 
-    func get(_ s: ServerProcess, _ path: String) throws -> Any {
-        try HTTP.request("GET", url(s, path), headers: ["Authorization": "Bearer \(key)"]).json()
-    }
+    func get(_ s: ServerProcess, _ path: String) throws -> Any { try s.apiGet(path, key: key) }
 
     func waitReady(_ s: ServerProcess, _ id: Int, seconds: Double = 240) throws -> [String: Any] {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            let v = try XCTUnwrap(try get(s, "/videos/\(id)") as? [String: Any])
-            if ["ready", "error"].contains(v["status"] as? String ?? "") { return v }
-            usleep(250_000)
-        }
-        throw ServerError("video \(id) not ready in \(seconds) s")
+        try s.waitForVideo(id, key: key, seconds: seconds)
     }
 
     /// A new video on `s` and the TUS metadata of an upload for it, with an upload token from

@@ -18,18 +18,10 @@ final class ServePostgresCLITests: XCTestCase {
             binary: binary, data: data, ["--database", database, "--job-lease", "3", "--superseded-grace", "0"], environment: ["CLIPFLOW_API_KEY": key])
     }
 
-    func get(_ s: ServerProcess, _ path: String) throws -> Any {
-        try HTTP.request("GET", "http://127.0.0.1:\(s.port)\(path)", headers: ["Authorization": "Bearer \(key)"]).json()
-    }
+    func get(_ s: ServerProcess, _ path: String) throws -> Any { try s.apiGet(path, key: key) }
 
     func waitReady(_ s: ServerProcess, _ id: Int, seconds: Double = 180) throws -> [String: Any] {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            let v = try XCTUnwrap(try get(s, "/videos/\(id)") as? [String: Any])
-            if ["ready", "error"].contains(v["status"] as? String ?? "") { return v }
-            usleep(200_000)
-        }
-        throw ServerError("video \(id) not ready in \(seconds) s")
+        try s.waitForVideo(id, key: key, seconds: seconds, every: 0.2)
     }
 
     func testTwoServersShareOneDatabase() throws {

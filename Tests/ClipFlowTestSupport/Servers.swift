@@ -13,6 +13,25 @@ public struct ServerError: Error, CustomStringConvertible {
     public init(_ description: String) { self.description = description }
 }
 
+extension ServerProcess {
+    /// `GET path` on this `clipflow serve` with its API key: the answer's JSON.
+    public func apiGet(_ path: String, key: String) throws -> Any {
+        try HTTP.request("GET", "http://127.0.0.1:\(port)\(path)", headers: ["Authorization": "Bearer \(key)"]).json()
+    }
+
+    /// Asks for video `id` every `every` seconds until it is `ready` or in `error` (returned as
+    /// answered); throws after `seconds`.
+    public func waitForVideo(_ id: Int, key: String, seconds: Double, every: Double = 0.25) throws -> [String: Any] {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            guard let v = try apiGet("/videos/\(id)", key: key) as? [String: Any] else { throw ServerError("video \(id): not a JSON object") }
+            if ["ready", "error"].contains(v["status"] as? String ?? "") { return v }
+            usleep(useconds_t(every * 1_000_000))
+        }
+        throw ServerError("video \(id) not ready in \(seconds) s")
+    }
+}
+
 /// One server process: stdout and stderr go to files in its own temporary folder (never pipes that
 /// can fill up); `start` returns once the port accepts TCP connections.
 public final class ServerProcess: @unchecked Sendable {

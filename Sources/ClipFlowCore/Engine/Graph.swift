@@ -201,9 +201,11 @@ public final class GraphRunner: @unchecked Sendable {
             let c = ctx[owned.id]!
             let ins = inputs[owned.id] ?? []
             let outs = outputs[owned.id] ?? []
+            // Every stage's `started` is told in the graph's order, before any of them runs, so
+            // whatever lists the stages by their first event lists them as the graph does.
+            c.emit(.started)
             owned.queue.async(group: group) { [self] in
                 let s = owned.stage
-                c.emit(.started)
                 do {
                     if ins.isEmpty {
                         try s.produce(c)

@@ -467,7 +467,10 @@ function build(entry, index) {
 
   video.addEventListener('playing', () => log('playing', index));
   video.addEventListener('waiting', () => { if (video.currentTime > 0) log('waiting', index); });
+  // The picture's size is known at its metadata, and may change after (another rendition, a
+  // turn the first frame applies): the element's own resize.
   video.addEventListener('loadedmetadata', () => layout(item));
+  video.addEventListener('resize', () => layout(item));
   video.addEventListener('seeking', () => { const p = players.get(index); if (p) p.seeking(video.currentTime); });
   sound.addEventListener('click', e => { e.stopPropagation(); setSound(video.muted); });
 

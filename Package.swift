@@ -101,7 +101,7 @@ let package = Package(
         .testTarget(name: "ClipFlowMicrophoneTests", dependencies: ["ClipFlowMicrophone", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowBatchTests", dependencies: ["ClipFlowBatch", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowUploadTests", dependencies: ["ClipFlowUpload", "ClipFlowCore", "ClipFlowTestSupport"]),
-        .testTarget(name: "ClipFlowServeTests", dependencies: ["ClipFlowServe", "ClipFlowCore", "ClipFlowTestSupport"]),
+        .testTarget(name: "ClipFlowServeTests", dependencies: ["ClipFlowServe", "ClipFlowCore", "ClipFlowMedia", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowCLITests", dependencies: ["clipflow", "ClipFlowTestSupport"])
     ]
 )

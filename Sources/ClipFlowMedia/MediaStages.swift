@@ -1,7 +1,7 @@
 import ClipFlowCore
 import Foundation
 
-/// Stage kinds backed by FFmpeg: `merge`, `transcode`, `decode`, `hls`, `thumbnail` and `record`.
+/// Stage kinds backed by FFmpeg: `merge`, `transcode`, `decode`, `hls`, `thumbnail`, `record` and `inspect`.
 public enum MediaStages {
     public static func register(into r: StageRegistry) {
         r.register(MergeStage.kind)
@@ -10,6 +10,7 @@ public enum MediaStages {
         r.register(HLSStage.kind)
         r.register(ThumbnailStage.kind)
         r.register(RecordStage.kind)
+        r.register(InspectStage.kind)
     }
 }
 

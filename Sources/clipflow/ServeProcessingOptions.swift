@@ -44,9 +44,9 @@ struct ServeProcessingOptions: ParsableArguments {
 
     var limits: ProcessingLimits {
         var l = ProcessingLimits()
-        if let p = PictureSize(parsing: maxPicture) { l.maxPicture = p }
-        l.maxDuration = maxDuration
-        l.maxFrameRate = maxFrameRate
+        if let p = PictureSize(parsing: maxPicture) { l.media.maxPicture = p }
+        l.media.maxDuration = maxDuration
+        l.media.maxFrameRate = maxFrameRate
         l.workerMemory = workerMemory << 20
         l.workerStall = workerStall
         l.attempts = jobAttempts

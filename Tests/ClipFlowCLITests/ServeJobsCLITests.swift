@@ -63,11 +63,13 @@ final class ServeJobsCLITests: XCTestCase {
         try Run.run(["python3", "-c", script, "http://127.0.0.1:\(s.port)/files", file, String(id), token])
     }
 
-    /// Worker processes of this data folder doing `step` (their command lines name its uploads),
-    /// for one video when `video` is given (a ladder's output is in its media folder).
-    func workers(_ data: URL, step: String = "ladder", video: Int? = nil) throws -> [Int32] {
-        let output = video.map { ".*--output \(data.path)/media/\($0)/" } ?? ""
-        let r = try Run.run(["pgrep", "-f", "serve-worker --step \(step) --input \(data.path)/\(output)"], check: false)
+    /// Encoding worker processes of this data folder (their command lines name the step's
+    /// pipeline, which a step writes beside its output in the video's media folder: `-first` for
+    /// the smallest rung, `-full` for the ladder; a copy's worker, often over in a moment, is not
+    /// one), for one video when `video` is given.
+    func workers(_ data: URL, video: Int? = nil) throws -> [Int32] {
+        let pattern = "serve-worker \(data.path)/media/\(video.map(String.init) ?? "[0-9]+")/\\.a.*-(first|full)\\.json"
+        let r = try Run.run(["pgrep", "-f", pattern], check: false)
         return r.out.split(separator: "\n").compactMap { Int32($0) }
     }
 
@@ -225,10 +227,15 @@ final class ServeJobsCLITests: XCTestCase {
         let output = folder.appendingPathComponent("ladder")
         let worker = Process()
         worker.executableURL = URL(fileURLWithPath: binary)
-        worker.arguments = [
-            "serve-worker", "--step", "ladder", "--input", try fx.clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720"), "--output", output.path,
-            "--rungs", "360p,720p"
-        ]
+        let clip = try fx.clip("serve-jobs-long.mp4", seconds: 30, size: "1280x720")
+        let pipeline = fx.scratch("serve-jobs-worker-stop-pipeline").appendingPathComponent("step.json")
+        try """
+        {"version": 1, "stages": [
+          {"id": "upload", "kind": "files", "paths": ["\(clip)"]},
+          {"id": "ladder", "kind": "hls", "inputs": ["upload"], "output": "\(output.path)", "ladder": "360,720", "profile": "feed"}
+        ]}
+        """.write(to: pipeline, atomically: true, encoding: .utf8)
+        worker.arguments = ["serve-worker", pipeline.path]
         let input = Pipe(), lines = Pipe(), errors = Pipe()
         (worker.standardInput, worker.standardOutput, worker.standardError) = (input, lines, errors)
         try worker.run()

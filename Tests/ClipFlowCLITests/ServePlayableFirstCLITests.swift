@@ -203,7 +203,7 @@ final class ServePlayableFirstCLITests: XCTestCase {
             XCTAssertEqual(v["status"] as? String, "viewable", "\(v)")
         }
         XCTAssertEqual(try video(s, ids[0])["status"] as? String, "viewable", "all three play before the first ladder is done")
-        let ladder = try Run.run(["pgrep", "-f", "serve-worker --step ladder --input \(data.path)/"], check: false).out
+        let ladder = try Run.run(["pgrep", "-f", "serve-worker \(data.path)/media/[0-9]+/\\.a.*-full\\.json"], check: false).out
         let ladderPID = try XCTUnwrap(Int32(ladder.split(separator: "\n").first ?? ""), "a ladder worker runs: \(ladder)")
         // A thread the worker starts runs at most 0.25 s before it is put at nice 10.
         var ladderNice = threadNiceValues(ladderPID)
@@ -215,7 +215,7 @@ final class ServePlayableFirstCLITests: XCTestCase {
         XCTAssertEqual(Set(ladderNice), [10], "every thread of the ladder worker at nice 10")
         XCTAssertEqual(Set(threadNiceValues(try XCTUnwrap(s.pid))), [0], "the server's threads keep nice 0")
         for id in ids { XCTAssertEqual(try api(s, "DELETE", "/videos/\(id)").status, 204) }
-        let workers = try Run.run(["pgrep", "-f", "serve-worker --step ladder --input \(data.path)/"], check: false)
+        let workers = try Run.run(["pgrep", "-f", "serve-worker \(data.path)/"], check: false)
         XCTAssertEqual(workers.out, "", "no worker left")
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: data.appendingPathComponent("media").path), [], "no folder left")
         for id in ids { XCTAssertEqual(try api(s, "GET", "/videos/\(id)").status, 404) }

@@ -1,4 +1,5 @@
 import ClipFlowCore
+import ClipFlowMedia
 import ClipFlowTestSupport
 import Foundation
 import XCTest
@@ -58,16 +59,16 @@ final class StepPipelineTests: XCTestCase {
         XCTAssertNil(WorkerEventLine.read(#"{"time":2,"stage":"s","event":"failed","message":"m","kind":"meteor"}"#)?.kind)
         XCTAssertNil(WorkerEventLine.read(#"{"time":2,"stage":"s","event":"failed","message":"m"}"#)?.kind)
 
-        let probe = WorkerProbe(duration: 12.5, width: 1280, height: 720, frameRate: 30, copyRefusal: "its audio is mp3, not AAC", copied: false)
+        let probe = InspectSummary(duration: 12.5, width: 1280, height: 720, frameRate: 30, copyRefusal: "its audio is mp3, not AAC")
         let line =
             #"{"time":0.5,"stage":"probe","event":"result","#
-            + #""duration":12.5,"width":1280,"height":720,"frame_rate":30,"copy_refusal":"its audio is mp3, not AAC","copied":false}"#
+            + #""duration":12.5,"width":1280,"height":720,"frame_rate":30,"copy_refusal":"its audio is mp3, not AAC"}"#
         XCTAssertEqual(WorkerEventLine.read(line)?.probe, probe)
         // The same fields a stage's `result` event carries, and the row's JSON, read back.
-        XCTAssertEqual(WorkerProbe(fields: probe.fields), probe)
-        XCTAssertEqual(WorkerProbe(json: probe.json), probe)
-        let bare = WorkerProbe(duration: 0, width: 2, height: 2)
-        XCTAssertEqual(WorkerProbe(fields: bare.fields), bare)
+        XCTAssertEqual(InspectSummary(fields: probe.fields), probe)
+        XCTAssertEqual(InspectSummary(json: probe.json), probe)
+        let bare = InspectSummary(duration: 0, width: 2, height: 2)
+        XCTAssertEqual(InspectSummary(fields: bare.fields), bare)
 
         // Another stage's result is no probe; a line that is no event is nothing.
         XCTAssertNil(WorkerEventLine.read(#"{"time":3,"stage":"ladder","event":"result","renditions":2}"#)?.probe)
@@ -111,7 +112,7 @@ final class StepPipelineTests: XCTestCase {
         let pipelines = fx.scratch("step-full-pipelines")
         for (n, command) in [["run", "--events", "json"], ["serve-worker"]].enumerated() {
             let file = pipelines.appendingPathComponent("\(n).json")
-            let text = try XCTUnwrap(StepPipeline.text(input: input, output: disk.appendingPathComponent("out\(n)").path, rungs: "720p,360p"))
+            let text = StepPipeline.text(input: input, output: disk.appendingPathComponent("out\(n)").path, ladder: Self.rungs([720, 360]))
             try text.write(to: file, atomically: true, encoding: .utf8)
             let r = try clipflow(command + [file.path])
             XCTAssertEqual(r.status, n == 0 ? 1 : WorkerExit.diskFull.rawValue, r.stderr)
@@ -124,49 +125,123 @@ final class StepPipelineTests: XCTestCase {
 
     // MARK: a step by hand
 
-    /// The ladder step as the server runs it (`clipflow serve-worker --step ladder ...`, the
-    /// shorthand of its pipeline), and its pipeline (`--print-pipeline`: `StepPipeline`'s text)
-    /// run by hand with `clipflow run`, give the same renditions: the same playlists and the same
-    /// segments, byte for byte. The worker's answer is `--events json`: progress of the stage the
-    /// ladder declares, then a clean end.
-    func testAStepsPipelineRunByHandMakesTheSameRenditions() throws {
-        let input = try fx.clip("step-by-hand.mp4", seconds: 4, size: "640x360")
-        let work = fx.scratch("step-by-hand")
-        let server = work.appendingPathComponent("server"), byHand = work.appendingPathComponent("by-hand")
-        let step = ["serve-worker", "--step", "ladder", "--input", input, "--output", server.path, "--rungs", "360p"]
-        let r = try clipflow(step)
-        XCTAssertEqual(r.status, 0, r.stderr)
+    /// Standard rungs of these heights.
+    static func rungs(_ heights: [Int]) -> LadderChoice { LadderChoice(rungs: LadderRung.standard.filter { heights.contains($0.height) }) }
+
+    /// Every `.m3u8`, `.m4s` and `.mp4` under `folder`, by path, with its SHA-256.
+    func contents(_ folder: URL) throws -> [String: String] {
+        var all: [String: String] = [:]
+        for name in try FileManager.default.subpathsOfDirectory(atPath: folder.path)
+        where name.hasSuffix(".m3u8") || name.hasSuffix(".m4s") || name.hasSuffix(".mp4") {
+            all[name] = String(try Run.run(["sha256sum", folder.appendingPathComponent(name).path]).out.prefix(64))
+        }
+        return all
+    }
+
+    /// Runs step pipeline `text` as the server does (`clipflow serve-worker FILE`) and, with
+    /// `byHand`'s output, as a person does (`clipflow run FILE`, after `clipflow validate`);
+    /// returns the worker's run and its event lines (every line one).
+    func runBothWays(_ name: String, server: String, byHand: String) throws -> (status: Int32, out: String, stderr: String, events: [WorkerEventLine]) {
+        let work = fx.scratch(name)
+        let (serverFile, byHandFile) = (work.appendingPathComponent("server.json"), work.appendingPathComponent("by-hand.json"))
+        try server.write(to: serverFile, atomically: true, encoding: .utf8)
+        try byHand.write(to: byHandFile, atomically: true, encoding: .utf8)
+        let r = try clipflow(["serve-worker", serverFile.path])
         let events = r.out.split(separator: "\n").map { WorkerEventLine.read(String($0)) }
         XCTAssertFalse(events.contains(nil), "every line is an event: \(r.out)")
-        let following = StepPipeline.progressStage(try XCTUnwrap(StepPipeline.choice(rungs: "360p")))
-        XCTAssertEqual(following, "ladder.decode")
-        XCTAssertFalse(events.compactMap { $0?.stage == following ? $0?.fraction : nil }.isEmpty, r.out)
-        XCTAssertFalse(events.contains { $0?.event == "failed" })
+        XCTAssertEqual(try clipflow(["validate", byHandFile.path]).status, 0)
+        let run = try clipflow(["run", byHandFile.path])
+        XCTAssertEqual(run.status, r.status == 0 ? 0 : 65, "by hand as by the worker: \(run.stderr)")
+        return (r.status, r.out, r.stderr, events.compactMap { $0 })
+    }
 
-        // The step's pipeline, as the worker ran it, with another output.
-        let printed = try clipflow(Array(step.dropLast(4)) + ["--output", byHand.path, "--rungs", "360p", "--print-pipeline"])
-        XCTAssertEqual(printed.status, 0, printed.stderr)
-        XCTAssertEqual(printed.out, StepPipeline.text(input: input, output: byHand.path, rungs: "360p"))
-        XCTAssertTrue(printed.out.contains(#""kind" : "hls""#) && printed.out.contains(#""ladder" : "360""#), printed.out)
-        XCTAssertTrue(printed.out.contains(#""profile" : "feed""#), printed.out)
-        let file = work.appendingPathComponent("step.json")
-        try printed.out.write(to: file, atomically: true, encoding: .utf8)
-        XCTAssertEqual(try clipflow(["validate", file.path]).status, 0)
-        let run = try clipflow(["run", file.path])
-        XCTAssertEqual(run.status, 0, run.stderr)
-        let outputs = [server, byHand]
-        func contents(_ folder: URL) throws -> [String: String] {
-            var all: [String: String] = [:]
-            let names = try FileManager.default.subpathsOfDirectory(atPath: folder.path)
-            for name in names where name.hasSuffix(".m3u8") || name.hasSuffix(".m4s") || name.hasSuffix(".mp4") {
-                all[name] = String(try Run.run(["sha256sum", folder.appendingPathComponent(name).path]).out.prefix(64))
-            }
-            return all
-        }
-        let made = try contents(outputs[0]), again = try contents(outputs[1])
+    /// The ladder step as the server runs it (`clipflow serve-worker PIPELINE`, the file
+    /// `StepPipeline` writes) and the same pipeline run by hand with `clipflow run` give the same
+    /// renditions: the same playlists and the same segments, byte for byte. The worker's answer
+    /// is `--events json`: progress of the stage the ladder declares, then a clean end.
+    func testAStepsPipelineRunByHandMakesTheSameRenditions() throws {
+        let input = try fx.clip("step-by-hand.mp4", seconds: 4, size: "640x360")
+        let work = fx.scratch("step-by-hand-out")
+        let server = work.appendingPathComponent("server"), byHand = work.appendingPathComponent("by-hand")
+        let choice = Self.rungs([360])
+        let text = StepPipeline.text(input: input, output: server.path, ladder: choice)
+        XCTAssertTrue(text.contains(#""kind" : "hls""#) && text.contains(#""ladder" : "360""#) && text.contains(#""profile" : "feed""#), text)
+        XCTAssertFalse(text.contains(#""kind" : "inspect""#), "no probe asked for: \(text)")
+        let r = try runBothWays("step-by-hand", server: text, byHand: StepPipeline.text(input: input, output: byHand.path, ladder: choice))
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(StepPipeline.progressStage(choice), "ladder.decode")
+        XCTAssertFalse(r.events.compactMap { $0.stage == "ladder.decode" ? $0.fraction : nil }.isEmpty, r.out)
+        XCTAssertFalse(r.events.contains { $0.event == "failed" })
+        let made = try contents(server), again = try contents(byHand)
         XCTAssertTrue(made.keys.contains("360p.m3u8"), "\(made.keys.sorted())")
         XCTAssertGreaterThan(made.keys.filter { $0.hasSuffix(".m4s") }.count, 2)
         XCTAssertEqual(made, again)
+    }
+
+    /// The `playable` step of a job not yet probed: the upload's `inspect` stage, then its copy.
+    /// By the worker and by hand: the same copy; the probe's `result` (stage `probe`) says what
+    /// the upload is, and ffprobe agrees.
+    func testAPlayableStepProbesThenCopies() throws {
+        let input = try fx.clip(
+            "step-playable.mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "4", "-c:v", "libx264", "-preset",
+                "ultrafast", "-g", "30", "-pix_fmt", "yuv420p", "-c:a", "aac"
+            ])
+        let work = fx.scratch("step-playable-out")
+        let server = work.appendingPathComponent("server"), byHand = work.appendingPathComponent("by-hand")
+        let inspect = StepPipeline.Inspection(limits: MediaLimits(), copyable: true)
+        let copy = LadderChoice(rungs: [], copy: true)
+        let text = StepPipeline.text(input: input, output: server.path, ladder: copy, inspect: inspect)
+        XCTAssertTrue(text.contains(#""kind" : "inspect""#) && text.contains(#""copyable" : true"#), text)
+        let r = try runBothWays(
+            "step-playable", server: text, byHand: StepPipeline.text(input: input, output: byHand.path, ladder: copy, inspect: inspect))
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let probe = try XCTUnwrap(r.events.compactMap(\.probe).first, r.out)
+        XCTAssertEqual(probe.width, 640)
+        XCTAssertEqual(probe.height, 360)
+        XCTAssertEqual(probe.frameRate ?? 0, 30, accuracy: 0.01)
+        let probed = try Run.run(["ffprobe", "-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0", input]).out
+        let duration = try XCTUnwrap(Double(probed.trimmingCharacters(in: .whitespacesAndNewlines)), probed)
+        XCTAssertEqual(probe.duration, duration, accuracy: 0.05)
+        XCTAssertNil(probe.copyRefusal)
+        let made = try contents(server)
+        XCTAssertTrue(made.keys.contains("copy.m3u8"), "\(made.keys.sorted())")
+        XCTAssertEqual(made, try contents(byHand))
+    }
+
+    /// What the `inspect` stage refuses, it says before it refuses: an HEVC upload cannot be
+    /// copied for every browser, an upload beyond the limits is refused whatever it is. The
+    /// worker ends with the input's status (1), a `failed` event of kind `bad_input`, the probe's
+    /// `result` with the reason, and no folder.
+    func testAPlayableStepSaysWhyItRefusesACopy() throws {
+        let hevc = try fx.clip(
+            "step-refused-hevc.mov",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30", "-t", "2", "-c:v", "libx265", "-preset", "ultrafast", "-x265-params",
+                "log-level=error:keyint=30", "-tag:v", "hvc1"
+            ])
+        let long = try fx.clip("step-refused-long.mp4", seconds: 4, size: "640x360")
+        var short = MediaLimits()
+        short.maxDuration = 2
+        let work = fx.scratch("step-refused-out")
+        for (n, (input, inspect, reason)) in [
+            (hevc, StepPipeline.Inspection(limits: MediaLimits(), copyable: true), "its video is hevc, and only H.264 plays in every browser"),
+            (long, StepPipeline.Inspection(limits: short, copyable: false), "the video lasts 4 s, above this server's limit of 2 s")
+        ].enumerated() {
+            let (server, byHand) = (work.appendingPathComponent("server\(n)"), work.appendingPathComponent("by-hand\(n)"))
+            let copy = LadderChoice(rungs: [], copy: true)
+            let r = try runBothWays(
+                "step-refused-\(n)", server: StepPipeline.text(input: input, output: server.path, ladder: copy, inspect: inspect),
+                byHand: StepPipeline.text(input: input, output: byHand.path, ladder: copy, inspect: inspect))
+            XCTAssertEqual(r.status, WorkerExit.failed.rawValue, r.stderr)
+            XCTAssertTrue(r.stderr.contains(reason), r.stderr)
+            let probe = try XCTUnwrap(r.events.compactMap(\.probe).first, r.out)
+            XCTAssertEqual(n == 0 ? probe.copyRefusal : short.refusal(probe), reason)
+            XCTAssertEqual(r.events.first { $0.event == "failed" && $0.kind != nil }?.kind, .badInput, r.out)
+            XCTAssertFalse(FileManager.default.fileExists(atPath: server.path), "no folder")
+            XCTAssertFalse(FileManager.default.fileExists(atPath: byHand.path), "no folder")
+        }
     }
 
     // MARK: the probe travels in the job's row
@@ -198,13 +273,13 @@ final class StepPipelineTests: XCTestCase {
         let first = try await store.takeJob(owner: "a", now: Date().timeIntervalSince1970, steps: [.playable])
         let job = try XCTUnwrap(first)
         XCTAssertNil(job.probe, "not probed yet")
-        let probe = WorkerProbe(duration: 4, width: 640, height: 360, frameRate: 30, copyRefusal: nil)
+        let probe = InspectSummary(duration: 4, width: 640, height: 360, frameRate: 30, copyRefusal: nil)
         try await store.recordProbe(job.id!, probe: probe.json)
         try await store.retryJob(job.id!, counted: true)
         let again = try await store.takeJob(owner: "a", now: Date().timeIntervalSince1970, steps: [.playable])
-        XCTAssertEqual(again?.probe.flatMap(WorkerProbe.init(json:)), probe)
+        XCTAssertEqual(again?.probe.flatMap(InspectSummary.init(json:)), probe)
         try await store.queueLadder(job.id!, plan: "{}")
         let ladder = try await store.takeJob(owner: "a", now: Date().timeIntervalSince1970, steps: [.ladder])
-        XCTAssertEqual(ladder?.probe.flatMap(WorkerProbe.init(json:)), probe, "its ladder step carries it too")
+        XCTAssertEqual(ladder?.probe.flatMap(InspectSummary.init(json:)), probe, "its ladder step carries it too")
     }
 }

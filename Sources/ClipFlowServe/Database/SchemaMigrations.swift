@@ -103,7 +103,7 @@ enum SchemaMigrations {
         ]
     }
 
-    /// A job keeps its upload's probe (`JobRow.probe`: `WorkerProbe` as JSON), made once by its
+    /// A job keeps its upload's probe (`JobRow.probe`: `InspectSummary` as JSON), made once by its
     /// first step, so no later step (its ladder, a step tried again) probes again.
     static let jobProbe = SchemaMigration("job probe", both: ["ALTER TABLE jobs ADD COLUMN probe TEXT"])
 

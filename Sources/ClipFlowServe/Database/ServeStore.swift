@@ -95,7 +95,7 @@ struct JobRow: Codable, Sendable, Equatable {
     var step: Step = .playable
     /// What the `ladder` step makes (`LadderStepPlan`, as JSON); nil for `playable`.
     var plan: String? = nil
-    /// The upload's probe (`WorkerProbe`, as JSON), once its first step made it; nil before.
+    /// The upload's probe (`InspectSummary`, as JSON), once its first step made it; nil before.
     var probe: String? = nil
 }
 

@@ -5,32 +5,13 @@ import Foundation
 ///
 /// The `playable` step publishes, as fast as it can, something every browser plays: a `copy` of
 /// the upload (its packets cut into fMP4 segments, nothing decoded) when the upload allows it
-/// (`copyRefusal`; a picture turned by a display matrix, as a phone's or a turned merge, is
-/// copied with its matrix), else the ladder's smallest rung (with the audio and the poster). The `ladder`
+/// (`BrowserCopy`, checked by the step's `inspect` stage), else the ladder's smallest rung (with the audio and the poster). The `ladder`
 /// step then encodes the other rungs from one decode and takes over, as they are, what the first
 /// step made that the ladder also needs (the copied or encoded audio, the smallest rung), so no
 /// rendition is made twice. The poster is taken from a copy (the upload's own pictures); after the
 /// smallest rung, the ladder makes it again from its decoded pictures, at its top rung's size
 /// (a cover as sharp as the video).
 enum PlayableFirst {
-    /// The longest a copied upload may go without a keyframe: a copy's segments start at its
-    /// keyframes, and a player starts on a segment's first frame.
-    static let maxKeyframeGap: Double = 4
-
-    /// Why `info` cannot be published as a copy of itself (nil: it can). H.264 only: HEVC plays in
-    /// Safari but in neither Chromium nor Firefox, so an HEVC copy would leave those viewers
-    /// without a picture until the ladder exists.
-    static func copyRefusal(_ info: SourceInfo, spacing: KeyframeSpacing) -> String? {
-        if info.video.codec != "h264" { return "its video is \(info.video.codec), and only H.264 plays in every browser" }
-        if let a = info.audio, a.codec != "aac" { return "its audio is \(a.codec), not AAC" }
-        if info.video.mirrored { return "its pictures are mirrored by a display matrix" }
-        if !spacing.startsWithKeyframe { return "its video does not start with a keyframe" }
-        if spacing.longestGap > maxKeyframeGap {
-            return "its keyframes are up to \(String(format: "%.1f", spacing.longestGap)) s apart (a copy needs at most \(Int(maxKeyframeGap)) s)"
-        }
-        return nil
-    }
-
     /// The rungs of an upload whose picture, as displayed, is `width`x`height`: the standard ones
     /// at or below its short side, never fewer than the smallest.
     static func rungs(width: Int, height: Int) -> [LadderRung] {

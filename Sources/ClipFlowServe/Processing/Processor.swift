@@ -254,6 +254,9 @@ final class Processor: Sendable {
             e.reason = "the disk is full: \(dataPaths.scrub(reason))"
             observer.job(e)
             return Self.diskFullPause
+        } catch let refused as StepRefusal {
+            if isStopped(id) { return await handBack(jobID, job) }
+            await fail(&video, jobID, dataPaths.scrub(refused.message), event(.failed), began)
         } catch {
             if isStopped(id) { return await handBack(jobID, job) }
             if database.isFull(error) {
@@ -284,36 +287,42 @@ final class Processor: Sendable {
         let id = video.id!
         let prefix = Self.folderPrefix(attempt: job.attempts, besides: video.published)
         let copyFolder = "\(prefix)-copy"
-        let probe: WorkerProbe, copiedAlready: Bool?
-        if let kept = job.probe.flatMap(WorkerProbe.init(json:)) {
-            // Probed by an earlier try: not again. Its copy, when it can be, is this try's.
-            probe = kept
-            if video.mode == .ladder, kept.copyRefusal == nil, limits.refusal(kept) == nil {
-                copiedAlready = try await copy(id, input, into: folder.appendingPathComponent(copyFolder))
-            } else {
-                copiedAlready = nil
+        // Probed by an earlier try: not again.
+        let kept = job.probe.flatMap(InspectSummary.init(json:))
+        var probe = kept
+        // The copy (a `copy` video's whole step), checked first by the step's `inspect` stage
+        // when the job has no probe yet: one worker, nothing decoded. A ladder video whose probe
+        // refuses a copy goes on to its smallest rung.
+        var copyRefusal: String?
+        if video.mode == .copy || kept.map({ $0.copyRefusal == nil && limits.media.refusal($0) == nil }) ?? true {
+            let inspect = kept == nil ? StepPipeline.Inspection(limits: limits.media, copyable: video.mode == .ladder) : nil
+            do {
+                let seen = try await ladder(
+                    id, input, LadderChoice(rungs: [], copy: true), into: folder.appendingPathComponent(copyFolder), inspect: inspect,
+                    share: video.mode == .copy ? (0, 1) : (0, 0.1))
+                probe = probe ?? seen
+            } catch let refused as StepRefusal {
+                guard let seen = probe ?? refused.probe else { throw ClipFlowError.badInput(refused.message) }
+                probe = seen
+                copyRefusal = seen.copyRefusal ?? refused.message
             }
         } else {
-            // A ladder video's probe goes on to write its copy when it can (one process, no decode).
-            let answer = try await self.probe(id, input, copyInto: video.mode == .ladder ? folder.appendingPathComponent(copyFolder) : nil)
-            probe = answer.0
-            copiedAlready = answer.1
-            // Kept in the job's row (without this try's copy): no later step probes again.
-            var kept = probe
-            kept.copied = nil
-            try await database.recordProbe(jobID, probe: kept.json)
+            copyRefusal = kept?.copyRefusal ?? "beyond this server's limits"
         }
-        if let refusal = limits.refusal(probe) { throw ClipFlowError.badInput(refusal) }
+        guard let probe else { throw StepFault.died("the processing worker's probe gave no answer") }
+        // Kept in the job's row: no later step probes again.
+        if kept == nil { try await database.recordProbe(jobID, probe: probe.json) }
+        if let refusal = limits.media.refusal(probe) { throw ClipFlowError.badInput(refusal) }
         video.duration = probe.duration
         try await database.update(video)
         if video.mode == .copy {
-            try await ladder(id, input, LadderChoice(rungs: [], copy: true), into: folder.appendingPathComponent("\(prefix)-copy"), share: (0, 1))
-            try await publish(&video, jobID, from: folder, "\(prefix)-copy", status: .ready, renditions: ["copy"])
+            if let copyRefusal { throw ClipFlowError.badInput(copyRefusal) }
+            try await publish(&video, jobID, from: folder, copyFolder, status: .ready, renditions: ["copy"])
             return true
         }
         // Not copied (it cannot be, or the copy refused what the probe let through): the
         // smallest rung.
-        let copied = copiedAlready == true
+        let copied = copyRefusal == nil
         let first = PlayableFirst.first(copyable: copied)
         let name = copied ? copyFolder : "\(prefix)-first"
         if !copied { try await ladder(id, input, first.choice, into: folder.appendingPathComponent(name), share: (0, 0.1)) }
@@ -405,61 +414,50 @@ final class Processor: Sendable {
         observer.job(e)
     }
 
-    /// Probes `input`; with `copyInto`, the worker goes on to write the upload's copy there when it
-    /// can (within `limits`). Returns the probe and whether the copy was written (nil: not tried).
-    private func probe(_ id: Int64, _ input: String, copyInto: URL? = nil) async throws -> (WorkerProbe, Bool?) {
-        let answer = Mutex<WorkerProbe?>(nil)
-        var arguments = ["--step", "probe", "--input", input]
-        if let copyInto {
-            arguments += [
-                "--output", copyInto.path, "--max-picture", "\(limits.maxPicture.width)x\(limits.maxPicture.height)", "--max-duration",
-                String(limits.maxDuration), "--max-frame-rate", String(limits.maxFrameRate)
-            ]
-        }
-        // A copy's progress is its `copy` stage's.
-        let copying = StepPipeline.progressStage(LadderChoice(rungs: [], copy: true))
-        try await step(id, arguments) { event in
-            if let p = event.probe {
-                answer.withLock { $0 = p }
-            } else if event.stage == copying, let fraction = event.fraction {
-                self.progress.withLock { $0[id] = max($0[id] ?? 0, 0.1 * fraction) }
-            }
-        }
-        guard let probe = answer.withLock({ $0 }) else { throw StepFault.died("the processing worker's probe gave no answer") }
-        return (probe, probe.copied)
-    }
-
-    /// The upload's copy into `output`, as a probe writes it (`probe(copyInto:)`), for a try that
-    /// has its probe already; returns whether it was written (false: the copy refused it).
-    private func copy(_ id: Int64, _ input: String, into output: URL) async throws -> Bool {
-        do {
-            try await ladder(id, input, LadderChoice(rungs: [], copy: true), into: output, share: (0, 0.1))
-            return true
-        } catch let e as ClipFlowError where e.kind == .badInput {
-            return false
-        }
-    }
-
     /// One ladder of `input` (feed profile) into `output`, taking `reuse`'s renditions from a
-    /// published folder. Its progress moves the video's from `share.0` to `share.1`, never back.
-    /// A `background` ladder (a video that plays already) gives the CPU way to playable steps.
+    /// published folder, checked first by `inspect`: the step's pipeline (`StepPipeline`), written
+    /// beside `output` (`.NAME.json`, for the step's time) and run by a worker. Its progress moves
+    /// the video's from `share.0` to `share.1`, never back. A `background` ladder (a video that
+    /// plays already) gives the CPU way to playable steps. Returns what `inspect` found; throws
+    /// `StepRefusal` when the worker refused the input.
+    @discardableResult
     private func ladder(
-        _ id: Int64, _ input: String, _ choice: LadderChoice, into output: URL, share: (Double, Double), reuse: (folder: String, tracks: [String])? = nil,
-        background: Bool = false
-    ) async throws {
-        // The step is a pipeline (`StepPipeline`), which the worker runs as `clipflow run` would;
-        // its command line says it in short (`--print-pipeline` added prints it).
-        var arguments = ["--step", "ladder", "--input", input, "--output", output.path, "--rungs", StepPipeline.rungs(choice)]
-        if let reuse { arguments += ["--reuse", reuse.folder, "--reuse-tracks", reuse.tracks.joined(separator: ",")] }
+        _ id: Int64, _ input: String, _ choice: LadderChoice, into output: URL, inspect: StepPipeline.Inspection? = nil, share: (Double, Double),
+        reuse: (folder: String, tracks: [String])? = nil, background: Bool = false
+    ) async throws -> InspectSummary? {
+        let pipeline = output.deletingLastPathComponent().appendingPathComponent(".\(output.lastPathComponent).json")
+        do {
+            try StepPipeline.text(input: input, output: output.path, ladder: choice, inspect: inspect, reuse: reuse)
+                .write(to: pipeline, atomically: true, encoding: .utf8)
+        } catch {
+            throw ClipFlowError.output("cannot write the step's pipeline '\(pipeline.path)'", writing: error)
+        }
+        defer { try? FileManager.default.removeItem(at: pipeline) }
+        var arguments = [pipeline.path]
         if background { arguments += ["--nice", String(ServeWorker.backgroundNice)] }
         // The ladder's progress is its decode's (its copy's, for a remux): the stage it declares.
         let following = StepPipeline.progressStage(choice)
-        try await step(id, arguments) { event in
-            if event.stage == following, let fraction = event.fraction {
-                let overall = share.0 + (share.1 - share.0) * fraction
-                self.progress.withLock { $0[id] = max($0[id] ?? 0, overall) }
+        let found = Mutex<InspectSummary?>(nil)
+        do {
+            try await step(id, arguments) { event in
+                if let probe = event.probe {
+                    found.withLock { $0 = probe }
+                } else if event.stage == following, let fraction = event.fraction {
+                    let overall = share.0 + (share.1 - share.0) * fraction
+                    self.progress.withLock { $0[id] = max($0[id] ?? 0, overall) }
+                }
             }
+        } catch let e as ClipFlowError where e.kind == .badInput {
+            throw StepRefusal(message: e.message, probe: found.withLock { $0 })
         }
+        return found.withLock { $0 }
+    }
+
+    /// A worker's refusal of its input (an answer, not a fault): its reason, and what its
+    /// `inspect` stage found, if it ran.
+    private struct StepRefusal: Error {
+        let message: String
+        let probe: InspectSummary?
     }
 
     /// Runs one worker process for `video`, each of its events (`WorkerEventLine`) to `event`;

@@ -4,31 +4,23 @@ import Foundation
 import Synchronization
 
 /// The worker side of processing: one step of a job in a process of its own (`clipflow
-/// serve-worker`, which `clipflow serve` starts and supervises through `WorkerProcess`), so that
-/// whatever decoding a hostile upload does (crash, abort, exhaust memory) ends that process only.
+/// serve-worker PIPELINE`, which `clipflow serve` starts and supervises through `WorkerProcess`),
+/// so that whatever decoding a hostile upload does (crash, abort, exhaust memory) ends that
+/// process only.
 ///
-/// Protocol with the server: the request is the command line; the answer is the event lines
-/// `clipflow run --events json` writes (docs/events.md) on stdout, through `events`: the graph's
-/// own (`progress` of the ladder's decode or copy, `HLSLadder.progressStage`; `failed` with the
-/// failure's `kind`), and the probe's `result` (`WorkerProbe`, stage `probe`), which the server
-/// reads with one decoder (`WorkerEventLine`). The exit status says coarsely how it ended
-/// (`WorkerExit`), with the reason on stderr. The worker ends by itself when its stdin reaches
-/// end of file: the server that started it is gone.
+/// Protocol with the server: the request is a pipeline file (`StepPipeline`), which `clipflow
+/// run` validates and runs the same; the answer is the event lines `clipflow run --events json`
+/// writes (docs/events.md) on stdout, through `events`: `progress` of the stage the ladder
+/// declares (`HLSLadder.progressStage`), `failed` with the failure's `kind`, and the `inspect`
+/// stage's `result` (`InspectSummary`, stage `probeStage`), which the server reads with one
+/// decoder (`WorkerEventLine`). The exit status says coarsely how it ended (`WorkerExit`), with
+/// the reason on stderr. The worker ends by itself when its stdin reaches end of file: the server
+/// that started it is gone.
 public enum ServeWorker {
-    public enum Step: String, Sendable, CaseIterable {
-        /// Reads the input's container and stream headers: a `WorkerProbe` result (and its
-        /// copy, `run`).
-        case probe
-        /// Writes the input's ladder (`--rungs`) into a new folder `--output`: shorthand for the
-        /// step's pipeline (`StepPipeline`, run by `run(pipeline:)`).
-        case ladder
-    }
-
-    /// The id of the probe's stage in the worker's events.
-    public static let probeStage = "probe"
-    /// The ids of a step's stages: the upload (`files`) and its ladder (`hls`), in a step's
-    /// pipeline (`StepPipeline`) as in a probe's copy.
+    /// The ids of a step's stages (`StepPipeline`): the upload (`files`), its probe (`inspect`)
+    /// and its ladder (`hls`).
     public static let uploadStage = "upload"
+    public static let probeStage = "probe"
     public static let ladderStage = "ladder"
 
     /// Runs a graph to its end, its events to the worker's `events`: the caller's front door
@@ -36,53 +28,13 @@ public enum ServeWorker {
     /// graph).
     public typealias GraphRunning = @Sendable (_ nodes: [StageNode], _ edges: [Edge]) throws -> GraphOutcome
 
-    /// Runs `step`, its graphs through `runGraph`, and returns the process's exit status; what it
-    /// learns goes to `events` (the same sink `runGraph`'s graphs report to). `memoryLimit` bytes
-    /// (0: none) bounds the process's data (RLIMIT_DATA: heap and private mappings), set before any
-    /// work.
-    ///
-    /// A `nice` above 0 puts every thread of the worker at that CPU priority (`keepNice`).
-    ///
-    /// A probe with `output` and `copyWithin` goes on, when the upload can be copied
-    /// (`PlayableFirst`) and is within those limits, to write its copy there (nothing decoded: no
-    /// second process to start, no second open); its result says whether it did (`copied`; a copy
-    /// that refused the upload sets `copyRefusal`: the probe stands).
-    public static func run(
-        step: Step, input: String, output: String?, copyWithin: ProcessingLimits? = nil, memoryLimit: Int64, nice: Int32 = 0, events: any EventSink,
-        runGraph: GraphRunning
-    ) -> Int32 {
-        let stage = probeStage
-        if let refused = start(memoryLimit: memoryLimit, nice: nice) { return fail(refused, stage: stage, events: events) }
-        do {
-            switch step {
-            case .probe:
-                // One open: the keyframes are measured from the probe's own demuxer.
-                let (info, spacing) = try Transcoder.probeWithSpacing(input)
-                var probe = WorkerProbe(
-                    duration: info.duration, width: info.video.displaySize.width, height: info.video.displaySize.height,
-                    frameRate: info.video.frameRate, copyRefusal: try PlayableFirst.copyRefusal(info, spacing: spacing))
-                if let output, let limits = copyWithin, probe.copyRefusal == nil, limits.refusal(probe) == nil {
-                    probe.copyRefusal = try copy(input, into: output, runGraph: runGraph)
-                    probe.copied = probe.copyRefusal == nil
-                }
-                events.emit(PipelineEvent(stage: probeStage, kind: .result(probe.fields), time: SystemClock().now()))
-            case .ladder:
-                return fail(.failure("internal: a ladder is a pipeline (StepPipeline)"), stage: stage, events: events)
-            }
-            return WorkerExit.finished.rawValue
-        } catch let failed as GraphFailed {
-            // The graph's failing stage said it in its own `failed` event.
-            return fail(failed.error, stage: nil, events: events)
-        } catch {
-            return fail(error as? ClipFlowError ?? .failure("\(error)"), stage: stage, events: events)
-        }
-    }
-
     /// Runs a step's pipeline (`StepPipeline`: the file the server wrote, which `clipflow run`
     /// runs the same), its graph made by `graph` (the pipeline validated as `clipflow run`
     /// validates it) and run through `runGraph`; returns the process's exit status. `memoryLimit`
-    /// and `nice` as `run(step:...)`. A pipeline refused before it runs fails as the stage
-    /// `pipeline`.
+    /// bytes (0: none) bound the process's data (RLIMIT_DATA: heap and private mappings), set
+    /// before any work; a `nice` above 0 puts every thread of the worker at that CPU priority
+    /// (`keepNice`). A pipeline refused before it runs fails as the stage `pipeline`; a stage's
+    /// failure is reported in its words (its stage id is the server's, not the viewer's).
     public static func run(
         pipeline graph: () throws -> (nodes: [StageNode], edges: [Edge]), memoryLimit: Int64, nice: Int32 = 0, events: any EventSink,
         runGraph: GraphRunning
@@ -94,7 +46,7 @@ public enum ServeWorker {
             switch try runGraph(made.nodes, made.edges) {
             case .completed: return WorkerExit.finished.rawValue
             case .interrupted: return fail(.interrupted, stage: nil, events: events)
-            case .failed(let stage, let e): return fail(ClipFlowError(e.kind, "\(stage): \(e.message)", cause: e.cause), stage: nil, events: events)
+            case .failed(_, let e): return fail(e, stage: nil, events: events)
             }
         } catch {
             return fail(error as? ClipFlowError ?? .failure("\(error)"), stage: "pipeline", events: events)
@@ -113,35 +65,6 @@ public enum ServeWorker {
             }
         }
         return nil
-    }
-
-    /// The copy of a probe that goes on (`run`); returns nil once written, or the copy's refusal
-    /// (an answer, not a failure).
-    private static func copy(_ input: String, into output: String, runGraph: GraphRunning) throws -> String? {
-        do {
-            try write(HLSLadder(output: output, ladder: LadderChoice(rungs: [], copy: true), schedule: .feed), of: input, runGraph: runGraph)
-            return nil
-        } catch let e as GraphFailed where e.error.kind == .badInput {
-            return e.error.message
-        }
-    }
-
-    /// A graph that failed: its stage's error (the stage's `failed` event told it already).
-    private struct GraphFailed: Error {
-        let error: ClipFlowError
-    }
-
-    /// Writes `ladder` of `input` through `runGraph`; an interrupted run throws
-    /// `ClipFlowError.interrupted`, a failed one the stage's error.
-    private static func write(_ ladder: HLSLadder, of input: String, runGraph: GraphRunning) throws {
-        let g = ladder.graph(id: ladderStage)
-        let nodes = [StageNode(uploadStage) { FilesStage(id: uploadStage, paths: [input], glob: nil) }] + g.nodes
-        let edges = g.entries.map { Edge(from: uploadStage, to: $0, limits: HLSStage.kind.queue) } + g.edges
-        switch try runGraph(nodes, edges) {
-        case .completed: return
-        case .interrupted: throw ClipFlowError.interrupted
-        case .failed(let stage, let e): throw GraphFailed(error: ClipFlowError(e.kind, "\(stage): \(e.message)", cause: e.cause))
-        }
     }
 
     /// Ends with `error`: its `failed` event (unless a graph's stage emitted it: `stage` nil), its
@@ -208,38 +131,8 @@ public enum WorkerExit: Int32, Sendable {
     case stopped = 130
 }
 
-/// What a probe tells the server: enough to check the job's limits before anything is decoded.
-/// The probe step's `result` event (stage `ServeWorker.probeStage`); kept in the job's row
-/// (`JobRow.probe`, this as JSON), so no later step probes again.
-public struct WorkerProbe: Codable, Sendable, Equatable, StageResult {
-    /// Seconds (0 when the container does not say).
-    public var duration: Double
-    /// Size as displayed.
-    public var width: Int
-    public var height: Int
-    public var frameRate: Double?
-    /// Why the upload cannot be published first as a copy of itself (nil: it can; `PlayableFirst`).
-    public var copyRefusal: String?
-    /// Whether the probe's copy was written (nil: not tried).
-    public var copied: Bool?
-
-    public init(duration: Double, width: Int, height: Int, frameRate: Double? = nil, copyRefusal: String? = nil, copied: Bool? = nil) {
-        self.duration = duration
-        self.width = width
-        self.height = height
-        self.frameRate = frameRate
-        self.copyRefusal = copyRefusal
-        self.copied = copied
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case duration, width, height
-        case frameRate = "frame_rate"
-        case copyRefusal = "copy_refusal"
-        case copied
-    }
-
-    /// The probe as a job's row keeps it (`JobRow.probe`).
+extension InspectSummary {
+    /// The probe as a job's row keeps it (`JobRow.probe`), made by the job's first step only.
     var json: String { String(decoding: (try? JSONEncoder().encode(self)) ?? Data("{}".utf8), as: UTF8.self) }
 
     /// The probe a job's row kept, or nil when `json` is not one.
@@ -247,25 +140,11 @@ public struct WorkerProbe: Codable, Sendable, Equatable, StageResult {
         guard let p = try? JSONDecoder().decode(Self.self, from: Data(json.utf8)) else { return nil }
         self = p
     }
-
-    public var fields: [EventField] {
-        var f = [EventField("duration", .number(duration)), EventField("width", .integer(Int64(width))), EventField("height", .integer(Int64(height)))]
-        if let frameRate { f.append(EventField("frame_rate", .number(frameRate))) }
-        if let copyRefusal { f.append(EventField("copy_refusal", .string(copyRefusal))) }
-        if let copied { f.append(EventField("copied", .bool(copied))) }
-        return f
-    }
-
-    public init(fields: [EventField]) {
-        self.init(
-            duration: fields.double("duration"), width: fields.int("width"), height: fields.int("height"), frameRate: fields["frame_rate"]?.number,
-            copyRefusal: fields["copy_refusal"]?.string, copied: fields["copied"].flatMap { if case .bool(let b) = $0 { b } else { nil } })
-    }
 }
 
 /// One line of a worker's stdout: an event as `--events json` writes it (docs/events.md), read
 /// with one decoder. What the server takes from it: `progress` (`completed` of `total`), a
-/// `failed` event's `message` and `kind`, the probe's `result` (`probe`, stage
+/// `failed` event's `message` and `kind`, the `inspect` stage's `result` (`probe`, stage
 /// `ServeWorker.probeStage`).
 struct WorkerEventLine: Decodable, Sendable, Equatable {
     var stage: String
@@ -275,8 +154,8 @@ struct WorkerEventLine: Decodable, Sendable, Equatable {
     var message: String?
     /// A `failed` event's kind (nil: none given, or one this server does not know).
     var kind: FailureKind?
-    /// The probe's `result`.
-    var probe: WorkerProbe?
+    /// The `inspect` stage's `result`.
+    var probe: InspectSummary?
 
     private enum CodingKeys: String, CodingKey { case stage, event, completed, total, message, kind }
 
@@ -288,7 +167,7 @@ struct WorkerEventLine: Decodable, Sendable, Equatable {
         total = try c.decodeIfPresent(Double.self, forKey: .total)
         message = try c.decodeIfPresent(String.self, forKey: .message)
         kind = (try? c.decodeIfPresent(String.self, forKey: .kind)).flatMap { $0.flatMap(FailureKind.init(rawValue:)) }
-        if event == "result", stage == ServeWorker.probeStage { probe = try WorkerProbe(from: decoder) }
+        if event == "result", stage == ServeWorker.probeStage { probe = try InspectSummary(from: decoder) }
     }
 
     /// The line `text`, or nil when it is not an event.
@@ -301,25 +180,44 @@ struct WorkerEventLine: Decodable, Sendable, Equatable {
     }
 }
 
-/// A job's ladder step as a pipeline: the JSON file `clipflow serve-worker PIPELINE` runs, in the
-/// format `clipflow run` validates and runs (docs/pipelines.md), so any step can be run again by
-/// hand (`clipflow run PIPELINE`): the upload (`files`, stage `ServeWorker.uploadStage`) into
-/// an `hls` ladder (stage `ServeWorker.ladderStage`, profile `feed`), with the renditions it takes
-/// from a complete ladder (`reuse`, `reuse-renditions`).
+/// A job's step as a pipeline: the JSON file `clipflow serve-worker PIPELINE` runs, in the format
+/// `clipflow run` validates and runs (docs/pipelines.md), so any step can be run again by hand
+/// (`clipflow run PIPELINE`): the upload (`files`, stage `ServeWorker.uploadStage`), checked first
+/// by an `inspect` stage (`ServeWorker.probeStage`) when the job has no probe yet, into an `hls`
+/// ladder (stage `ServeWorker.ladderStage`, profile `feed`), with the renditions it takes from a
+/// complete ladder (`reuse`, `reuse-renditions`).
 public enum StepPipeline {
+    /// What the `inspect` stage checks: the server's limits, and (a `playable` step that copies)
+    /// that the upload can be passed through to every browser.
+    public struct Inspection: Sendable, Equatable {
+        public var limits: MediaLimits
+        public var copyable: Bool
+
+        public init(limits: MediaLimits, copyable: Bool) {
+            self.limits = limits
+            self.copyable = copyable
+        }
+    }
+
     /// The pipeline's text.
-    public static func text(input: String, output: String, ladder choice: LadderChoice, reuse: (folder: String, tracks: [String])? = nil) -> String {
-        let pipeline = File(
-            version: 1,
-            stages: [
-                Stage(id: ServeWorker.uploadStage, kind: "files", paths: [input]),
+    public static func text(
+        input: String, output: String, ladder choice: LadderChoice, inspect: Inspection? = nil, reuse: (folder: String, tracks: [String])? = nil
+    ) -> String {
+        var stages = [Stage(id: ServeWorker.uploadStage, kind: FilesStage.kind.name, paths: [input])]
+        if let inspect {
+            let limits = inspect.limits
+            stages.append(
                 Stage(
-                    id: ServeWorker.ladderStage, kind: HLSStage.kind.name, inputs: [ServeWorker.uploadStage], output: output, ladder: ladderField(choice),
-                    profile: "feed", reuse: reuse?.folder, reuseRenditions: reuse?.tracks.joined(separator: ","))
-            ])
+                    id: ServeWorker.probeStage, kind: InspectStage.kind.name, inputs: [ServeWorker.uploadStage], maxPicture: limits.maxPicture.description,
+                    maxDuration: limits.maxDuration, maxFrameRate: limits.maxFrameRate, copyable: inspect.copyable))
+        }
+        stages.append(
+            Stage(
+                id: ServeWorker.ladderStage, kind: HLSStage.kind.name, inputs: [stages[stages.count - 1].id], output: output, ladder: ladderField(choice),
+                profile: "feed", reuse: reuse?.folder, reuseRenditions: reuse?.tracks.joined(separator: ",")))
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        return String(decoding: (try? encoder.encode(pipeline)) ?? Data(), as: UTF8.self) + "\n"
+        return String(decoding: (try? encoder.encode(File(version: 1, stages: stages))) ?? Data(), as: UTF8.self) + "\n"
     }
 
     /// The pipeline file: its version and stages (fields left out when nil).
@@ -333,6 +231,10 @@ public enum StepPipeline {
         var kind: String
         var paths: [String]? = nil
         var inputs: [String]? = nil
+        var maxPicture: String? = nil
+        var maxDuration: Double? = nil
+        var maxFrameRate: Double? = nil
+        var copyable: Bool? = nil
         var output: String? = nil
         var ladder: String? = nil
         var profile: String? = nil
@@ -340,34 +242,18 @@ public enum StepPipeline {
         var reuseRenditions: String? = nil
 
         enum CodingKeys: String, CodingKey {
-            case id, kind, paths, inputs, output, ladder, profile, reuse
+            case id, kind, paths, inputs, copyable, output, ladder, profile, reuse
+            case maxPicture = "max-picture"
+            case maxDuration = "max-duration"
+            case maxFrameRate = "max-frame-rate"
             case reuseRenditions = "reuse-renditions"
         }
-    }
-
-    /// The pipeline of the rungs `rungs` names (`choice(rungs:)`), or nil when it names none.
-    static func text(input: String, output: String, rungs: String) -> String? {
-        choice(rungs: rungs).map { text(input: input, output: output, ladder: $0) }
     }
 
     /// The stage whose progress is the step's (`HLSLadder.progressStage`): `ladder.decode`, or
     /// `ladder.copy` for a remux.
     static func progressStage(_ choice: LadderChoice) -> String {
         HLSLadder(output: "", ladder: choice, schedule: .feed).progressStage(id: ServeWorker.ladderStage)
-    }
-
-    /// The rungs of `choice` as the server names them on a worker's command line (`--rungs`).
-    public static func rungs(_ choice: LadderChoice) -> String {
-        choice.copy ? "copy" : (choice.rungs ?? []).map(\.name).joined(separator: ",")
-    }
-
-    /// The rungs as the server named them on a worker's command line (`--rungs`): names of
-    /// `LadderRung.standard` ("360p,720p"), or "copy" for a remux; nil when they are not.
-    public static func choice(rungs argument: String) -> LadderChoice? {
-        if argument == "copy" { return LadderChoice(rungs: [], copy: true) }
-        let names = argument.split(separator: ",").map(String.init)
-        let rungs = names.compactMap { name in LadderRung.standard.first { $0.name == name } }
-        return rungs.isEmpty || rungs.count != names.count ? nil : LadderChoice(rungs: rungs)
     }
 
     /// The `hls` stage's `ladder` for `choice`: its rungs' heights (`720,360`), with `copy`.

@@ -78,7 +78,8 @@ final class ServeLog: Sendable {
             ("event", .string("job")), ("kind", .string(e.kind.rawValue)), ("video", .int(Int(e.video))), ("job", .int(Int(e.job))),
             ("phase", .string(e.phase)), ("renditions", e.kind == .published ? .strings(e.renditions) : .null),
             ("status", e.status.map { .string($0.rawValue) } ?? .null), ("reason", e.reason.map { .string($0) } ?? .null),
-            ("seconds", e.seconds.map { .seconds($0) } ?? .null)
+            ("seconds", e.seconds.map { .seconds($0) } ?? .null),
+            ("timeline", e.timeline.isEmpty ? .null : .strings(e.timeline.map { "\($0.name.rawValue):\(Self.decimal($0.seconds))" }))
         ])
     }
 

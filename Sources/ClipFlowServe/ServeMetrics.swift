@@ -21,6 +21,10 @@ final class ServeMetrics: Sendable {
         var playableBuckets = [Int](repeating: 0, count: ServeMetrics.playableBuckets.count)
         var playableSum = 0.0
         var playableCount = 0
+        /// Seconds after their uploads' last bytes at which videos made playable reached each
+        /// mark of their way (`PublishMark`), summed, and how many did.
+        var markSeconds: [PublishMark.Name: Double] = [:]
+        var markCount: [PublishMark.Name: Int] = [:]
     }
 
     private let counts = Mutex(Counts())
@@ -50,6 +54,10 @@ final class ServeMetrics: Sendable {
                 for (i, bound) in Self.playableBuckets.enumerated() where seconds <= bound { c.playableBuckets[i] += 1 }
                 c.playableSum += seconds
                 c.playableCount += 1
+                for mark in e.timeline {
+                    c.markSeconds[mark.name, default: 0] += mark.seconds
+                    c.markCount[mark.name, default: 0] += 1
+                }
             case .started, .requeued: break
             }
         }
@@ -88,6 +96,15 @@ final class ServeMetrics: Sendable {
         buckets.append(("_sum", "", Self.number(c.playableSum)))
         buckets.append(("_count", "", "\(c.playableCount)"))
         family("clipflow_time_to_playable_seconds", "histogram", "Seconds from an upload's last byte until its video first played.", buckets)
+        family(
+            "clipflow_time_to_mark_seconds", "summary",
+            "Seconds from an upload's last byte until its video's first publishing reached each mark (taken, worker, probed, written, published).",
+            PublishMark.Name.allCases.flatMap { m in
+                [
+                    ("_sum", "{mark=\"\(m.rawValue)\"}", Self.number(c.markSeconds[m] ?? 0)),
+                    ("_count", "{mark=\"\(m.rawValue)\"}", "\(c.markCount[m] ?? 0)")
+                ]
+            })
         if let traffic = storage {
             family(
                 "clipflow_bucket_bytes_read_total", "counter", "Body bytes read from the object storage (objects fetched, listings).",

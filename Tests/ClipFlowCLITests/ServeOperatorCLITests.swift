@@ -135,6 +135,13 @@ final class ServeOperatorCLITests: XCTestCase {
         XCTAssertEqual(m["clipflow_jobs{state=\"queued\"}"], 0, "\(m)")
         XCTAssertNotNil(m["clipflow_processing_seconds_count{outcome=\"done\"}"], "\(m)")
         XCTAssertNotNil(m["clipflow_time_to_playable_seconds_bucket{le=\"+Inf\"}"], "\(m)")
+        // Where the time to playable went: every mark once, in order, the last one the whole time.
+        let marks = ["taken", "worker", "probed", "written", "published"]
+        for mark in marks { XCTAssertEqual(m["clipflow_time_to_mark_seconds_count{mark=\"\(mark)\"}"], 1, "\(mark): \(m)") }
+        let at = marks.map { m["clipflow_time_to_mark_seconds_sum{mark=\"\($0)\"}"] ?? -1 }
+        XCTAssertEqual(at, at.sorted(), "\(marks) in order: \(at)")
+        XCTAssertGreaterThanOrEqual(at[0], 0)
+        XCTAssertEqual(at[4], m["clipflow_time_to_playable_seconds_sum"] ?? -1, accuracy: 0.05)
         XCTAssertGreaterThanOrEqual(m["clipflow_http_requests_total{code=\"2xx\"}"] ?? 0, 8, "\(m)")
         XCTAssertEqual(m["clipflow_http_requests_total{code=\"4xx\"}"], 2, "the wrong key and the missing path: \(m)")
 

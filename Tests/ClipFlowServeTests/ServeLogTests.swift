@@ -21,7 +21,12 @@ final class ServeLogTests: XCTestCase {
 
     let events: [JobEvent] = [
         JobEvent(kind: .started, video: 7, job: 3, phase: "playable"),
-        JobEvent(kind: .published, video: 7, job: 3, phase: "playable", renditions: ["copy"], status: .viewable, seconds: 0.8),
+        JobEvent(
+            kind: .published, video: 7, job: 3, phase: "playable", renditions: ["copy"], status: .viewable, seconds: 0.8,
+            timeline: [
+                PublishMark(name: .taken, seconds: 0.01), PublishMark(name: .worker, seconds: 0.05), PublishMark(name: .probed, seconds: 0.2),
+                PublishMark(name: .written, seconds: 0.6), PublishMark(name: .published, seconds: 0.8)
+            ]),
         JobEvent(kind: .published, video: 7, job: 3, phase: "ladder", renditions: ["copy", "360p"], status: .viewable),
         JobEvent(kind: .requeued, video: 7, job: 3, phase: "ladder", reason: "the disk is full (\"media\")\nretrying"),
         JobEvent(kind: .done, video: 7, job: 3, phase: "ladder", seconds: 41.25),
@@ -40,7 +45,8 @@ final class ServeLogTests: XCTestCase {
             bodies,
             [
                 "event=job kind=started video=7 job=3 phase=playable",
-                "event=job kind=published video=7 job=3 phase=playable renditions=copy status=viewable seconds=0.8",
+                "event=job kind=published video=7 job=3 phase=playable renditions=copy status=viewable seconds=0.8 "
+                    + "timeline=taken:0.01,worker:0.05,probed:0.2,written:0.6,published:0.8",
                 "event=job kind=published video=7 job=3 phase=ladder renditions=copy,360p status=viewable",
                 "event=job kind=requeued video=7 job=3 phase=ladder reason=\"the disk is full (\\\"media\\\")\\nretrying\"",
                 "event=job kind=done video=7 job=3 phase=ladder seconds=41.25",
@@ -52,10 +58,12 @@ final class ServeLogTests: XCTestCase {
         let (observer, lines, _) = report(.json)
         events.forEach(observer.job)
         let objects = try lines.all.map { line in try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]) }
-        let keys: Set = ["time", "event", "kind", "video", "job", "phase", "renditions", "status", "reason", "seconds"]
+        let keys: Set = ["time", "event", "kind", "video", "job", "phase", "renditions", "status", "reason", "seconds", "timeline"]
         XCTAssertTrue(objects.allSatisfy { Set($0.keys) == keys }, "\(objects)")
         XCTAssertEqual(objects[1]["renditions"] as? [String], ["copy"])
         XCTAssertEqual(objects[1]["seconds"] as? Double, 0.8)
+        XCTAssertEqual(objects[1]["timeline"] as? [String], ["taken:0.01", "worker:0.05", "probed:0.2", "written:0.6", "published:0.8"])
+        XCTAssertTrue(objects[2]["timeline"] is NSNull, "only the first publishing has one")
         XCTAssertTrue(objects[0]["renditions"] is NSNull)
         XCTAssertEqual(objects[3]["reason"] as? String, "the disk is full (\"media\")\nretrying")
         XCTAssertEqual(objects[5]["kind"] as? String, "failed")
@@ -77,6 +85,8 @@ final class ServeLogTests: XCTestCase {
         XCTAssertTrue(text.contains("clipflow_processing_seconds_sum{outcome=\"done\"} 41.25\n"), text)
         XCTAssertTrue(text.contains("clipflow_time_to_playable_seconds_bucket{le=\"0.5\"} 0\n"), text)
         XCTAssertTrue(text.contains("clipflow_time_to_playable_seconds_bucket{le=\"1\"} 1\n"), text)
+        XCTAssertTrue(text.contains("clipflow_time_to_mark_seconds_sum{mark=\"probed\"} 0.2\n"), text)
+        XCTAssertTrue(text.contains("clipflow_time_to_mark_seconds_count{mark=\"published\"} 1\n"), text)
         XCTAssertFalse(metrics.exposition(jobs: nil).contains("clipflow_jobs"), "no job counts when the database does not answer")
     }
 

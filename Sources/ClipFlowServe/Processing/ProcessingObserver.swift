@@ -28,6 +28,27 @@ struct JobEvent: Sendable, Equatable {
     /// For `published`, the first time a video becomes playable: seconds since its upload's
     /// last byte (time to playable). For `done` and `failed`: seconds the job's steps ran.
     var seconds: Double? = nil
+    /// For `published`, the first time a video becomes playable: where the time to playable
+    /// went (`PublishMark`), in order.
+    var timeline: [PublishMark] = []
+}
+
+/// A moment on a video's way to playable, seconds after its upload's last byte.
+struct PublishMark: Sendable, Equatable {
+    enum Name: String, Sendable, CaseIterable {
+        /// A lane of the processor took the job.
+        case taken
+        /// The step's worker process runs.
+        case worker
+        /// The worker's `inspect` stage reported the upload.
+        case probed
+        /// The worker ended with its folder complete.
+        case written
+        /// The folder was put where it is served and the video switched to it.
+        case published
+    }
+    var name: Name
+    var seconds: Double
 }
 
 /// Receives what processing does, as it happens. Implementations are thread-safe and quick

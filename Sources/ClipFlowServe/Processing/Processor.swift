@@ -54,6 +54,9 @@ final class Processor: Sendable {
     static let stoppedPause: Double = 0.25
     /// Media seconds decoded / total, per video being processed (for `GET /videos`).
     private let progress = Mutex<[Int64: Double]>([:])
+    /// Per video being processed: the moments its step reached (`PublishMark`), for the timeline
+    /// of its first publishing.
+    private let marks = Mutex<[Int64: [(name: PublishMark.Name, at: Date)]]>([:])
     private let jobs = Mutex(RunningJobs())
     /// Rung by `wake()`: an idle worker looks for a job as soon as it rings.
     private let queued = JobSignal()
@@ -213,6 +216,8 @@ final class Processor: Sendable {
             return 0
         }
         observer.job(event(.started))
+        marks.withLock { $0[id] = [(.taken, began)] }
+        defer { marks.withLock { _ = $0.removeValue(forKey: id) } }
         let folder = workFolder(job)
         do {
             guard let upload = video.uploadID else { throw ClipFlowError.badInput("the video has no upload") }
@@ -410,8 +415,15 @@ final class Processor: Sendable {
         e.status = status
         if !wasPlayable, let upload = video.uploadID, let row = try? await database.upload(upload), let last = row.completedAt {
             e.seconds = max(0, Date().timeIntervalSince1970 - last)
+            mark(video.id ?? 0, .published)
+            e.timeline = (marks.withLock { $0[video.id ?? 0] } ?? []).map { PublishMark(name: $0.name, seconds: $0.at.timeIntervalSince1970 - last) }
         }
         observer.job(e)
+    }
+
+    /// `video`'s step reached `name` now.
+    private func mark(_ video: Int64, _ name: PublishMark.Name) {
+        marks.withLock { $0[video]?.append((name, Date())) }
     }
 
     /// One ladder of `input` (feed profile) into `output`, taking `reuse`'s renditions from a
@@ -442,6 +454,7 @@ final class Processor: Sendable {
             try await step(id, arguments) { event in
                 if let probe = event.probe {
                     found.withLock { $0 = probe }
+                    self.mark(id, .probed)
                 } else if event.stage == following, let fraction = event.fraction {
                     let overall = share.0 + (share.1 - share.0) * fraction
                     self.progress.withLock { $0[id] = max($0[id] ?? 0, overall) }
@@ -450,6 +463,7 @@ final class Processor: Sendable {
         } catch let e as ClipFlowError where e.kind == .badInput {
             throw StepRefusal(message: e.message, probe: found.withLock { $0 })
         }
+        mark(id, .written)
         return found.withLock { $0 }
     }
 
@@ -472,6 +486,7 @@ final class Processor: Sendable {
             event(e)
         }
         let outcome = try await WorkerProcess.run(arguments, memoryLimit: limits.workerMemory, stall: limits.workerStall, line: line) { pid in
+            self.mark(video, .worker)
             let stopped = self.jobs.withLock { j -> Bool in
                 j.workers[video] = pid
                 return j.stopped.contains(video)

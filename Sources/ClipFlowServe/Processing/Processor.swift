@@ -13,8 +13,9 @@ import Synchronization
 /// thing that plays is published (`PlayableFirst`: a copy of the upload, else the smallest rung;
 /// `viewable`). `ladder`: the encoded rungs from one decode, joined by what the first step made
 /// that the ladder needs (`ready`). A `copy` video is remuxed only. `workers` workers take either
-/// step, a `playable` one first; one more takes `playable` steps only, so a video never waits for
-/// another's ladder to become playable.
+/// step, a `playable` one first; `playableLanes` more take `playable` steps only, so a video never
+/// waits for another's ladder to become playable, nor, when uploads come in a row, for the
+/// playable step of the one before.
 ///
 /// Each ladder is written into its own new folder of the video's work folder (`MediaStorage`:
 /// `DATA/media/ID`, or local scratch for a bucket), named afresh by each try
@@ -48,6 +49,9 @@ final class Processor: Sendable {
     let dataPaths: DataPaths
     /// Told of every job's state changes (the server's log and metrics).
     let observer: any ProcessingObserver
+    /// Lanes that take `playable` steps only, beside the `workers` that take either: a copy reads
+    /// and writes more than it computes, so two run side by side on any machine.
+    static let playableLanes = 2
     /// Seconds a worker waits after a job found the disk full, or the object storage unreachable.
     static let diskFullPause: Double = 5
     /// Seconds a worker waits after handing back the job of a stopped video (being removed).
@@ -131,7 +135,7 @@ final class Processor: Sendable {
                     try? await Task.sleep(for: .seconds(min(60, max(1, self.limits.supersededGrace / 4))))
                 }
             }
-            let lanes: [Set<JobRow.Step>] = Array(repeating: [.playable, .ladder], count: workers) + [[.playable]]
+            let lanes: [Set<JobRow.Step>] = Array(repeating: [.playable, .ladder], count: workers) + Array(repeating: [.playable], count: Self.playableLanes)
             for steps in lanes {
                 group.addTask {
                     while !Task.isCancelled {

@@ -566,6 +566,23 @@ feed.addEventListener('wheel', e => {
   if (Math.abs(wheel.sum) >= 30) { wheel.moved = true; go(current + Math.sign(wheel.sum)); }
 }, { passive: false });
 
+// A neighbour whose first segments are in starts playing (muted) the moment the feed moves
+// towards it, so its pictures move in with the swipe; it takes over (sound, downloads) at a
+// fifth of a screen. Once the scrolling stops, a neighbour that did not take over is paused
+// and rewound.
+function prime(index) {
+  const item = items[index];
+  if (!item || index === current || !players.has(index) || !item.video.paused || item.video.readyState < 2) return;
+  item.video.muted = true;
+  item.video.play().catch(() => {});
+}
+let settling = 0;
+function unprime() {
+  for (const item of items) {
+    if (item.index !== current && !item.video.paused) { item.video.pause(); item.video.currentTime = 0; }
+  }
+}
+
 // A swipe commits early: once the feed has moved a fifth of a screen from the video on
 // screen towards the next (or the one before), that one starts; moving back undoes it.
 let lastTop = 0;
@@ -573,6 +590,10 @@ feed.addEventListener('scroll', () => {
   const h = feed.clientHeight, top = feed.scrollTop, direction = Math.sign(top - lastTop);
   lastTop = top;
   if (!h || current < 0) return;
+  if (direction > 0 && top > current * h + 1) prime(current + 1);
+  else if (direction < 0 && top < current * h - 1) prime(current - 1);
+  clearTimeout(settling);
+  settling = setTimeout(unprime, 150);
   if (direction > 0 && top - current * h > 0.2 * h) focusOn(current + 1);
   else if (direction < 0 && current * h - top > 0.2 * h) focusOn(current - 1);
 }, { passive: true });

@@ -214,6 +214,7 @@ class SourcePlayer {
   async firstSegments(signal) {
     if (this.closed) return;
     await Promise.all(this.tracks.map(t => (t.next === 0 ? t.first(signal) : null)));
+    this.prefetched = true;
     log('prefetched', this.index);
   }
   // Plays: one loop per player (never two) keeps AHEAD seconds buffered per track, ends the
@@ -566,13 +567,14 @@ feed.addEventListener('wheel', e => {
   if (Math.abs(wheel.sum) >= 30) { wheel.moved = true; go(current + Math.sign(wheel.sum)); }
 }, { passive: false });
 
-// A neighbour whose first segments are in starts playing (muted) the moment the feed moves
+// A neighbour whose first segments are in (`prefetched`: its buffer may start a little after
+// 0, where readyState stays at metadata) starts playing (muted) the moment the feed moves
 // towards it, so its pictures move in with the swipe; it takes over (sound, downloads) at a
 // fifth of a screen. Once the scrolling stops, a neighbour that did not take over is paused
 // and rewound.
 function prime(index) {
-  const item = items[index];
-  if (!item || index === current || !players.has(index) || !item.video.paused || item.video.readyState < 2) return;
+  const item = items[index], p = players.get(index);
+  if (!item || index === current || !p || !p.prefetched || !item.video.paused) return;
   item.video.muted = true;
   item.video.play().catch(() => {});
 }

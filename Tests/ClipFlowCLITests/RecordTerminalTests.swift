@@ -81,7 +81,10 @@ final class RecordTerminalTests: XCTestCase {
         XCTAssertGreaterThan(later.total, first.total, "the total advances")
         for v in [first, later] {
             XCTAssertEqual(v.total, v.elapsed, accuracy: 0.11, "one fragment: the total is its time")
-            XCTAssertEqual([v.camera, v.queue], [0, 0])
+            // The test pattern runs in real time: a machine starved by other tests may make it skip
+            // a late picture, as a camera drops it (counted, shown); the queue never drops.
+            XCTAssertLessThanOrEqual(v.camera, 3, "pictures the source skipped")
+            XCTAssertEqual(v.queue, 0, "pictures the queue dropped")
         }
         // Raw mode while recording: no line editing, no echo, Ctrl-C still a signal.
         XCTAssertEqual(s.mode("running")["icanon"] as? Bool, false)
@@ -118,8 +121,10 @@ final class RecordTerminalTests: XCTestCase {
         let total = try d1 + videoSeconds("\(dir)/clip-0003.mp4")
         let end = s.screen("end").lines
         XCTAssertTrue(end.contains { $0.hasPrefix("recorded 2 clips, ") }, "\(end)")
-        // The summary as printed (on the screen a long directory name may wrap it).
-        XCTAssertTrue(s.raw.contains(String(format: "recorded 2 clips, %.2f s, into \(dir)\r\n", total)), "\(s.raw) (ffprobe: \(total) s)")
+        // The summary as printed (on the screen a long directory name may wrap it), with the
+        // pictures the source skipped after it when any were.
+        let summary = String(format: "recorded 2 clips, %.2f s, into \(dir)", total)
+        XCTAssertTrue(s.raw.contains(summary + "\r\n") || s.raw.contains(summary + "; "), "\(s.raw) (ffprobe: \(total) s)")
         XCTAssertFalse(end.contains { $0.contains("● REC") }, "the status line is gone at the end: \(end)")
         XCTAssertTrue(s.modeRestored, "before \(s.before), after \(s.after)")
     }

@@ -446,7 +446,9 @@ final class Processor: Sendable {
             try StepPipeline.text(input: input, output: output.path, ladder: choice, inspect: inspect, reuse: reuse)
                 .write(to: pipeline, atomically: true, encoding: .utf8)
         } catch {
-            throw ClipFlowError.output("cannot write the step's pipeline '\(pipeline.path)'", writing: error)
+            // A full disk is the server's, not the video's: the job goes back to the queue.
+            let failed = ClipFlowError.output("cannot write the step's pipeline '\(pipeline.path)'", writing: error)
+            throw failed.isDiskFull ? StepFault.diskFull(failed.message) : failed
         }
         defer { try? FileManager.default.removeItem(at: pipeline) }
         var arguments = [pipeline.path]

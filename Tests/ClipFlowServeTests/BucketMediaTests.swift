@@ -172,6 +172,42 @@ final class BucketMediaTests: XCTestCase {
         XCTAssertEqual(names(media.scratch), [])
     }
 
+    /// An upload's whole parts go side by side while its bytes arrive: with the proxy holding
+    /// part 1 back, parts 2 and 3 are stored first; the durable mark stays before part 1 until it
+    /// is, and the completed object is the bytes sent.
+    func testAnUploadsPartsGoSideBySide() async throws {
+        let proxy = try FaultProxy.start(upstream: s3.endpoint)
+        defer { proxy.stop() }
+        var environment = s3.environment
+        environment["AWS_ENDPOINT_URL_S3"] = proxy.url
+        let bucket = try ServeBucket(url: "s3://\(s3.bucket)/\(name.filter { $0.isLetter })/", environment: environment)
+        let database = try SQLiteStore(path: dir.appendingPathComponent("db.sqlite").path)
+        let uploads = BucketUploads(bucket: bucket, database: database)
+        let part = Int(BucketUploads.partSize(length: 0)), length = 3 * part + 1000
+        let bytes = Data((0..<length).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 12) })
+        let row = try await database.insert(UploadRow(id: "side", length: Int64(length), offset: 0, metadata: "", createdAt: 1, expiresAt: 2), carrying: nil)
+        try proxy.setRules([["method": "PUT", "query_contains": "partNumber=1&", "action": "delay", "seconds": 3, "times": 1]])
+        let writer = try await uploads.writer(for: row)
+        for start in stride(from: 0, to: 3 * part, by: 1 << 20) { try await writer.append(Array(bytes[start..<start + (1 << 20)])) }
+        let early = try await writer.checkpoint()
+        XCTAssertEqual(early.offset, 0, "part 1 is still on its way: nothing is durable yet")
+        try await writer.append(Array(bytes[(3 * part)...]))
+        let end = try await writer.finish()
+        XCTAssertEqual(end.offset, Int64(length))
+        // The proxy records a request once the upstream closed it, a moment after its answer.
+        var answered: [String] = []
+        for _ in 0..<60 {
+            answered = try proxy.stats().requests.filter { $0.method == "PUT" && $0.target.contains("partNumber=") }.map(\.target)
+            if answered.count >= 4 { break }
+            try await Task.sleep(nanoseconds: 50_000_000)
+        }
+        XCTAssertEqual(answered.count, 4, "\(answered)")
+        XCTAssertTrue(answered.prefix(2).allSatisfy { !$0.contains("partNumber=1&") }, "parts 2 and 3 answered before part 1: \(answered)")
+        let object = uploads.objectKey("side"), copy = dir.appendingPathComponent("copy").path
+        try await bucket.perform { s, b in _ = try s.download(bucket: b, key: object, to: copy) }
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: copy)), bytes)
+    }
+
     /// Kept folders no step will take go: the video's published folder is another now (its ladder
     /// was published elsewhere), the video is removed, or more are kept than the limit; a new
     /// server starts with none.

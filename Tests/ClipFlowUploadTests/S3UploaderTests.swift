@@ -107,14 +107,28 @@ final class S3UploaderTests: S3UploaderTestCase {
         progressNeverGoesBackwards(log, total: Int64(Self.threeParts))
     }
 
-    /// Paused once part 1 is stored (part 2 is held back by the proxy meanwhile), continued by a
-    /// new uploader with the store re-read from disk: ListParts finds part 1, only parts 2 and 3
-    /// are sent, under the same UploadId.
+    /// Parts go side by side: while the proxy holds part 1 back, parts 2 and 3 are sent and
+    /// stored, so their answers come before part 1's; the object is the file.
+    func testPartsAreSentSideBySide() throws {
+        let file = try makeFile("side.bin", size: Self.threeParts, seed: 9)
+        try proxy.setRules([["method": "PUT", "query_contains": "partNumber=1&", "action": "delay", "seconds": 2, "times": 1]])
+        _ = try upload(S3Uploader(options: options(via: true), store: try store(), credentials: keys), file, observer: UploadEventLog())
+        try assertObjectMatches("t/testPartsAreSentSideBySide/side.bin", file)
+        let answered = partPUTs(try stats(when: completed)).map { $0.target.contains("partNumber=1&") ? 1 : 0 }
+        XCTAssertEqual(answered, [0, 0, 1], "part 1's answer comes last: \(answered)")
+    }
+
+    /// Paused once part 1 is stored (parts 2 and 3, sent beside it, are held back by the proxy
+    /// meanwhile), continued by a new uploader with the store re-read from disk: ListParts finds
+    /// part 1, only parts 2 and 3 are sent, under the same UploadId.
     func testResumeAfterPauseContinuesTheSameUpload() throws {
         let file = try makeFile("resume.bin", size: Self.threeParts, seed: 7)
         let opts = options(via: true)
         let control = UploadControl()
-        try proxy.setRules([["method": "PUT", "query_contains": "partNumber=2&", "action": "delay", "seconds": 3, "times": 1]])
+        try proxy.setRules([
+            ["method": "PUT", "query_contains": "partNumber=2&", "action": "delay", "seconds": 3, "times": 1],
+            ["method": "PUT", "query_contains": "partNumber=3&", "action": "delay", "seconds": 3, "times": 1]
+        ])
         let proxy = self.proxy
         DispatchQueue.global().async {
             for _ in 0..<500 {
@@ -137,7 +151,7 @@ final class S3UploaderTests: S3UploaderTestCase {
         let stats = try stats(when: completed)
         XCTAssertEqual(stats.count("POST", pathContains: "?uploads"), 1, "one CreateMultipartUpload in all")
         XCTAssertEqual(partPUTs(stats).filter { $0.target.contains("partNumber=1&") }.count, 1, "part 1 is not sent again")
-        XCTAssertEqual(partPUTs(stats).filter { $0.target.contains("partNumber=3&") }.count, 1)
+        XCTAssertEqual(partPUTs(stats).filter { $0.target.contains("partNumber=3&") }.count, 2, "part 3: cut by the pause, then sent once")
         guard case .started(_, _, _, let resumedAt)? = second.named("started").first else { return XCTFail("no started") }
         XCTAssertEqual(resumedAt, Int64(5 * Self.mib))
         progressNeverGoesBackwards(second, total: Int64(Self.threeParts))

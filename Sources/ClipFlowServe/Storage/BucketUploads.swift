@@ -117,9 +117,10 @@ final class BucketUploads: UploadStorage {
 }
 
 /// One request's bytes into an upload's multipart upload: whole parts are sent as they fill (each
-/// once the row is found still at the mark this writer knows); at the end, the part not yet whole
-/// is kept as an object of this writer's own token, or, when the upload is whole, sent as the last
-/// part and the upload completed.
+/// once the row is found still at the mark this writer knows), up to `S3Client.partsInFlight` at
+/// once while the body keeps arriving; at the end, the part not yet whole is kept as an object of
+/// this writer's own token, or, when the upload is whole, sent as the last part and the upload
+/// completed. The durable mark is the end of the whole parts sent with none missing before them.
 private actor PartWriter: UploadWriter {
     private let uploads: BucketUploads
     private let upload: UploadRow
@@ -128,6 +129,12 @@ private actor PartWriter: UploadWriter {
     /// The part being filled (from 1) and its bytes so far.
     private var part: Int64
     private var held: Data
+    /// Whole parts being sent, by number; each removes itself when its answer is in.
+    private var sending: [Int64: Task<Void, Never>] = [:]
+    /// Whole parts whose sending failed (with its bytes, sent again by `finish`), and the first
+    /// failure, which `append` reports.
+    private var failed: [Int64: Data] = [:]
+    private var failure: Error?
     /// The row's mark as this writer knows it: the one it started from, then each of its own the
     /// row took.
     private var current: UploadMark
@@ -147,20 +154,62 @@ private actor PartWriter: UploadWriter {
 
     private var end: Int64 { (part - 1) * partSize + Int64(held.count) }
 
+    /// The first part not known to be on the server: every byte before it is.
+    private var firstUnsent: Int64 { ([part] + sending.keys + failed.keys).min() ?? part }
+
     func append(_ bytes: [UInt8]) async throws {
         if lost { throw TUSServer.movedElsewhere }
         held.append(contentsOf: bytes)
-        try await sendWholeParts()
+        if let failure { throw failure }
+        try await startWholeParts()
     }
 
-    /// Sends the whole parts `held` begins with; what could not be sent stays held, in order.
-    private func sendWholeParts() async throws {
+    /// Starts sending the whole parts `held` begins with, waiting for room among the parts in
+    /// flight; what is not whole yet stays held.
+    private func startWholeParts() async throws {
         while held.count >= partSize {
+            while sending.count >= S3Client.partsInFlight, let oldest = sending.keys.min() { await sending[oldest]?.value }
+            if let failure { throw failure }
             try await checkStillHeld()
-            try await send(Data(held.prefix(Int(partSize))), as: part)
-            held.removeFirst(Int(partSize))
+            start(takeWholePart(), as: part)
             part += 1
         }
+    }
+
+    /// The first `partSize` bytes of `held`, which keeps the rest (the part itself is not copied).
+    private func takeWholePart() -> Data {
+        var whole = held
+        held = Data()
+        held.reserveCapacity(Int(partSize))
+        if whole.count > partSize {
+            held.append(whole[(whole.startIndex + Int(partSize))...])
+            whole.removeLast(whole.count - Int(partSize))
+        }
+        return whole
+    }
+
+    private func start(_ data: Data, as number: Int64) {
+        sending[number] = Task {
+            do {
+                try await self.send(data, as: number)
+                self.sent(number, failure: nil, data: data)
+            } catch {
+                self.sent(number, failure: error, data: data)
+            }
+        }
+    }
+
+    private func sent(_ number: Int64, failure: Error?, data: Data) {
+        sending[number] = nil
+        if let failure {
+            failed[number] = data
+            self.failure = self.failure ?? failure
+        }
+    }
+
+    /// Waits for every part in flight to be answered.
+    private func settle() async {
+        while let next = sending.keys.min() { await sending[next]?.value }
     }
 
     /// Throws, and marks this writer lost, when the row is gone (404) or no longer at `current`
@@ -176,11 +225,21 @@ private actor PartWriter: UploadWriter {
         }
     }
 
-    func checkpoint() async throws -> UploadMark { UploadMark(offset: (part - 1) * partSize) }
+    func checkpoint() async throws -> UploadMark { UploadMark(offset: (firstUnsent - 1) * partSize) }
 
     func finish() async throws -> UploadMark {
+        await settle()
         if lost { return current }
-        try await sendWholeParts()
+        // Parts whose sending failed are sent again, in order, once each.
+        for number in failed.keys.sorted() {
+            try await checkStillHeld()
+            try await send(failed[number]!, as: number)
+            failed[number] = nil
+        }
+        failure = nil
+        try await startWholeParts()
+        await settle()
+        if let failure { throw failure }
         let end = self.end
         if end == current.offset { return current }
         let key = uploads.objectKey(upload.id), id = multipartUpload, bytes = held, number = part
@@ -219,7 +278,8 @@ private actor PartWriter: UploadWriter {
         }
     }
 
-    func abandon() async {}
+    /// Waits for the parts in flight (nothing of this writer's is written after it lets go).
+    func abandon() async { await settle() }
 
     /// The key of the object holding `mark`'s part not yet whole; nil when there is none (the
     /// mark at a part's end, or the upload whole).

@@ -270,12 +270,16 @@ extension S3Client {
     /// Flow: CreateMultipartUpload (the UploadId, key and part size are saved in the `ResumeStore`
     /// at once) -> UploadPart for each part not yet on the server (body streamed from the file
     /// range, signed with its real SHA-256 unless `payloadSigning` is `.unsigned`; the returned
-    /// ETag is checked against the part's MD5 when it is a plain MD5) -> CompleteMultipartUpload ->
+    /// ETag is checked against the part's MD5 when it is a plain MD5; up to `S3Client.partsInFlight`
+    /// parts at once, each hashed and sent on a thread with a call of its own) -> CompleteMultipartUpload ->
     /// record dropped. A later upload of the same file to the same destination asks ListParts
     /// (all pages) and sends only what is missing; a record whose upload the server no longer
     /// knows (404 NoSuchUpload) starts anew. A zero-byte file is sent with one PutObject
-    /// (multipart needs at least one part). Every request goes through the client's `Call`.
-    final class FileUpload {
+    /// (multipart needs at least one part). Every request goes through a `Call` of the client's.
+    ///
+    /// Confined to the caller's thread, but for `sendParts`, whose threads share the progress
+    /// (`meter`, the observer) under `partsLock`: hence `@unchecked Sendable`.
+    final class FileUpload: @unchecked Sendable {
         let client: S3Client
         let options: S3Options
         let path: String
@@ -292,9 +296,8 @@ extension S3Client {
         let meter: ProgressMeter
         /// The resume record of the multipart upload in flight (nil before Create / after the end).
         var record: ResumeRecord?
-        /// Hashes the next part (SHA-256 when payloads are signed, else MD5 for the ETag check)
-        /// while the current one is sent.
-        let digester: RangeDigester
+        /// Held by a thread of `sendParts` while it touches `meter` or the observer.
+        private let partsLock = NSLock()
 
         init(
             client: S3Client, options: S3Options, path: String, id: String, store: ResumeStore, control: UploadControl,
@@ -311,17 +314,21 @@ extension S3Client {
             stamp = try FileStamp.of(path)
             fingerprint = try FileFingerprint.of(path)
             key = options.objectKey(for: path)
-            let meter = ProgressMeter(total: stamp.size)
-            self.meter = meter
-            // Signed payloads: the server checks the part against its SHA-256, so no MD5 is needed.
-            // Unsigned payloads: the part's MD5 is compared with the ETag instead.
-            digester = RangeDigester(path: path, algorithms: options.payloadSigning == .signed ? [.sha256] : [.md5])
+            meter = ProgressMeter(total: stamp.size)
             call = try Call(
                 client: client, location: S3Location(bucket: options.bucket, key: key), what: "\(path): S3 upload to \(options.bucket)/\(key)",
                 audience: .fileUpload, id: id, control: control, observer: observer)
-            call.progress = { meter.acknowledged }
-            call.resumedAt = { meter.acknowledged }
+            call.progress = { [partsLock, meter] in partsLock.withLock { meter.acknowledged } }
+            call.resumedAt = call.progress
             call.file = (path, stamp)
+        }
+
+        /// A call like `call`, with a connection of its own (one per thread of `sendParts`).
+        private func makeCall() throws -> Call {
+            let made = try Call(
+                client: client, location: call.location, what: call.what, audience: .fileUpload, id: id, control: control, observer: observer)
+            (made.progress, made.resumedAt, made.file) = (call.progress, call.resumedAt, call.file)
+            return made
         }
 
         var what: String { call.what }
@@ -354,8 +361,6 @@ extension S3Client {
             }
             if record == nil {
                 partSize = try options.partSize(forFileSize: stamp.size)
-                // A new upload sends part 1 first: hash it while CreateMultipartUpload is answered.
-                digester.prefetch(offset: 0, length: min(partSize, stamp.size))
                 let uploadID = try client.createMultipartUpload(call, headers: [("Content-Type", options.contentType(for: path))] + metaHeaders)
                 let r = ResumeRecord(method: "s3", fingerprint: fingerprint, destination: destination, uploadID: uploadID, objectKey: key, partSize: partSize)
                 try store.save(r)
@@ -388,17 +393,8 @@ extension S3Client {
             observer.upload(.started(id: id, file: path, bytes: stamp.size, resumedAt: confirmed))
             if let p = meter.acknowledge(confirmed, force: true) { observer.upload(.progress(id: id, p)) }
 
-            defer { digester.stop() }
             let missing = (1...count).filter { etags[$0] == nil }
-            for (i, n) in missing.enumerated() {
-                try control.check()
-                try stamp.verifyUnchanged(path)
-                let r = range(n)
-                let next = i + 1 < missing.count ? range(missing[i + 1]) : nil
-                etags[n] = try uploadPart(n, uploadID: uploadID, offset: r.offset, length: r.length, next: next)
-                confirmed += r.length
-                if let p = meter.acknowledge(confirmed) { observer.upload(.progress(id: id, p)) }
-            }
+            etags.merge(try sendParts(missing, uploadID: uploadID, range: range, confirmed: confirmed)) { _, sent in sent }
             try control.check()
             try stamp.verifyUnchanged(path)
             let etag = try client.completeMultipartUpload(call, uploadID: uploadID, etags: (1...count).map { ($0, etags[$0]!) }, size: stamp.size)
@@ -430,30 +426,77 @@ extension S3Client {
             return UploadResult(method: "s3", bytes: 0, url: url, etag: r.header("etag"), uploadID: nil)
         }
 
-        /// Sends part `n`. `next` is the range of the part that will be sent after it, hashed in
-        /// the background meanwhile.
-        func uploadPart(_ n: Int, uploadID: String, offset: Int64, length: Int64, next: (offset: Int64, length: Int64)? = nil) throws -> String {
-            // SHA-256 for a signed payload (the server verifies the bytes against it), else MD5 to
-            // check the ETag.
-            let (sha256, md5) = try partDigests(offset: offset, length: length)
-            if let next { digester.prefetch(offset: next.offset, length: next.length) }
-            let payloadHash = options.payloadSigning == .signed ? sha256 : SigV4Signer.unsignedPayload
-            return try client.uploadPart(
-                call, number: n, uploadID: uploadID, body: .file(path: path, offset: offset, length: length), payloadHash: payloadHash, md5: md5)
+        /// Sends parts `numbers`, up to `S3Client.partsInFlight` at once in their order, each on a
+        /// thread with a call of its own; their ETags by number. `confirmed`: the bytes the server
+        /// held already, to which each part sent adds for the progress. The first failure stops
+        /// the threads from starting more parts and is thrown once the parts in flight end.
+        func sendParts(_ numbers: [Int], uploadID: String, range: (Int) -> (offset: Int64, length: Int64), confirmed: Int64) throws -> [Int: String] {
+            let shared = SentParts(ranges: numbers.map { ($0, range($0)) }, confirmed: confirmed)
+            let threads = HelperThreads()
+            for _ in 0..<min(S3Client.partsInFlight, numbers.count) {
+                threads.start("clipflow.s3.parts") { [self] in
+                    do {
+                        let call = try makeCall()
+                        while let (n, r) = partsLock.withLock({ shared.take() }) {
+                            try control.check()
+                            try stamp.verifyUnchanged(path)
+                            let etag = try uploadPart(n, uploadID: uploadID, offset: r.offset, length: r.length, call: call)
+                            partsLock.withLock {
+                                shared.etags[n] = etag
+                                shared.confirmed += r.length
+                                if let p = meter.acknowledge(shared.confirmed) { observer.upload(.progress(id: id, p)) }
+                            }
+                        }
+                    } catch {
+                        partsLock.withLock { shared.failure = shared.failure ?? error }
+                    }
+                }
+            }
+            threads.wait()
+            if let failure = shared.failure { throw failure }
+            return shared.etags
         }
 
-        /// SHA-256 (signed payloads; else empty) or MD5 (unsigned payloads; else nil), hex, of a
-        /// part, from the digester (prefetched while the previous part was sent, else read now).
-        func partDigests(offset: Int64, length: Int64) throws -> (sha256: String, md5: String?) {
+        /// What the threads of `sendParts` share, touched only with `partsLock` held.
+        private final class SentParts: @unchecked Sendable {
+            let ranges: [(Int, (offset: Int64, length: Int64))]
+            var next = 0
+            var confirmed: Int64
+            var etags: [Int: String] = [:]
+            var failure: Error?
+
+            init(ranges: [(Int, (offset: Int64, length: Int64))], confirmed: Int64) {
+                self.ranges = ranges
+                self.confirmed = confirmed
+            }
+
+            /// The next part to send; nil once every one is taken or a thread failed.
+            func take() -> (Int, (offset: Int64, length: Int64))? {
+                guard failure == nil, next < ranges.count else { return nil }
+                next += 1
+                return ranges[next - 1]
+            }
+        }
+
+        /// Sends part `n` (hashed first: SHA-256 for a signed payload, which the server verifies
+        /// the bytes against, else MD5 to check the ETag) through `call`.
+        func uploadPart(_ n: Int, uploadID: String, offset: Int64, length: Int64, call: Call) throws -> String {
             let d: [[UInt8]]
             do {
-                d = try digester.digests(offset: offset, length: length)
+                d = try Digest.hash(
+                    [options.payloadSigning == .signed ? .sha256 : .md5], file: path, offset: offset, length: length, stop: { [control] in control.shouldStop })
             } catch let e as UploadError {
                 throw e
+            } catch is DigestCancelled {
+                try control.check()
+                throw UploadError.cancelled
             } catch {
                 throw UploadError(.internal, message: "\(what): hashing bytes \(offset)..<\(offset + length): \(error)")
             }
-            return options.payloadSigning == .signed ? (d[0].hex, nil) : ("", d[0].hex)
+            let signed = options.payloadSigning == .signed
+            return try client.uploadPart(
+                call, number: n, uploadID: uploadID, body: .file(path: path, offset: offset, length: length),
+                payloadHash: signed ? d[0].hex : SigV4Signer.unsignedPayload, md5: signed ? nil : d[0].hex)
         }
 
         /// The MD5 (hex) inside a plain ETag (`"<32 hex>"`), nil for multipart/KMS-style ETags.

@@ -40,6 +40,10 @@ public final class S3Client: Sendable {
     let uploadRecords = Mutex<ResumeStore?>(nil)
     /// The body bytes this client's calls moved.
     public let traffic = S3Traffic()
+    /// How many parts of one multipart upload are sent at once (`upload(file:)`, `clipflow
+    /// serve`'s uploads): one at a time leaves the link idle while each part's answer is awaited
+    /// and the server stores it. Each holds a connection (and, for serve, the part's bytes).
+    public static let partsInFlight = 4
 
     /// Resume records of `upload(file:)` go to `$TMPDIR/clipflow-s3-objectstore-<uid>/resume.json`.
     public convenience init(access: S3Access) {

@@ -92,6 +92,12 @@ final class ServeHostingCLITests: XCTestCase {
         // The feed manifest names it, and a browser plays it from the server.
         let feed = try XCTUnwrap(try HTTP.request("GET", "http://127.0.0.1:\(s.port)/feed.json").json() as? [String: Any])
         XCTAssertEqual((feed["videos"] as? [[String: Any]])?.first?["master"] as? String, URL(string: hls)?.path)
+        // The feed page carries the same document, for its first fetches to start at once.
+        let page = try HTTP.request("GET", "http://127.0.0.1:\(s.port)/v/1").text
+        let carried = try XCTUnwrap(
+            page.components(separatedBy: #"<script id="feed-doc" type="application/json">"#).dropFirst().first?.components(separatedBy: "</script>")
+                .first)
+        XCTAssertEqual(try JSONSerialization.jsonObject(with: Data(carried.utf8)) as? NSDictionary, feed as NSDictionary)
         let played = try XCTUnwrap(try Probe.browserPlayback([hls]).first)
         XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
         XCTAssertTrue(played["error"] is NSNull, "\(played)")

@@ -35,14 +35,26 @@ import Foundation
 /// in the binary at build time (`Package.swift`: `.embedInCode`, as `PackageResources`), so an
 /// installed clipflow needs no resource files. The page links its style sheet and script
 /// (`<link rel="stylesheet" href="feed.css">`, `<script src="feed.js"></script>`), so the files
-/// open as they are; `html` puts them inline in those places, once, which is what the server sends
-/// (its Content-Security-Policy allows inline style and script, and the page costs one request).
+/// open as they are; `html` puts them inline in those places, once, and `page(feed:)` adds the feed
+/// itself (`/feed.json`'s document) before the script, which is what the server sends (its
+/// Content-Security-Policy allows inline style and script): the page costs one request, and the
+/// first video's first fetches start as soon as the script runs.
 enum FeedPage {
     /// The page as served: `feed.html` with `feed.css` and `feed.js` inline.
     static let html = assemble(
         page: String(decoding: PackageResources.feed_html, as: UTF8.self),
         css: String(decoding: PackageResources.feed_css, as: UTF8.self),
         script: String(decoding: PackageResources.feed_js, as: UTF8.self))
+
+    /// The page carrying `feed` (a `HostedFeed` as JSON) in `<script id="feed-doc"
+    /// type="application/json">`, every `<` in it as `\u003c` so no text in it ends the element.
+    static func page(feed: Data) -> String {
+        let json = String(decoding: feed, as: UTF8.self).replacingOccurrences(of: "<", with: "\\u003c")
+        return html.replacingOnce(scriptStart, with: #"<script id="feed-doc" type="application/json">"# + json + "</script>\n" + scriptStart)
+    }
+
+    /// Where the page's script begins (`assemble` puts it there, once).
+    static let scriptStart = "<script>\n"
 
     static let styleLink = #"<link rel="stylesheet" href="feed.css">"#
     static let scriptLink = #"<script src="feed.js"></script>"#
@@ -53,7 +65,7 @@ enum FeedPage {
         var page = page
         if page.hasSuffix("\n") { page.removeLast() }
         return page.replacingOnce(styleLink, with: "<style>\n" + css + "</style>")
-            .replacingOnce(scriptLink, with: "<script>\n" + script + "</script>")
+            .replacingOnce(scriptLink, with: scriptStart + script + "</script>")
     }
 }
 

@@ -47,8 +47,8 @@ struct HostingAPI: Sendable {
     }
 
     func addRoutes<Context: RequestContext>(to router: Router<Context>) {
-        router.get("/") { _, _ in Pages.feed(mediaOrigin: processor.media.mediaOrigin) }
-        router.get("v/:id") { _, _ in Pages.feed(mediaOrigin: processor.media.mediaOrigin) }
+        router.get("/") { _, _ in try await feedPage() }
+        router.get("v/:id") { _, _ in try await feedPage() }
         router.get("favicon.ico") { _, _ in Pages.favicon() }
         let api = router.group().add(middleware: JSONRefusals<Context>())
         api.post("auth/refresh") { request, _ in try await refresh(request) }
@@ -118,6 +118,18 @@ struct HostingAPI: Sendable {
     }
 
     private func feed(_ request: Request) async throws -> JSONAnswer<HostedFeed> {
+        JSONAnswer(value: try await feedDocument(), cache: "no-cache")
+    }
+
+    /// The feed page, carrying the feed as `/feed.json` has it.
+    private func feedPage() async throws -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return Pages.feed(try encoder.encode(try await feedDocument()), mediaOrigin: processor.media.mediaOrigin)
+    }
+
+    /// Every playable video's feed entry, in the store's order, its URIs under `/media/ID/FOLDER/`.
+    private func feedDocument() async throws -> HostedFeed {
         var entries: [HostedFeed.Entry] = []
         for v in try await database.playable() {
             guard let data = await processor.media.read(v.id!, "\(v.published)/feed.json"),
@@ -125,7 +137,7 @@ struct HostingAPI: Sendable {
             else { continue }
             entries.append(HostedFeed.Entry(id: v.id!, name: v.name, status: v.status, media: entry.rebased("/media/\(v.id!)/\(v.published)/")))
         }
-        return JSONAnswer(value: HostedFeed(videos: entries), cache: "no-cache")
+        return HostedFeed(videos: entries)
     }
 
     // MARK: helpers

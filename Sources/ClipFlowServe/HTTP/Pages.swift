@@ -10,8 +10,9 @@ import Hummingbird
 ///   so it asks for the same key (`HostingAPI`);
 /// - `/favicon.ico`, which browsers ask every site for: a play button, 32x32.
 enum Pages {
-    /// `mediaOrigin`: where media bytes come from when not from this server (`MediaStorage`).
-    static func feed(mediaOrigin: String?) -> Response { html(FeedPage.html, mediaOrigin: mediaOrigin) }
+    /// The feed page carrying `feed` (`/feed.json`'s document). `mediaOrigin`: where media bytes
+    /// come from when not from this server (`MediaStorage`).
+    static func feed(_ feed: Data, mediaOrigin: String?) -> Response { html(FeedPage.page(feed: feed), mediaOrigin: mediaOrigin) }
 
     /// The icon: a white play button on blue, an ICO holding one 32x32 PNG.
     static func favicon() -> Response {

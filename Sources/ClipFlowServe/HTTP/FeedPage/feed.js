@@ -35,7 +35,12 @@ function chooseRendition(renditions) {
   return best;
 }
 
+// Fetches started before their player existed (the first video's, `fetchEarly`), by URL: each
+// taken once by the player's `fetchBytes` of that URL.
+const early = new Map();
+
 async function fetchBytes(url, signal) {
+  if (early.has(url)) { const taken = early.get(url); early.delete(url); return taken; }
   const t0 = performance.now();
   const response = await fetch(url, { signal });
   if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
@@ -106,7 +111,8 @@ class Track {
     this.player = player;
     this.kind = kind;
     this.renditions = renditions;
-    this.rendition = kind === 'video' ? chooseRendition(renditions) : renditions[0];
+    // A rendition whose first fetches started early (`fetchEarly`) is the one chosen then.
+    this.rendition = renditions.find(r => early.has(this.url(r.init))) || (kind === 'video' ? chooseRendition(renditions) : renditions[0]);
     this.buffer = player.source.addSourceBuffer(`${kind}/mp4; codecs="${this.rendition.codecs}"`);
     this.appendedInit = null;
     this.segments = new Map();  // rendition name -> its segments, once read
@@ -120,18 +126,21 @@ class Track {
       throw Object.assign(new Error(`${this.kind}: ${e.message}`), { name: e.name });
     }
   }
-  async useRendition(r, signal) {
+  // `init`: its bytes on their way already (else fetched here).
+  async useRendition(r, signal, init) {
     if (this.appendedInit === r) return;
     if (this.appendedInit && r.codecs !== this.appendedInit.codecs && this.buffer.changeType) this.buffer.changeType(`${this.kind}/mp4; codecs="${r.codecs}"`);
-    await this.append(await fetchBytes(this.url(r.init), signal));
+    await this.append(await (init || fetchBytes(this.url(r.init), signal)));
     this.appendedInit = r;
   }
-  // The init and first segment of the chosen rendition (feed.json names them), while its
-  // playlist is read for the segments after.
+  // The init and first segment of the chosen rendition (feed.json names them), fetched side by
+  // side and appended in order, while its playlist is read for the segments after.
   async first(signal) {
     this.list(this.rendition, signal);
-    await this.useRendition(this.rendition, signal);
-    await this.append(await fetchBytes(this.url(this.rendition.segment), signal));
+    const init = fetchBytes(this.url(this.rendition.init), signal), segment = fetchBytes(this.url(this.rendition.segment), signal);
+    segment.catch(() => {});
+    await this.useRendition(this.rendition, signal, init);
+    await this.append(await segment);
     this.next = 1;
   }
   // A rendition's segments, read once (again after a failed or aborted read).
@@ -182,6 +191,26 @@ class Track {
 
 // Media Source Extensions over the ladder's fMP4 segments.
 class SourcePlayer {
+  // The video renditions a player switches among: encoded rungs share segment boundaries; a
+  // copy of the upload plays alone.
+  static renditions(entry) {
+    const encoded = entry.renditions.filter(r => /^\d+p$/.test(r.name));
+    return encoded.length ? encoded : entry.renditions;
+  }
+  // Starts the fetches a new player of `entry` makes first (the init and first segment of the
+  // rendition it would choose now, and of the audio), before the player exists: for the first
+  // video, whose player waits for the page to be laid out and its Media Source to open.
+  static fetchEarly(entry) {
+    if (!SourcePlayer.fits(entry)) return;
+    const base = new URL(entry.master, location.href);
+    for (const r of [chooseRendition(SourcePlayer.renditions(entry)), entry.audio].filter(Boolean)) {
+      for (const uri of [r.init, r.segment]) {
+        const url = new URL(uri, base).href, taken = fetchBytes(url);
+        taken.catch(() => {});
+        early.set(url, taken);
+      }
+    }
+  }
   static fits(entry) {
     if (!MS || !entry.renditions || entry.renditions.length === 0) return false;
     const ok = (kind, r) => MS.isTypeSupported(`${kind}/mp4; codecs="${r.codecs}"`);
@@ -191,9 +220,7 @@ class SourcePlayer {
     Object.assign(this, { entry, video, index, closed: false, active: false });
     this.base = new URL(entry.master, location.href).href;
     this.abort = new AbortController();
-    // Encoded rungs share segment boundaries; a copy of the upload plays alone.
-    const encoded = entry.renditions.filter(r => /^\d+p$/.test(r.name));
-    this.renditions = encoded.length ? encoded : entry.renditions;
+    this.renditions = SourcePlayer.renditions(entry);
     this.opened = this.open();
     // Taken now: a stop before the source opens aborts these fetches too.
     const signal = this.abort.signal;
@@ -408,18 +435,19 @@ function focusOn(index) {
     else if (i < index) p.stop();
     else if (i > index) p.pause();
   }
-  // Covers in view order: this one now; the next two (and the one before, for going back)
-  // once this one's first segments are in.
+  // Covers in view order, once this one's first segments are in (its first picture comes with
+  // them; the cover would only compete for the bytes): this one, the next two and the one
+  // before, for going back. Without segments of its own (the browser's HLS), this one's at once.
   const cover = i => {
     const item = items[i];
     if (item && !item.video.getAttribute('poster')) item.video.poster = coverFor(videos[i], item);
   };
-  cover(index);
   const p = playerFor(index);
+  if (!(p instanceof SourcePlayer)) cover(index);
   if (p) { p.activate(); play(items[index]); }
   // Then the first segment of the next two, one after the other, once this one has 4 s
   // buffered ahead (before that, its own segments come first).
-  const started = p ? p.started.catch(() => {}).then(() => { if (current === index) [index + 1, index + 2, index - 1].forEach(cover); return p.buffered(4); }) : Promise.resolve();
+  const started = p ? p.started.catch(() => {}).then(() => { if (current === index) [index, index + 1, index + 2, index - 1].forEach(cover); return p.buffered(4); }) : Promise.resolve();
   started.catch(() => {}).then(() => {
     if (current !== index) return;
     const next = playerFor(index + 1);
@@ -602,21 +630,24 @@ feed.addEventListener('scroll', () => {
 
 addEventListener('resize', () => { for (const item of items) layout(item); });
 
-fetch('/feed.json').then(r => r.json()).then(doc => {
+// The feed: carried by the page as the server sends it (`feed-doc`), else fetched.
+const carried = document.getElementById('feed-doc');
+(carried ? Promise.resolve(JSON.parse(carried.textContent)) : fetch('/feed.json').then(r => r.json())).then(doc => {
   videos = doc.videos;
   if (videos.length === 0) {
     feed.innerHTML = '<p id="empty">No videos yet. Upload one (<code>clipflow upload VIDEO --to clipflow --endpoint URL</code>, or any TUS client) and it appears here once it plays.</p>';
     return;
   }
+  let wanted = (location.pathname.match(/^\/v\/([^/]+)$/) || [])[1] || '';
+  try { wanted = decodeURIComponent(wanted); } catch {}
+  let start = wanted ? videos.findIndex(v => String(v.id) === wanted) : 0;
+  SourcePlayer.fetchEarly(videos[Math.max(start, 0)]);
   videos.forEach((entry, index) => {
     const item = build(entry, index);
     items.push(item);
     feed.append(item.el);
     layout(item);
   });
-  let wanted = (location.pathname.match(/^\/v\/([^/]+)$/) || [])[1] || '';
-  try { wanted = decodeURIComponent(wanted); } catch {}
-  let start = wanted ? videos.findIndex(v => String(v.id) === wanted) : 0;
   if (start < 0) {
     start = 0;
     const notice = document.createElement('div');

@@ -3,7 +3,7 @@ import Foundation
 
 // Multipart uploads: the steps (create, part, list parts, complete, abort), each one method that
 // both the one driver of a file (`FileUpload`) and callers that send parts of their own (`clipflow
-// serve`'s uploads, one part at a time as TUS PATCHes fill it) use.
+// serve`'s uploads, each part as TUS PATCHes fill it) use.
 
 extension S3Client {
     // MARK: The steps, public
@@ -15,12 +15,12 @@ extension S3Client {
     }
 
     /// UploadPart `number` (1...10000) of `data`, replacing a part of that number sent before;
-    /// its ETag. The server's ETag must be the part's MD5 when it is a plain MD5 (else it is sent
-    /// again).
+    /// its ETag. The payload is signed with its SHA-256, which the server checks the bytes
+    /// against (so no MD5 of them is needed).
     @discardableResult
     public func uploadPart(_ data: Data, number: Int, bucket: String, key: String, uploadID: String) throws -> String {
         let call = try Call(client: self, location: S3Location(bucket: bucket, key: key))
-        return try uploadPart(call, number: number, uploadID: uploadID, body: .bytes(data), payloadHash: nil, md5: Digest.hash(.md5, data).hex)
+        return try uploadPart(call, number: number, uploadID: uploadID, body: .bytes(data), payloadHash: nil, md5: nil)
     }
 
     /// ListParts, every page: the parts the server holds, by number. An unknown upload is

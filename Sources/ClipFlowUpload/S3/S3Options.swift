@@ -84,7 +84,7 @@ public struct S3Options: Codable, Sendable, Equatable {
     /// The part size for a file of `size` bytes. Automatic: a sixteenth of the file, but at most
     /// `targetPartSize` (64 MiB), rounded up to a multiple of 1 MiB, and never below
     /// `minimumPartSize` or so small that the file needs more than `maximumParts` parts (above
-    /// 640 GiB the parts grow past 64 MiB). Parts are sent one after another and each ends with a
+    /// 640 GiB the parts grow past 64 MiB). Each part ends with a
     /// wait for the answer, so few big parts keep a fast link busy (5 MiB parts at 1 Gbit/s and
     /// 30 ms RTT: ~60% busy; 64 MiB: ~95%); a sixteenth keeps mid-size files at ~16 parts, so a
     /// cut part (resent whole) costs at most ~6% of the file. An explicit `partSize`

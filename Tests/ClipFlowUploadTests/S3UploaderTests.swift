@@ -151,7 +151,7 @@ final class S3UploaderTests: S3UploaderTestCase {
         let stats = try stats(when: completed)
         XCTAssertEqual(stats.count("POST", pathContains: "?uploads"), 1, "one CreateMultipartUpload in all")
         XCTAssertEqual(partPUTs(stats).filter { $0.target.contains("partNumber=1&") }.count, 1, "part 1 is not sent again")
-        XCTAssertEqual(partPUTs(stats).filter { $0.target.contains("partNumber=3&") }.count, 2, "part 3: cut by the pause, then sent once")
+        XCTAssertEqual(partPUTs(stats).filter { $0.target.contains("partNumber=3&") && $0.outcome == "200" }.count, 1, "part 3 stored once, after the pause")
         guard case .started(_, _, _, let resumedAt)? = second.named("started").first else { return XCTFail("no started") }
         XCTAssertEqual(resumedAt, Int64(5 * Self.mib))
         progressNeverGoesBackwards(second, total: Int64(Self.threeParts))

@@ -1,3 +1,4 @@
+import ClipFlowMedia
 import Foundation
 import XCTest
 
@@ -19,5 +20,26 @@ final class FeedPageTests: XCTestCase {
         XCTAssertEqual(carried["videos"]?.first?["name"] as? String, name)
         XCTAssertTrue(page[end.upperBound...].hasPrefix("\n<script>\n"), "the page's script follows, and reads it")
         XCTAssertTrue(page.contains("getElementById('feed-doc')"))
+    }
+
+    /// The page asks, in its head, for what the first video's player fetches first before anything
+    /// is measured: the smallest encoded rung's init and first segment, and the audio's.
+    func testThePagePreloadsTheFirstVideosFirstFetches() throws {
+        let entry = try JSONDecoder().decode(
+            FeedEntry.self,
+            from: Data(
+                #"""
+                {"id": "v", "cover": "/m/poster.jpg", "covers": [], "master": "/m/master.m3u8", "duration": 6, "prefetch": [],
+                 "renditions": [
+                   {"name": "copy", "playlist": "/m/copy.m3u8", "codecs": "avc1.64001f", "bandwidth": 100, "init": "/m/copy/init.mp4", "segment": "/m/copy/seg-0.m4s"},
+                   {"name": "720p", "playlist": "/m/720p.m3u8", "codecs": "avc1.64001f", "bandwidth": 3000000, "init": "/m/720p/init.mp4", "segment": "/m/720p/seg-0.m4s"},
+                   {"name": "360p", "playlist": "/m/360p.m3u8", "codecs": "avc1.64001e", "bandwidth": 800000, "init": "/m/360p/init.mp4", "segment": "/m/360p/seg-0.m4s"}],
+                 "audio": {"name": "audio", "playlist": "/m/audio.m3u8", "codecs": "mp4a.40.2", "bandwidth": 130000, "init": "/m/audio/init.mp4", "segment": "/m/audio/seg-0.m4s"}}
+                """#.utf8))
+        let first = FeedPage.firstFetches(entry)
+        XCTAssertEqual(first, ["/m/360p/init.mp4", "/m/360p/seg-0.m4s", "/m/audio/init.mp4", "/m/audio/seg-0.m4s"])
+        let page = FeedPage.page(feed: Data(#"{"videos": []}"#.utf8), preload: first)
+        let head = try XCTUnwrap(page.components(separatedBy: "</head>").first)
+        for path in first { XCTAssertTrue(head.contains(#"<link rel="preload" as="fetch" crossorigin href="\#(path)">"#), path) }
     }
 }

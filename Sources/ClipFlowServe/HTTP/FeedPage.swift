@@ -1,3 +1,4 @@
+import ClipFlowMedia
 import Foundation
 
 /// The feed page (`/`, and `/v/ID` to open it at one video): one video per screen, vertical,
@@ -19,12 +20,14 @@ import Foundation
 /// (`feed.json` lists every rendition's codecs, peak rate, init and first segment). The start rung
 /// is the highest whose peak rate fits 70% of the throughput measured on the page's media
 /// fetches (the smallest before anything was measured) and no larger than the screen shows; later
-/// segments follow the measure. When a video comes on screen, the next two get their covers (the
-/// smallest `feed.json` cover that fills the screen, in view order) and then the init and first
-/// segment of the chosen rung and of the audio, appended to their own paused players, nothing
-/// more; the video on screen keeps 10 s buffered ahead. Videos scrolled more than one past lose
-/// their players, and any download still running for a video no longer on screen or next is
-/// aborted. Without Media Source Extensions (or for a video whose `feed.json` predates the
+/// segments follow the measure. The first video's init and first segments are asked for as soon as
+/// the script runs (the page carries the feed), a player's init and first segment side by side.
+/// Once a video's first segments are in, it and the next two get their covers (the smallest
+/// `feed.json` cover that fills the screen, in view order), and then the next two the init and
+/// first segment of the chosen rung and of the audio, appended to their own paused players,
+/// nothing more; the video on screen keeps 10 s buffered ahead. Videos scrolled more than one
+/// past lose their players, and any download still running for a video no longer on screen or
+/// next is aborted. Without Media Source Extensions (or for a video whose `feed.json` predates the
 /// renditions list), the browser's own HLS plays the master playlist; a browser with neither says
 /// so on the video instead of a black box.
 ///
@@ -47,10 +50,23 @@ enum FeedPage {
         script: String(decoding: PackageResources.feed_js, as: UTF8.self))
 
     /// The page carrying `feed` (a `HostedFeed` as JSON) in `<script id="feed-doc"
-    /// type="application/json">`, every `<` in it as `\u003c` so no text in it ends the element.
-    static func page(feed: Data) -> String {
+    /// type="application/json">`, every `<` in it as `\u003c` so no text in it ends the element,
+    /// and asking the browser in its head to fetch `preload` (paths) at once, as the script's
+    /// `fetch` will (`<link rel="preload" as="fetch" crossorigin>`).
+    static func page(feed: Data, preload: [String] = []) -> String {
         let json = String(decoding: feed, as: UTF8.self).replacingOccurrences(of: "<", with: "\\u003c")
-        return html.replacingOnce(scriptStart, with: #"<script id="feed-doc" type="application/json">"# + json + "</script>\n" + scriptStart)
+        let links = preload.map { #"<link rel="preload" as="fetch" crossorigin href=""# + Pages.escape($0) + #"">"# }.joined()
+        return html.replacingOnce("</head>", with: links + "</head>")
+            .replacingOnce(scriptStart, with: #"<script id="feed-doc" type="application/json">"# + json + "</script>\n" + scriptStart)
+    }
+
+    /// What a cold start of `entry` fetches first, as the script chooses it before anything is
+    /// measured: the init and first segment of the smallest encoded rung (of the smallest
+    /// rendition when there is none), and of the audio.
+    static func firstFetches(_ entry: FeedEntry) -> [String] {
+        let encoded = entry.renditions.filter { $0.name.count > 1 && $0.name.hasSuffix("p") && $0.name.dropLast().allSatisfy(\.isNumber) }
+        let video = (encoded.isEmpty ? entry.renditions : encoded).min { $0.bandwidth < $1.bandwidth }
+        return [video, entry.audio].compactMap { $0 }.flatMap { [$0.`init`, $0.segment] }
     }
 
     /// Where the page's script begins (`assemble` puts it there, once).

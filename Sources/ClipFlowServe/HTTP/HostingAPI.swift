@@ -47,8 +47,8 @@ struct HostingAPI: Sendable {
     }
 
     func addRoutes<Context: RequestContext>(to router: Router<Context>) {
-        router.get("/") { _, _ in try await feedPage() }
-        router.get("v/:id") { _, _ in try await feedPage() }
+        router.get("/") { _, _ in try await feedPage(opening: nil) }
+        router.get("v/:id") { _, context in try await feedPage(opening: context.parameters.get("id").flatMap { Int64($0) }) }
         router.get("favicon.ico") { _, _ in Pages.favicon() }
         let api = router.group().add(middleware: JSONRefusals<Context>())
         api.post("auth/refresh") { request, _ in try await refresh(request) }
@@ -121,11 +121,15 @@ struct HostingAPI: Sendable {
         JSONAnswer(value: try await feedDocument(), cache: "no-cache")
     }
 
-    /// The feed page, carrying the feed as `/feed.json` has it.
-    private func feedPage() async throws -> Response {
+    /// The feed page opened at video `opening` (nil, or not in the feed: the first), carrying the
+    /// feed as `/feed.json` has it and preloading that video's first fetches.
+    private func feedPage(opening: Int64?) async throws -> Response {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return Pages.feed(try encoder.encode(try await feedDocument()), mediaOrigin: processor.media.mediaOrigin)
+        let feed = try await feedDocument()
+        let start = feed.videos.first { $0.id == opening } ?? feed.videos.first
+        return Pages.feed(
+            try encoder.encode(feed), preload: start.map { FeedPage.firstFetches($0.media) } ?? [], mediaOrigin: processor.media.mediaOrigin)
     }
 
     /// Every playable video's feed entry, in the store's order, its URIs under `/media/ID/FOLDER/`.

@@ -12,7 +12,10 @@ import Hummingbird
 enum Pages {
     /// The feed page carrying `feed` (`/feed.json`'s document). `mediaOrigin`: where media bytes
     /// come from when not from this server (`MediaStorage`).
-    static func feed(_ feed: Data, mediaOrigin: String?) -> Response { html(FeedPage.page(feed: feed), mediaOrigin: mediaOrigin) }
+    /// `preload`: what the first video's player fetches first (`FeedPage.firstFetches`).
+    static func feed(_ feed: Data, preload: [String], mediaOrigin: String?) -> Response {
+        html(FeedPage.page(feed: feed, preload: preload), mediaOrigin: mediaOrigin)
+    }
 
     /// The icon: a white play button on blue, an ICO holding one 32x32 PNG.
     static func favicon() -> Response {

@@ -242,8 +242,13 @@ class SourcePlayer {
     if (this.closed) return;
     await Promise.all(this.tracks.map(t => (t.next === 0 ? t.first(signal) : null)));
     this.prefetched = true;
+    // A video not playing yet shows its first picture while it waits: at 0 there may be none
+    // (a first segment can begin a little after), and a paused video stays blank there.
+    if (this.video.paused && this.video.currentTime < this.start) this.video.currentTime = this.start;
     log('prefetched', this.index);
   }
+  // Where its pictures begin: the start of what is buffered.
+  get start() { const b = this.video.buffered; return b.length ? b.start(0) : 0; }
   // Plays: one loop per player (never two) keeps AHEAD seconds buffered per track, ends the
   // stream once every segment is in, and stays until the player is paused or stopped, so
   // a seek into what is not buffered (or a loop back to the start) is filled.
@@ -595,11 +600,10 @@ feed.addEventListener('wheel', e => {
   if (Math.abs(wheel.sum) >= 30) { wheel.moved = true; go(current + Math.sign(wheel.sum)); }
 }, { passive: false });
 
-// A neighbour whose first segments are in (`prefetched`: its buffer may start a little after
-// 0, where readyState stays at metadata) starts playing (muted) the moment the feed moves
-// towards it, so its pictures move in with the swipe; it takes over (sound, downloads) at a
-// fifth of a screen. Once the scrolling stops, a neighbour that did not take over is paused
-// and rewound.
+// A neighbour whose first segments are in (`prefetched`: paused on its first picture) starts
+// playing (muted) the moment the feed moves towards it, so its pictures move in with the
+// swipe; it takes over (sound, downloads) at a fifth of a screen. Once the scrolling stops, a
+// neighbour that did not take over is paused and rewound to its first picture.
 function prime(index) {
   const item = items[index], p = players.get(index);
   if (!item || index === current || !p || !p.prefetched || !item.video.paused) return;
@@ -609,7 +613,11 @@ function prime(index) {
 let settling = 0;
 function unprime() {
   for (const item of items) {
-    if (item.index !== current && !item.video.paused) { item.video.pause(); item.video.currentTime = 0; }
+    if (item.index !== current && !item.video.paused) {
+      const p = players.get(item.index);
+      item.video.pause();
+      item.video.currentTime = (p && p.start) || 0;
+    }
   }
 }
 

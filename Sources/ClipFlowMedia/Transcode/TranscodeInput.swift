@@ -99,8 +99,12 @@ final class TranscodeInput {
         return s == FF.noPTS ? 0 : s
     }
 
+    /// One frame thread per core: FFmpeg's own count adds one more, which holds more pictures
+    /// and gains nothing while the encoder keeps the cores busy.
     func videoDecoder() throws -> CodecContext {
-        try CodecContext.decoder(for: demuxer.codecpar(videoIndex), what: "input '\(info.path)': video decoder", threads: 0, timeBase: videoTimeBase)
+        try CodecContext.decoder(
+            for: demuxer.codecpar(videoIndex), what: "input '\(info.path)': video decoder", threads: ProcessInfo.processInfo.activeProcessorCount,
+            timeBase: videoTimeBase)
     }
 
     func audioDecoder() throws -> CodecContext? {

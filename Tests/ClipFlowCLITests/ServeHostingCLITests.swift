@@ -121,12 +121,16 @@ final class ServeHostingCLITests: XCTestCase {
                         "-vf", "hue=h=\(i * 70)", "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac"
                     ]))
         }
-        let up = try Run.run(
-            [binary, "upload"] + files + [
-                "--to", "gcore", "--endpoint", "http://127.0.0.1:\(s.port)", "--upload-url", "http://{hostname}/files", "--queue",
-                fx.scratch("\(name)-queue").path
-            ], env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
-        XCTAssertEqual(up.status, 0, up.stderr)
+        // One at a time: the queue sends several files side by side, and their videos' numbers
+        // (the feed's order) would follow whichever was created first.
+        for file in files {
+            let up = try Run.run(
+                [
+                    binary, "upload", file, "--to", "gcore", "--endpoint", "http://127.0.0.1:\(s.port)", "--upload-url", "http://{hostname}/files",
+                    "--queue", fx.scratch("\(name)-queue").path
+                ], env: ["CLIPFLOW_UPLOAD_TOKEN": key], check: false)
+            XCTAssertEqual(up.status, 0, up.stderr)
+        }
         for id in 1...specs.count { XCTAssertEqual(try waitFor(s, id, ["ready", "error"]).0["status"] as? String, "ready") }
     }
 

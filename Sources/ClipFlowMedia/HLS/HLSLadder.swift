@@ -28,10 +28,15 @@ public struct LadderRung: Sendable, Equatable {
     public static func ordered(_ names: some Sequence<String>) -> [String] {
         func key(_ name: String) -> (Int, Int, String) {
             if name == "copy" { return (0, 0, name) }
-            if name.hasSuffix("p"), let height = Int(name.dropLast()) { return (1, -height, name) }
+            if let height = height(named: name) { return (1, -height, name) }
             return (2, 0, name)
         }
         return names.sorted { key($0) < key($1) }
+    }
+
+    /// The height a rung's name gives (`720p`: 720); nil for any other rendition (`copy`).
+    public static func height(named name: String) -> Int? {
+        name.hasSuffix("p") ? Int(name.dropLast()) : nil
     }
 }
 

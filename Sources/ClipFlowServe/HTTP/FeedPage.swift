@@ -64,7 +64,7 @@ enum FeedPage {
     /// measured: the init and first segment of the smallest encoded rung (of the smallest
     /// rendition when there is none), and of the audio.
     static func firstFetches(_ entry: FeedEntry) -> [String] {
-        let encoded = entry.renditions.filter { $0.name.count > 1 && $0.name.hasSuffix("p") && $0.name.dropLast().allSatisfy(\.isNumber) }
+        let encoded = entry.renditions.filter { LadderRung.height(named: $0.name) != nil }
         let video = (encoded.isEmpty ? entry.renditions : encoded).min { $0.bandwidth < $1.bandwidth }
         return [video, entry.audio].compactMap { $0 }.flatMap { [$0.`init`, $0.segment] }
     }

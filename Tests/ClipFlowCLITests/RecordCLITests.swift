@@ -187,6 +187,9 @@ final class RecordCLITests: XCTestCase {
 
     /// The lines of `stderr` that tell of pictures lost (dropped, skipped, missing), the
     /// recording's directory `dir` (whose name may hold those words) written DIR.
+    /// "1 picture", "2 pictures": the summary's count of dropped pictures.
+    func pictures(_ n: Int) -> String { "\(n) picture\(n == 1 ? "" : "s")" }
+
     func lossLines(_ stderr: String, dir: String) -> [String] {
         stderr.replacingOccurrences(of: dir, with: "DIR").split(separator: "\n").map(String.init).filter { l in
             ["drop", "skip", "missing"].contains { l.lowercased().contains($0) }
@@ -206,7 +209,7 @@ final class RecordCLITests: XCTestCase {
         let frames = try Probe.videoFrames("\(dir)/clip-0001.mp4")
         XCTAssertLessThan(frames, 120)
         let dropped = 120 - frames
-        let summary = "recorded 1 clip, 4.00 s, into DIR; \(dropped) pictures dropped: \(dropped) by the camera (it was not read in time)"
+        let summary = "recorded 1 clip, 4.00 s, into DIR; \(pictures(dropped)) dropped: \(dropped) by the camera (it was not read in time)"
         XCTAssertEqual(lossLines(r.stderr, dir: dir), [summary], r.stderr)
     }
 
@@ -222,7 +225,7 @@ final class RecordCLITests: XCTestCase {
         let late = 240 - frames
         XCTAssertEqual(
             lossLines(r.stderr, dir: dir),
-            ["recorded 1 clip, 1.00 s, into DIR; \(late) pictures dropped: \(late) by the test pattern (they could not be made and delivered in real time)"],
+            ["recorded 1 clip, 1.00 s, into DIR; \(pictures(late)) dropped: \(late) by the test pattern (they could not be made and delivered in real time)"],
             r.stderr)
     }
 

@@ -108,6 +108,13 @@ final class ServePlayableFirstCLITests: XCTestCase {
         let shared = try FileManager.default.attributesOfItem(atPath: media.appendingPathComponent("\(fullFolder)/audio/init.mp4").path)
         XCTAssertEqual((shared[.referenceCount] as? Int) ?? 0, 2, "the ladder's audio is the copy's file")
         XCTAssertTrue(FileManager.default.fileExists(atPath: media.appendingPathComponent("\(copyFolder)/master.m3u8").path))
+        // The seek preview comes with the ladder (from its smallest rung), not with the copy,
+        // which publishes without decoding a picture per segment.
+        XCTAssertFalse(FileManager.default.fileExists(atPath: media.appendingPathComponent("\(copyFolder)/storyboard.vtt").path))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: media.appendingPathComponent("\(fullFolder)/storyboard.vtt").path))
+        let feed = try XCTUnwrap(try api(s, "GET", "/feed.json").json() as? [String: Any])
+        let entry = try XCTUnwrap((feed["videos"] as? [[String: Any]])?.first)
+        XCTAssertTrue((entry["storyboard"] as? String ?? "").hasSuffix("\(fullFolder)/storyboard.vtt"), "\(entry)")
     }
 
     /// The reference flow's upload: fragments joined turned 90 degrees by `clipflow merge` (a

@@ -87,12 +87,16 @@ public struct HLSLadder: Sendable {
     public var reuse: LadderReuse?
     /// An existing folder at `output` is replaced when the ladder is complete (otherwise refused).
     public var overwrite: Bool
+    /// The seek preview (`Storyboard`) is made: one picture decoded per segment of the smallest
+    /// rendition, after every rendition is complete.
+    public var storyboard: Bool
 
     public init(
         output: String, ladder: LadderChoice = LadderChoice(rungs: nil), schedule: SegmentSchedule = .vod, encoderPreset: String = "veryfast",
-        singleFile: Bool = false, reuse: LadderReuse? = nil, overwrite: Bool = false
+        singleFile: Bool = false, reuse: LadderReuse? = nil, overwrite: Bool = false, storyboard: Bool = true
     ) {
         self.overwrite = overwrite
+        self.storyboard = storyboard
         self.output = output
         self.ladder = ladder
         self.schedule = schedule
@@ -112,7 +116,8 @@ public struct HLSLadder: Sendable {
         let (schedule, preset, single, reuse) = (self.schedule, encoderPreset, singleFile, self.reuse)
         // The covers: a copy makes them from its source (at the source's size); otherwise the
         // smallest rung chooses them from the decoded pictures (`LadderPoster`).
-        var nodes = [StageNode(id) { LadderStage(id: id, folder: folder, reuse: reuse) }]
+        let storyboard = self.storyboard
+        var nodes = [StageNode(id) { LadderStage(id: id, folder: folder, reuse: reuse, storyboard: storyboard) }]
         var edges: [Edge] = []
         var entries: [String] = []
         let rungs = ladder.rungs ?? LadderRung.standard

@@ -21,6 +21,9 @@ public enum HLSStage {
             ParamSpec(
                 "reuse-renditions", .string,
                 help: "what to take from reuse, comma-separated: renditions by their playlists' names (360p, audio, copy) and poster for the covers"),
+            ParamSpec(
+                "storyboard", .boolean, default: .bool(true),
+                help: "make the seek preview (storyboard.jpg and .vtt: a picture decoded per segment of the smallest rendition)"),
             .overwrite
         ],
         queue: DecodeStage.kind.queue,
@@ -49,7 +52,7 @@ public enum HLSStage {
                 reuse: p.string("reuse").map {
                     LadderReuse(folder: URL(fileURLWithPath: $0), named: LadderReuse.names(p.string("reuse-renditions") ?? "") ?? [])
                 },
-                overwrite: p.bool("overwrite") ?? false
+                overwrite: p.bool("overwrite") ?? false, storyboard: p.bool("storyboard") ?? true
             ).graph(id: id)
         })
 }
@@ -57,7 +60,7 @@ public enum HLSStage {
 /// The end of a ladder's graph: takes every rendition's description (port `rendition`), writes
 /// the master playlist (BANDWIDTH measured, CODECS from the streams), `feed.json`, the covers
 /// (made by a copy from its source, or of the picture the smallest rendition chose,
-/// `LadderPoster`) and the storyboard (from the smallest rendition), then renames the ladder's
+/// `LadderPoster`) and, unless left out, the storyboard (from the smallest rendition), then renames the ladder's
 /// folder into place. It creates the folder when prepared (refusing an existing output) and
 /// removes it unless the run completed. Belongs to its stage queue.
 final class LadderStage: Stage {
@@ -68,14 +71,16 @@ final class LadderStage: Stage {
     private var audio: HLSTrack?
     /// The cover the smallest rendition chose (`LadderPoster`), once its description came.
     private var poster: LadderPoster?
+    private let storyboard: Bool
     private var committed = false
     var inputTypes: Set<PortType> { [.rendition] }
     var outputType: PortType? { nil }
 
-    init(id: String, folder: LadderFolder, reuse: LadderReuse? = nil) {
+    init(id: String, folder: LadderFolder, reuse: LadderReuse? = nil, storyboard: Bool = true) {
         self.id = id
         self.folder = folder
         self.reuse = reuse
+        self.storyboard = storyboard
     }
 
     func prepare(_ context: StageContext) throws { try folder.create() }
@@ -107,7 +112,7 @@ final class LadderStage: Stage {
                 throw ClipFlowError.failure("internal: no rendition of the ladder '\(folder.output.path)' made its poster")
             }
         }
-        try Storyboard.write(from: video[video.count - 1], in: work)
+        if storyboard { try Storyboard.write(from: video[video.count - 1], in: work) }
         let entry = FeedEntry(id: folder.output.lastPathComponent, video: video, audio: audio, covers: work)
         try folder.write(FeedManifest(videos: [entry]).serialized, to: "feed.json")
         try folder.commit()

@@ -306,9 +306,11 @@ final class Processor: Sendable {
         if video.mode == .copy || kept.map({ $0.copyRefusal == nil && limits.media.refusal($0) == nil }) ?? true {
             let inspect = kept == nil ? StepPipeline.Inspection(limits: limits.media, copyable: video.mode == .ladder) : nil
             do {
+                // A ladder video's storyboard comes with its ladder: the copy publishes sooner
+                // without one (it decodes a picture of the source per segment).
                 let seen = try await ladder(
                     id, input, LadderChoice(rungs: [], copy: true), into: folder.appendingPathComponent(copyFolder), inspect: inspect,
-                    share: video.mode == .copy ? (0, 1) : (0, 0.1))
+                    share: video.mode == .copy ? (0, 1) : (0, 0.1), storyboard: video.mode == .copy)
                 probe = probe ?? seen
             } catch let refused as StepRefusal {
                 guard let seen = probe ?? refused.probe else { throw ClipFlowError.badInput(refused.message) }
@@ -334,8 +336,10 @@ final class Processor: Sendable {
         let copied = copyRefusal == nil
         let first = PlayableFirst.first(copyable: copied)
         let name = copied ? copyFolder : "\(prefix)-first"
-        if !copied { try await ladder(id, input, first.choice, into: folder.appendingPathComponent(name), share: (0, 0.1)) }
         let plan = PlayableFirst.ladder(rungs: PlayableFirst.rungs(width: probe.width, height: probe.height), copyable: copied)
+        if !copied {
+            try await ladder(id, input, first.choice, into: folder.appendingPathComponent(name), share: (0, 0.1), storyboard: plan == nil)
+        }
         try await publish(&video, jobID, from: folder, name, status: plan == nil ? .ready : .viewable, renditions: first.renditions)
         guard let plan else { return true }
         // What the ladder step builds on stays here for it, should it run here.
@@ -439,11 +443,11 @@ final class Processor: Sendable {
     @discardableResult
     private func ladder(
         _ id: Int64, _ input: String, _ choice: LadderChoice, into output: URL, inspect: StepPipeline.Inspection? = nil, share: (Double, Double),
-        reuse: (folder: String, tracks: [String])? = nil, background: Bool = false
+        reuse: (folder: String, tracks: [String])? = nil, background: Bool = false, storyboard: Bool = true
     ) async throws -> InspectSummary? {
         let pipeline = output.deletingLastPathComponent().appendingPathComponent(".\(output.lastPathComponent).json")
         do {
-            try StepPipeline.text(input: input, output: output.path, ladder: choice, inspect: inspect, reuse: reuse)
+            try StepPipeline.text(input: input, output: output.path, ladder: choice, inspect: inspect, reuse: reuse, storyboard: storyboard)
                 .write(to: pipeline, atomically: true, encoding: .utf8)
         } catch {
             // A full disk is the server's, not the video's: the job goes back to the queue.

@@ -185,7 +185,8 @@ struct WorkerEventLine: Decodable, Sendable, Equatable {
 /// (`clipflow run PIPELINE`): the upload (`files`, stage `ServeWorker.uploadStage`), checked first
 /// by an `inspect` stage (`ServeWorker.probeStage`) when the job has no probe yet, into an `hls`
 /// ladder (stage `ServeWorker.ladderStage`, profile `feed`), with the renditions it takes from a
-/// complete ladder (`reuse`, `reuse-renditions`).
+/// complete ladder (`reuse`, `reuse-renditions`), and without a storyboard when a later step makes
+/// one.
 public enum StepPipeline {
     /// What the `inspect` stage checks: the server's limits, and (a `playable` step that copies)
     /// that the upload can be passed through to every browser.
@@ -201,7 +202,8 @@ public enum StepPipeline {
 
     /// The pipeline's text.
     public static func text(
-        input: String, output: String, ladder choice: LadderChoice, inspect: Inspection? = nil, reuse: (folder: String, tracks: [String])? = nil
+        input: String, output: String, ladder choice: LadderChoice, inspect: Inspection? = nil, reuse: (folder: String, tracks: [String])? = nil,
+        storyboard: Bool = true
     ) -> String {
         var stages = [Stage(id: ServeWorker.uploadStage, kind: FilesStage.kind.name, paths: [input])]
         if let inspect {
@@ -214,7 +216,7 @@ public enum StepPipeline {
         stages.append(
             Stage(
                 id: ServeWorker.ladderStage, kind: HLSStage.kind.name, inputs: [stages[stages.count - 1].id], output: output, ladder: ladderField(choice),
-                profile: "feed", reuse: reuse?.folder, reuseRenditions: reuse?.tracks.joined(separator: ",")))
+                profile: "feed", reuse: reuse?.folder, reuseRenditions: reuse?.tracks.joined(separator: ","), storyboard: storyboard ? nil : false))
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         return String(decoding: (try? encoder.encode(File(version: 1, stages: stages))) ?? Data(), as: UTF8.self) + "\n"
@@ -240,9 +242,10 @@ public enum StepPipeline {
         var profile: String? = nil
         var reuse: String? = nil
         var reuseRenditions: String? = nil
+        var storyboard: Bool? = nil
 
         enum CodingKeys: String, CodingKey {
-            case id, kind, paths, inputs, copyable, output, ladder, profile, reuse
+            case id, kind, paths, inputs, copyable, output, ladder, profile, reuse, storyboard
             case maxPicture = "max-picture"
             case maxDuration = "max-duration"
             case maxFrameRate = "max-frame-rate"

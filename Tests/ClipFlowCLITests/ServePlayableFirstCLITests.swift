@@ -26,6 +26,26 @@ final class ServePlayableFirstCLITests: XCTestCase {
         try XCTUnwrap(try api(s, "GET", "/videos/\(id)").json() as? [String: Any])
     }
 
+    /// The spare workers of server `s` waiting for a step: its children named clipflow-spare.
+    func spares(_ s: ServerProcess) throws -> [Int32] {
+        let server = try s.supervisedPID()
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(server)/task")) ?? []
+        let children = tasks.flatMap { task in
+            ((try? String(contentsOfFile: "/proc/\(server)/task/\(task)/children", encoding: .utf8)) ?? "").split(separator: " ").compactMap { Int32($0) }
+        }
+        return children.filter { pid in
+            (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) == "clipflow-spare"
+        }
+    }
+
+    func waitForSpare(_ s: ServerProcess, besides old: Set<Int32> = []) throws -> Int32 {
+        for _ in 0..<200 {
+            if let pid = try spares(s).first(where: { !old.contains($0) }) { return pid }
+            usleep(50_000)
+        }
+        throw ServerError("no spare worker besides \(old.sorted()) within 10 s")
+    }
+
     func renditions(_ v: [String: Any]) -> [String] {
         ((v["renditions"] as? [[String: Any]]) ?? []).filter { $0["status"] as? String == "ready" }.compactMap { $0["name"] as? String }
     }
@@ -77,10 +97,15 @@ final class ServePlayableFirstCLITests: XCTestCase {
         let s = server(data)
         try s.start()
         defer { s.stop() }
+        // The copy runs in the worker started before it was needed, which a new spare replaces.
+        let spare = try waitForSpare(s)
         let id = try upload(s, try copyable("serve-playable-copy.mp4", seconds: 12, size: "1920x1080"), name: "copied first")
         let (viewable, _) = try waitFor(s, id, ["viewable", "ready", "error"], seconds: 60)
         XCTAssertEqual(viewable["status"] as? String, "viewable", "\(viewable)")
         XCTAssertEqual(renditions(viewable), ["copy"])
+        XCTAssertEqual(kill(spare, 0), -1, "the spare took the copy and ended with it")
+        let next = try waitForSpare(s, besides: [spare])
+        XCTAssertEqual(try spares(s), [next], "one spare")
         let first = try XCTUnwrap(viewable["hls_url"] as? String)
         XCTAssertEqual(try Run.run([binary, "hls", "lint", first], check: false).status, 0)
         let played = try XCTUnwrap(try Probe.browserPlayback([first], options: ["--rate", "8"]).first)
@@ -115,6 +140,11 @@ final class ServePlayableFirstCLITests: XCTestCase {
         let feed = try XCTUnwrap(try api(s, "GET", "/feed.json").json() as? [String: Any])
         let entry = try XCTUnwrap((feed["videos"] as? [[String: Any]])?.first)
         XCTAssertTrue((entry["storyboard"] as? String ?? "").hasSuffix("\(fullFolder)/storyboard.vtt"), "\(entry)")
+        // The spare ends with the server.
+        let waiting = try waitForSpare(s)
+        s.stop()
+        for _ in 0..<100 where kill(waiting, 0) == 0 { usleep(50_000) }
+        XCTAssertEqual(kill(waiting, 0), -1, "the spare ended with its server")
     }
 
     /// The reference flow's upload: fragments joined turned 90 degrees by `clipflow merge` (a

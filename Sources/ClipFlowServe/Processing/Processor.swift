@@ -62,6 +62,8 @@ final class Processor: Sendable {
     /// of its first publishing.
     private let marks = Mutex<[Int64: [(name: PublishMark.Name, at: Date)]]>([:])
     private let jobs = Mutex(RunningJobs())
+    /// The worker started before the next remux needs one.
+    private let spares: WorkerSpares
     /// Rung by `wake()`: an idle worker looks for a job as soon as it rings.
     private let queued = JobSignal()
     /// Seconds an idle worker waits for a ring before it asks the database again: the fallback
@@ -110,6 +112,7 @@ final class Processor: Sendable {
         self.alone = alone
         self.observer = observer
         dataPaths = DataPaths(data)
+        spares = WorkerSpares(memoryLimit: limits.workerMemory)
         owner = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
     }
 
@@ -118,6 +121,8 @@ final class Processor: Sendable {
     /// Runs the workers until cancelled. Jobs a crash left running are queued again: at once when
     /// this server is alone, else once their heartbeat is older than `lease` (checked all along).
     func run() async {
+        spares.refill()
+        defer { spares.close() }
         let now: @Sendable () -> Double = { Date().timeIntervalSince1970 }
         if alone, (try? await database.requeueStale(before: .infinity)) ?? 0 > 0 { wake() }
         await withTaskGroup(of: Void.self) { group in
@@ -455,13 +460,15 @@ final class Processor: Sendable {
             throw failed.isDiskFull ? StepFault.diskFull(failed.message) : failed
         }
         defer { try? FileManager.default.removeItem(at: pipeline) }
-        var arguments = [pipeline.path]
-        if background { arguments += ["--nice", String(ServeWorker.backgroundNice)] }
+        let nice = background ? ServeWorker.backgroundNice : 0
+        // A remux is over in a fraction of a second, of which starting a process would be a
+        // good part: it runs in the spare.
+        let remux = choice.copy && choice.rungs?.isEmpty == true && !background
         // The ladder's progress is its decode's (its copy's, for a remux): the stage it declares.
         let following = StepPipeline.progressStage(choice)
         let found = Mutex<InspectSummary?>(nil)
         do {
-            try await step(id, arguments) { event in
+            try await step(id, pipeline: pipeline.path, nice: nice, spare: remux) { event in
                 if let probe = event.probe {
                     found.withLock { $0 = probe }
                     self.mark(id, .probed)
@@ -484,10 +491,13 @@ final class Processor: Sendable {
         let probe: InspectSummary?
     }
 
-    /// Runs one worker process for `video`, each of its events (`WorkerEventLine`) to `event`;
+    /// Runs the step `pipeline` for `video` in a worker process at CPU priority `nice` (the spare,
+    /// when `spare`), each of its events (`WorkerEventLine`) to `event`;
     /// throws the worker's reason (`ClipFlowError`) or a `StepFault`: a failure whose `failed`
     /// event says `disk_full` is a full disk.
-    private func step(_ video: Int64, _ arguments: [String], event: @escaping @Sendable (WorkerEventLine) -> Void) async throws {
+    private func step(
+        _ video: Int64, pipeline: String, nice: Int32, spare: Bool, event: @escaping @Sendable (WorkerEventLine) -> Void
+    ) async throws {
         if isStopped(video) { throw StepFault.stopped }
         let failure = Mutex<FailureKind?>(nil)
         let line: @Sendable (String) -> Void = { text in
@@ -495,7 +505,9 @@ final class Processor: Sendable {
             if e.event == "failed", let kind = e.kind { failure.withLock { $0 = $0 ?? kind } }
             event(e)
         }
-        let outcome = try await WorkerProcess.run(arguments, memoryLimit: limits.workerMemory, stall: limits.workerStall, line: line) { pid in
+        let outcome = try await WorkerProcess.run(
+            pipeline: pipeline, nice: nice, memoryLimit: limits.workerMemory, spares: spare ? spares : nil, stall: limits.workerStall, line: line
+        ) { pid in
             self.mark(video, .worker)
             let stopped = self.jobs.withLock { j -> Bool in
                 j.workers[video] = pid

@@ -106,6 +106,30 @@ public enum ServeWorker {
 
     /// Ends the process as soon as its stdin reaches end of file (the server closed its end, or
     /// died), so a worker never outlives the server that supervises it.
+    /// A spare's wait for its step (`clipflow serve-worker --spare`): the pipeline's path, the
+    /// first line on stdin; nil at its end (the server is gone, or needs no more spares). While it
+    /// waits, the process is named `clipflow-spare` (`ps`, `top`, /proc/PID/comm).
+    public static func awaitStep() -> String? {
+        let comm = URL(fileURLWithPath: "/proc/self/comm")
+        let name = (try? Data(contentsOf: comm)) ?? Data("clipflow\n".utf8)
+        try? Data(spareName.utf8).write(to: comm)
+        defer { try? name.write(to: comm) }
+        var line: [UInt8] = []
+        var byte: UInt8 = 0
+        while true {
+            let n = read(0, &byte, 1)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return nil }
+            if byte == UInt8(ascii: "\n") { break }
+            line.append(byte)
+        }
+        let path = String(decoding: line, as: UTF8.self)
+        return path.isEmpty ? nil : path
+    }
+
+    /// How a spare waiting for its step is named.
+    public static let spareName = "clipflow-spare"
+
     private static func endWhenServerGoes() {
         HelperThreads().start("server watch") {
             var byte: UInt8 = 0

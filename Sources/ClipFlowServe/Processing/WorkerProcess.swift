@@ -2,11 +2,11 @@ import ClipFlowCore
 import Foundation
 import Synchronization
 
-/// Starts one `clipflow serve-worker` process (this server's own binary) and waits for it:
+/// Runs one `clipflow serve-worker` process (this server's own binary) and waits for it:
 /// its stdout's lines go to `line` as they come, its stderr (the last 4 KiB) is the reason of a
 /// failure. A worker that writes no line for `stall` seconds is taken to hang and killed. The
-/// worker's stdin is a pipe this side never writes: when the server dies, the kernel
-/// closes it and the worker ends itself. Cancelling the waiting task stops the worker: SIGTERM,
+/// worker's stdin is a pipe this side writes nothing to but a spare's step (`WorkerSpares`):
+/// when the server dies, the kernel closes it and the worker ends itself. Cancelling the waiting task stops the worker: SIGTERM,
 /// which cancels its graph (its stages remove what they were writing), then SIGKILL if it still
 /// runs `stopGrace` seconds later.
 /// The worker's environment is the server's without its `CLIPFLOW_` variables (the API key and
@@ -40,26 +40,30 @@ enum WorkerProcess {
 
     private static let waits = DispatchQueue(label: "clipflow.serve.workers", attributes: .concurrent)
 
-    /// Runs `clipflow serve-worker ARGUMENTS` bounded to `memoryLimit` bytes (0: no bound);
-    /// `started` gets the worker's pid once it runs (to kill it from elsewhere).
+    /// Runs the step `pipeline` in a `clipflow serve-worker` at CPU priority `nice`, bounded to
+    /// `memoryLimit` bytes (0: no bound): the spare of `spares` when given and the step runs at
+    /// the server's priority (taking it starts the next spare), else a worker started for it. `started` gets the worker's pid once it has the step (to kill it from elsewhere).
     static func run(
-        _ arguments: [String], memoryLimit: Int64, stall: Double, line: @escaping @Sendable (String) -> Void,
+        pipeline: String, nice: Int32, memoryLimit: Int64, spares: WorkerSpares?, stall: Double, line: @escaping @Sendable (String) -> Void,
         started: @escaping @Sendable (Int32) -> Void = { _ in }
     ) async throws -> Outcome {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = ["serve-worker"] + arguments + ["--memory-limit", String(memoryLimit)]
-        process.environment = environment
-        let input = Pipe(), output = Pipe(), errors = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = errors
-        do { try process.run() } catch {
-            return .died("cannot start a processing worker: \(error.localizedDescription)")
+        var worker: StartedWorker?
+        if nice == 0, let spares {
+            worker = spares.take()?.handed(pipeline)
+            spares.refill()
         }
-        let pid = process.processIdentifier
+        if worker == nil {
+            do {
+                worker = try StartedWorker([pipeline] + (nice != 0 ? ["--nice", String(nice)] : []), memoryLimit: memoryLimit)
+            } catch {
+                return .died("cannot start a processing worker: \(error.localizedDescription)")
+            }
+        }
+        guard let worker else { return .died("cannot start a processing worker") }
+        let pid = worker.process.processIdentifier
         started(pid)
-        let box = ProcessBox(process)
+        let box = ProcessBox(worker.process)
+        let (input, output, errors) = (worker.input, worker.output, worker.errors)
         let heard = LastHeard()
         let ended = try await withThrowingTaskGroup(of: Void.self, returning: Outcome.self) { watchdog in
             // Kills the worker once it has been silent for `stall` seconds.
@@ -175,4 +179,77 @@ private final class LastHeard: Sendable {
 private final class ProcessBox: @unchecked Sendable {
     let process: Process
     init(_ process: Process) { self.process = process }
+}
+
+/// A `clipflow serve-worker` process and its three pipes. Owned by one holder at a time (the
+/// spares, then the step that takes it), which is what makes it `Sendable`.
+final class StartedWorker: @unchecked Sendable {
+    let process: Process
+    let input = Pipe(), output = Pipe(), errors = Pipe()
+
+    /// Starts `clipflow serve-worker ARGUMENTS --memory-limit N` (this server's own binary).
+    init(_ arguments: [String], memoryLimit: Int64) throws {
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: WorkerProcess.executable)
+        process.arguments = ["serve-worker"] + arguments + ["--memory-limit", String(memoryLimit)]
+        process.environment = WorkerProcess.environment
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+    }
+
+    /// Gives a spare its step: the pipeline's path, a line on its stdin. Nil when it cannot be
+    /// given (the spare ended: the write fails with EPIPE, as the server ignores SIGPIPE).
+    func handed(_ pipeline: String) -> StartedWorker? {
+        guard process.isRunning else { return nil }
+        let line = Array((pipeline + "\n").utf8)
+        let fd = input.fileHandleForWriting.fileDescriptor
+        let sent = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        return sent == line.count ? self : nil
+    }
+
+    /// Ends a spare that never got a step: its stdin closes, and a waiting spare exits.
+    func dismiss() { try? input.fileHandleForWriting.close() }
+}
+
+/// The spare of a server's processing: one `clipflow serve-worker --spare` started before any
+/// step needs it, its libraries loaded, waiting on its stdin for a step's pipeline (the step
+/// that takes it, `WorkerProcess.run`, starts the next). The step is then not kept waiting for a
+/// process to start, about 50 ms on a quiet machine and more on a busy one. `close` ends the spare and starts none again. Thread-safe.
+final class WorkerSpares: Sendable {
+    private let memoryLimit: Int64
+    private let state = Mutex<(spare: StartedWorker?, closed: Bool)>((nil, false))
+
+    init(memoryLimit: Int64) { self.memoryLimit = memoryLimit }
+
+    /// The spare, if there is one (it is then no longer the spares').
+    func take() -> StartedWorker? {
+        state.withLock { s in
+            defer { s.spare = nil }
+            return s.spare
+        }
+    }
+
+    /// Starts a spare when there is none (and the spares are not closed). A spare that cannot
+    /// start is not retried here: the next step starts its own worker, and tries again.
+    func refill() {
+        let wanted = state.withLock { !$0.closed && $0.spare == nil }
+        guard wanted, let started = try? StartedWorker(["--spare"], memoryLimit: memoryLimit) else { return }
+        let extra = state.withLock { s -> StartedWorker? in
+            if s.closed || s.spare != nil { return started }
+            s.spare = started
+            return nil
+        }
+        extra?.dismiss()
+    }
+
+    /// Ends the spare; none is started again.
+    func close() {
+        state.withLock { s -> StartedWorker? in
+            s.closed = true
+            defer { s.spare = nil }
+            return s.spare
+        }?.dismiss()
+    }
 }

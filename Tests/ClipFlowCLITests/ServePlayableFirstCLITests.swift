@@ -226,7 +226,7 @@ final class ServePlayableFirstCLITests: XCTestCase {
 
     /// One worker, three uploads back to back: each becomes playable while the first one's ladder
     /// is still being made (a playable step never waits for a ladder), and that ladder's worker
-    /// runs at a lower CPU priority (nice 10, every thread) than the server. Deleted while their
+    /// runs at a lower CPU priority (nice 10 and the idle policy, every thread) than the server. Deleted while their
     /// ladders are made or queued, they leave no worker running and no folder.
     func testAVideoNeverWaitsForAnothersLadderToPlay() throws {
         let data = fx.scratch("serve-playable-queue")
@@ -242,15 +242,20 @@ final class ServePlayableFirstCLITests: XCTestCase {
         XCTAssertEqual(try video(s, ids[0])["status"] as? String, "viewable", "all three play before the first ladder is done")
         let ladder = try Run.run(["pgrep", "-f", "serve-worker \(data.path)/media/[0-9]+/\\.a.*-full\\.json"], check: false).out
         let ladderPID = try XCTUnwrap(Int32(ladder.split(separator: "\n").first ?? ""), "a ladder worker runs: \(ladder)")
-        // A thread the worker starts runs at most 0.25 s before it is put at nice 10.
-        var ladderNice = threadNiceValues(ladderPID)
-        for _ in 0..<10 where Set(ladderNice) != [10] {
+        // A thread the worker starts runs at most 0.25 s before it is put at nice 10, idle.
+        var (ladderNice, ladderPolicies) = (threadNiceValues(ladderPID), threadPolicies(ladderPID))
+        for _ in 0..<10 where Set(ladderNice) != [10] || Set(ladderPolicies) != [5] {
             usleep(100_000)
-            ladderNice = threadNiceValues(ladderPID)
+            (ladderNice, ladderPolicies) = (threadNiceValues(ladderPID), threadPolicies(ladderPID))
         }
         XCTAssertGreaterThan(ladderNice.count, 2, "the ladder worker's threads")
         XCTAssertEqual(Set(ladderNice), [10], "every thread of the ladder worker at nice 10")
-        XCTAssertEqual(Set(threadNiceValues(try XCTUnwrap(s.pid))), [0], "the server's threads keep nice 0")
+        XCTAssertEqual(Set(ladderPolicies), [5], "every thread of the ladder worker under SCHED_IDLE")
+        // The server's own threads keep their priorities (libdispatch sets some by QoS, within a
+        // few steps of 0) and the normal policy.
+        let serverNice = threadNiceValues(try s.supervisedPID())
+        XCTAssertTrue(serverNice.allSatisfy { $0 < 10 }, "the server's threads: \(serverNice)")
+        XCTAssertEqual(Set(threadPolicies(try s.supervisedPID())), [0], "the server's threads keep the normal policy")
         for id in ids { XCTAssertEqual(try api(s, "DELETE", "/videos/\(id)").status, 204) }
         let workers = try Run.run(["pgrep", "-f", "serve-worker \(data.path)/"], check: false)
         XCTAssertEqual(workers.out, "", "no worker left")
@@ -259,14 +264,21 @@ final class ServePlayableFirstCLITests: XCTestCase {
     }
 
     /// The nice value of each thread of process `pid` (field 19 of /proc/PID/task/TID/stat).
-    private func threadNiceValues(_ pid: Int32) -> [Int] {
+    private func threadNiceValues(_ pid: Int32) -> [Int] { threadStatField(pid, 19) }
+
+    /// The scheduling policy of each thread of process `pid` (field 41: 0 normal, 5 idle).
+    private func threadPolicies(_ pid: Int32) -> [Int] { threadStatField(pid, 41) }
+
+    /// Field `n` (counted from 1, as proc(5) does) of each thread's /proc/PID/task/TID/stat.
+    private func threadStatField(_ pid: Int32, _ n: Int) -> [Int] {
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
         return tasks.compactMap { tid in
             guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/stat", encoding: .utf8),
                 let close = stat.lastIndex(of: ")")
             else { return nil }
+            // After the name (field 2) comes field 3.
             let fields = stat[stat.index(after: close)...].split(separator: " ")
-            return fields.count > 16 ? Int(fields[16]) : nil
+            return fields.count > n - 3 ? Int(fields[n - 3]) : nil
         }
     }
 }

@@ -80,13 +80,20 @@ public enum ServeWorker {
     }
 
     /// The CPU priority of a worker whose video plays already (a ladder step): it gives way to
-    /// the server and to the steps that make videos playable.
+    /// the server and to the steps that make videos playable. Its threads also run under Linux's
+    /// idle scheduling policy (`SCHED_IDLE`): they take a core only when nothing else wants it,
+    /// and give it up the moment something does, so an upload, a copy or a viewer's request is
+    /// never kept waiting by a ladder (which uses every idle moment of the machine instead).
     public static let backgroundNice: Int32 = 10
 
-    /// Keeps every thread of this process at nice `value` or lower priority, now and every 0.25 s.
-    /// Linux keeps the nice value per thread, and libdispatch gives each worker thread it starts
-    /// the nice value of its queue's QoS, so a value set once (or inherited from the parent)
-    /// would not hold for them; a thread started in between runs at most 0.25 s at its own.
+    /// Linux's `SCHED_IDLE` (sched.h; not exported to Swift).
+    static let idlePolicy: Int32 = 5
+
+    /// Keeps every thread of this process at nice `value` or lower priority, under the idle
+    /// scheduling policy, now and every 0.25 s. Linux keeps the nice value and the policy per
+    /// thread, and libdispatch gives each worker thread it starts the nice value of its queue's
+    /// QoS, so a value set once (or inherited from the parent) would not hold for them; a thread
+    /// started in between runs at most 0.25 s at its own.
     private static func keepNice(_ value: Int32) {
         let which = __priority_which_t(PRIO_PROCESS.rawValue)
         @Sendable func apply() {
@@ -95,6 +102,10 @@ public enum ServeWorker {
                 errno = 0
                 let current = getpriority(which, tid)
                 if errno == 0, current < value { _ = setpriority(which, tid, value) }
+                if sched_getscheduler(pid_t(tid)) != idlePolicy {
+                    var none = sched_param(sched_priority: 0)
+                    _ = sched_setscheduler(pid_t(tid), idlePolicy, &none)
+                }
             }
         }
         apply()

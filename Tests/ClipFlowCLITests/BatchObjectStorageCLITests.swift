@@ -243,20 +243,28 @@ final class BatchObjectStorageCLITests: XCTestCase {
         p.standardOutput = FileHandle.nullDevice
         p.standardError = FileHandle.nullDevice
         try p.run()
-        // One boto3 process watches the bucket as fast as it answers and kills the batch the
-        // moment a row's ladder is there in part; it prints that row's prefix.
+        // One boto3 process watches the bucket as fast as it answers. The moment a row's ladder
+        // is there in part it stops the batch (SIGSTOP), lets the requests already sent land, and
+        // looks again: a row still there in part gets the batch killed (SIGKILL) and its prefix
+        // printed; otherwise (its master arrived meanwhile) the batch goes on and the watch too.
         let partial = try boto3(
             """
             import signal, time
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
+            def half_rows():
                 keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="out/") for o in page.get("Contents", [])]
                 rows = {k.split("/hls/")[0] for k in keys if "/hls/" in k}
-                half = sorted(r for r in rows if r + "/hls/master.m3u8" not in keys)
-                if half:
-                    os.kill(\(p.processIdentifier), signal.SIGKILL)
-                    print(half[0])
-                    break
+                return sorted(r for r in rows if r + "/hls/master.m3u8" not in keys)
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                if half_rows():
+                    os.kill(\(p.processIdentifier), signal.SIGSTOP)
+                    time.sleep(0.2)
+                    half = half_rows()
+                    if half:
+                        os.kill(\(p.processIdentifier), signal.SIGKILL)
+                        print(half[0])
+                        break
+                    os.kill(\(p.processIdentifier), signal.SIGCONT)
                 time.sleep(0.005)
             """, on: s3
         ).trimmingCharacters(in: .whitespacesAndNewlines)

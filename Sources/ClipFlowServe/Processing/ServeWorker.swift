@@ -115,8 +115,6 @@ public enum ServeWorker {
         }
     }
 
-    /// Ends the process as soon as its stdin reaches end of file (the server closed its end, or
-    /// died), so a worker never outlives the server that supervises it.
     /// A spare's wait for its step (`clipflow serve-worker --spare`): the pipeline's path, the
     /// first line on stdin; nil at its end (the server is gone, or needs no more spares). While it
     /// waits, the process is named `clipflow-spare` (`ps`, `top`, /proc/PID/comm).
@@ -141,6 +139,8 @@ public enum ServeWorker {
     /// How a spare waiting for its step is named.
     public static let spareName = "clipflow-spare"
 
+    /// Ends the process as soon as its stdin reaches end of file (the server closed its end, or
+    /// died), so a worker never outlives the server that supervises it.
     private static func endWhenServerGoes() {
         HelperThreads().start("server watch") {
             var byte: UInt8 = 0

@@ -6,9 +6,9 @@ import Synchronization
 /// its stdout's lines go to `line` as they come, its stderr (the last 4 KiB) is the reason of a
 /// failure. A worker that writes no line for `stall` seconds is taken to hang and killed. The
 /// worker's stdin is a pipe this side writes nothing to but a spare's step (`WorkerSpares`):
-/// when the server dies, the kernel closes it and the worker ends itself. Cancelling the waiting task stops the worker: SIGTERM,
-/// which cancels its graph (its stages remove what they were writing), then SIGKILL if it still
-/// runs `stopGrace` seconds later.
+/// when the server dies, the kernel closes it and the worker ends itself. Cancelling the waiting
+/// task stops the worker: SIGTERM, which cancels its graph (its stages remove what they were
+/// writing), then SIGKILL if it still runs `stopGrace` seconds later.
 /// The worker's environment is the server's without its `CLIPFLOW_` variables (the API key and
 /// other settings of the server; a worker reads none of them).
 /// Blocking waits run on their own threads, never on Swift's cooperative pool.
@@ -42,24 +42,24 @@ enum WorkerProcess {
 
     /// Runs the step `pipeline` in a `clipflow serve-worker` at CPU priority `nice`, bounded to
     /// `memoryLimit` bytes (0: no bound): the spare of `spares` when given and the step runs at
-    /// the server's priority (taking it starts the next spare), else a worker started for it. `started` gets the worker's pid once it has the step (to kill it from elsewhere).
+    /// the server's priority (the next spare is started then), else a worker started for it.
+    /// `started` gets the worker's pid once it has the step (to kill it from elsewhere).
     static func run(
         pipeline: String, nice: Int32, memoryLimit: Int64, spares: WorkerSpares?, stall: Double, line: @escaping @Sendable (String) -> Void,
         started: @escaping @Sendable (Int32) -> Void = { _ in }
     ) async throws -> Outcome {
-        var worker: StartedWorker?
-        if nice == 0, let spares {
-            worker = spares.take()?.handed(pipeline)
-            spares.refill()
-        }
-        if worker == nil {
+        let spares = nice == 0 ? spares : nil
+        let worker: StartedWorker
+        if let spare = spares?.take()?.handed(pipeline) {
+            worker = spare
+        } else {
             do {
                 worker = try StartedWorker([pipeline] + (nice != 0 ? ["--nice", String(nice)] : []), memoryLimit: memoryLimit)
             } catch {
                 return .died("cannot start a processing worker: \(error.localizedDescription)")
             }
         }
-        guard let worker else { return .died("cannot start a processing worker") }
+        spares?.refill()
         let pid = worker.process.processIdentifier
         started(pid)
         let box = ProcessBox(worker.process)
@@ -181,8 +181,9 @@ private final class ProcessBox: @unchecked Sendable {
     init(_ process: Process) { self.process = process }
 }
 
-/// A `clipflow serve-worker` process and its three pipes. Owned by one holder at a time (the
-/// spares, then the step that takes it), which is what makes it `Sendable`.
+/// A `clipflow serve-worker` process and its three pipes. Owned by one holder at a time: the
+/// spares (under their lock), then the step that takes it; the claim is checked by that hand-over,
+/// which the compiler cannot follow out of a lock.
 final class StartedWorker: @unchecked Sendable {
     let process: Process
     let input = Pipe(), output = Pipe(), errors = Pipe()

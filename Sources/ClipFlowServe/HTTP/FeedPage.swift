@@ -21,7 +21,9 @@ import Foundation
 /// is the highest whose peak rate fits 70% of the throughput measured on the page's media
 /// fetches (the smallest before anything was measured) and no larger than the screen shows; later
 /// segments follow the measure. The first video's init and first segments are asked for as soon as
-/// the script runs (the page carries the feed), a player's init and first segment side by side.
+/// the script runs (the page carries the feed), a player's init and first segment side by side,
+/// and a first segment is appended as its bytes arrive, so its first pictures show before its
+/// last byte is in.
 /// Once a video's first segments are in, it and the next two get their covers (the smallest
 /// `feed.json` cover that fills the screen, in view order), and then the next two the init and
 /// first segment of the chosen rung and of the audio, appended to their own paused players,

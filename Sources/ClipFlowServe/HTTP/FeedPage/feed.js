@@ -35,19 +35,71 @@ function chooseRendition(renditions) {
   return best;
 }
 
-// Fetches started before their player existed (the first video's, `fetchEarly`), by URL: each
-// taken once by the player's `fetchBytes` of that URL.
+// A media fetch, read as it arrives: `chunks` grows as the body comes in, `whole` resolves to
+// every byte (and rejects when the fetch fails or is aborted). Read by one reader.
+class Download {
+  constructor(url, signal) {
+    this.chunks = [];
+    this.ended = false;
+    this.wake = null;
+    this.stopper = new AbortController();
+    this.follow(signal);
+    this.whole = this.read(url, this.stopper.signal);
+    this.whole.catch(() => {});
+  }
+  // Aborted when `signal` is: a download started early follows the signal of the player that
+  // takes it.
+  follow(signal) {
+    if (!signal) return;
+    if (signal.aborted) this.stopper.abort();
+    else signal.addEventListener('abort', () => this.stopper.abort(), { once: true });
+  }
+  async read(url, signal) {
+    const t0 = performance.now();
+    try {
+      const response = await fetch(url, { signal });
+      if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
+      const reader = response.body.getReader();
+      let length = 0;
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        this.chunks.push(value);
+        length += value.byteLength;
+        this.notify();
+      }
+      throughput.add(length, performance.now() - t0);
+      return joined(this.chunks, length);
+    } finally {
+      this.ended = true;
+      this.notify();
+    }
+  }
+  notify() { const wake = this.wake; this.wake = null; if (wake) wake(); }
+  // Resolves once there are more than `count` chunks or the download has ended.
+  async more(count) {
+    while (this.chunks.length <= count && !this.ended) await new Promise(resolve => { this.wake = resolve; });
+  }
+}
+
+function joined(chunks, length = chunks.reduce((n, c) => n + c.byteLength, 0)) {
+  if (chunks.length === 1) return chunks[0];
+  const out = new Uint8Array(length);
+  let at = 0;
+  for (const c of chunks) { out.set(c, at); at += c.byteLength; }
+  return out;
+}
+
+// Downloads started before their player existed (the first video's, `fetchEarly`), by URL: each
+// taken once by the player's `download` of that URL.
 const early = new Map();
 
-async function fetchBytes(url, signal) {
-  if (early.has(url)) { const taken = early.get(url); early.delete(url); return taken; }
-  const t0 = performance.now();
-  const response = await fetch(url, { signal });
-  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
-  const data = await response.arrayBuffer();
-  throughput.add(data.byteLength, performance.now() - t0);
-  return data;
+function download(url, signal) {
+  if (early.has(url)) { const taken = early.get(url); early.delete(url); taken.follow(signal); return taken; }
+  return new Download(url, signal);
 }
+
+const fetchBytes = (url, signal) => download(url, signal).whole;
 
 // A media playlist's segments: [{uri (absolute), start, duration}].
 async function mediaSegments(url, signal) {
@@ -137,11 +189,28 @@ class Track {
   // side and appended in order, while its playlist is read for the segments after.
   async first(signal) {
     this.list(this.rendition, signal);
-    const init = fetchBytes(this.url(this.rendition.init), signal), segment = fetchBytes(this.url(this.rendition.segment), signal);
-    segment.catch(() => {});
+    const init = fetchBytes(this.url(this.rendition.init), signal), segment = download(this.url(this.rendition.segment), signal);
     await this.useRendition(this.rendition, signal, init);
-    await this.append(await segment);
+    await this.appendAsItArrives(segment);
     this.next = 1;
+  }
+  // Appends `segment` chunk by chunk as it arrives, so its first pictures can show before its
+  // last byte is in. A segment cut short leaves the parser reset for the next one.
+  async appendAsItArrives(segment) {
+    let appended = 0;
+    try {
+      for (;;) {
+        await segment.more(appended);
+        if (segment.chunks.length === appended) break;
+        const parts = segment.chunks.slice(appended);
+        appended = segment.chunks.length;
+        await this.append(joined(parts));
+      }
+      await segment.whole;
+    } catch (e) {
+      if (!this.player.closed && this.player.source.readyState === 'open') try { this.buffer.abort(); } catch {}
+      throw e;
+    }
   }
   // A rendition's segments, read once (again after a failed or aborted read).
   list(r, signal) {
@@ -205,9 +274,8 @@ class SourcePlayer {
     const base = new URL(entry.master, location.href);
     for (const r of [chooseRendition(SourcePlayer.renditions(entry)), entry.audio].filter(Boolean)) {
       for (const uri of [r.init, r.segment]) {
-        const url = new URL(uri, base).href, taken = fetchBytes(url);
-        taken.catch(() => {});
-        early.set(url, taken);
+        const url = new URL(uri, base).href;
+        early.set(url, new Download(url));
       }
     }
   }

@@ -8,6 +8,9 @@ import Foundation
 ///  +----------------------------------------------+
 ///  | ####       [#][ ][#][#] ... 20-bit counter    |   marker: white square, top-left quarter
 ///  | ####        000123                           |   counter: 20 blocks, MSB first, white = 1
+///  |        [#][#][#][ ] ... 32-bit clock [#]     |   clock (when asked for): 32 blocks, the
+///  |                                              |   capture's wall-clock milliseconds, between
+///  |                                              |   two white blocks that mark the row
 ///  |                 +----------+                 |
 ///  |                 |  flash   |                 |   flash: white for one frame each second,
 ///  |                 +----------+                 |          in step with the audio beep
@@ -16,11 +19,15 @@ import Foundation
 /// ```
 public struct TestPatternLayout: Sendable, Equatable {
     public static let counterBits = 20
+    /// The clock row: milliseconds since the Unix epoch modulo 2^32 (a wrap every 49.7 days).
+    public static let clockBits = 32
     public let width: Int
     public let height: Int
     /// Side of one counter block in pixels (even).
     public let block: Int
     public let counterOrigin: (x: Int, y: Int)
+    /// Where the clock row starts (its first marking block): below the counter's digits, centred.
+    public let clockOrigin: (x: Int, y: Int)
     public let marker: Rect
     public let flash: Rect
     public let moverSize: Int
@@ -36,6 +43,7 @@ public struct TestPatternLayout: Sendable, Equatable {
         block = max(8, (width / 64) & ~1)
         let codeWidth = Self.counterBits * block
         counterOrigin = (max(0, (width - codeWidth) / 2), height / 16)
+        clockOrigin = (max(0, (width - (Self.clockBits + 2) * block) / 2), counterOrigin.y + 5 * block)
         marker = Rect(x: width / 32, y: height / 32, w: width / 4 - width / 16, h: height / 4 - height / 16)
         flash = Rect(x: width * 3 / 8, y: height * 3 / 8, w: width / 4, h: height / 4)
         moverSize = max(4, (height / 8) & ~1)
@@ -44,14 +52,51 @@ public struct TestPatternLayout: Sendable, Equatable {
 
     public static func == (a: Self, b: Self) -> Bool { a.width == b.width && a.height == b.height }
 
+    /// Why a picture of this size cannot carry the clock row, or nil: its 34 blocks must fit
+    /// across and end above the flash rectangle.
+    public var clockProblem: String? {
+        let across = (Self.clockBits + 2) * block
+        if across > width { return "the clock needs a picture at least \(across) pixels wide" }
+        if clockOrigin.y + block > flash.y { return "the clock needs a taller picture (its row would cross the flash)" }
+        return nil
+    }
+
     /// Reads the frame counter from a grey (luma) picture of this layout; nil if a block is
     /// neither clearly dark nor clearly bright (not a test-pattern picture).
     public func readCounter(grey: [UInt8]) -> Int? {
-        guard grey.count >= width * height else { return nil }
+        readBlocks(grey: grey, origin: counterOrigin, count: Self.counterBits)
+    }
+
+    /// Reads the clock row (`TestPatternSettings.clock`): the wall-clock milliseconds modulo 2^32
+    /// at which the picture was captured; nil where there is no clock row (its two marking
+    /// blocks are not white).
+    public func readClock(grey: [UInt8]) -> UInt32? {
+        guard clockProblem == nil,
+            let row = readBlocks(grey: grey, origin: clockOrigin, count: Self.clockBits + 2),
+            row >> (Self.clockBits + 1) == 1, row & 1 == 1
+        else { return nil }
+        return UInt32(truncatingIfNeeded: row >> 1)
+    }
+
+    /// Milliseconds from a picture's clock (`readClock`) to `now` (seconds since the Unix epoch),
+    /// across the clock's wrap; negative when the picture's clock is ahead of `now`.
+    public static func milliseconds(since clock: UInt32, now: Double) -> Int64 {
+        Int64(Int32(bitPattern: clockValue(now) &- clock))
+    }
+
+    /// The clock row's value for `seconds` since the Unix epoch.
+    public static func clockValue(_ seconds: Double) -> UInt32 {
+        UInt32(truncatingIfNeeded: Int64((seconds * 1000).rounded(.down)))
+    }
+
+    /// `count` blocks from `origin`, most significant first, white = 1; nil if a block is neither
+    /// clearly dark nor clearly bright.
+    private func readBlocks(grey: [UInt8], origin: (x: Int, y: Int), count: Int) -> Int? {
+        guard grey.count >= width * height, origin.x + count * block <= width, origin.y + block <= height else { return nil }
         var value = 0
         let r = max(1, block / 4)
-        for i in 0..<Self.counterBits {
-            let cx = counterOrigin.x + i * block + block / 2, cy = counterOrigin.y + block / 2
+        for i in 0..<count {
+            let cx = origin.x + i * block + block / 2, cy = origin.y + block / 2
             var sum = 0, n = 0
             for y in (cy - r)..<(cy + r) { for x in (cx - r)..<(cx + r) { sum += Int(grey[y * width + x]); n += 1 } }
             let mean = sum / max(1, n)
@@ -84,6 +129,9 @@ public struct TestPatternSettings: Sendable, Equatable {
     public var beepHz = 1000.0
     /// Beep length in seconds (starts on each whole second, with the flash frame).
     public var beepSeconds = 0.1
+    /// Whether pictures carry the clock row (`TestPatternLayout.readClock`): the wall-clock time
+    /// each was captured, so the delay to wherever it is shown can be read off the picture.
+    public var clock = false
 
     public init(width: Int = 1280, height: Int = 720, fps: Double = 30, format: PixelFormat = .yuv420p, sampleRate: Int = 48_000) {
         self.width = width
@@ -100,16 +148,19 @@ public struct TestPatternSettings: Sendable, Equatable {
         if !(fps > 0 && fps <= 240) { return "frame rate \(fps) is out of range (above 0, at most 240)" }
         if format == .mjpeg { return "the test pattern makes raw pictures (yuv420p, nv12, yuyv422), not mjpeg" }
         if sampleRate != 0 && !(8000...192_000).contains(sampleRate) { return "sample rate \(sampleRate) is out of range (8000 to 192000, or 0 for none)" }
+        if clock, let p = TestPatternLayout(width: width, height: height).clockProblem { return "size \(width)x\(height): \(p)" }
         return nil
     }
 }
 
 /// Draws test-pattern pictures and audio. Deterministic: frame `n` and sample `s` depend only on
-/// `n`, `s` and the settings, so a test can predict exactly what was recorded.
+/// `n`, `s`, the settings and the wall-clock time given, so a test can predict exactly what was
+/// recorded.
 ///
 /// Picture: a dark gradient, a white orientation marker in the top-left quarter, a 20-bit frame
-/// counter as blocks with the number in digits under it, a box crossing the frame every 2 s, and a
-/// centre rectangle that flashes white on the first frame of every second. Audio: a quiet tone
+/// counter as blocks with the number in digits under it, a box crossing the frame every 2 s, a
+/// centre rectangle that flashes white on the first frame of every second, and (when asked for)
+/// a row of blocks with the wall-clock time the picture was captured. Audio: a quiet tone
 /// with a loud beep at the start of every second, so A/V sync is measurable from the output.
 ///
 /// Not thread-safe; one owner (the source stage's queue).
@@ -143,8 +194,10 @@ public final class TestPatternGenerator {
         return floor(Double(n) / fps) > floor(Double(n - 1) / fps)
     }
 
-    /// Picture number `n`, time-stamped `n / fps` (and `clockTime`, when it is paced on the capture clock).
-    public func video(frame n: Int64, clockTime: Double? = nil) -> VideoFrame {
+    /// Picture number `n`, time-stamped `n / fps` (and `clockTime`, when it is paced on the capture
+    /// clock); `wallClock` (seconds since the Unix epoch) is drawn in the clock row when the
+    /// settings ask for one.
+    public func video(frame n: Int64, clockTime: Double? = nil, wallClock: Double? = nil) -> VideoFrame {
         let w = settings.width, h = settings.height
         let ySize = w * h, cSize = chromaW * chromaH
         var planar = Data(count: ySize + 2 * cSize)
@@ -168,6 +221,14 @@ public final class TestPatternGenerator {
             }
             // The number in digits under the blocks.
             drawNumber(p, n, x: l.counterOrigin.x, y: l.counterOrigin.y + b + b / 2, unit: max(2, b / 2))
+            if settings.clock, let wallClock {
+                // A white block, the 32 bits, a white block.
+                let row = UInt64(TestPatternLayout.clockValue(wallClock)) << 1 | 1 << 33 | 1
+                for i in 0..<(TestPatternLayout.clockBits + 2) {
+                    let bit = (row >> UInt64(TestPatternLayout.clockBits + 1 - i)) & 1
+                    fill(p, l.clockOrigin.x + i * b, l.clockOrigin.y, b, b, y: bit == 1 ? 235 : 16, u: 128, v: 128)
+                }
+            }
         }
         let data: Data
         switch settings.format {

@@ -36,7 +36,10 @@ public final class TestPatternSource: Stage {
             ParamSpec("sample-rate", .integer(min: 8000, max: 192_000), default: .number(48000), help: "audio sample rate"),
             ParamSpec("realtime", .boolean, default: .bool(true), help: "pace like a camera (false: as fast as the consumer takes it)"),
             ParamSpec("duration", .number(min: 0, max: nil), default: .number(0), help: "seconds to record (0: until stopped, unless frames is set)"),
-            ParamSpec("frames", .integer(min: 0, max: nil), default: .number(0), help: "pictures to make (0: no limit)")
+            ParamSpec("frames", .integer(min: 0, max: nil), default: .number(0), help: "pictures to make (0: no limit)"),
+            ParamSpec(
+                "clock", .boolean, default: .bool(false),
+                help: "a row of blocks under the counter with the wall-clock time each picture was captured (milliseconds), to read delays off the picture")
         ],
         queue: LinkLimits(maxItems: 64, maxBytes: 64 << 20),
         check: { p, path in
@@ -54,6 +57,7 @@ public final class TestPatternSource: Stage {
                 format: PixelFormat(rawValue: p.string("format") ?? "yuv420p") ?? .yuv420p,
                 sampleRate: p.int("sample-rate") ?? 48000)
             if p.bool("audio") == false { s.sampleRate = 0 }
+            s.clock = p.bool("clock") ?? false
             return TestPatternSource(
                 id: id, settings: s, realtime: p.bool("realtime") ?? true,
                 duration: p.double("duration") ?? 0, frames: Int64(p.int("frames") ?? 0))
@@ -94,12 +98,14 @@ public final class TestPatternSource: Stage {
         let gen = try TestPatternGenerator(settings)
         let clock = context.clock
         let start = clock.now()
+        // The wall-clock time of `start`: a paced picture's clock row shows when it was due.
+        let wallStart = Date().timeIntervalSince1970
         var n: Int64 = 0
         context.emit(
             .notice(
                 "test pattern \(settings.width)x\(settings.height) \(settings.format.rawValue) at \(settings.fps) fps"
                     + (settings.sampleRate > 0 ? ", audio \(settings.sampleRate) Hz" : ", no audio")
-                    + (realtime ? ", real time" : ", as fast as possible")))
+                    + (realtime ? ", real time" : ", as fast as possible") + (settings.clock ? ", with its clock" : "")))
         while frameLimit.map({ n < $0 }) ?? true {
             if context.stopRequested { break }
             if realtime {
@@ -125,7 +131,8 @@ public final class TestPatternSource: Stage {
             }
             // Paced: the picture's time on the capture clock, so a microphone recorded beside it lines up.
             let clockTime = realtime ? start + Double(n) / settings.fps : nil
-            if context.push(.frame(.video(gen.video(frame: n, clockTime: clockTime)))) != .ok { break }
+            let wallClock = settings.clock ? (realtime ? wallStart + Double(n) / settings.fps : Date().timeIntervalSince1970) : nil
+            if context.push(.frame(.video(gen.video(frame: n, clockTime: clockTime, wallClock: wallClock)))) != .ok { break }
             n += 1
             produced += 1
             if n % 30 == 0 { context.progress(n, of: frameLimit ?? 0, unit: "frames") }

@@ -66,6 +66,8 @@ struct Record: ParsableCommand {
     var fast = false
     @Flag(help: "Test pattern: no audio.")
     var noAudio = false
+    @Flag(help: "Test pattern: a row of blocks with the wall-clock time each picture was captured, to read delays off the picture.")
+    var clock = false
     @Option(
         help: ArgumentHelp(
             "Microphone: an ALSA capture device (default, hw:1,0, plughw:CARD=C920,DEV=0, pulse; 'clipflow devices' lists them), or none. With the test pattern, in place of its tone.",
@@ -98,6 +100,7 @@ struct Record: ParsableCommand {
         if encoderPreset != nil && oldPreset != nil {
             throw ValidationError("--preset is the old name of --encoder-preset; give --encoder-preset only")
         }
+        if clock && source != .testpattern { throw ValidationError("--clock draws on the test pattern; a camera's pictures are its own") }
     }
 
     func run() throws {
@@ -223,6 +226,7 @@ struct Record: ParsableCommand {
             }
             var s = TestPatternSettings(width: w, height: h, fps: fps, format: fmt)
             if noAudio || audio != "none" { s.sampleRate = 0 }
+            s.clock = clock
             return TestPatternSource(id: "camera", settings: s, realtime: !fast, duration: duration)
         case .v4l2:
             let f = format ?? "auto"

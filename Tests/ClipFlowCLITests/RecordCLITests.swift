@@ -69,6 +69,9 @@ final class RecordCLITests: XCTestCase {
         let preset = try clipflow(["record", "-o", dir, "--preset", "warp", "--duration", "1"])
         XCTAssertEqual(preset.status, 65)
         XCTAssertTrue(preset.stderr.contains("unknown preset 'warp'"), preset.stderr)
+        let clock = try clipflow(["record", "-o", dir, "--source", "v4l2", "--clock", "--duration", "1"])
+        XCTAssertNotEqual(clock.status, 0)
+        XCTAssertTrue(clock.stderr.contains("--clock draws on the test pattern; a camera's pictures are its own"), clock.stderr)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), [])
     }
 

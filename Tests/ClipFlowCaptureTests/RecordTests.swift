@@ -83,6 +83,35 @@ final class TestPatternTests: XCTestCase {
         XCTAssertThrowsError(try TestPatternGenerator(TestPatternSettings(width: 320, height: 240, fps: 0))) { e in
             XCTAssertTrue("\(e)".contains("frame rate"), "\(e)")
         }
+        var narrow = TestPatternSettings(width: 256, height: 240)
+        narrow.clock = true
+        XCTAssertThrowsError(try TestPatternGenerator(narrow)) { e in
+            XCTAssertTrue("\(e)".contains("size 256x240: the clock needs a picture at least 272 pixels wide"), "\(e)")
+        }
+    }
+
+    /// The clock row carries the wall-clock milliseconds it was given (modulo 2^32) at every size,
+    /// beside the counter; a picture without the row reads as none, and a delay read across the
+    /// clock's wrap comes out right.
+    func testTheClockRowReadsBackTheTimeItWasGiven() throws {
+        let times: [Double] = [0, 1_764_000_000.123, 1_764_000_000.9999, Double(UInt32.max) / 1000 + 0.0004, 4_294_967.295 + 0.001]
+        for (w, h) in [(320, 240), (640, 360), (1280, 720), (720, 1280), (1920, 1080)] {
+            var settings = TestPatternSettings(width: w, height: h)
+            settings.clock = true
+            let g = try TestPatternGenerator(settings)
+            for (k, t) in times.enumerated() {
+                let n = Int64(k * 31)
+                let grey = [UInt8](g.video(frame: n, wallClock: t).data.prefix(w * h))
+                XCTAssertEqual(g.layout.readClock(grey: grey), TestPatternLayout.clockValue(t), "\(w)x\(h) at \(t)")
+                XCTAssertEqual(g.layout.readCounter(grey: grey), Int(n), "\(w)x\(h): the counter beside the clock")
+            }
+            XCTAssertNil(g.layout.readClock(grey: [UInt8](g.video(frame: 1).data.prefix(w * h))), "no time given: no row")
+            let plain = try TestPatternGenerator(TestPatternSettings(width: w, height: h))
+            XCTAssertNil(plain.layout.readClock(grey: [UInt8](plain.video(frame: 1, wallClock: 5).data.prefix(w * h))), "\(w)x\(h) without the clock")
+        }
+        XCTAssertEqual(TestPatternLayout.clockValue(4_294_967.2955), UInt32.max)
+        XCTAssertEqual(TestPatternLayout.milliseconds(since: UInt32.max - 4, now: 4_294_967.3115), 20, "across the wrap")
+        XCTAssertEqual(TestPatternLayout.milliseconds(since: 1000, now: 0.9), -100, "a clock ahead of now")
     }
 
     /// Real time under a manual clock: pictures are stamped n/fps and, when the consumer is late by
@@ -142,6 +171,36 @@ final class RecordTests: XCTestCase {
             edges: [Edge(from: "cam", to: "rec", limits: LinkLimits(maxItems: 16, maxBytes: 64 << 20))], sink: events)
         XCTAssertEqual(runner.run(), .completed)
         return (rec, events)
+    }
+
+    /// Recorded in real time, every picture of the encoded fragment (decoded by ffmpeg) shows when
+    /// it was captured: within the recording's wall-clock span, a frame interval apart.
+    func testARecordedClockShowsWhenEachPictureWasCaptured() throws {
+        let dir = fx.scratch("record-clock").path
+        var settings = TestPatternSettings(width: 320, height: 240, fps: 30)
+        settings.clock = true
+        let src = TestPatternSource(id: "cam", settings: settings, realtime: true, frames: 30)
+        let rec = RecordStage(id: "rec", options: RecordOptions(directory: dir))
+        let before = Date().timeIntervalSince1970
+        let runner = try GraphRunner(
+            nodes: [StageNode(handing: src), StageNode(handing: rec)],
+            edges: [Edge(from: "cam", to: "rec", limits: LinkLimits(maxItems: 16, maxBytes: 64 << 20))], sink: EventRecorder())
+        XCTAssertEqual(runner.run(), .completed)
+        let after = Date().timeIntervalSince1970
+        let clip = try XCTUnwrap(rec.recorder?.clips.first).path
+        let video = try GreyVideo(clip)
+        XCTAssertEqual(video.frames.count, Int(src.produced), "every picture made is in the fragment")
+        let layout = TestPatternLayout(width: 320, height: 240)
+        let clocks = video.frames.map { layout.readClock(grey: $0) }, counters = video.frames.map { layout.readCounter(grey: $0) }
+        XCTAssertFalse(clocks.contains(where: { $0 == nil }) || counters.contains(where: { $0 == nil }), "every picture shows its clock: \(clocks)")
+        let ms = clocks.compactMap { $0 }.map { TestPatternLayout.milliseconds(since: $0, now: after) }, n = counters.compactMap { $0 }
+        XCTAssertLessThanOrEqual(ms.first!, Int64((after - before) * 1000) + 1, "the first picture's clock is not before the recording began")
+        XCTAssertGreaterThanOrEqual(ms.last!, 0, "the last picture's clock is not after the recording ended")
+        // A picture skipped under load leaves a gap of its frame interval in both.
+        for i in 1..<ms.count {
+            XCTAssertEqual(
+                Double(ms[0] - ms[i]), Double(n[i] - n[0]) * 1000 / 30, accuracy: 1.01, "picture \(n[i]) is its frame intervals after picture \(n[0])")
+        }
     }
 
     /// Fragments are complete MP4s judged by ffprobe/ffmpeg: decodable, starting on a keyframe,

@@ -90,6 +90,8 @@ final class HLSLadderTests: XCTestCase {
             XCTAssertGreaterThan(rendition["bandwidth"] as? Double ?? 0, 0)
         }
         XCTAssertEqual(renditions.map { [$0["width"] as? Int, $0["height"] as? Int] }, [[1280, 720], [640, 360]])
+        XCTAssertEqual(renditions.map { $0["frame_rate"] as? Double }, [30, 30], "the master's FRAME-RATE, for a player to step a frame")
+        XCTAssertTrue(master.contains("FRAME-RATE=30.000"), master)
         XCTAssertTrue(master.contains("BANDWIDTH=\(Int(renditions[0]["bandwidth"] as? Double ?? 0))"), master)
         // Smaller covers of the same picture, fitted within their long side.
         XCTAssertEqual((video["covers"] as? [[String: Any]])?.map { $0["uri"] as? String }, ["poster-640.jpg", "poster-1280.jpg"])

@@ -60,7 +60,8 @@ public struct FeedEntry: Codable, Sendable, Equatable {
     }
 
     /// A rendition: name, playlist, codecs, peak bits per second (a video's with the audio, as
-    /// the master playlist's BANDWIDTH), init and first segment, and a video's size.
+    /// the master playlist's BANDWIDTH), init and first segment, and a video's size and frame
+    /// rate (`frame_rate`; absent in folders published before it was written).
     public struct Rendition: Codable, Sendable, Equatable {
         public var name: String
         public var playlist: String
@@ -70,6 +71,12 @@ public struct FeedEntry: Codable, Sendable, Equatable {
         public var segment: String
         public var width: Int?
         public var height: Int?
+        public var frameRate: Double?
+
+        enum CodingKeys: String, CodingKey {
+            case name, playlist, codecs, bandwidth, `init`, segment, width, height
+            case frameRate = "frame_rate"
+        }
 
         init(_ t: HLSTrack, bandwidth: Double) {
             name = String(t.playlistURI.dropLast(5))
@@ -80,6 +87,7 @@ public struct FeedEntry: Codable, Sendable, Equatable {
             segment = t.segments.first?.uri ?? ""
             width = t.width > 0 ? t.width : nil
             height = t.width > 0 ? t.height : nil
+            frameRate = t.frameRate > 0 ? (t.frameRate * 1000).rounded() / 1000 : nil
         }
     }
 

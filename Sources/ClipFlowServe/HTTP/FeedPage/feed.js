@@ -670,19 +670,31 @@ feed.addEventListener('wheel', e => {
 
 // A neighbour whose first segments are in (`prefetched`: paused on its first picture) starts
 // playing (muted) the moment the feed moves towards it, so its pictures move in with the
-// swipe; it takes over (sound, downloads) at a fifth of a screen. Once the scrolling stops, a
-// neighbour that did not take over is paused and rewound to its first picture.
+// swipe; it takes over (sound, downloads) at a fifth of a screen. Its second picture shows at
+// once, and it plays on from there once that seek is done (asked to play while seeking, a
+// video waits): the first picture has been on screen all along, and a frame interval's wait
+// for the second would hold the swipe back. Once the scrolling stops, a neighbour that did
+// not take over is paused and rewound to its first picture.
 function prime(index) {
-  const item = items[index], p = players.get(index);
-  if (!item || index === current || !p || !p.prefetched || !item.video.paused) return;
-  item.video.muted = true;
-  item.video.play().catch(() => {});
+  const item = items[index], p = players.get(index), v = item && item.video;
+  if (!item || index === current || !p || !p.prefetched || !v.paused || item.priming) return;
+  v.muted = true;
+  const rate = p.tracks && p.tracks[0].rendition.frame_rate, second = p.start + 1 / rate + 0.001;
+  if (!(rate > 0 && v.buffered.length && second < v.buffered.end(0))) { v.play().catch(() => {}); return; }
+  item.priming = true;
+  v.addEventListener('seeked', () => {
+    const wanted = item.priming;
+    item.priming = false;
+    if (wanted && v.paused) v.play().catch(() => {});
+  }, { once: true });
+  v.currentTime = second;
 }
 let settling = 0;
 function unprime() {
   for (const item of items) {
-    if (item.index !== current && !item.video.paused) {
+    if (item.index !== current && (!item.video.paused || item.priming)) {
       const p = players.get(item.index);
+      item.priming = false;
       item.video.pause();
       item.video.currentTime = (p && p.start) || 0;
     }

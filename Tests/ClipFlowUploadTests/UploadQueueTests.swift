@@ -69,13 +69,48 @@ final class UploadQueueTests: XCTestCase {
 
     func makeQueue(
         _ concurrency: Int = 2, step: Double = 0.01, failFirst: Bool = false, observer: UploadObserver = NoUploadObserver(),
-        flag: CancellationFlag? = nil
+        flag: CancellationFlag? = nil, pollInterval: Double = 0.02
     ) throws -> UploadQueue {
         let t = target!
         return try UploadQueue(
             directory: dir.appendingPathComponent("state").path, concurrency: concurrency, observer: observer,
-            cancellation: flag, pollInterval: 0.02
+            cancellation: flag, pollInterval: pollInterval
         ) { _, _ in StepUploader(target: t, stepDelay: step, failFirst: failFirst) }
+    }
+
+    /// When each upload started and finished, by file.
+    final class Times: UploadObserver, Sendable {
+        let seen = Mutex<(started: [String: Date], finished: [String: Date], files: [String: String])>(([:], [:], [:]))
+        func upload(_ event: UploadEvent) {
+            seen.withLock {
+                switch event {
+                case .started(let id, let file, _, _): $0.started[file] = Date(); $0.files[id] = file
+                case .finished(let id, _): if let f = $0.files[id] { $0.finished[f] = Date() }
+                default: break
+                }
+            }
+        }
+    }
+
+    /// A file added while the queue runs starts at once (a free slot is there), not at the
+    /// runner's next poll nor when the upload already running ends.
+    func testAFileAddedWhileTheQueueRunsStartsAtOnce() throws {
+        let times = Times()
+        let q = try makeQueue(2, step: 0.2, observer: times, pollInterval: 60)
+        try q.add(file: files[0], destination: destination)
+        let ran = Mutex<[QueueEntry]?>(nil)
+        let runner = Thread { ran.withLock { $0 = try? q.run() } }
+        runner.start()
+        let deadline = Date().addingTimeInterval(10)
+        while times.seen.withLock({ $0.started[files[0]] }) == nil, Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        let added = Date()
+        try q.add(file: files[1], destination: destination)
+        while ran.withLock({ $0 }) == nil, Date() < deadline.addingTimeInterval(10) { Thread.sleep(forTimeInterval: 0.01) }
+        XCTAssertEqual(ran.withLock { $0 }?.map(\.state), [.finished, .finished])
+        let seen = times.seen.withLock { $0 }
+        let started = try XCTUnwrap(seen.started[files[1]]), firstDone = try XCTUnwrap(seen.finished[files[0]])
+        XCTAssertLessThan(started, firstDone, "the added file started beside the running one")
+        XCTAssertLessThan(started.timeIntervalSince(added), 0.5, "started at once, not at a poll 60 s later")
     }
 
     func testRunsEverythingWithAtMostTheConcurrencyBoundAndPersists() throws {

@@ -95,9 +95,11 @@ public final class UploadQueue: Sendable {
     // MARK: - Changing the queue
 
     /// Adds a file. The file must exist and be readable now (it is uploaded later). Adding a file
-    /// that is already queued, running or paused for the same destination returns that entry.
+    /// that is already queued, running or paused for the same destination returns that entry. A
+    /// `run` of this queue in this process takes a new entry at once, not at its next poll.
     @discardableResult
     public func add(file: String, destination: UploadDestination, metadata: [String: String] = [:]) throws -> QueueEntry {
+        defer { wake.ring() }
         let absolute = URL(fileURLWithPath: file).standardizedFileURL.path
         let stamp = try FileStamp.of(absolute)
         for p in destination.problems() {

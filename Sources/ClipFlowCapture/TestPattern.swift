@@ -213,21 +213,13 @@ public final class TestPatternGenerator {
             let step = Double(travel) / (2 * settings.fps)
             let mx = Int(Double(n) * step) % travel & ~1
             fill(p, mx, l.moverY, l.moverSize, l.moverSize, y: 150, u: 84, v: 196)
-            // Counter blocks, most significant bit first.
-            let b = l.block
-            for i in 0..<TestPatternLayout.counterBits {
-                let bit = (n >> Int64(TestPatternLayout.counterBits - 1 - i)) & 1
-                fill(p, l.counterOrigin.x + i * b, l.counterOrigin.y, b, b, y: bit == 1 ? 235 : 16, u: 128, v: 128)
-            }
+            drawBlocks(p, UInt64(truncatingIfNeeded: n), count: TestPatternLayout.counterBits, at: l.counterOrigin)
             // The number in digits under the blocks.
-            drawNumber(p, n, x: l.counterOrigin.x, y: l.counterOrigin.y + b + b / 2, unit: max(2, b / 2))
+            drawNumber(p, n, x: l.counterOrigin.x, y: l.counterOrigin.y + l.block + l.block / 2, unit: max(2, l.block / 2))
             if settings.clock, let wallClock {
                 // A white block, the 32 bits, a white block.
                 let row = UInt64(TestPatternLayout.clockValue(wallClock)) << 1 | 1 << 33 | 1
-                for i in 0..<(TestPatternLayout.clockBits + 2) {
-                    let bit = (row >> UInt64(TestPatternLayout.clockBits + 1 - i)) & 1
-                    fill(p, l.clockOrigin.x + i * b, l.clockOrigin.y, b, b, y: bit == 1 ? 235 : 16, u: 128, v: 128)
-                }
+                drawBlocks(p, row, count: TestPatternLayout.clockBits + 2, at: l.clockOrigin)
             }
         }
         let data: Data
@@ -276,6 +268,16 @@ public final class TestPatternGenerator {
         for r in (yy / 2)..<((yy + h + 1) / 2) {
             memset(uPlane + r * chromaW + x / 2, Int32(u), (w + 1) / 2)
             memset(vPlane + r * chromaW + x / 2, Int32(v), (w + 1) / 2)
+        }
+    }
+
+    /// The low `count` bits of `value` as a row of blocks from `origin`, most significant first,
+    /// white = 1 (what `TestPatternLayout` reads back).
+    private func drawBlocks(_ p: UnsafeMutablePointer<UInt8>, _ value: UInt64, count: Int, at origin: (x: Int, y: Int)) {
+        let b = layout.block
+        for i in 0..<count {
+            let bit = (value >> UInt64(count - 1 - i)) & 1
+            fill(p, origin.x + i * b, origin.y, b, b, y: bit == 1 ? 235 : 16, u: 128, v: 128)
         }
     }
 

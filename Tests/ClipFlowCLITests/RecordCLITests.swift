@@ -324,7 +324,9 @@ final class RecordCLITests: XCTestCase {
         XCTAssertEqual(clips, ["clip-0002.mp4", "clip-0003.mp4", "clip-0004.mp4"], seen)
         let total = try clips.reduce(0.0) { $0 + (Double(try Probe.stream("\(dir)/\($1)", "v:0", "duration")) ?? -1) }
         XCTAssertEqual(total, 3, accuracy: 0.05, "the clips that exist fill the cap: \(seen)")
-        XCTAssertTrue(seen.contains(String(format: "recorded 3 clips, %.2f s, into \(dir)\n", total)), seen)
+        // Pictures the test pattern could not make in time on a loaded machine are told on the same line.
+        let summary = String(format: "recorded 3 clips, %.2f s, into \(dir)", total)
+        XCTAssertTrue(seen.contains(summary + "\n") || seen.contains(summary + "; "), seen)
     }
 
     /// The record stage's libx264 preset is `encoder-preset` in a pipeline, as on the command

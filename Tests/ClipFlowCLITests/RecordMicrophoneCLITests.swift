@@ -105,9 +105,16 @@ final class RecordMicrophoneCLITests: XCTestCase {
         let json = try XCTUnwrap(JSONSerialization.jsonObject(with: metrics.stdout) as? [String: Any])
         let joins = try XCTUnwrap(json["joins"] as? [[String: Any]])
         XCTAssertEqual(joins.count, 3)
+        // The source is what the feeder wrote, placed on the clock as written; a feeder that is
+        // late on a loaded machine makes the sound server play its next samples that much later
+        // (seen: 7 and 15 ms, the lags then measured on one side of a join), so the source
+        // windows beside a join can miss a beep's edge the output has there, which raises the
+        // second-difference ratio to about 2 with no click (the broadband energy stays far
+        // under its limit). The ffmpeg CLI's concat of cut fragments, whose joins click,
+        // measures 6x (benchmarks/README.md); the broadband check below stays at 6 dB.
         for j in joins {
             let at = j["at"] as? Double ?? -1
-            XCTAssertLessThanOrEqual(j["d2_ratio"] as? Double ?? 99, 2, "join at \(at) s: a click (\(j))")
+            XCTAssertLessThanOrEqual(j["d2_ratio"] as? Double ?? 99, 3, "join at \(at) s: a click (\(j))")
             XCTAssertLessThanOrEqual(j["hf_db"] as? Double ?? 99, 6, "join at \(at) s: a click (\(j))")
             XCTAssertLessThanOrEqual(abs(j["lag"] as? Int ?? 9999), 1024, "join at \(at) s: off what the microphone heard (\(j))")
         }

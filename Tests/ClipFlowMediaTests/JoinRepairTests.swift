@@ -110,6 +110,15 @@ final class JoinRepairTests: XCTestCase {
             channels: 2)
     }
 
+    /// The merge benchmark's quiet chord: the joins after the first are coded at a lowered rate
+    /// (`JoinCodingRateTests`).
+    func testQuietSteadyChordJoinsWithoutClicks() throws {
+        try checkJoins(
+            "quiet-chord",
+            audio: "sine=f=220:r=48000:d=14,volume=0.35[a];sine=f=330:r=48000:d=14,volume=0.35[b];[a][b]amix=inputs=2:normalize=0",
+            channels: 2)
+    }
+
     func testToneWithNoiseJoinsWithoutClicksAndKeepsItsPlace() throws {
         try checkJoins(
             "tone-noise",
@@ -366,5 +375,82 @@ final class JoinNoiseTests: XCTestCase {
         let loudest = judged.indices.max { judged[$0].noise < judged[$1].noise }
         XCTAssertEqual(loudest, 3, "the frame of input samples 6144 ..< 7168 is the fourth judged: \(judged)")
         XCTAssertTrue(JoinNoise.hasBurst(judged), "\(judged)")
+    }
+}
+
+/// The rate joins are coded at: on a quiet steady chord (the merge benchmark's) the fast coder
+/// cannot spend the clips' rate, so the regions after one like that are coded at a lowered rate,
+/// as long as that codes the same sound no noisier (`AudioRegionRenderer.LoweredBar`); richer
+/// sound is coded at the clips' rate.
+final class JoinCodingRateTests: XCTestCase {
+    static let F = Int(AudioJoinPlan.frameSize)
+
+    /// 60 frames of the chord, 220 and 330 Hz at -27 dBFS each.
+    static let chord = (0..<(60 * F)).map { k -> Float in
+        let t = Double(k) / 48000
+        return Float(0.044 * sin(2 * .pi * 220 * t) + 0.044 * sin(2 * .pi * 330 * t))
+    }
+
+    /// White noise at -12 dBFS.
+    static let noise: [Float] = {
+        var seed: UInt64 = 7
+        return (0..<(60 * F)).map { _ -> Float in
+            seed = seed &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Float(Int64(bitPattern: seed >> 1) % 2001 - 1000) / 4000
+        }
+    }()
+
+    /// Codes `x` in both channels, as the renderer does: from the clips' 128 kb/s, lowered to
+    /// `loweredRate` from frame 20 on when given; the mean bits of frames 24 ..< 56, their levels
+    /// (`JoinNoise`) and the sound's energy there.
+    func code(_ x: [Float], loweredRate: Int64? = nil) throws -> (bits: Double, levels: [JoinNoise.Level], energy: Double) {
+        let encoder = try JoinEncoder(sampleRate: 48000, channels: 2, bitRate: 128_000)
+        let split = 20 * Self.F
+        var packets = try encoder.encode([Array(x[..<split]), Array(x[..<split])], at: 0)
+        if let loweredRate { encoder.setRate(loweredRate) }
+        packets += try encoder.encode([Array(x[split...]), Array(x[split...])], at: Int64(split)) + encoder.flush()
+        let judged = packets.filter { (23 * Int64(Self.F)..<56 * Int64(Self.F)).contains($0.p.pointee.pts) }
+        XCTAssertEqual(judged.count, 33)
+        let levels = try JoinNoise(encoder: encoder).levels(
+            judged, frames: judged.map { $0.p.pointee.pts / Int64(Self.F) }, input: [x, x], inputFrame: 0)
+        let bits = Double(judged.dropFirst().reduce(0) { $0 + Int($1.p.pointee.size) } * 8) / Double(judged.count - 1)
+        return (bits, levels, AudioRegionRenderer.energy([x, x], frames: 24..<56, firstFrame: 0))
+    }
+
+    func rate(after bits: Double) -> Int64? {
+        AudioRegionRenderer.codingRate(after: bits, current: 128_000, sampleRate: 48000, channels: 2)
+    }
+
+    func testASteadyChordIsCodedAtALoweredRateNoNoisierThanAtTheClipsRate() throws {
+        let nominal = try code(Self.chord)
+        let frameBits = 128_000.0 * Double(Self.F) / 48000
+        XCTAssertLessThan(nominal.bits, 0.5 * frameBits, "the chord takes \(nominal.bits) bits a frame of \(frameBits)")
+        let lowered = try XCTUnwrap(rate(after: nominal.bits))
+        XCTAssertLessThan(lowered, 128_000)
+        let bar = try XCTUnwrap(AudioRegionRenderer.LoweredBar(nominal.levels, energy: nominal.energy))
+        let again = try code(Self.chord, loweredRate: lowered)
+        XCTAssertEqual(again.bits, nominal.bits, accuracy: 0.1 * nominal.bits, "the quantiser the encoder reached carries over")
+        // Coded once a frame: within the rate control's margin of the lowered rate, so it stays.
+        XCTAssertNil(AudioRegionRenderer.codingRate(after: again.bits, current: lowered, sampleRate: 48000, channels: 2))
+        let coded = try XCTUnwrap(AudioRegionRenderer.LoweredBar(again.levels, energy: again.energy))
+        XCTAssertTrue(
+            bar.passes(again.levels, energy: again.energy), "coding noise \(coded.noisePerFrame) at \(lowered) b/s, \(bar.noisePerFrame) at 128 kb/s")
+    }
+
+    func testRicherSoundKeepsTheClipsRate() throws {
+        let chord = try code(Self.chord)
+        let bar = try XCTUnwrap(AudioRegionRenderer.LoweredBar(chord.levels, energy: chord.energy))
+        let lowered = try XCTUnwrap(rate(after: chord.bits))
+        // Noise coded at the lowered rate does not pass: it goes back to the clips' rate ...
+        let noise = try code(Self.noise, loweredRate: lowered)
+        XCTAssertFalse(bar.passes(noise.levels, energy: noise.energy))
+        // ... where the coder spends the rate, so it stays there.
+        XCTAssertNil(rate(after: try code(Self.noise).bits))
+        // The chord louder by 12 dB is another sound.
+        let louder = try code(Self.chord.map { $0 * 4 }, loweredRate: lowered)
+        XCTAssertFalse(bar.passes(louder.levels, energy: louder.energy))
+        // Silence sets no bar.
+        let silence = try code([Float](repeating: 0, count: 60 * Self.F))
+        XCTAssertNil(AudioRegionRenderer.LoweredBar(silence.levels, energy: silence.energy))
     }
 }

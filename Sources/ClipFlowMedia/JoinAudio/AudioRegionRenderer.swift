@@ -14,10 +14,11 @@ import Foundation
 /// tone) is spread as a slight change of speed over the zone. Outside the zone the map equals the
 /// copied frames' so MDCT aliasing cancels across the seams.
 ///
-/// One encoder for all regions: each region's input is preceded by a fade-in frame and followed
-/// by a fade-out frame (one region's fade-out is mixed into the next one's fade-in), so the
-/// encoder sees gentle transitions between regions, and only packets whose MDCT windows lie
-/// wholly inside a region's own, unfaded input are kept. A region whose coding carries a burst
+/// One encoder for all regions (its rate lowered for sound it cannot spend the clips' rate on, see
+/// `codingRate(after:...)`): each region's input is preceded by a fade-in frame and followed by a
+/// fade-out frame (one region's fade-out is mixed into the next one's fade-in), so the encoder
+/// sees gentle transitions between regions, and only packets whose MDCT windows lie wholly inside
+/// a region's own, unfaded input are kept. A region whose coding carries a burst
 /// of noise (`JoinNoise`, found by decoding it) is coded again by fresh encoders at its rate and
 /// higher ones, and the quietest coding is kept.
 ///
@@ -66,19 +67,26 @@ struct AudioRegionRenderer {
             for i in plan.regions.indices { deliver(i, .failure(error)) }
             return
         }
-        // A region on its way through the encoder: its input (frame `firstFrame` on) and the
-        // packets of its kept frames, after the packet of the frame before them (`lead`).
+        // A region on its way through the encoder: its input (frame `firstFrame` on), the rate
+        // it is coded at and the packets of its kept frames, after the packet of the frame before
+        // them (`lead`).
         struct Pending {
             var index: Int
             var start: Int64
             var keep: Range<Int64>
             var firstFrame: Int64
             var pcm: [[Float]]
+            var rate: Int64
             var lead: Packet? = nil
             var packets: [Packet] = []
         }
         var pending: [Pending] = []
         var failed = false
+        let nominal = encoder.codingRate
+        // The rate the next regions are to be coded at, and while it is lowered, the region that
+        // lowered it as the clips' rate coded it (`LoweredBar`).
+        var wantedRate = nominal
+        var loweredBar: LoweredBar?
 
         func take(_ packets: [Packet]) {
             for p in packets {
@@ -96,33 +104,57 @@ struct AudioRegionRenderer {
             // Deliver regions whose kept frames are all in.
             while let r = pending.first, r.packets.count == r.keep.count {
                 pending.removeFirst()
-                deliver(r.index, Result { Rendered(frames: r.keep, packets: try quietest(r)) })
+                deliver(r.index, Result { Rendered(frames: r.keep, packets: try finished(r)) })
             }
         }
 
-        // The region's packets, or, where they code a noise burst, those of the quietest coding
-        // by fresh encoders at the region's rate and higher ones.
-        func quietest(_ r: Pending) throws -> [Packet] {
-            func levels(_ lead: Packet, _ kept: [Packet]) throws -> [JoinNoise.Level] {
-                try noise.levels([lead] + kept, frames: ([lead] + kept).map { $0.p.pointee.pts }, input: r.pcm, inputFrame: r.firstFrame)
+        func levels(_ r: Pending, _ lead: Packet, _ kept: [Packet]) throws -> [JoinNoise.Level] {
+            try noise.levels([lead] + kept, frames: ([lead] + kept).map { $0.p.pointee.pts }, input: r.pcm, inputFrame: r.firstFrame)
+        }
+        // The region coded by a fresh encoder at `rate`: the packet before its kept frames and theirs.
+        func codedAfresh(_ r: Pending, rate: Int64) throws -> (lead: Packet, kept: [Packet])? {
+            let fresh = try JoinEncoder(sampleRate: sampleRate, channels: channels, bitRate: rate)
+            var kept: [Packet] = [], lead: Packet? = nil
+            for p in try fresh.encode(r.pcm, at: 0) + fresh.flush() {
+                let frame = r.firstFrame + p.p.pointee.pts / F
+                p.p.pointee.pts = frame
+                p.p.pointee.dts = frame
+                if r.keep.contains(frame) { kept.append(p) } else if frame == r.keep.lowerBound - 1 { lead = p }
             }
-            guard let lead = r.lead else { return r.packets }
-            let first = try levels(lead, r.packets)
-            guard JoinNoise.hasBurst(first) else { return r.packets }
-            var best = (packets: r.packets, worst: JoinNoise.worst(first))
+            guard let lead, kept.count == r.keep.count else { return nil }
+            return (lead, kept)
+        }
+
+        // The region's packets as they are to be written. A region coded at the lowered rate that
+        // does not pass the bar is coded again at the clips' rate, and the next regions go back
+        // to it; one coded at the clips' rate that could not spend it lowers the rate for the
+        // next (`codingRate(after:...)`). Where the packets code a noise burst, those of the
+        // quietest coding by fresh encoders at the clips' rate and higher ones.
+        func finished(_ r: Pending) throws -> [Packet] {
+            guard var lead = r.lead else { return r.packets }
+            var packets = r.packets
+            var first = try levels(r, lead, packets)
+            // The levels judge the kept frames after the lead's.
+            let energy = Self.energy(r.pcm, frames: r.keep, firstFrame: r.firstFrame)
+            if r.rate != nominal, loweredBar?.passes(first, energy: energy) != true, let again = try codedAfresh(r, rate: nominal) {
+                (lead, packets) = again
+                first = try levels(r, lead, packets)
+                wantedRate = nominal
+                loweredBar = nil
+            } else if let bar = r.rate == nominal ? LoweredBar(first, energy: energy) : loweredBar {
+                let bits = Double(packets.reduce(0) { $0 + Int($1.p.pointee.size) } * 8) / Double(packets.count)
+                if let lowered = Self.codingRate(after: bits, current: r.rate, sampleRate: sampleRate, channels: channels) {
+                    wantedRate = min(lowered, wantedRate)
+                    loweredBar = bar
+                }
+            }
+            guard JoinNoise.hasBurst(first) else { return packets }
+            var best = (packets: packets, worst: JoinNoise.worst(first))
             let rates = Set([1, 2, 4].map { JoinEncoder.rate(bitRate * $0, channels: channels) }).sorted()
             for rate in rates {
-                let fresh = try JoinEncoder(sampleRate: sampleRate, channels: channels, bitRate: rate)
-                var kept: [Packet] = [], lead: Packet? = nil
-                for p in try fresh.encode(r.pcm, at: 0) + fresh.flush() {
-                    let frame = r.firstFrame + p.p.pointee.pts / F
-                    p.p.pointee.pts = frame
-                    p.p.pointee.dts = frame
-                    if r.keep.contains(frame) { kept.append(p) } else if frame == r.keep.lowerBound - 1 { lead = p }
-                }
-                guard let lead, kept.count == r.keep.count else { continue }
-                let worst = JoinNoise.worst(try levels(lead, kept))
-                if worst < best.worst { best = (kept, worst) }
+                guard let coded = try codedAfresh(r, rate: rate) else { continue }
+                let worst = JoinNoise.worst(try levels(r, coded.lead, coded.kept))
+                if worst < best.worst { best = (coded.kept, worst) }
             }
             return best.packets
         }
@@ -163,8 +195,10 @@ struct AudioRegionRenderer {
             }
             do {
                 let (frames, pcm) = try (inputs.pull()?.element ?? .failure(ClipFlowError.interrupted)).get()
+                if wantedRate != encoder.codingRate { encoder.setRate(wantedRate) }
                 // Input frames: fade-in (a-2), a-1 ..< b+1, fade-out (b+1).
-                pending.append(Pending(index: i, start: inputPos, keep: frames, firstFrame: frames.lowerBound - 2, pcm: pcm))
+                pending.append(
+                    Pending(index: i, start: inputPos, keep: frames, firstFrame: frames.lowerBound - 2, pcm: pcm, rate: encoder.codingRate))
                 let n = pcm[0].count
                 let sent = pcm.indices.map { ch -> [Float] in
                     var x = Array(pcm[ch][0..<(n - frame)])
@@ -195,6 +229,51 @@ struct AudioRegionRenderer {
                     ClipFlowError.failure(
                         "internal: re-encoded \(r.packets.count) audio frames for a join, expected \(r.keep.count)")))
         }
+    }
+
+    /// A lower rate to code the next regions at, after a region coded at `current` whose frames
+    /// took `usedBits` each on average; nil: keep `current`. Sound the fast coder cannot spend
+    /// the rate on (a quiet steady chord: at its finest quantiser its frames stay under two thirds
+    /// of the clips' rate) makes it code every frame six times over, chasing the rate. Asked for
+    /// 1.1x the bits it uses (at least 16 kb/s a channel), it codes each frame once, with the
+    /// quantiser it had reached.
+    static func codingRate(after usedBits: Double, current: Int64, sampleRate: Int32, channels: Int32) -> Int64? {
+        let frames = Double(sampleRate) / Double(AudioJoinPlan.frameSize)
+        guard usedBits < 0.7 * Double(current) / frames else { return nil }
+        let lowered = max(Int64(usedBits * 1.1 * frames), 16_000 * Int64(channels))
+        return lowered < current ? lowered : nil
+    }
+
+    /// What a region coded at a lowered rate must match: the region that lowered it, as the
+    /// clips' rate coded it. The same sound (its energy per frame within a factor of 2) with at
+    /// most 1 dB more coding noise (`JoinNoise`'s, in the high band); richer or louder sound is
+    /// coded at the clips' rate.
+    struct LoweredBar {
+        let energyPerFrame: Double
+        let noisePerFrame: Double
+
+        /// `levels`: the coding's, frame by frame; `energy`: the sound's over those frames. Nil
+        /// for silence (nothing to match).
+        init?(_ levels: [JoinNoise.Level], energy: Double) {
+            guard !levels.isEmpty, energy > JoinNoise.inaudible * Double(levels.count) else { return nil }
+            energyPerFrame = energy / Double(levels.count)
+            noisePerFrame = levels.reduce(0) { $0 + $1.noise } / Double(levels.count)
+        }
+
+        func passes(_ levels: [JoinNoise.Level], energy: Double) -> Bool {
+            guard let coded = LoweredBar(levels, energy: energy) else { return false }
+            return coded.energyPerFrame <= 2 * energyPerFrame && coded.energyPerFrame >= energyPerFrame / 2
+                && coded.noisePerFrame <= 1.26 * noisePerFrame + JoinNoise.inaudible
+        }
+    }
+
+    /// The energy of `pcm` (all channels) in `frames`, input frame `firstFrame` being its start.
+    static func energy(_ pcm: [[Float]], frames: Range<Int64>, firstFrame: Int64) -> Double {
+        let F = Int(AudioJoinPlan.frameSize)
+        let from = Int(frames.lowerBound - firstFrame) * F
+        let to = min(from + frames.count * F, pcm.first?.count ?? 0)
+        guard from < to else { return 0 }
+        return pcm.reduce(0) { sum, channel in channel[from..<to].reduce(sum) { $0 + Double($1) * Double($1) } }
     }
 
     /// The frames a region re-encodes and their PCM, for output raw [(a-2)*1024, (b+2)*1024): a

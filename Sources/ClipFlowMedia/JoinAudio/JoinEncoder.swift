@@ -22,15 +22,20 @@ final class JoinEncoder {
         min(max(bitRate, 64_000 * Int64(channels)), 256_000 * Int64(channels))
     }
 
+    /// The rate this encoder codes at, bits per second.
+    private(set) var codingRate: Int64
+
     /// `bitRate`: the clips' own (see `rate`).
     init(sampleRate: Int32, channels: Int32, bitRate: Int64) throws {
         self.channels = channels
         self.sampleRate = sampleRate
+        let coding = Self.rate(bitRate, channels: channels)
+        codingRate = coding
         enc = try CodecContext.encoder(named: "aac", what: "re-encoding audio at the joins", options: Self.encoderOptions) { c in
             c.pointee.sample_rate = sampleRate
             c.pointee.sample_fmt = AV_SAMPLE_FMT_FLTP
             av_channel_layout_default(&c.pointee.ch_layout, channels)
-            c.pointee.bit_rate = Self.rate(bitRate, channels: channels)
+            c.pointee.bit_rate = coding
             c.pointee.time_base = AVRational(num: 1, den: sampleRate)
             c.pointee.profile = FF_PROFILE_AAC_LOW
         }
@@ -41,6 +46,15 @@ final class JoinEncoder {
         }
         pkt = try Packet()
         frame = try Frame()
+    }
+
+    /// Codes the next frames at `rate` (bits per second, taken as it is). FFmpeg's AAC encoder
+    /// reads the rate at every frame, in its rate control, so the quantiser it reached carries
+    /// over: what `AudioRegionRenderer` lowers the rate for (`codingRate(after:...)`) is coded
+    /// with the same quantiser as before, once instead of six times.
+    func setRate(_ rate: Int64) {
+        codingRate = rate
+        enc.ctx.pointee.bit_rate = rate
     }
 
     /// Encodes PCM placed at input sample `at`; returns the packets that came out (pts: input

@@ -157,8 +157,9 @@ final class BatchSlurmCLITests: XCTestCase {
         try """
         #!/bin/bash
         # Task I exits as the test expects; the arguments are echoed for the test to check.
-        # Task 4 waits in short foreground sleeps: Slurm signals the sleep and this shell apart,
-        # and a shell whose child dies first must still be waiting when its own TERM arrives.
+        # Task 4 waits in `wait`, which a trapped TERM interrupts at once (a foreground child
+        # would hold the trap back until it ends); Slurm signals the sleep and this shell apart,
+        # and a shell whose sleep dies first waits on a new one until its own TERM arrives.
         echo "stand-in: $* (task $SLURM_ARRAY_TASK_ID, restart ${SLURM_RESTART_COUNT:-0})"
         trap 'exit 130' TERM
         case $SLURM_ARRAY_TASK_ID in
@@ -166,7 +167,7 @@ final class BatchSlurmCLITests: XCTestCase {
           1) exit 65 ;;
           2) exit 64 ;;
           3) exit 75 ;;
-          4) for _ in $(seq 240); do sleep 1; done; exit 0 ;;
+          4) for _ in $(seq 240); do sleep 1 & wait $!; done; exit 0 ;;
           5) [ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && exit 0; exit 75 ;;
         esac
         """.write(to: standIn, atomically: true, encoding: .utf8)

@@ -27,23 +27,25 @@ final class JoinRepairTests: XCTestCase {
         var joins: [Join]
     }
 
-    /// The continuous source and its four clips. The sound is `audio` (an ffmpeg lavfi source), or
-    /// the first input of `input` when given. `container`: the source's; in MKV (timestamps in
-    /// milliseconds) the clips' AAC durations jitter around 1024, as OBS recordings cut by the
-    /// ffmpeg CLI have them.
+    /// The continuous source and its clips (four, `durations` long). The sound is `audio` (an
+    /// ffmpeg lavfi source), or the first input of `input` when given, kept as 16-bit PCM (as a
+    /// microphone's: a noise floor at -96 dB) or with `float` as 32-bit float (as synthesised
+    /// sound: none). `container`: the source's; in MKV (timestamps in milliseconds) the clips' AAC
+    /// durations jitter around 1024, as OBS recordings cut by the ffmpeg CLI have them.
     func fragments(
-        _ name: String, audio: String, rate: Int, channels: Int, input: [String] = [], container: String = "mov"
+        _ name: String, audio: String, rate: Int, channels: Int, input: [String] = [], container: String = "mov",
+        durations: [Double] = JoinRepairTests.durations, float: Bool = false
     ) throws -> (source: String, clips: [String]) {
         let source = try fx.clip(
             "repair-\(name)-source.\(container)",
             input + [
                 "-f", "lavfi", "-i", audio, "-f", "lavfi", "-i", "testsrc2=size=160x120:rate=30:duration=14",
                 "-t", "14", "-map", "0:a", "-map", "\(input.isEmpty ? 1 : 2):v",
-                "-ar", "\(rate)", "-ac", "\(channels)", "-c:a", "pcm_s16le"
+                "-ar", "\(rate)", "-ac", "\(channels)", "-c:a", float ? "pcm_f32le" : "pcm_s16le"
             ] + Fixtures.x264)
         var start = Self.offset
         var clips: [String] = []
-        for (i, d) in Self.durations.enumerated() {
+        for (i, d) in durations.enumerated() {
             clips.append(
                 try fx.clip(
                     "repair-\(name)-\(container)-\(i).mp4",
@@ -75,15 +77,16 @@ final class JoinRepairTests: XCTestCase {
     /// measured) the lag within an AAC frame.
     func checkJoins(
         _ name: String, audio: String, rate: Int = 48000, channels: Int = 1, input: [String] = [], container: String = "mov",
-        lagMeasurable: Bool = false
+        durations: [Double] = JoinRepairTests.durations, float: Bool = false, lagMeasurable: Bool = false
     ) throws {
-        let (source, clips) = try fragments(name, audio: audio, rate: rate, channels: channels, input: input, container: container)
+        let (source, clips) = try fragments(
+            name, audio: audio, rate: rate, channels: channels, input: input, container: container, durations: durations, float: float)
         let out = fx.scratch("repair-\(name)").appendingPathComponent("merged.mp4")
         let r = try Merger(inputs: clips, options: MergeOptions(output: out)).run()
-        XCTAssertEqual(r.clips, 4)
+        XCTAssertEqual(r.clips, durations.count)
         XCTAssertEqual(try Probe.decodeErrors(out.path), "")
-        let m = try metrics(out.path, source: source)
-        XCTAssertEqual(m.joins.count, 3)
+        let m = try Self.metrics(out.path, source: source, offset: Self.offset, durations: durations)
+        XCTAssertEqual(m.joins.count, durations.count - 1)
         XCTAssertLessThanOrEqual(abs(m.length), 1024, "\(name): total length off by \(m.length) samples")
         for j in m.joins {
             let label = "\(name), join at \(j.at) s"
@@ -110,13 +113,25 @@ final class JoinRepairTests: XCTestCase {
             channels: 2)
     }
 
-    /// The merge benchmark's quiet chord: the joins after the first are coded at a lowered rate
-    /// (`JoinCodingRateTests`).
+    /// Twelve clips of about a second: enough joins for their rate to be lowered.
+    static let shortDurations = [1.0, 0.9, 1.2, 1.0, 0.9, 1.1, 1.0, 1.2, 0.9, 1.0, 1.1, 1.0]
+
+    /// The merge benchmark's quiet chord, synthesised (no noise floor): after the first joins, the
+    /// rest are coded at a lowered rate (`JoinCodingRateTests`).
     func testQuietSteadyChordJoinsWithoutClicks() throws {
         try checkJoins(
             "quiet-chord",
             audio: "sine=f=220:r=48000:d=14,volume=0.35[a];sine=f=330:r=48000:d=14,volume=0.35[b];[a][b]amix=inputs=2:normalize=0",
-            channels: 2)
+            channels: 2, durations: Self.shortDurations, float: true)
+    }
+
+    /// The quiet chord, then from 7.5 s loud noise: the joins in the noise, sent to the encoder at
+    /// the rate the chord lowered, are coded again at the clips' rate.
+    func testQuietChordThenNoiseJoinsWithoutClicks() throws {
+        let chord = "0.044*sin(2*PI*220*t)+0.044*sin(2*PI*330*t)"
+        try checkJoins(
+            "chord-noise", audio: "aevalsrc=exprs=if(lt(t\\,7.5)\\,\(chord)\\,0.25*(2*random(0)-1)):s=48000:d=14", channels: 2,
+            durations: Self.shortDurations, float: true)
     }
 
     func testToneWithNoiseJoinsWithoutClicksAndKeepsItsPlace() throws {

@@ -74,11 +74,12 @@ final class JoinRepairTests: XCTestCase {
     /// Merges the fragments and checks every join as the source has it: second difference at most
     /// twice the source's, energy above 3 kHz at most 6 dB over the source's, total length within
     /// an AAC frame, and (for sound that does not repeat itself every period, where a lag can be
-    /// measured) the lag within an AAC frame.
+    /// measured) the lag within an AAC frame. Returns the merge's result.
+    @discardableResult
     func checkJoins(
         _ name: String, audio: String, rate: Int = 48000, channels: Int = 1, input: [String] = [], container: String = "mov",
         durations: [Double] = JoinRepairTests.durations, float: Bool = false, lagMeasurable: Bool = false
-    ) throws {
+    ) throws -> MergeResult {
         let (source, clips) = try fragments(
             name, audio: audio, rate: rate, channels: channels, input: input, container: container, durations: durations, float: float)
         let out = fx.scratch("repair-\(name)").appendingPathComponent("merged.mp4")
@@ -94,6 +95,7 @@ final class JoinRepairTests: XCTestCase {
             XCTAssertLessThanOrEqual(j.hf_db, 6, "\(label): \(j.hf_db) dB more energy above 3 kHz than the source (a click)")
             if lagMeasurable { XCTAssertLessThanOrEqual(abs(j.lag), 1024, "\(label): \(j.lag) samples off the source") }
         }
+        return r
     }
 
     func testSinesFrom100HzTo5kHzJoinWithoutClicks() throws {
@@ -119,19 +121,24 @@ final class JoinRepairTests: XCTestCase {
     /// The merge benchmark's quiet chord, synthesised (no noise floor): after the first joins, the
     /// rest are coded at a lowered rate (`JoinCodingRateTests`).
     func testQuietSteadyChordJoinsWithoutClicks() throws {
-        try checkJoins(
+        let r = try checkJoins(
             "quiet-chord",
             audio: "sine=f=220:r=48000:d=14,volume=0.35[a];sine=f=330:r=48000:d=14,volume=0.35[b];[a][b]amix=inputs=2:normalize=0",
             channels: 2, durations: Self.shortDurations, float: true)
+        XCTAssertGreaterThanOrEqual(r.joinsAtLoweredRate.count, 8, "of 11 joins: \(r.joinsAtLoweredRate)")
     }
 
     /// The quiet chord, then from 7.5 s loud noise: the joins in the noise, sent to the encoder at
     /// the rate the chord lowered, are coded again at the clips' rate.
     func testQuietChordThenNoiseJoinsWithoutClicks() throws {
         let chord = "0.044*sin(2*PI*220*t)+0.044*sin(2*PI*330*t)"
-        try checkJoins(
+        let r = try checkJoins(
             "chord-noise", audio: "aevalsrc=exprs=if(lt(t\\,7.5)\\,\(chord)\\,0.25*(2*random(0)-1)):s=48000:d=14", channels: 2,
             durations: Self.shortDurations, float: true)
+        // Clip k starts at `offset` plus the clips before it: the joins in the noise stay at the clips' rate.
+        let chordJoins = Self.shortDurations.indices.filter { Self.offset + Self.shortDurations[..<$0].reduce(0, +) < 7.5 }
+        XCTAssertFalse(r.joinsAtLoweredRate.isEmpty)
+        XCTAssertTrue(Set(r.joinsAtLoweredRate).isSubset(of: chordJoins), "lowered: \(r.joinsAtLoweredRate), in the chord: \(chordJoins)")
     }
 
     func testToneWithNoiseJoinsWithoutClicksAndKeepsItsPlace() throws {
@@ -445,6 +452,8 @@ final class JoinCodingRateTests: XCTestCase {
         let bar = try XCTUnwrap(AudioRegionRenderer.LoweredBar(nominal.levels, energy: nominal.energy))
         let again = try code(Self.chord, loweredRate: lowered)
         XCTAssertEqual(again.bits, nominal.bits, accuracy: 0.1 * nominal.bits, "the quantiser the encoder reached carries over")
+        // The rate reaches the running encoder: noise, which spends any rate, takes far fewer bits.
+        XCTAssertLessThan(try code(Self.noise, loweredRate: 32_000).bits, 0.5 * (try code(Self.noise).bits))
         // Coded once a frame: within the rate control's margin of the lowered rate, so it stays.
         XCTAssertNil(AudioRegionRenderer.codingRate(after: again.bits, current: lowered, sampleRate: 48000, channels: 2))
         let coded = try XCTUnwrap(AudioRegionRenderer.LoweredBar(again.levels, energy: again.energy))
@@ -461,6 +470,10 @@ final class JoinCodingRateTests: XCTestCase {
         XCTAssertFalse(bar.passes(noise.levels, energy: noise.energy))
         // ... where the coder spends the rate, so it stays there.
         XCTAssertNil(rate(after: try code(Self.noise).bits))
+        // Noise as loud as the chord passes the energy check, not the coding noise one.
+        let matched = try code(Self.noise.map { $0 * 0.305 }, loweredRate: lowered)
+        XCTAssertEqual(matched.energy / chord.energy, 1, accuracy: 0.5)
+        XCTAssertFalse(bar.passes(matched.levels, energy: matched.energy))
         // The chord louder by 12 dB is another sound.
         let louder = try code(Self.chord.map { $0 * 4 }, loweredRate: lowered)
         XCTAssertFalse(bar.passes(louder.levels, energy: louder.energy))

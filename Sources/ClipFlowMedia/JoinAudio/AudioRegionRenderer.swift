@@ -18,8 +18,8 @@ import Foundation
 /// `codingRate(after:...)`): each region's input is preceded by a fade-in frame and followed by a
 /// fade-out frame (one region's fade-out is mixed into the next one's fade-in), so the encoder
 /// sees gentle transitions between regions, and only packets whose MDCT windows lie wholly inside
-/// a region's own, unfaded input are kept. A region whose coding carries a burst
-/// of noise (`JoinNoise`, found by decoding it) is coded again by fresh encoders at its rate and
+/// a region's own, unfaded input are kept. A region whose coding carries a burst of noise
+/// (`JoinNoise`, found by decoding it) is coded again by fresh encoders at the clips' rate and
 /// higher ones, and the quietest coding is kept.
 ///
 /// Threading: `renderAll` runs on one background thread and owns the encoder; it starts a second
@@ -47,6 +47,8 @@ struct AudioRegionRenderer {
     struct Rendered {
         var frames: Range<Int64>
         var packets: [Packet]
+        /// Whether the packets were coded at a lowered rate (`codingRate(after:...)`).
+        var lowered = false
     }
 
     /// Renders every region in order; `deliver(i, rendered)` is called as soon as region i is
@@ -67,9 +69,10 @@ struct AudioRegionRenderer {
             for i in plan.regions.indices { deliver(i, .failure(error)) }
             return
         }
-        // A region on its way through the encoder: its input (frame `firstFrame` on), the rate
-        // it is coded at and the packets of its kept frames, after the packet of the frame before
-        // them (`lead`).
+        // A region on its way through the encoder: its input (frame `firstFrame` on), the lowest
+        // rate the encoder had while its packets came out (a frame comes out two frames of input
+        // after it, so a region's last frames are coded at the next region's rate) and the
+        // packets of its kept frames, after the packet of the frame before them (`lead`).
         struct Pending {
             var index: Int
             var start: Int64
@@ -97,6 +100,7 @@ struct AudioRegionRenderer {
                 p.p.pointee.dts = frame
                 if pending[i].keep.contains(frame) {
                     pending[i].packets.append(p)
+                    pending[i].rate = min(pending[i].rate, encoder.codingRate)
                 } else if frame == pending[i].keep.lowerBound - 1 {
                     pending[i].lead = p
                 }
@@ -104,7 +108,7 @@ struct AudioRegionRenderer {
             // Deliver regions whose kept frames are all in.
             while let r = pending.first, r.packets.count == r.keep.count {
                 pending.removeFirst()
-                deliver(r.index, Result { Rendered(frames: r.keep, packets: try finished(r)) })
+                deliver(r.index, Result { try finished(r) })
             }
         }
 
@@ -125,38 +129,43 @@ struct AudioRegionRenderer {
             return (lead, kept)
         }
 
-        // The region's packets as they are to be written. A region coded at the lowered rate that
-        // does not pass the bar is coded again at the clips' rate, and the next regions go back
-        // to it; one coded at the clips' rate that could not spend it lowers the rate for the
-        // next (`codingRate(after:...)`). Where the packets code a noise burst, those of the
-        // quietest coding by fresh encoders at the clips' rate and higher ones.
-        func finished(_ r: Pending) throws -> [Packet] {
-            guard var lead = r.lead else { return r.packets }
+        // The region as it is to be written. A region coded at the lowered rate that does not
+        // pass the bar is coded again at the clips' rate, and the next regions go back to it; one
+        // coded at the clips' rate that could not spend it, without a noise burst, lowers the
+        // rate for the next (`codingRate(after:...)`). Where the packets code a noise burst,
+        // those of the quietest coding by fresh encoders at the clips' rate and higher ones.
+        func finished(_ r: Pending) throws -> Rendered {
+            guard var lead = r.lead else { return Rendered(frames: r.keep, packets: r.packets) }
             var packets = r.packets
+            var lowered = r.rate != nominal
             var first = try levels(r, lead, packets)
             // The levels judge the kept frames after the lead's.
             let energy = Self.energy(r.pcm, frames: r.keep, firstFrame: r.firstFrame)
-            if r.rate != nominal, loweredBar?.passes(first, energy: energy) != true, let again = try codedAfresh(r, rate: nominal) {
-                (lead, packets) = again
-                first = try levels(r, lead, packets)
+            if lowered, loweredBar?.passes(first, energy: energy) != true {
                 wantedRate = nominal
                 loweredBar = nil
-            } else if let bar = r.rate == nominal ? LoweredBar(first, energy: energy) : loweredBar {
+                guard let again = try codedAfresh(r, rate: nominal) else {
+                    throw ClipFlowError.failure("internal: re-encoding a join region at the clips' rate gave too few frames")
+                }
+                (lead, packets) = again
+                lowered = false
+                first = try levels(r, lead, packets)
+            } else if !JoinNoise.hasBurst(first), let bar = lowered ? loweredBar : LoweredBar(first, energy: energy) {
                 let bits = Double(packets.reduce(0) { $0 + Int($1.p.pointee.size) } * 8) / Double(packets.count)
-                if let lowered = Self.codingRate(after: bits, current: r.rate, sampleRate: sampleRate, channels: channels) {
-                    wantedRate = min(lowered, wantedRate)
+                if let rate = Self.codingRate(after: bits, current: r.rate, sampleRate: sampleRate, channels: channels), rate < wantedRate {
+                    wantedRate = rate
                     loweredBar = bar
                 }
             }
-            guard JoinNoise.hasBurst(first) else { return packets }
-            var best = (packets: packets, worst: JoinNoise.worst(first))
+            guard JoinNoise.hasBurst(first) else { return Rendered(frames: r.keep, packets: packets, lowered: lowered) }
+            var best = (packets: packets, worst: JoinNoise.worst(first), lowered: lowered)
             let rates = Set([1, 2, 4].map { JoinEncoder.rate(bitRate * $0, channels: channels) }).sorted()
             for rate in rates {
                 guard let coded = try codedAfresh(r, rate: rate) else { continue }
                 let worst = JoinNoise.worst(try levels(r, coded.lead, coded.kept))
-                if worst < best.worst { best = (coded.kept, worst) }
+                if worst < best.worst { best = (coded.kept, worst, false) }
             }
-            return best.packets
+            return Rendered(frames: r.keep, packets: best.packets, lowered: best.lowered)
         }
 
         // The inputs (frames and PCM of each region, or the error preparing it), prepared on

@@ -39,6 +39,10 @@ public struct MergeResult: Sendable {
     public var videoFrames: Int
     public var audioFrames: Int64
     public var reencodedAudioFrames: Int64
+    /// The joins (each by the index of the clip after it) whose re-encoded audio was coded at a
+    /// lowered rate: synthesised sound FFmpeg's AAC coder cannot spend the clips' rate on
+    /// (`AudioRegionRenderer.codingRate(after:...)`).
+    public var joinsAtLoweredRate: [Int] = []
     /// Total clockwise rotation written into the display matrix.
     public var rotation: Int
     public var bytes: Int64
@@ -218,6 +222,7 @@ public final class Merger {
         // Start rendering audio join regions on the second core.
         var regionResults: RegionResults? = nil
         var reencoded: Int64 = 0
+        var joinsAtLoweredRate: [Int] = []
         if let plan = layout.audio, !plan.regions.isEmpty, let a0 = first.audio {
             let results = RegionResults(count: plan.regions.count)
             regionResults = results
@@ -315,6 +320,7 @@ public final class Merger {
                 }
                 for p in region.packets { try writeAudio(p, frame: p.p.pointee.pts) }
                 reencoded += Int64(region.frames.count)
+                if region.lowered { joinsAtLoweredRate += plan.regions[nextRegion].clips.dropFirst() }
                 taken = nil
                 nextRegion += 1
             }
@@ -418,7 +424,7 @@ public final class Merger {
         let bytes: Int64 = stat(path, &st) == 0 ? Int64(st.st_size) : 0
         return MergeResult(
             output: options.output, clips: clips.count, videoFrames: videoFrames,
-            audioFrames: layout.audio?.frameCount ?? 0, reencodedAudioFrames: reencoded,
+            audioFrames: layout.audio?.frameCount ?? 0, reencodedAudioFrames: reencoded, joinsAtLoweredRate: joinsAtLoweredRate,
             rotation: layout.rotation, bytes: bytes, moovReserved: reserve, moovUsed: nil,
             usedSecondPass: !onePass,
             sources: clips.indices.map { i in

@@ -261,10 +261,14 @@ struct AudioRegionRenderer {
         let energyPerFrame: Double
         let noisePerFrame: Double
 
+        /// Sound energy per frame (all channels) under which a region is silence: an RMS of about
+        /// -83 dBFS in stereo.
+        static let silence = 1e-5
+
         /// `levels`: the coding's, frame by frame; `energy`: the sound's over those frames. Nil
         /// for silence (nothing to match).
         init?(_ levels: [JoinNoise.Level], energy: Double) {
-            guard !levels.isEmpty, energy > JoinNoise.inaudible * Double(levels.count) else { return nil }
+            guard !levels.isEmpty, energy > Self.silence * Double(levels.count) else { return nil }
             energyPerFrame = energy / Double(levels.count)
             noisePerFrame = levels.reduce(0) { $0 + $1.noise } / Double(levels.count)
         }

@@ -30,8 +30,11 @@ public struct FeedEntry: Codable, Sendable, Equatable {
     public var renditions: [Rendition]
     public var storyboard: String?
     public var audio: Rendition?
+    /// A recording still being recorded: its playlists grow (`EVENT`); a player reads them again
+    /// and starts at their live edge. Absent when false.
+    public var live: Bool?
 
-    enum CodingKeys: String, CodingKey { case id, cover, covers, master, duration, prefetch, renditions, storyboard, audio }
+    enum CodingKeys: String, CodingKey { case id, cover, covers, master, duration, prefetch, renditions, storyboard, audio, live }
 
     /// Reads an entry written by any version: folders published before `covers`, `prefetch` or
     /// `renditions` existed have none of them.
@@ -46,6 +49,7 @@ public struct FeedEntry: Codable, Sendable, Equatable {
         renditions = try c.decodeIfPresent([Rendition].self, forKey: .renditions) ?? []
         storyboard = try c.decodeIfPresent(String.self, forKey: .storyboard)
         audio = try c.decodeIfPresent(Rendition.self, forKey: .audio)
+        live = try c.decodeIfPresent(Bool.self, forKey: .live)
     }
 
     public struct Cover: Codable, Sendable, Equatable {

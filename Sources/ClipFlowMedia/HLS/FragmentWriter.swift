@@ -63,11 +63,18 @@ final class FragmentWriter {
 
     var stream: UnsafeMutablePointer<AVStream> { ctx.pointee.streams[0]! }
 
-    /// The init segment.
-    func header() throws -> [UInt8] {
+    /// The init segment. `keepingTime`: the segments carry the packets' own decode times (their
+    /// `tfdt`), not times from 0 (a rendition whose timeline starts later: `LiveLadder`).
+    func header(keepingTime: Bool = false) throws -> [UInt8] {
         var opts: OpaquePointer? = nil
         defer { av_dict_free(&opts) }
-        av_dict_set(&opts, "movflags", "+frag_custom+empty_moov+default_base_moof+skip_trailer", 0)
+        av_dict_set(&opts, "movflags", "+frag_custom+empty_moov+default_base_moof+skip_trailer" + (keepingTime ? "+frag_discont" : ""), 0)
+        if keepingTime {
+            // Otherwise the muxer moves the first packet to 0 (`avoid_negative_ts` make_zero,
+            // without an edit list) before `frag_discont` can keep its time.
+            av_dict_set(&opts, "use_editlist", "0", 0)
+            ctx.pointee.avoid_negative_ts = 0
+        }
         try FF.check(avformat_write_header(ctx, &opts), "writing an init segment")
         avio_flush(ctx.pointee.pb)
         return collector.take()

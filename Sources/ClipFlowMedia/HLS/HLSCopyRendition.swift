@@ -23,12 +23,14 @@ final class CopyRenditionStage: Stage {
     private let singleFile: Bool
     private let withAudio: Bool
     private let makesPoster: Bool
+    private let timelineStart: Double
     private var inputs: [String] = []
     var inputTypes: Set<PortType> { [.clips, .video] }
     var outputType: PortType? { .rendition }
 
-    init(id: String, ladder: LadderFolder, schedule: SegmentSchedule, singleFile: Bool, withAudio: Bool, makesPoster: Bool) {
+    init(id: String, ladder: LadderFolder, schedule: SegmentSchedule, singleFile: Bool, withAudio: Bool, makesPoster: Bool, timelineStart: Double = 0) {
         self.id = id
+        self.timelineStart = timelineStart
         self.ladder = ladder
         self.schedule = schedule
         self.singleFile = singleFile
@@ -58,13 +60,15 @@ final class CopyRenditionStage: Stage {
             context.onCancel { [ladder] in ladder.cancelPoster() }
         }
         let video = try CopiedTrack(
-            source, stream: Int(v), name: "copy", ladder: ladder, schedule: schedule, singleFile: singleFile, path: path, alone: withAudio)
+            source, stream: Int(v), name: "copy", ladder: ladder, schedule: schedule, singleFile: singleFile, path: path, alone: withAudio,
+            timelineStart: timelineStart)
         var audio: CopiedTrack?
         if withAudio {
             let a = av_find_best_stream(source.ctx, AVMEDIA_TYPE_AUDIO, -1, Int32(v), nil, 0)
             if a >= 0 {
                 audio = try CopiedTrack(
-                    source, stream: Int(a), name: "audio", ladder: ladder, schedule: schedule, singleFile: singleFile, path: path, alone: true)
+                    source, stream: Int(a), name: "audio", ladder: ladder, schedule: schedule, singleFile: singleFile, path: path, alone: true,
+                    timelineStart: timelineStart)
             }
         }
         let packet = try Packet()
@@ -120,6 +124,8 @@ final class CopyRenditionStage: Stage {
         private let files: RenditionFiles
         private let timeBase: AVRational
         private let offset: Int64
+        /// Ticks added to every written timestamp: the ladder's `timelineStart`.
+        private let shift: Int64
         private let isVideo: Bool
         private let codecs: String
         private let size: PictureSize
@@ -136,7 +142,7 @@ final class CopyRenditionStage: Stage {
         /// `alone`: no encoded rendition is made beside the copy (a turned picture is carried then).
         init(
             _ source: Demuxer, stream: Int, name: String, ladder: LadderFolder, schedule: SegmentSchedule, singleFile: Bool, path: String,
-            alone: Bool
+            alone: Bool, timelineStart: Double
         ) throws {
             var turn: Double? = nil
             self.stream = stream
@@ -149,6 +155,7 @@ final class CopyRenditionStage: Stage {
             isVideo = par.pointee.codec_type == AVMEDIA_TYPE_VIDEO
             let start = source.ctx.pointee.start_time == cf_nopts() ? 0 : source.ctx.pointee.start_time
             offset = av_rescale_q(start, AVRational(num: 1, den: AV_TIME_BASE), timeBase)
+            shift = Int64((timelineStart * Double(timeBase.den) / Double(timeBase.num)).rounded())
             let extradata = par.pointee.extradata.map { Array(UnsafeBufferPointer(start: $0, count: Int(par.pointee.extradata_size))) } ?? []
             if isVideo {
                 switch par.pointee.codec_id {
@@ -192,7 +199,7 @@ final class CopyRenditionStage: Stage {
                     UInt32(UInt8(ascii: "h")) | UInt32(UInt8(ascii: "v")) << 8 | UInt32(UInt8(ascii: "c")) << 16 | UInt32(UInt8(ascii: "1")) << 24
             }
             files = try RenditionFiles(name: name, ladder: ladder.work, singleFile: singleFile)
-            try files.writeInit(try writer.header())
+            try files.writeInit(try writer.header(keepingTime: shift != 0))
         }
 
         private func seconds(_ ticks: Int64) -> Double { Double(ticks) * Double(timeBase.num) / Double(timeBase.den) }
@@ -213,8 +220,8 @@ final class CopyRenditionStage: Stage {
                 nextBoundary = schedule.boundary(after: time + halfFrame)
             }
             end = max(end, pts + (p.duration > 0 ? p.duration : Int64((2 * halfFrame * Double(timeBase.den) / Double(timeBase.num)).rounded())))
-            packet.p.pointee.pts = p.pts == cf_nopts() ? cf_nopts() : p.pts - offset
-            packet.p.pointee.dts = p.dts == cf_nopts() ? cf_nopts() : p.dts - offset
+            packet.p.pointee.pts = p.pts == cf_nopts() ? cf_nopts() : p.pts - offset + shift
+            packet.p.pointee.dts = p.dts == cf_nopts() ? cf_nopts() : p.dts - offset + shift
             try writer.write(packet, in: timeBase)
             return time
         }

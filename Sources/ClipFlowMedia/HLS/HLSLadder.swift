@@ -90,11 +90,15 @@ public struct HLSLadder: Sendable {
     /// The seek preview (`Storyboard`) is made: one picture decoded per segment of the smallest
     /// rendition, after every rendition is complete.
     public var storyboard: Bool
+    /// Seconds a copy-only ladder's timeline starts at (its first picture's time in the segments):
+    /// a recording's fragment placed after the ones before it (`LiveLadder`).
+    public var timelineStart: Double
 
     public init(
         output: String, ladder: LadderChoice = LadderChoice(rungs: nil), schedule: SegmentSchedule = .vod, encoderPreset: String = "veryfast",
-        singleFile: Bool = false, reuse: LadderReuse? = nil, overwrite: Bool = false, storyboard: Bool = true
+        singleFile: Bool = false, reuse: LadderReuse? = nil, overwrite: Bool = false, storyboard: Bool = true, timelineStart: Double = 0
     ) {
+        self.timelineStart = timelineStart
         self.overwrite = overwrite
         self.storyboard = storyboard
         self.output = output
@@ -148,9 +152,11 @@ public struct HLSLadder: Sendable {
         if ladder.copy {
             let copyID = "\(id).copy", alone = rungs.isEmpty
             let poster = reuse?.poster != true
+            let start = timelineStart
             nodes.append(
                 StageNode(copyID) {
-                    CopyRenditionStage(id: copyID, ladder: folder, schedule: schedule, singleFile: single, withAudio: alone, makesPoster: poster)
+                    CopyRenditionStage(
+                        id: copyID, ladder: folder, schedule: schedule, singleFile: single, withAudio: alone, makesPoster: poster, timelineStart: start)
                 })
             edges.append(Edge(from: copyID, to: id))
             entries.append(copyID)

@@ -9,6 +9,9 @@ struct HLSSegment: Equatable, Codable {
     var bytes: Int
     var offset: Int? = nil
     var iframe: ByteRange?
+    /// A discontinuity before this segment, which starts with this init section (a live ladder's
+    /// fragment whose codec parameters differ from the one before it); nil: none.
+    var newInit: String? = nil
 }
 
 /// `length` bytes from `offset` (EXT-X-BYTERANGE).
@@ -53,14 +56,21 @@ struct HLSTrack: Codable {
 enum HLSPlaylists {
     static let version = 7
 
-    static func media(_ t: HLSTrack) -> String {
-        var s = header(t.targetDuration) + map(t)
+    /// What a media playlist is: a whole video (`VOD`), or one that grows at its end while it is
+    /// recorded (`EVENT`), closed by `#EXT-X-ENDLIST` once it ended.
+    enum PlaylistType {
+        case vod, event, closedEvent
+    }
+
+    static func media(_ t: HLSTrack, type: PlaylistType = .vod) -> String {
+        var s = header(t.targetDuration, type: type == .vod ? "VOD" : "EVENT") + map(t)
         for seg in t.segments {
+            if let uri = seg.newInit { s += "#EXT-X-DISCONTINUITY\n#EXT-X-MAP:URI=\"\(uri)\"\n" }
             s += String(format: "#EXTINF:%.6f,\n", seg.seconds)
             if let o = seg.offset { s += "#EXT-X-BYTERANGE:\(ByteRange(offset: o, length: seg.bytes).tag)\n" }
             s += seg.uri + "\n"
         }
-        return s + "#EXT-X-ENDLIST\n"
+        return type == .event ? s : s + "#EXT-X-ENDLIST\n"
     }
 
     private static func map(_ t: HLSTrack) -> String {
@@ -103,7 +113,7 @@ enum HLSPlaylists {
         return s
     }
 
-    private static func header(_ target: Int) -> String {
-        "#EXTM3U\n#EXT-X-VERSION:\(version)\n#EXT-X-TARGETDURATION:\(target)\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-INDEPENDENT-SEGMENTS\n"
+    private static func header(_ target: Int, type: String = "VOD") -> String {
+        "#EXTM3U\n#EXT-X-VERSION:\(version)\n#EXT-X-TARGETDURATION:\(target)\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-PLAYLIST-TYPE:\(type)\n#EXT-X-INDEPENDENT-SEGMENTS\n"
     }
 }

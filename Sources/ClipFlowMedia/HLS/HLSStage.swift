@@ -24,6 +24,9 @@ public enum HLSStage {
             ParamSpec(
                 "storyboard", .boolean, default: .bool(true),
                 help: "make the seek preview (storyboard.jpg and .vtt: a picture decoded per segment of the smallest rendition)"),
+            ParamSpec(
+                "timeline-start", .number(min: 0, max: 366 * 86400), default: .number(0),
+                help: "seconds the copy's timeline starts at (a recording's fragment after the ones before it); copy alone only"),
             .overwrite
         ],
         queue: DecodeStage.kind.queue,
@@ -31,6 +34,9 @@ public enum HLSStage {
             var issues: [PipelineIssue] = []
             if let l = p.string("ladder"), LadderChoice.parse(l) == nil {
                 issues.append(PipelineIssue("\(path).ladder", "expected \(LadderChoice.expected), got \"\(l)\""))
+            }
+            if (p.double("timeline-start") ?? 0) > 0, LadderChoice.parse(p.string("ladder") ?? "auto")?.rungs?.isEmpty != true {
+                issues.append(PipelineIssue("\(path).timeline-start", "only a copy alone (ladder copy) starts its timeline elsewhere than 0"))
             }
             switch (p.string("reuse"), p.string("reuse-renditions")) {
             case (nil, nil): break
@@ -52,7 +58,7 @@ public enum HLSStage {
                 reuse: p.string("reuse").map {
                     LadderReuse(folder: URL(fileURLWithPath: $0), named: LadderReuse.names(p.string("reuse-renditions") ?? "") ?? [])
                 },
-                overwrite: p.bool("overwrite") ?? false, storyboard: p.bool("storyboard") ?? true
+                overwrite: p.bool("overwrite") ?? false, storyboard: p.bool("storyboard") ?? true, timelineStart: p.double("timeline-start") ?? 0
             ).graph(id: id)
         })
 }

@@ -32,6 +32,9 @@ public struct ServeOptions: Sendable {
     public var databaseSource = "--database"
     /// Seconds without a heartbeat after which another server takes over a job (PostgreSQL).
     public var jobLease: Double = 60
+    /// Seconds without a new fragment after which a recording its recorder did not end ends
+    /// (`LiveRecordings`).
+    public var recordingTimeout: Double = 120
     /// Connections served at once (1 to `maxConnectionsBound`); more wait in the listen queue (and
     /// are refused by the system once it is full) until one closes.
     public var maxConnections: Int = 2048
@@ -193,7 +196,8 @@ public enum ClipFlowServer {
         let processor = Processor(
             database: database, uploads: files, media: media, data: options.data, workers: options.workers, limits: options.processing,
             lease: options.jobLease, alone: postgres == nil, observer: ProcessingReport(log: log, metrics: metrics))
-        let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files)
+        let recordings = LiveRecordings(database: database, processor: processor, uploads: files, timeout: options.recordingTimeout)
+        let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files, recordings: recordings)
         let tus = TUSServer(
             database: database, files: files, limits: options.tus, admit: api.admit,
             completed: { upload in
@@ -235,7 +239,10 @@ public enum ClipFlowServer {
             app.addServices(ProcessingService(processor: processor, database: database, serverStarted: serverStarted))
             if let postgres { app.addServices(JobNotifications(client: postgres.client, wake: processor.wake)) }
         }
-        if options.role.takesUploads { app.addServices(UploadSweeper(tus: tus, interval: options.sweepInterval)) }
+        if options.role.takesUploads {
+            app.addServices(UploadSweeper(tus: tus, interval: options.sweepInterval))
+            if recordings.unsupported == nil { app.addServices(LiveRecordingService(recordings: recordings)) }
+        }
         try await app.run()
     }
 }

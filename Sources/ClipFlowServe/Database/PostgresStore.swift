@@ -235,7 +235,7 @@ final class PostgresStore: ServeStore {
             client.query(
                 """
                 SELECT \(unescaped: Self.uploadColumns) FROM uploads u WHERE completed_at IS NOT NULL AND video_id IS NOT NULL
-                  AND NOT EXISTS (SELECT 1 FROM videos v WHERE v.id = u.video_id AND (v.upload_id = u.id OR (v.status = 'pending' AND v.upload_id IS NULL)))
+                  AND NOT EXISTS (SELECT 1 FROM videos v WHERE v.id = u.video_id AND \(unescaped: VideoConditions.takes(video: "v", upload: "u")))
                 """, logger: logger))
     }
 
@@ -247,18 +247,18 @@ final class PostgresStore: ServeStore {
 
     // MARK: videos
 
-    private static let videoColumns = "id, name, description, client_id, status, mode, error, duration, upload_id, published, renditions, created_at"
+    private static let videoColumns = "id, name, description, client_id, status, mode, error, duration, upload_id, published, renditions, created_at, fragments"
 
     private func videos(_ rows: PostgresRowSequence) async throws -> [VideoRow] {
         var out: [VideoRow] = []
-        for try await (id, name, description, client, status, mode, error, duration, upload, published, renditions, created) in rows.decode(
-            (Int64, String, String?, Int64, String, String, String?, Double?, String?, String, String, Double).self)
+        for try await (id, name, description, client, status, mode, error, duration, upload, published, renditions, created, fragments) in rows.decode(
+            (Int64, String, String?, Int64, String, String, String?, Double?, String?, String, String, Double, Int64?).self)
         {
             out.append(
                 VideoRow(
                     id: id, name: name, description: description, clientID: client, status: VideoRow.Status(rawValue: status) ?? .error,
                     mode: VideoRow.Mode(rawValue: mode) ?? .ladder, error: error, duration: duration, uploadID: upload, published: published,
-                    renditions: renditions, createdAt: created))
+                    renditions: renditions, createdAt: created, fragments: fragments))
         }
         return out
     }
@@ -267,9 +267,9 @@ final class PostgresStore: ServeStore {
         try await videos(
             client.query(
                 """
-                INSERT INTO videos (name, description, client_id, status, mode, error, duration, upload_id, published, renditions, created_at)
+                INSERT INTO videos (name, description, client_id, status, mode, error, duration, upload_id, published, renditions, created_at, fragments)
                 VALUES (\(v.name), \(v.description), \(v.clientID), \(v.status.rawValue), \(v.mode.rawValue), \(v.error), \(v.duration),
-                  \(v.uploadID), \(v.published), \(v.renditions), \(v.createdAt))
+                  \(v.uploadID), \(v.published), \(v.renditions), \(v.createdAt), \(v.fragments))
                 RETURNING \(unescaped: Self.videoColumns)
                 """, logger: logger)
         ).first!
@@ -291,7 +291,28 @@ final class PostgresStore: ServeStore {
     func playable() async throws -> [VideoRow] {
         try await videos(
             client.query(
-                "SELECT \(unescaped: Self.videoColumns) FROM videos WHERE status IN ('viewable', 'ready') ORDER BY id DESC", logger: logger))
+                "SELECT \(unescaped: Self.videoColumns) FROM videos WHERE \(unescaped: VideoConditions.playable) ORDER BY id DESC", logger: logger))
+    }
+
+    func recordings() async throws -> [VideoRow] {
+        try await videos(
+            client.query(
+                "SELECT \(unescaped: Self.videoColumns) FROM videos WHERE \(unescaped: VideoConditions.unmergedRecording) ORDER BY id", logger: logger))
+    }
+
+    func endRecording(_ id: Int64, fragments: Int64, replacing: Bool) async throws -> Bool {
+        let rows = try await client.query(
+            """
+            UPDATE videos SET fragments = \(fragments) WHERE id = \(id) AND status = 'recording' \(unescaped: replacing ? "" : "AND fragments IS NULL")
+            RETURNING id
+            """, logger: logger
+        ).collect()
+        return rows.count == 1
+    }
+
+    func publishLive(_ id: Int64, status: VideoRow.Status, duration: Double) async throws {
+        try await client.query(
+            "UPDATE videos SET published = 'live', status = \(status.rawValue), duration = \(duration) WHERE id = \(id)", logger: logger)
     }
 
     func update(_ v: VideoRow) async throws {
@@ -299,7 +320,7 @@ final class PostgresStore: ServeStore {
             """
             UPDATE videos SET name = \(v.name), description = \(v.description), client_id = \(v.clientID), status = \(v.status.rawValue),
               mode = \(v.mode.rawValue), error = \(v.error), duration = \(v.duration), upload_id = \(v.uploadID), published = \(v.published),
-              renditions = \(v.renditions)
+              renditions = \(v.renditions), fragments = \(v.fragments)
             WHERE id = \(v.id!)
             """, logger: logger)
     }
@@ -313,8 +334,8 @@ final class PostgresStore: ServeStore {
         try await client.withTransaction(logger: logger) { db in
             let bound = try await db.query(
                 """
-                UPDATE videos SET upload_id = \(upload), status = 'processing'
-                WHERE id = \(id) AND status = 'pending' AND upload_id IS NULL RETURNING id
+                UPDATE videos SET upload_id = \(upload), status = \(unescaped: VideoConditions.boundStatus)
+                WHERE id = \(id) AND \(unescaped: VideoConditions.bindable) RETURNING id
                 """, logger: logger
             ).collect()
             if bound.count == 1 {

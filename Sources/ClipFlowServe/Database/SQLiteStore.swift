@@ -120,7 +120,26 @@ final class SQLiteStore: ServeStore {
 
     func playable() async throws -> [VideoRow] {
         try await queue.read { db in
-            try VideoRow.filter(sql: "status IN ('viewable', 'ready')").order(Column("id").desc).fetchAll(db)
+            try VideoRow.filter(sql: VideoConditions.playable).order(Column("id").desc).fetchAll(db)
+        }
+    }
+
+    func recordings() async throws -> [VideoRow] {
+        try await queue.read { db in try VideoRow.filter(sql: VideoConditions.unmergedRecording).order(Column("id")).fetchAll(db) }
+    }
+
+    func endRecording(_ id: Int64, fragments: Int64, replacing: Bool) async throws -> Bool {
+        try await queue.write { db in
+            try db.execute(
+                sql: "UPDATE videos SET fragments = ? WHERE id = ? AND status = 'recording'" + (replacing ? "" : " AND fragments IS NULL"),
+                arguments: [fragments, id])
+            return db.changesCount == 1
+        }
+    }
+
+    func publishLive(_ id: Int64, status: VideoRow.Status, duration: Double) async throws {
+        try await queue.write { db in
+            try db.execute(sql: "UPDATE videos SET published = 'live', status = ?, duration = ? WHERE id = ?", arguments: [status, duration, id])
         }
     }
 
@@ -145,7 +164,7 @@ final class SQLiteStore: ServeStore {
             try UploadRow.filter(
                 sql: """
                     completed_at IS NOT NULL AND video_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM videos v WHERE v.id = uploads.video_id
-                      AND (v.upload_id = uploads.id OR (v.status = 'pending' AND v.upload_id IS NULL)))
+                      AND \(VideoConditions.takes(video: "v", upload: "uploads")))
                     """
             ).fetchAll(db)
         }
@@ -157,10 +176,10 @@ final class SQLiteStore: ServeStore {
 
     func uploaded(video id: Int64, upload: String) async throws {
         try await queue.write { db in
-            guard var v = try VideoRow.fetchOne(db, key: id), v.status == .pending, v.uploadID == nil else { return }
-            v.uploadID = upload
-            v.status = .processing
-            try v.update(db)
+            try db.execute(
+                sql: "UPDATE videos SET upload_id = ?, status = \(VideoConditions.boundStatus) WHERE id = ? AND \(VideoConditions.bindable)",
+                arguments: [upload, id])
+            guard db.changesCount == 1 else { return }
             var job = JobRow(id: nil, videoID: id, state: .queued, attempts: 0, queuedAt: Date().timeIntervalSince1970, owner: nil, heartbeat: nil)
             try job.insert(db)
         }

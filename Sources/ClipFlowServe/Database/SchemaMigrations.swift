@@ -40,7 +40,7 @@ struct SchemaMigration: Sendable {
 ///
 /// A change to the schema is a new migration at the end, for both dialects.
 enum SchemaMigrations {
-    static let all: [SchemaMigration] = [tables, jobNotifications, jobProbe]
+    static let all: [SchemaMigration] = [tables, jobNotifications, jobProbe, recordingFragments]
 
     /// The table that records what was applied: the same name and shape in both dialects.
     static let recordTable = "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
@@ -106,6 +106,9 @@ enum SchemaMigrations {
     /// A job keeps its upload's probe (`JobRow.probe`: `InspectSummary` as JSON), made once by its
     /// first step, so no later step (its ladder, a step tried again) probes again.
     static let jobProbe = SchemaMigration("job probe", both: ["ALTER TABLE jobs ADD COLUMN probe TEXT"])
+
+    /// A recording's fragment count, once it ended (`VideoRow.fragments`).
+    static let recordingFragments = SchemaMigration("recording fragments", both: ["ALTER TABLE videos ADD COLUMN fragments BIGINT"])
 
     /// The migrations a database that recorded `applied` lacks, in order. Throws, naming
     /// `database` and the migrations, when `applied` has one this list does not: a newer clipflow

@@ -44,6 +44,9 @@ struct VideoRow: Codable, Sendable, Equatable {
     enum Status: String, Codable, Sendable {
         /// Made; waiting for its upload.
         case pending
+        /// A recording: its fragments arrive while it is recorded, each appended to its live
+        /// playlists (`published` is "live" once the first is), until its end.
+        case recording
         /// Uploaded; waiting for or in processing.
         case processing
         /// The smallest rendition is published and plays; the rest is being made.
@@ -75,6 +78,9 @@ struct VideoRow: Codable, Sendable, Equatable {
     /// Renditions published, as "720p,360p".
     var renditions: String
     var createdAt: Double
+    /// A recording's fragment count, known once it ended (its recorder said so, or it timed
+    /// out); nil before, and for a video that is not a recording.
+    var fragments: Int64? = nil
 }
 
 /// A processing job: one per uploaded video. One worker holds it at a time (`state` running,
@@ -129,12 +135,23 @@ protocol ServeStore: Sendable {
     func video(_ id: Int64) async throws -> VideoRow?
     /// A page of videos, newest first, and how many there are.
     func videos(page: Int, perPage: Int) async throws -> ([VideoRow], Int)
-    /// Viewable and ready videos, newest first.
+    /// Viewable and ready videos, and recordings that play already, newest first.
     func playable() async throws -> [VideoRow]
+    /// Recordings not yet merged (being recorded, or ended without their merged upload), oldest
+    /// first.
+    func recordings() async throws -> [VideoRow]
+    /// Records that recording `id` has `fragments` fragments (its end), unless an end was
+    /// recorded already (`replacing`: whatever was recorded); false when it is not a recording
+    /// being recorded, or had its end.
+    func endRecording(_ id: Int64, fragments: Int64, replacing: Bool) async throws -> Bool
+    /// Recording `id` plays from its live folder (`published` "live") with `status` and lasts
+    /// `duration` seconds so far.
+    func publishLive(_ id: Int64, status: VideoRow.Status, duration: Double) async throws
     func update(_ video: VideoRow) async throws
     func deleteVideo(_ id: Int64) async throws
     /// Binds a finished upload to its video and queues its processing, in one transaction (a crash
-    /// leaves both or neither); a video bound already is left as it is.
+    /// leaves both or neither); a video bound already is left as it is. A recording's merged
+    /// fragments are bound so too (it stays `viewable` if it plays already).
     func uploaded(video: Int64, upload: String) async throws
 
     /// Takes a queued job of one of `steps` for `owner` (never one another server holds): the
@@ -165,4 +182,22 @@ protocol ServeStore: Sendable {
 
     /// How many jobs are in each state (states without a job are absent).
     func jobCounts() async throws -> [JobRow.State: Int]
+}
+
+/// Conditions both stores' SQL shares (one definition, so the dialects cannot drift apart).
+enum VideoConditions {
+    /// A video the feed shows: viewable, ready, or a recording that plays already.
+    static let playable = "(status IN ('viewable', 'ready') OR (status = 'recording' AND published <> ''))"
+    /// Video `v` still takes upload `u` (SQL names of the two rows): bound to it, waiting for
+    /// its upload, or a recording not yet merged (its fragments are uploads it keeps).
+    static func takes(video v: String, upload u: String) -> String {
+        "(\(v).upload_id = \(u).id OR (\(v).upload_id IS NULL AND \(v).status IN ('pending', 'recording', 'viewable')))"
+    }
+    /// A recording not yet merged: being recorded, or ended and playing from its live folder
+    /// without an upload.
+    static let unmergedRecording = "(status = 'recording' OR (status = 'viewable' AND upload_id IS NULL))"
+    /// A video waiting to be bound to an upload: made for one, or a recording (ended or not).
+    static let bindable = "upload_id IS NULL AND status IN ('pending', 'recording', 'viewable')"
+    /// The status a video bound to its upload takes: a video that plays already stays viewable.
+    static let boundStatus = "CASE WHEN published <> '' THEN 'viewable' ELSE 'processing' END"
 }

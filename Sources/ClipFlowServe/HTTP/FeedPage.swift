@@ -15,6 +15,9 @@ import Foundation
 ///   trackpad gesture (its inertia is the same gesture), without a click first;
 /// - the address follows the video on screen (`/v/ID`), so it can be shared or reloaded;
 /// - a portrait video fills a portrait screen; anything else is fitted (letterboxed).
+/// - a recording being recorded (`feed.json` entry `live`) has a LIVE mark and starts at its live
+///   edge (the newest segment of its playlist), which it reads again as it grows; once the
+///   playlist is closed it is a video like the others (mark gone, looping).
 ///
 /// How it starts fast: the player is Media Source Extensions over the ladder's fMP4 segments
 /// (`feed.json` lists every rendition's codecs, peak rate, init and first segment). The start rung

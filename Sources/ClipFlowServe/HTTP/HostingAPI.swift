@@ -10,7 +10,8 @@ import Hummingbird
 /// (`Gcore`: `Refresh`, `Tokens`, `NewVideo`, `Video`, `UploadTarget`, `Refusal`):
 ///
 ///     POST   /auth/refresh        {"refresh": API key}      -> {"access"}  (an access token, 1 h)
-///     POST   /videos              {"name", "description"?, "client_id"?, "mode"?: "ladder"|"copy"} -> 201 video
+///     POST   /videos              {"name", "description"?, "client_id"?, "mode"?: "ladder"|"copy", "recording"?: true} -> 201 video
+///     POST   /videos/{id}/end     {"fragments": N}  a recording's recorder stopped after N fragments -> 202 video
 ///     GET    /videos?page=&per_page=                         -> [video]  (newest first; X-Total-Count)
 ///     GET    /videos/{id}                                    -> video
 ///     DELETE /videos/{id}                                    -> 204 (its upload and media removed)
@@ -20,7 +21,10 @@ import Hummingbird
 ///                                 (`Pages`; the API key as a Bearer token or a Basic password)
 ///     GET    /favicon.ico         the icon (public)
 ///
-/// A video: `id, name, description, client_id, status (pending, processing, viewable, ready,
+/// A recording (`"recording": true`) takes its fragments as TUS uploads whose metadata adds
+/// `fragment` (the index from 0) to `video_id` and `token`, and plays while it is recorded
+/// (`LiveRecordings`).
+/// A video: `id, name, description, client_id, status (pending, recording, processing, viewable, ready,
 /// error), error, duration, screenshot, hls_url, renditions [{name, status}], progress,
 /// created_at`. The management routes need `Authorization: Bearer` with the API key or an access
 /// token when the server has a key (401 otherwise); the upload's TUS creation carries the upload
@@ -36,10 +40,12 @@ struct HostingAPI: Sendable {
     let tokens: Tokens
     let processor: Processor
     let uploads: any UploadStorage
+    let recordings: LiveRecordings
     static let maxBody = 64 << 10
     static let maxPage = 1_000_000_000
 
-    init(database: any ServeStore, tokens: Tokens, processor: Processor, uploads: any UploadStorage) {
+    init(database: any ServeStore, tokens: Tokens, processor: Processor, uploads: any UploadStorage, recordings: LiveRecordings) {
+        self.recordings = recordings
         self.database = database
         self.tokens = tokens
         self.processor = processor
@@ -63,6 +69,7 @@ struct HostingAPI: Sendable {
         videos.get(":id") { request, context in JSONAnswer(value: try await describe(try await video(context), request)) }
         videos.delete(":id") { _, context in try await remove(try await video(context)) }
         videos.get(":id/upload") { request, context in try uploadTarget(try await video(context), request) }
+        videos.post(":id/end") { request, context in try await end(try await video(context), request) }
     }
 
     // MARK: routes
@@ -79,9 +86,11 @@ struct HostingAPI: Sendable {
 
     private func create(_ request: Request) async throws -> JSONAnswer<VideoResource> {
         let body = try NewVideoBody(try await jsonBody(request, as: Gcore.NewVideo.self, expecting: NewVideoBody.expected))
+        if body.recording, let reason = recordings.unsupported { throw HTTPRefusal(.notImplemented, "recording: \(reason)") }
         let row = try await database.insert(
             VideoRow(
-                id: nil, name: body.name, description: body.description, clientID: body.clientID, status: .pending, mode: body.mode, error: nil,
+                id: nil, name: body.name, description: body.description, clientID: body.clientID, status: body.recording ? .recording : .pending,
+                mode: body.mode, error: nil,
                 duration: nil,
                 uploadID: nil, published: "", renditions: "", createdAt: Date().timeIntervalSince1970))
         return JSONAnswer(value: try await describe(row, request), status: .created)
@@ -109,8 +118,22 @@ struct HostingAPI: Sendable {
         return Response(status: .noContent)
     }
 
+    /// A recording's end: its recorder made `fragments` fragments (a second end with the same
+    /// count is answered the same; another count, or a video that is not being recorded: 409).
+    private func end(_ v: VideoRow, _ request: Request) async throws -> JSONAnswer<VideoResource> {
+        let body = try await jsonBody(request, as: RecordingEnd.self, expecting: ["fragments": RecordingEnd.expected])
+        guard let n = body.fragments, (1...Int64(LiveRecordings.maxFragment + 1)).contains(n) else {
+            throw HTTPRefusal(.badRequest, "fragments: expected \(RecordingEnd.expected)")
+        }
+        guard try await recordings.end(v.id!, fragments: n) else {
+            throw HTTPRefusal(
+                .conflict, v.status == .recording ? "video \(v.id!) ended already with \(v.fragments ?? 0) fragments" : "video \(v.id!) is not being recorded")
+        }
+        return JSONAnswer(value: try await describe(try await database.video(v.id!) ?? v, request), status: .accepted)
+    }
+
     private func uploadTarget(_ v: VideoRow, _ request: Request) throws -> JSONAnswer<Gcore.UploadTarget> {
-        guard v.status == .pending else { throw HTTPRefusal(.conflict, "video \(v.id!) was uploaded already") }
+        guard v.status == .pending || v.status == .recording else { throw HTTPRefusal(.conflict, "video \(v.id!) was uploaded already") }
         return JSONAnswer(
             value: Gcore.UploadTarget(
                 servers: [.init(id: 1, hostname: request.head.authority ?? "127.0.0.1")], token: tokens.upload(video: v.id!),
@@ -242,13 +265,39 @@ extension HostingAPI {
         case .expired: throw HTTPRefusal(.unauthorized, "the upload token expired; ask GET /videos/\(id)/upload for a new one")
         case .wrong: throw HTTPRefusal(.forbidden, "the upload token is not this video's")
         }
-        guard v.status == .pending else { throw HTTPRefusal(.conflict, "video \(id) was uploaded already") }
+        if let text = metadata[LiveRecordings.fragmentKey] {
+            try await admitFragment(text, of: v)
+            return .video(id)
+        }
+        guard v.status == .pending else {
+            throw HTTPRefusal(
+                .conflict, v.status == .recording ? "video \(id) is a recording: each upload names its fragment" : "video \(id) was uploaded already")
+        }
         return .video(id)
     }
 
-    /// A finished upload that carries a video: bound to it and queued for processing.
+    /// Whether fragment `text` of recording `v` may be uploaded: a whole number within the
+    /// recording (its end, once known), not stored already (409, which tells a client that sent
+    /// it twice that it is there).
+    private func admitFragment(_ text: String, of v: VideoRow) async throws {
+        guard let index = Int(text), (0...LiveRecordings.maxFragment).contains(index), String(index) == text else {
+            throw HTTPRefusal(.badRequest, "fragment: expected a whole number from 0 to \(LiveRecordings.maxFragment), got '\(text.prefix(20))'")
+        }
+        guard v.status == .recording, v.fragments.map({ index < $0 }) ?? true else {
+            throw HTTPRefusal(.conflict, "video \(v.id!) is not being recorded (or ended before fragment \(index))")
+        }
+        let stored = try await database.uploads(ofVideo: v.id!).contains { $0.isComplete && LiveRecordings.fragmentIndex($0) == index }
+        if stored { throw HTTPRefusal(.conflict, "fragment \(index) of video \(v.id!) is stored already") }
+    }
+
+    /// A finished upload that carries a video: bound to it and queued for processing; a
+    /// recording's fragment goes to its live folder.
     func completed(_ upload: UploadRow) async {
         guard let vid = upload.videoID else { return }
+        if LiveRecordings.fragmentIndex(upload) != nil {
+            recordings.arrived(vid)
+            return
+        }
         try? await database.uploaded(video: vid, upload: upload.id)
         processor.wake()
     }
@@ -276,11 +325,12 @@ struct NewVideoBody {
     var description: String?
     var clientID: Int64
     var mode: VideoRow.Mode
+    var recording: Bool
 
     /// What each field must be.
     static let expected = [
         "name": "a non-empty string of at most 500 characters", "description": "a string or null",
-        "client_id": "a whole number from 0 to \(Int64.max)", "mode": "\"ladder\" or \"copy\""
+        "client_id": "a whole number from 0 to \(Int64.max)", "mode": "\"ladder\" or \"copy\"", "recording": "true or false"
     ]
 
     init(_ body: Gcore.NewVideo) throws {
@@ -292,5 +342,12 @@ struct NewVideoBody {
         clientID = body.clientID ?? 1
         guard let m = VideoRow.Mode(rawValue: body.mode ?? "ladder") else { throw refuse("mode") }
         mode = m
+        recording = body.recording ?? false
     }
+}
+
+/// The body of `POST /videos/{id}/end`.
+struct RecordingEnd: Decodable {
+    var fragments: Int64?
+    static let expected = "a whole number from 1 to \(LiveRecordings.maxFragment + 1)"
 }

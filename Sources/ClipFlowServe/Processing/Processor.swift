@@ -450,15 +450,8 @@ final class Processor: Sendable {
         _ id: Int64, _ input: String, _ choice: LadderChoice, into output: URL, inspect: StepPipeline.Inspection? = nil, share: (Double, Double),
         reuse: (folder: String, tracks: [String])? = nil, background: Bool = false, storyboard: Bool = true
     ) async throws -> InspectSummary? {
-        let pipeline = output.deletingLastPathComponent().appendingPathComponent(".\(output.lastPathComponent).json")
-        do {
-            try StepPipeline.text(input: input, output: output.path, ladder: choice, inspect: inspect, reuse: reuse, storyboard: storyboard)
-                .write(to: pipeline, atomically: true, encoding: .utf8)
-        } catch {
-            // A full disk is the server's, not the video's: the job goes back to the queue.
-            let failed = ClipFlowError.output("cannot write the step's pipeline '\(pipeline.path)'", writing: error)
-            throw failed.isDiskFull ? StepFault.diskFull(failed.message) : failed
-        }
+        let pipeline = try writePipeline(
+            StepPipeline.text(input: input, output: output.path, ladder: choice, inspect: inspect, reuse: reuse, storyboard: storyboard), for: output)
         defer { try? FileManager.default.removeItem(at: pipeline) }
         let nice = background ? ServeWorker.backgroundNice : 0
         // A remux is over in a fraction of a second, of which starting a process would be a
@@ -482,6 +475,35 @@ final class Processor: Sendable {
         }
         mark(id, .written)
         return found.withLock { $0 }
+    }
+
+    /// Writes a step's pipeline `text` beside `output` (`.NAME.json`, for the step's time).
+    private func writePipeline(_ text: String, for output: URL) throws -> URL {
+        let pipeline = output.deletingLastPathComponent().appendingPathComponent(".\(output.lastPathComponent).json")
+        do { try text.write(to: pipeline, atomically: true, encoding: .utf8) } catch {
+            // A full disk is the server's, not the video's: the job goes back to the queue.
+            let failed = ClipFlowError.output("cannot write the step's pipeline '\(pipeline.path)'", writing: error)
+            throw failed.isDiskFull ? StepFault.diskFull(failed.message) : failed
+        }
+        return pipeline
+    }
+
+    /// Copies fragment `input` of recording `video` into the folder `output` (an `hls` copy
+    /// alone, its timeline from `timelineStart`: `LiveLadder`), in the spare worker.
+    func copyFragment(_ video: Int64, input: String, into output: URL, timelineStart: Double) async throws {
+        let text = StepPipeline.text(
+            input: input, output: output.path, ladder: LadderChoice(rungs: [], copy: true), storyboard: false, timelineStart: timelineStart)
+        let pipeline = try writePipeline(text, for: output)
+        defer { try? FileManager.default.removeItem(at: pipeline) }
+        try await step(video, pipeline: pipeline.path, nice: 0, spare: true) { _ in }
+    }
+
+    /// Merges recording `video`'s fragments (`inputs`, in order) losslessly into the MP4
+    /// `output`, in a worker.
+    func mergeFragments(_ video: Int64, inputs: [String], into output: URL) async throws {
+        let pipeline = try writePipeline(StepPipeline.mergeText(inputs: inputs, output: output.path), for: output)
+        defer { try? FileManager.default.removeItem(at: pipeline) }
+        try await step(video, pipeline: pipeline.path, nice: 0, spare: false) { _ in }
     }
 
     /// A worker's refusal of its input (an answer, not a fault): its reason, and what its

@@ -22,6 +22,7 @@ public enum ServeWorker {
     public static let uploadStage = "upload"
     public static let probeStage = "probe"
     public static let ladderStage = "ladder"
+    public static let mergeStage = "merge"
 
     /// Runs a graph to its end, its events to the worker's `events`: the caller's front door
     /// (`clipflow serve-worker` passes the one every command runs through; a signal cancels the
@@ -238,7 +239,7 @@ public enum StepPipeline {
     /// The pipeline's text.
     public static func text(
         input: String, output: String, ladder choice: LadderChoice, inspect: Inspection? = nil, reuse: (folder: String, tracks: [String])? = nil,
-        storyboard: Bool = true
+        storyboard: Bool = true, timelineStart: Double? = nil
     ) -> String {
         var stages = [Stage(id: ServeWorker.uploadStage, kind: FilesStage.kind.name, paths: [input])]
         if let inspect {
@@ -251,7 +252,21 @@ public enum StepPipeline {
         stages.append(
             Stage(
                 id: ServeWorker.ladderStage, kind: HLSStage.kind.name, inputs: [stages[stages.count - 1].id], output: output, ladder: ladderField(choice),
-                profile: "feed", reuse: reuse?.folder, reuseRenditions: reuse?.tracks.joined(separator: ","), storyboard: storyboard ? nil : false))
+                profile: "feed", reuse: reuse?.folder, reuseRenditions: reuse?.tracks.joined(separator: ","), storyboard: storyboard ? nil : false,
+                timelineStart: timelineStart))
+        return serialized(stages)
+    }
+
+    /// A recording's fragments (`inputs`, in order) merged losslessly into the MP4 `output`
+    /// (`merge`, conforming a fragment that differs from the others).
+    public static func mergeText(inputs: [String], output: String) -> String {
+        serialized([
+            Stage(id: ServeWorker.uploadStage, kind: FilesStage.kind.name, paths: inputs),
+            Stage(id: ServeWorker.mergeStage, kind: MergeStage.kind.name, inputs: [ServeWorker.uploadStage], output: output, conform: true)
+        ])
+    }
+
+    private static func serialized(_ stages: [Stage]) -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         return String(decoding: (try? encoder.encode(File(version: 1, stages: stages))) ?? Data(), as: UTF8.self) + "\n"
@@ -278,9 +293,12 @@ public enum StepPipeline {
         var reuse: String? = nil
         var reuseRenditions: String? = nil
         var storyboard: Bool? = nil
+        var timelineStart: Double? = nil
+        var conform: Bool? = nil
 
         enum CodingKeys: String, CodingKey {
-            case id, kind, paths, inputs, copyable, output, ladder, profile, reuse, storyboard
+            case id, kind, paths, inputs, copyable, output, ladder, profile, reuse, storyboard, conform
+            case timelineStart = "timeline-start"
             case maxPicture = "max-picture"
             case maxDuration = "max-duration"
             case maxFrameRate = "max-frame-rate"

@@ -16,7 +16,8 @@ import Hummingbird
 ///   caches); the log names the file (relative to the data folder) and the reason.
 /// - Every answer carries the type from that table, `X-Content-Type-Options: nosniff`, an `ETag`
 ///   and `Last-Modified`, and `Cache-Control: public, max-age=31536000, immutable`: a ladder's
-///   folder is written once under a new name and never changed, so its files may be kept for good.
+///   folder is written once under a new name and never changed, so its files may be kept for good
+///   (but a recording's live playlists, which grow: `cacheControl(for:)`).
 /// - `If-None-Match` (or, without it, `If-Modified-Since`) answers 304 when the file is unchanged.
 /// - `Range` on GET, as RFC 9110 section 14 says (`ByteRanges`): one satisfiable range, 206 with
 ///   `Content-Range`; none satisfiable, 416 with `Content-Range: bytes */LENGTH`; a header that is
@@ -42,7 +43,7 @@ struct MediaFiles<Context: RequestContext>: RouterMiddleware {
             r.headers[.retryAfter] = String(MediaServing.retryAfter)
             return r
         }
-        return MediaServing.answer(request, file)
+        return MediaServing.answer(request, file, relative: relative)
     }
 }
 
@@ -84,6 +85,14 @@ enum MediaServing {
     /// The extensions served; their types come from the product's table (`mimeType(forExtension:)`).
     static let types: Set<String> = ["m3u8", "m4s", "mp4", "m4a", "ts", "aac", "vtt", "jpg", "jpeg", "png", "json"]
     static let cacheControl = "public, max-age=31536000, immutable"
+
+    /// How long the file at `relative` (`ID/FOLDER/...`) may be kept: for good, but the files at
+    /// the top of a recording's live folder (its growing playlists and feed entry), which are
+    /// asked again each time (`no-cache`: their `ETag` makes that a 304 while unchanged).
+    static func cacheControl(for relative: String) -> String {
+        let parts = relative.split(separator: "/")
+        return parts.count == 3 && parts[1] == LiveRecordings.liveName ? "no-cache" : cacheControl
+    }
     /// Seconds a client is told to wait before it asks again for a file that could not be read.
     static let retryAfter = 5
     /// Where media files are opened and read (blocking calls, never on an event loop or a thread
@@ -106,10 +115,10 @@ enum MediaServing {
         mimeType(forExtension: URL(fileURLWithPath: name).pathExtension)
     }
 
-    static func answer(_ request: Request, _ file: OpenMediaFile) -> Response {
+    static func answer(_ request: Request, _ file: OpenMediaFile, relative: String) -> Response {
         var headers = HTTPFields()
         headers[.contentType] = contentType(file.path)
-        headers[.cacheControl] = cacheControl
+        headers[.cacheControl] = cacheControl(for: relative)
         headers[.acceptRanges] = "bytes"
         headers[.eTag] = file.etag
         headers[.lastModified] = TUSServer.httpDate(Double(file.modified))

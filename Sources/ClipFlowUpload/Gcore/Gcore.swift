@@ -194,7 +194,7 @@ public final class GcoreUploader: FileUploader, Sendable {
         var videoID = fingerprint.flatMap { store.record(for: $0, destination: destination)?.extra["video_id"] }
         do {
             return try run(
-                file: file, id: id, control: control, observer: observer, api: api, name: name, description: description,
+                file: file, id: id, metadata: metadata, control: control, observer: observer, api: api, name: name, description: description,
                 made: { videoID = $0 },
                 failing: { e in
                     guard let videoID, let fingerprint else { return e }
@@ -222,7 +222,7 @@ public final class GcoreUploader: FileUploader, Sendable {
     /// The TUS upload with a Gcore target; `made` is told the video's id once it is known, and
     /// `failing` gets a failure (not a pause or a cancel) before it is reported.
     private func run(
-        file: String, id: String, control: UploadControl, observer: UploadObserver, api: API, name: String,
+        file: String, id: String, metadata: [String: String], control: UploadControl, observer: UploadObserver, api: API, name: String,
         description: String?, made: @escaping (String) -> Void, failing: @escaping (UploadError) -> UploadError
     ) throws -> UploadResult {
         let fileName = (file as NSString).lastPathComponent
@@ -232,7 +232,8 @@ public final class GcoreUploader: FileUploader, Sendable {
             file: file, id: id, metadata: [:], control: control, observer: observer,
             target: { previous in
                 let video: Gcore.Video
-                if let vid = previous?["video_id"], !vid.isEmpty {
+                if let vid = metadata[Self.recordingVideo] ?? previous?["video_id"], !vid.isEmpty {
+                    // A recording's fragment names its video; an upload resumed, the one it made.
                     video = Gcore.Video(id: .text(vid), hlsURL: previous?["hls_url"] ?? "")
                 } else {
                     video = try api.call(
@@ -271,6 +272,7 @@ public final class GcoreUploader: FileUploader, Sendable {
                 let clientID = (info.video?.clientID ?? video.clientID)?.description ?? ""
                 var meta = ["filename": fileName, "video_id": vid, "token": token]
                 if !clientID.isEmpty { meta["client_id"] = clientID }
+                if let fragment = metadata[Self.recordingFragment] { meta["fragment"] = fragment }
                 let endpoint = self.options.uploadURLTemplate.replacingOccurrences(of: "{hostname}", with: host)
                 return TUSTarget(
                     endpoint: endpoint, metadata: meta,
@@ -298,6 +300,26 @@ public final class GcoreUploader: FileUploader, Sendable {
         let videos = records.compactMap { $0.extra["video_id"] }
         try tus.discard(file: file)
         deleteVideos(videos)
+    }
+
+    /// The upload metadata naming the recording a fragment belongs to (`clipflow serve`'s video id)
+    /// and the fragment's index from 0: the upload adds to that video instead of making one.
+    public static let recordingVideo = "recording_video"
+    public static let recordingFragment = "fragment"
+
+    /// Makes a recording on `clipflow serve` (`POST /videos` with `recording`); returns its id.
+    public func createRecording(name: String, control: UploadControl) throws -> String {
+        let api = API(uploader: self, id: "recording", control: control, observer: NoUploadObserver())
+        let video = try api.call(
+            "POST", "/videos", body: try JSONEncoder().encode(Gcore.NewVideo(name: name, recording: true)), as: Gcore.Video.self, lacking: "a video id")
+        return video.id.description
+    }
+
+    /// Tells `clipflow serve` that recording `video` ended with `fragments` fragments.
+    public func endRecording(_ video: String, fragments: Int, control: UploadControl) throws {
+        let api = API(uploader: self, id: "recording", control: control, observer: NoUploadObserver())
+        _ = try api.call(
+            "POST", "/videos/\(video)/end", body: Data("{\"fragments\": \(fragments)}".utf8), as: Gcore.Video.self, lacking: "the video")
     }
 
     /// Deletes videos on the hosting API, best effort (a cleanup must not hide why the upload

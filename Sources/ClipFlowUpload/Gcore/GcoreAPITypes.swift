@@ -66,16 +66,19 @@ public enum Gcore {
         public var description: String?
         public var clientID: Int64?
         public var mode: String?
+        /// `clipflow serve`: the video is a recording whose fragments arrive as it is recorded.
+        public var recording: Bool?
 
-        public init(name: String, description: String? = nil, clientID: Int64? = nil, mode: String? = nil) {
+        public init(name: String, description: String? = nil, clientID: Int64? = nil, mode: String? = nil, recording: Bool? = nil) {
             self.name = name
             self.description = description
             self.clientID = clientID
             self.mode = mode
+            self.recording = recording
         }
 
         enum CodingKeys: String, CodingKey {
-            case name, description, mode
+            case name, description, mode, recording
             case clientID = "client_id"
         }
 
@@ -85,6 +88,7 @@ public enum Gcore {
             description = try c.strict(String.self, .description)
             clientID = try c.strict(Int64.self, .clientID)
             mode = try c.strict(String.self, .mode)
+            recording = try c.strict(Bool.self, .recording)
         }
     }
 

@@ -101,9 +101,10 @@ function download(url, signal) {
 
 const fetchBytes = (url, signal) => download(url, signal).whole;
 
-// A media playlist's segments: [{uri (absolute), start, duration}].
+// A media playlist's segments: [{uri (absolute), start, duration}], `ended` when it has
+// #EXT-X-ENDLIST (a recording's playlist grows until then). Asked again each time (`no-cache`).
 async function mediaSegments(url, signal) {
-  const response = await fetch(url, { signal });
+  const response = await fetch(url, { signal, cache: 'no-cache' });
   if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
   const lines = (await response.text()).split('\n').map(l => l.trim());
   const segments = [];
@@ -116,6 +117,7 @@ async function mediaSegments(url, signal) {
       duration = null;
     }
   }
+  segments.ended = lines.includes('#EXT-X-ENDLIST');
   return segments;
 }
 
@@ -188,11 +190,20 @@ class Track {
   // The init and first segment of the chosen rendition (feed.json names them), fetched side by
   // side and appended in order, while its playlist is read for the segments after.
   async first(signal) {
+    if (this.player.live) return this.firstLive(signal);
     this.list(this.rendition, signal);
     const init = fetchBytes(this.url(this.rendition.init), signal), segment = download(this.url(this.rendition.segment), signal);
     await this.useRendition(this.rendition, signal, init);
     await this.appendAsItArrives(segment);
     this.next = 1;
+  }
+  // A recording being recorded starts at its live edge: the newest segment of its playlist.
+  async firstLive(signal) {
+    const segments = await this.list(this.rendition, signal);
+    const edge = Math.max(0, segments.length - 1);
+    await this.useRendition(this.rendition, signal);
+    if (segments.length) await this.appendAsItArrives(download(segments[edge].uri, signal));
+    this.next = edge + 1;
   }
   // Appends `segment` chunk by chunk as it arrives, so its first pictures can show before its
   // last byte is in. A segment cut short leaves the parser reset for the next one.
@@ -236,7 +247,12 @@ class Track {
       // Rungs switch at segment boundaries only, which match when the counts do.
       if (other.length === current.length) { this.rendition = r; segments = other; }
     }
-    if (this.next >= segments.length) return false;
+    if (this.next >= segments.length) {
+      if (segments.ended || !this.player.live) { this.player.liveEnded(); return false; }
+      // Live: the playlist is read again at the next step.
+      this.segments.delete(this.rendition.name);
+      return 'waiting';
+    }
     await this.useRendition(this.rendition, signal);
     const data = await fetchBytes(segments[this.next].uri, signal);
     try { await this.append(data); } catch (e) {
@@ -270,7 +286,7 @@ class SourcePlayer {
   // rendition it would choose now, and of the audio), before the player exists: for the first
   // video, whose player waits for the page to be laid out and its Media Source to open.
   static fetchEarly(entry) {
-    if (!SourcePlayer.fits(entry)) return;
+    if (!SourcePlayer.fits(entry) || entry.live) return;
     const base = new URL(entry.master, location.href);
     for (const r of [chooseRendition(SourcePlayer.renditions(entry)), entry.audio].filter(Boolean)) {
       for (const uri of [r.init, r.segment]) {
@@ -285,7 +301,7 @@ class SourcePlayer {
     return entry.renditions.every(r => ok('video', r)) && (!entry.audio || ok('audio', entry.audio));
   }
   constructor(entry, video, index) {
-    Object.assign(this, { entry, video, index, closed: false, active: false });
+    Object.assign(this, { entry, video, index, closed: false, active: false, live: entry.live === true });
     this.base = new URL(entry.master, location.href).href;
     this.abort = new AbortController();
     this.renditions = SourcePlayer.renditions(entry);
@@ -303,7 +319,14 @@ class SourcePlayer {
     if (this.closed) return;
     this.tracks = [new Track(this, 'video', this.renditions)];
     if (this.entry.audio) this.tracks.push(new Track(this, 'audio', [this.entry.audio]));
-    if (this.entry.duration > 0) this.source.duration = this.entry.duration;
+    if (this.entry.duration > 0 && !this.live) this.source.duration = this.entry.duration;
+  }
+  // The recording ended (its playlist is closed): the video is whole from here on.
+  liveEnded() {
+    if (!this.live) return;
+    this.live = false;
+    const item = items[this.index];
+    if (item) { item.el.classList.remove('live'); item.video.loop = true; }
   }
   // The init and first segment of each track: all an upcoming video fetches.
   async firstSegments(signal) {
@@ -311,8 +334,9 @@ class SourcePlayer {
     await Promise.all(this.tracks.map(t => (t.next === 0 ? t.first(signal) : null)));
     this.prefetched = true;
     // A video not playing yet shows its first picture while it waits: at 0 there may be none
-    // (a first segment can begin a little after), and a paused video stays blank there.
-    if (this.video.paused && this.video.currentTime < this.start) this.video.currentTime = this.start;
+    // (a first segment can begin a little after), and a paused video stays blank there. A live
+    // one begins at its live edge, far from 0.
+    if ((this.video.paused || this.live) && this.video.currentTime < this.start) this.video.currentTime = this.start;
     log('prefetched', this.index);
   }
   // Where its pictures begin: the start of what is buffered.
@@ -333,7 +357,7 @@ class SourcePlayer {
     await this.started.catch(() => {});
     while (this.active && !this.closed) {
       const steps = await Promise.all(this.tracks.map(t => this.step(t, this.abort.signal)));
-      if (steps.every(s => s === 'done')) {
+      if (steps.every(s => s === 'done') && !this.live) {
         if (!this.complete && this.source.readyState === 'open' && this.tracks.every(t => !t.buffer.updating)) this.source.endOfStream();
         this.complete = true;
       }
@@ -346,7 +370,8 @@ class SourcePlayer {
     if (track.seekTo !== undefined) { const t = track.seekTo; track.seekTo = undefined; await track.seek(t, signal); }
     if (track.next === 0) { await track.first(signal); return 'fetched'; }
     if (track.bufferedAhead() >= AHEAD) return 'waiting';
-    return (await track.more(signal)) ? 'fetched' : 'done';
+    const more = await track.more(signal);
+    return more === true ? 'fetched' : more === false ? 'done' : more;
   }
   // Resolves once every track has `seconds` buffered ahead, or everything.
   async buffered(seconds) {
@@ -540,7 +565,7 @@ function build(entry, index) {
   el.dataset.index = index;
   el.dataset.id = entry.id;
   const video = document.createElement('video');
-  Object.assign(video, { muted: !soundOn, playsInline: true, loop: true, preload: 'none' });
+  Object.assign(video, { muted: !soundOn, playsInline: true, loop: !entry.live, preload: 'none' });
   video.setAttribute('playsinline', '');
   const info = document.createElement('div');
   info.className = 'info';
@@ -564,7 +589,11 @@ function build(entry, index) {
   const preview = document.createElement('div');
   preview.className = 'preview';
   preview.append(document.createElement('span'));
-  el.append(video, info, mark, sound, preview, bar);
+  const live = document.createElement('div');
+  live.className = 'live-mark';
+  live.textContent = 'LIVE';
+  if (entry.live) el.classList.add('live');
+  el.append(video, info, mark, live, sound, preview, bar);
   const item = { el, video, sound, bar, time, index, done: bar.querySelector('.done') };
 
   video.addEventListener('playing', () => log('playing', index));
@@ -634,8 +663,13 @@ function tick() {
   const item = items[current];
   if (item) {
     const v = item.video, d = v.duration || videos[current].duration;
-    item.done.style.width = d > 0 ? `${Math.min(100, v.currentTime / d * 100)}%` : '0';
-    item.time.textContent = `${clock(v.currentTime)} / ${clock(d)}`;
+    if (item.el.classList.contains('live')) {
+      item.done.style.width = '100%';
+      item.time.textContent = clock(v.currentTime);
+    } else {
+      item.done.style.width = d > 0 ? `${Math.min(100, v.currentTime / d * 100)}%` : '0';
+      item.time.textContent = `${clock(v.currentTime)} / ${clock(d)}`;
+    }
   }
   requestAnimationFrame(tick);
 }

@@ -1,0 +1,230 @@
+import ClipFlowCore
+import ClipFlowMedia
+import ClipFlowUpload
+import Foundation
+import ServiceLifecycle
+import Synchronization
+
+/// Recordings published while they are recorded (`POST /videos` with `"recording": true`).
+///
+/// Each fragment comes as a TUS upload whose metadata names the video (`video_id`, `token`) and
+/// the fragment's index from 0 (`fragment`). Fragments are appended in index order, whatever
+/// order they arrive in: each is copied (nothing decoded, in the spare worker) into the video's
+/// live folder (`LiveLadder`: `DATA/media/ID/live/f00000`, ...), its timeline starting where the
+/// one before it ended, and the live playlists grow by its segments; the video plays (`published`
+/// "live", still `recording`) from its first fragment. It ends when its recorder says how many
+/// fragments it has (`POST /videos/ID/end`, `end`), or when `timeout` seconds pass without a new
+/// fragment (a recorder that died: the fragments in order from the first are the recording).
+/// Once every fragment of an ended recording is in, its playlists close and it is `viewable`;
+/// then its fragments are merged losslessly (conforming one that differs) into one MP4, bound to
+/// the video as its upload, and processed as any upload (its copy published, then its ladder);
+/// the fragments' uploads go once it is merged (`unclaimedUploads`).
+///
+/// What is true lives in the store (fragment uploads, the video's end and status) and the live
+/// folder (a fragment folder exists only once complete), so a restart goes on where it was
+/// (`resume`). One task at a time works on a video on this server. Recordings need the media and
+/// the uploads on this server's disk (`LocalMedia`, `UploadFiles`). Thread-safe; `Sendable`.
+final class LiveRecordings: Sendable {
+    let database: any ServeStore
+    let processor: Processor
+    let files: UploadFiles?
+    /// Seconds without a new fragment after which a recording not ended by its recorder ends.
+    let timeout: Double
+    /// Videos being worked on; true: more arrived meanwhile (the task looks again).
+    private let busy = Mutex<[Int64: Bool]>([:])
+
+    init(database: any ServeStore, processor: Processor, uploads: any UploadStorage, timeout: Double) {
+        self.database = database
+        self.processor = processor
+        files = uploads as? UploadFiles
+        self.timeout = timeout
+    }
+
+    /// Why this server takes no recordings (nil: it takes them).
+    var unsupported: String? {
+        guard processor.media is LocalMedia, files != nil else {
+            return "recordings need the uploads and the media on the server's disk (this server keeps them in a bucket)"
+        }
+        return nil
+    }
+
+    /// The metadata key of a fragment's index.
+    static let fragmentKey = "fragment"
+    /// The largest fragment index taken.
+    static let maxFragment = 999_999
+
+    /// A fragment's index, from its upload's metadata (nil: the upload is not a fragment).
+    static func fragmentIndex(_ upload: UploadRow) -> Int? {
+        (try? TUSMetadata.decode(upload.metadata))?[fragmentKey].flatMap { Int($0) }
+    }
+
+    /// The live folder of `video`.
+    func liveFolder(_ video: Int64) -> URL { processor.media.workFolder(video, step: "live").appendingPathComponent(Self.liveName) }
+    static let liveName = "live"
+
+    /// A fragment of `video` arrived (or its end did): its work starts, or the task at work
+    /// looks again when it is done.
+    func arrived(_ video: Int64) {
+        let start = busy.withLock { b -> Bool in
+            if b[video] != nil {
+                b[video] = true
+                return false
+            }
+            b[video] = false
+            return true
+        }
+        guard start else { return }
+        Task {
+            repeat { await self.advance(video) } while self.more(video)
+        }
+    }
+
+    /// Whether more arrived for `video` while its task worked (then it looks again); otherwise
+    /// the task ends.
+    private func more(_ video: Int64) -> Bool {
+        busy.withLock { b in
+            guard b[video] == true else {
+                b.removeValue(forKey: video)
+                return false
+            }
+            b[video] = false
+            return true
+        }
+    }
+
+    /// Every recording not yet merged goes on (a restart), then those silent for `timeout`
+    /// end, checked until cancelled.
+    func run() async {
+        while !Task.isCancelled {
+            let now = Date().timeIntervalSince1970
+            for v in (try? await database.recordings()) ?? [] {
+                guard let id = v.id else { continue }
+                if v.status == .recording, v.fragments == nil, let last = try? await lastActivity(v), now - last > timeout {
+                    let count = Int64(completeFragments(id))
+                    if count == 0 {
+                        var failed = v
+                        failed.status = .error
+                        failed.error = "the recording ended (nothing for \(Int(timeout)) s) before any fragment arrived"
+                        try? await database.update(failed)
+                        continue
+                    }
+                    _ = try? await database.endRecording(id, fragments: count, replacing: true)
+                }
+                arrived(id)
+            }
+            try? await Task.sleep(for: .seconds(max(0.5, min(5, timeout / 4))))
+        }
+    }
+
+    /// The recorder of `video` says it has `fragments` fragments. Returns false when the video is
+    /// not a recording being recorded, or ended with another count.
+    func end(_ video: Int64, fragments: Int64) async throws -> Bool {
+        if try await database.endRecording(video, fragments: fragments, replacing: false) {
+            arrived(video)
+            return true
+        }
+        return try await database.video(video)?.fragments == fragments
+    }
+
+    /// When `v` last saw a fragment (its creation, if none).
+    private func lastActivity(_ v: VideoRow) async throws -> Double {
+        let uploads = try await database.uploads(ofVideo: v.id!)
+        return uploads.map { $0.completedAt ?? $0.createdAt }.max().map { max($0, v.createdAt) } ?? v.createdAt
+    }
+
+    /// How many fragment folders, in order from the first, the live folder holds complete.
+    private func completeFragments(_ video: Int64) -> Int {
+        let live = liveFolder(video)
+        var n = 0
+        while FileManager.default.fileExists(atPath: live.appendingPathComponent(LiveLadder.fragmentFolder(n)).appendingPathComponent("master.m3u8").path) {
+            n += 1
+        }
+        return n
+    }
+
+    /// Appends what arrived in order, closes an ended recording whose fragments are all in, and
+    /// merges a closed one.
+    private func advance(_ video: Int64) async {
+        guard let v = try? await database.video(video), let files else { return }
+        let live = liveFolder(video)
+        do {
+            if v.status == .recording {
+                var fragments: [Int: UploadRow] = [:]
+                for u in try await database.uploads(ofVideo: video) where u.isComplete {
+                    guard let i = Self.fragmentIndex(u) else { continue }
+                    if let other = fragments[i], other.createdAt <= u.createdAt { continue }
+                    fragments[i] = u
+                }
+                var count = completeFragments(video)
+                var seconds = try (0..<count).reduce(0.0) { $0 + (try LiveLadder.seconds(of: live.appendingPathComponent(LiveLadder.fragmentFolder($1)))) }
+                let end = v.fragments.map(Int.init)
+                while let upload = fragments[count], end.map({ count < $0 }) ?? true {
+                    let folder = live.appendingPathComponent(LiveLadder.fragmentFolder(count))
+                    try FileManager.default.createDirectory(at: live, withIntermediateDirectories: true)
+                    try await processor.copyFragment(video, input: files.path(upload.id), into: folder, timelineStart: seconds)
+                    seconds += try LiveLadder.seconds(of: folder)
+                    count += 1
+                    try LiveLadder.write(live, count: count, ended: false)
+                    try await database.publishLive(video, status: .recording, duration: seconds)
+                    report(video, .recording, since: upload.completedAt, renditions: ["live"])
+                }
+                guard let end, count >= end else { return }
+                try LiveLadder.write(live, count: end, ended: true)
+                try await database.publishLive(video, status: .viewable, duration: seconds)
+                report(video, .viewable, since: fragments[end - 1]?.completedAt, renditions: ["live"])
+            }
+            try await merge(video, count: Int(v.fragments ?? Int64(completeFragments(video))), files: files)
+        } catch {
+            var e = JobEvent(kind: .requeued, video: video, job: 0, phase: "live")
+            e.reason = "\(error)"
+            processor.observer.job(e)
+        }
+    }
+
+    /// Merges an ended recording's `count` fragments into a new upload bound to the video, which
+    /// queues its processing.
+    private func merge(_ video: Int64, count: Int, files: UploadFiles) async throws {
+        guard let v = try await database.video(video), v.status == .viewable, v.uploadID == nil else { return }
+        var inputs: [String] = []
+        var byIndex: [Int: UploadRow] = [:]
+        for u in try await database.uploads(ofVideo: video) where u.isComplete {
+            if let i = Self.fragmentIndex(u), byIndex[i].map({ $0.createdAt > u.createdAt }) ?? true { byIndex[i] = u }
+        }
+        for i in 0..<count {
+            guard let u = byIndex[i] else { throw ClipFlowError.failure("fragment \(i) of video \(video) is gone") }
+            inputs.append(files.path(u.id))
+        }
+        let key = TUSServer.key(TUSServer.newID())
+        let output = URL(fileURLWithPath: files.path(key))
+        try await processor.mergeFragments(video, inputs: inputs, into: output)
+        let size = (try? FileManager.default.attributesOfItem(atPath: output.path)[.size] as? Int64) ?? 0
+        let now = Date().timeIntervalSince1970
+        _ = try await database.insert(
+            UploadRow(
+                id: key, length: size, offset: size, metadata: TUSMetadata.encode(["video_id": String(video), "merged": "fragments"]), createdAt: now,
+                expiresAt: now, completedAt: now, videoID: video),
+            carrying: nil)
+        try await database.uploaded(video: video, upload: key)
+        processor.wake()
+    }
+
+    /// Tells the observer that `video` plays from its live folder with `status`, `since` seconds
+    /// after the last byte of the fragment that made it so.
+    private func report(_ video: Int64, _ status: VideoRow.Status, since lastByte: Double?, renditions: [String]) {
+        var e = JobEvent(kind: .published, video: video, job: 0, phase: "live")
+        e.status = status
+        e.renditions = renditions
+        e.seconds = lastByte.map { max(0, Date().timeIntervalSince1970 - $0) }
+        processor.observer.job(e)
+    }
+}
+
+/// The recordings as a service of the server's application: goes on with those a restart left,
+/// and ends those whose recorder went silent, until the server shuts down.
+struct LiveRecordingService: Service {
+    let recordings: LiveRecordings
+
+    func run() async {
+        await cancelWhenGracefulShutdown { await recordings.run() }
+    }
+}

@@ -5,6 +5,7 @@ public enum UploadStages {
     public static func register(into r: StageRegistry) {
         r.register(UploadStage.kind)
         r.register(UploadQueueStage.kind)
+        r.register(PublishStage.kind)
     }
 
     /// Reads an `UploadDestination` and metadata from stage parameters (shared with the CLI's

@@ -3,6 +3,7 @@ import ClipFlowCapture
 import ClipFlowCore
 import ClipFlowMedia
 import ClipFlowMicrophone
+import ClipFlowUpload
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -80,6 +81,15 @@ struct Record: ParsableCommand {
     @Flag(
         help: "Take commands while recording: p pause, r resume, s split, d delete the last clip, l list, q stop (key presses on a terminal, lines otherwise).")
     var interactive = false
+    @Option(
+        help: ArgumentHelp(
+            "Publish while recording on a clipflow serve (http://HOST:PORT): each fragment is uploaded as it closes, the video plays live, and is in the feed as soon as the recording stops.",
+            valueName: "url"))
+    var publish: String?
+    @Option(help: "With --publish: the video's name (default: the first fragment's file name).")
+    var publishName: String?
+    @Flag(help: "With --publish: remove each local fragment once the server has it.")
+    var removePublished = false
     @OptionGroup var flags: OutputFlags
 
     /// A year: longer than any recording, small enough that frame counts stay exact.
@@ -101,6 +111,10 @@ struct Record: ParsableCommand {
             throw ValidationError("--preset is the old name of --encoder-preset; give --encoder-preset only")
         }
         if clock && source != .testpattern { throw ValidationError("--clock draws on the test pattern; a camera's pictures are its own") }
+        if let publish, !(publish.hasPrefix("http://") || publish.hasPrefix("https://")) {
+            throw ValidationError("--publish expects the URL of a clipflow serve, http://HOST:PORT (got '\(publish)')")
+        }
+        if publish == nil && (publishName != nil || removePublished) { throw ValidationError("--publish-name and --remove-published go with --publish") }
     }
 
     func run() throws {
@@ -130,12 +144,18 @@ struct Record: ParsableCommand {
                 nodes.insert(StageNode(handing: mic), at: 0)
                 edges.append(Edge(from: "microphone", to: "record", limits: RecordStage.kind.queue))
             }
+            if let publish {
+                let stage = PublishStage(id: "publish", endpoint: publish, name: publishName, removeFragments: removePublished)
+                nodes.append(StageNode(handing: stage))
+                edges.append(Edge(from: "record", to: "publish", limits: PublishStage.kind.queue))
+            }
             let store = ClipStore(directory: output, prefix: prefix)
             let reader = RecordCommandReader(control: control, store: store, status: status)
             let keys = interactive && TerminalKeys.enterRawMode()
             defer { if keys { TerminalKeys.restore() } }
             let (outcome, runner) = try door.run(
-                nodes: nodes, edges: edges, grace: 10
+                // Publishing sends what the recording closed after it stopped: a second stop gives up.
+                nodes: nodes, edges: edges, grace: publish == nil ? 10 : 3600
             ) { runner in
                 let prefix = prefix, log = door.log
                 let shown = door.renderer.showStatusLine {

@@ -49,6 +49,11 @@ struct Serve: AsyncParsableCommand {
     var jobLease: Double = 60
 
     @Option(
+        name: .customLong("recording-timeout"),
+        help: "Seconds without a new fragment after which a recording that was not ended ends with the fragments it has (clipflow record --publish).")
+    var recordingTimeout: Double = 120
+
+    @Option(
         help: """
             all (uploads, the API, media and processing), api (uploads, the API and media; workers process) or worker (processing \
             only; /healthz and /metrics). api and worker need --database postgres://… shared with the others.
@@ -88,6 +93,7 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("--database: expected sqlite or postgres://USER@HOST[:PORT]/DB")
         }
         if jobLease < 1 { throw ValidationError("--job-lease must be at least 1 second") }
+        if !(recordingTimeout >= 1 && recordingTimeout <= 86400) { throw ValidationError("--recording-timeout expects 1 to 86400 seconds") }
     }
 
     static func split(_ s: String) -> (String, Int)? {
@@ -110,6 +116,7 @@ struct Serve: AsyncParsableCommand {
         options.database = database ?? fromEnvironment ?? "sqlite"
         options.databaseSource = fromEnvironment == nil ? "--database" : "CLIPFLOW_DATABASE_URL"
         options.jobLease = jobLease
+        options.recordingTimeout = recordingTimeout
         options.maxConnections = maxConnections
         options.processing = processing.limits
         options.logFormat = logFormat

@@ -24,7 +24,7 @@ A rule (all matchers optional; the first rule that matches and is not used up de
     {"method": "PATCH", "path_contains": "/files/", "query_contains": "partNumber=2",
      "skip": 0,            # let the first K matching requests through untouched
      "times": 1,           # apply to the next N matching requests (-1: every one)
-     "action": "cut" | "cut_response" | "drop_response" | "status" | "stall" | "delay", ...}
+     "action": "cut" | "cut_response" | "drop_response" | "status" | "stall" | "delay" | "rate", ...}
     cut:           "after_bytes": B | "random" (uniform in [0, Content-Length), "seed": S optional;
                    65536 stands in for the length of a chunked body). Forwards the head and B body
                    bytes, then closes upstream (FIN, or RST with "upstream_close": "rst") and the
@@ -39,6 +39,8 @@ A rule (all matchers optional; the first rule that matches and is not used up de
     stall:         "after_bytes": B, "seconds": S: forwards B body bytes, stops reading the client
                    for S seconds, then closes both.
     delay:         "seconds": S: waits S seconds, then forwards normally.
+    rate:          "bytes_per_second": N: forwards the request body at N bytes a second (a slow
+                   uplink; each request paced on its own).
 
 In stats, status_or_fault is the upstream status (an int) for a forwarded request, the int status
 of a "status" rule's answer is recorded as "status:503", other faults by their action name
@@ -172,7 +174,7 @@ class Proxy:
         prepared = []
         for r in rules:
             if not isinstance(r, dict) or r.get("action") not in (
-                "cut", "cut_response", "drop_response", "status", "stall", "delay"):
+                "cut", "cut_response", "drop_response", "status", "stall", "delay", "rate"):
                 raise ValueError(f"bad rule: {r!r}")
             r = dict(r)
             r.setdefault("skip", 0)
@@ -336,10 +338,15 @@ class Proxy:
                 else:
                     limit = int(ab)
             sent = 0
+            began = time.monotonic()
             for piece, payload in body_pieces(client, length, chunked, limit):
                 usock.sendall(piece)
                 sent += payload
                 self.add_bytes(len(piece))
+                if action == "rate":
+                    ahead = sent / float(rule["bytes_per_second"]) - (time.monotonic() - began)
+                    if ahead > 0:
+                        time.sleep(ahead)
             if action == "cut":
                 if rule.get("upstream_close") == "rst":
                     set_rst(usock)

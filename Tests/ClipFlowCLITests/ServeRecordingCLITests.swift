@@ -1,0 +1,228 @@
+import ClipFlowTestSupport
+import Foundation
+import XCTest
+
+/// Publishing while recording: `clipflow record --publish` against a real `clipflow serve`. The
+/// live playlists grow while the test pattern records and decode (ffmpeg); the video plays from
+/// its start within a second of its last fragment; the merged MP4 holds every picture and sound
+/// sample of the fragments (ffprobe, ffmpeg); a recorder killed mid-recording leaves a video of
+/// the fragments it closed; a link that drops mid-recording loses and duplicates nothing.
+final class ServeRecordingCLITests: XCTestCase {
+    let fx = Fixtures.shared
+
+    var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
+    }
+
+    func get(_ port: Int, _ path: String) throws -> HTTPReply { try HTTP.request("GET", "http://127.0.0.1:\(port)\(path)") }
+
+    func video(_ port: Int, _ id: Int) throws -> [String: Any] { try XCTUnwrap(try get(port, "/videos/\(id)").json() as? [String: Any]) }
+
+    func waitFor(_ what: String, seconds: Double = 60, _ check: () throws -> Bool) throws {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if (try? check()) == true { return }
+            usleep(50_000)
+        }
+        XCTFail("never: \(what)")
+        throw ServerError("never: \(what)")
+    }
+
+    /// `record` of the test pattern (1 s fragments, 320x240 with sound) publishing on `url`,
+    /// started in the background.
+    func recorder(_ dir: String, seconds: Int, url: String, clock: Bool = false) throws -> (Process, Pipe) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: binary)
+        p.arguments =
+            ["record", "-o", dir, "--size", "320x240", "--duration", String(seconds), "--segment", "1", "--publish", url] + (clock ? ["--clock"] : [])
+        let err = Pipe()
+        p.standardError = err
+        p.standardOutput = FileHandle.nullDevice
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        return (p, err)
+    }
+
+    func segments(_ playlist: String) -> Int { playlist.split(separator: "\n").filter { $0.hasPrefix("#EXTINF") }.count }
+
+    /// Pictures and decoded sound samples of a file (ffprobe, ffmpeg).
+    func counts(_ file: String) throws -> (pictures: Int, samples: Int) {
+        let probe = try Run.run([
+            "ffprobe", "-v", "error", "-count_frames", "-select_streams", "v", "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", file
+        ])
+        let pcm = try Run.run(["ffmpeg", "-v", "error", "-i", file, "-map", "0:a", "-f", "s16le", "-ac", "1", "-"])
+        return (Int(probe.out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1, pcm.stdout.count / 2)
+    }
+
+    /// The merged upload of the server's data folder: the one upload that is an MP4 of `frames` pictures.
+    func merged(_ data: URL, frames: Int) throws -> String? {
+        let folder = data.appendingPathComponent("uploads")
+        for name in try FileManager.default.contentsOfDirectory(atPath: folder.path) {
+            let path = folder.appendingPathComponent(name).path
+            if let c = try? counts(path), c.pictures == frames { return path }
+        }
+        return nil
+    }
+
+    /// The server's log line of the recording becoming viewable: seconds after its last
+    /// fragment's last byte.
+    func viewableSeconds(_ s: ServerProcess) throws -> Double? {
+        let log = try String(contentsOf: s.stderrURL, encoding: .utf8)
+        let line = log.split(separator: "\n").last { $0.contains("phase=live") && $0.contains("status=viewable") }
+        return line?.split(separator: " ").first { $0.hasPrefix("seconds=") }.flatMap { Double($0.dropFirst(8)) }
+    }
+
+    func testRecordingPlaysLiveAndIsInTheFeedAsItStops() throws {
+        let data = fx.scratch("serve-recording")
+        let s = ServerProcess.clipflowServe(binary: binary, data: data)
+        try s.start()
+        defer { s.stop() }
+        let dir = fx.scratch("serve-recording-clips").path
+        let (p, err) = try recorder(dir, seconds: 8, url: "http://127.0.0.1:\(s.port)")
+        var live = ""
+        try waitFor("the live playlist", seconds: 20) {
+            live = try get(s.port, "/media/1/live/copy.m3u8").text
+            return segments(live) >= 2
+        }
+        XCTAssertTrue(live.contains("#EXT-X-PLAYLIST-TYPE:EVENT"), live)
+        XCTAssertFalse(live.contains("#EXT-X-ENDLIST"), live)
+        XCTAssertEqual(try video(s.port, 1)["status"] as? String, "recording")
+        let feed = try XCTUnwrap(try get(s.port, "/feed.json").json() as? [String: Any])
+        XCTAssertEqual((feed["videos"] as? [[String: Any]])?.first?["status"] as? String, "recording")
+        // The live video decodes as it stands (ffmpeg reads the EVENT playlist once).
+        let decode = try Run.run(["ffmpeg", "-v", "error", "-i", "http://127.0.0.1:\(s.port)/media/1/live/master.m3u8", "-f", "null", "-"], check: false)
+        XCTAssertEqual(decode.status, 0, decode.stderr)
+        XCTAssertEqual(decode.stderr, "")
+        let before = segments(live)
+        try waitFor("the live playlist growing", seconds: 10) { segments(try get(s.port, "/media/1/live/copy.m3u8").text) > before }
+        let said = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0, said)
+        XCTAssertTrue(said.contains("published 8 fragments as video 1"), said)
+        try waitFor("viewable", seconds: 10) { ["viewable", "ready"].contains(try video(s.port, 1)["status"] as? String) }
+        let seconds = try XCTUnwrap(try viewableSeconds(s))
+        XCTAssertLessThan(seconds, 1, "from the last fragment's last byte to playable")
+        let closed = try get(s.port, "/media/1/live/copy.m3u8").text
+        XCTAssertTrue(closed.hasSuffix("#EXT-X-ENDLIST\n"), closed)
+        XCTAssertEqual(segments(closed), 8)
+        // The whole live video: every picture of the fragments, timestamps continuous.
+        let clips = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasSuffix(".mp4") }.sorted().map { dir + "/" + $0 }
+        XCTAssertEqual(clips.count, 8)
+        let pictures = try clips.map(counts).reduce(0) { $0 + $1.pictures }
+        // The sound samples the recorder put in the fragments, as it says (a decoder also
+        // outputs the padding of each fragment's last AAC frame).
+        let samples = said.split(separator: "\n").compactMap { line -> Int? in
+            guard line.hasSuffix(" audio samples") else { return nil }
+            return line.split(separator: " ").dropLast(2).last.flatMap { Int($0) }
+        }.reduce(0, +)
+        XCTAssertEqual(samples, 8 * 48000, said)
+        let times = try Run.run([
+            "ffprobe", "-v", "error", "-select_streams", "v", "-show_entries", "packet=pts_time", "-of", "csv=p=0",
+            "http://127.0.0.1:\(s.port)/media/1/live/copy.m3u8"
+        ]).out.split(separator: "\n").compactMap { Double($0) }
+        XCTAssertEqual(times.count, pictures)
+        XCTAssertEqual(times.last ?? 0, Double(pictures - 1) / 30, accuracy: 0.01, "the fragments' timelines follow each other")
+        // The merged MP4 (the video's upload): every picture and sound sample.
+        try waitFor("ready", seconds: 120) { try video(s.port, 1)["status"] as? String == "ready" }
+        let mp4 = try XCTUnwrap(try merged(data, frames: pictures), "no merged upload of \(pictures) pictures")
+        let whole = try counts(mp4)
+        XCTAssertEqual(whole.pictures, pictures)
+        XCTAssertEqual(whole.samples, samples)
+        let feedAfter = try XCTUnwrap(try get(s.port, "/feed.json").json() as? [String: Any])
+        XCTAssertEqual((feedAfter["videos"] as? [Any])?.count, 1)
+    }
+
+    /// chromium on the feed page: the recording plays with its LIVE mark, near its live edge (the
+    /// clock burned into each picture, read from what is presented), and the mark goes when it ends.
+    func testTheFeedPlaysARecordingLiveWithItsMark() throws {
+        let s = ServerProcess.clipflowServe(binary: binary, data: fx.scratch("serve-recording-feed"))
+        try s.start()
+        defer { s.stop() }
+        let dir = fx.scratch("serve-recording-feed-clips").path
+        let (p, _) = try recorder(dir, seconds: 12, url: "http://127.0.0.1:\(s.port)", clock: true)
+        defer { p.waitUntilExit() }
+        try waitFor("the first fragment live", seconds: 20) { segments(try get(s.port, "/media/1/live/copy.m3u8").text) >= 1 }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let r = try Run.run(
+            ["python3", root.appendingPathComponent("scripts/live-measure").path, "http://127.0.0.1:\(s.port)", "--seconds", "4", "--until-ended", "40"],
+            check: false)
+        let seen = try XCTUnwrap(try JSONSerialization.jsonObject(with: r.stdout) as? [String: Any], r.stderr)
+        XCTAssertEqual(r.status, 0, "\(seen)")
+        XCTAssertEqual(seen["playing"] as? Bool, true, "\(seen)")
+        XCTAssertEqual(seen["live_mark"] as? Bool, true, "\(seen)")
+        XCTAssertEqual(seen["ended"] as? Bool, true, "the LIVE mark goes when the recording ends: \(seen)")
+        XCTAssertEqual((seen["errors"] as? [Any])?.count, 0, "\(seen)")
+        // Behind the camera by less than a few fragments (benchmarks/live measures it unloaded).
+        let p50 = try XCTUnwrap(seen["p50_ms"] as? Double, "\(seen)")
+        XCTAssertGreaterThan(p50, 0)
+        XCTAssertLessThan(p50, 6000, "\(seen)")
+    }
+
+    func testKilledRecorderLeavesItsFragmentsAndAFragmentIsStoredOnce() throws {
+        let data = fx.scratch("serve-recording-killed")
+        let s = ServerProcess.clipflowServe(binary: binary, data: data, ["--recording-timeout", "2"])
+        try s.start()
+        defer { s.stop() }
+        let dir = fx.scratch("serve-recording-killed-clips").path
+        let (p, _) = try recorder(dir, seconds: 30, url: "http://127.0.0.1:\(s.port)")
+        try waitFor("three fragments live", seconds: 20) { segments(try get(s.port, "/media/1/live/copy.m3u8").text) >= 3 }
+        // Fragment 0 again, by another TUS client (tuspy): the server has it, and says so.
+        let token = try XCTUnwrap((try get(s.port, "/videos/1/upload").json() as? [String: Any])?["token"] as? String)
+        let script = """
+            import sys
+            from tusclient import client
+            from tusclient.exceptions import TusCommunicationError
+            u = client.TusClient(sys.argv[1]).uploader(sys.argv[2], metadata={"filename": "clip.mp4", "video_id": "1", "token": sys.argv[3], "fragment": "0"})
+            try:
+                u.upload()
+                print("stored")
+            except TusCommunicationError as e:
+                print("refused", e.status_code)
+            """
+        let first = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: dir).sorted().first { $0.hasPrefix("clip-") && $0.hasSuffix(".mp4") })
+        let again = try Run.run(["python3", "-c", script, "http://127.0.0.1:\(s.port)/files", dir + "/" + first, token])
+        XCTAssertEqual(again.out.trimmingCharacters(in: .whitespacesAndNewlines), "refused 409", again.stderr)
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+        let live = segments(try get(s.port, "/media/1/live/copy.m3u8").text)
+        try waitFor("ended by the timeout", seconds: 30) { ["viewable", "ready"].contains(try video(s.port, 1)["status"] as? String) }
+        let closed = try get(s.port, "/media/1/live/copy.m3u8").text
+        XCTAssertTrue(closed.hasSuffix("#EXT-X-ENDLIST\n"), closed)
+        XCTAssertGreaterThanOrEqual(segments(closed), live)
+        let decode = try Run.run(["ffmpeg", "-v", "error", "-i", "http://127.0.0.1:\(s.port)/media/1/live/master.m3u8", "-f", "null", "-"], check: false)
+        XCTAssertEqual(decode.stderr, "")
+    }
+
+    func testALinkDownForTwentySecondsLosesAndDuplicatesNothing() throws {
+        let data = fx.scratch("serve-recording-link")
+        let s = ServerProcess.clipflowServe(binary: binary, data: data)
+        try s.start()
+        defer { s.stop() }
+        let proxy = try FaultProxy.start(upstream: "http://127.0.0.1:\(s.port)")
+        defer { proxy.stop() }
+        let dir = fx.scratch("serve-recording-link-clips").path
+        let (p, err) = try recorder(dir, seconds: 8, url: proxy.url)
+        try waitFor("two fragments live", seconds: 20) { segments(try get(s.port, "/media/1/live/copy.m3u8").text) >= 2 }
+        // Every connection through the proxy is cut at once, as a dropped link cuts it.
+        try proxy.setRules([["action": "cut", "after_bytes": 0, "times": -1]])
+        let down = Date()
+        Thread.sleep(forTimeInterval: 20)
+        try proxy.setRules([])
+        let said = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0, said)
+        XCTAssertGreaterThan(Date().timeIntervalSince(down), 20)
+        XCTAssertGreaterThan(try proxy.stats().faultsApplied, 0, "the link was down")
+        try waitFor("viewable", seconds: 20) { ["viewable", "ready"].contains(try video(s.port, 1)["status"] as? String) }
+        let clips = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasSuffix(".mp4") }.sorted().map { dir + "/" + $0 }
+        let pictures = try clips.map(counts).reduce(0) { $0 + $1.pictures }
+        let closed = try get(s.port, "/media/1/live/copy.m3u8").text
+        XCTAssertEqual(segments(closed), clips.count, closed)
+        let times = try Run.run([
+            "ffprobe", "-v", "error", "-select_streams", "v", "-show_entries", "packet=pts_time", "-of", "csv=p=0",
+            "http://127.0.0.1:\(s.port)/media/1/live/copy.m3u8"
+        ]).out.split(separator: "\n").compactMap { Double($0) }
+        XCTAssertEqual(times.count, pictures, "every picture once")
+        XCTAssertEqual(Set(times).count, times.count, "no picture twice")
+    }
+}

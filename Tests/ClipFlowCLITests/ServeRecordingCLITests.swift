@@ -43,6 +43,27 @@ final class ServeRecordingCLITests: XCTestCase {
         return (p, err)
     }
 
+    /// Uploads `file` with tuspy (another TUS client) and `metadata`: "stored", or "refused STATUS".
+    func tuspy(_ port: Int, _ file: String, _ metadata: [String: String]) throws -> String {
+        let script = """
+            import json, sys
+            from tusclient import client
+            from tusclient.exceptions import TusCommunicationError
+            u = client.TusClient(sys.argv[1]).uploader(sys.argv[2], metadata=json.loads(sys.argv[3]))
+            try:
+                u.upload()
+                print("stored")
+            except TusCommunicationError as e:
+                print("refused", e.status_code)
+            """
+        let meta = String(decoding: try JSONSerialization.data(withJSONObject: metadata), as: UTF8.self)
+        return try Run.run(["python3", "-c", script, "http://127.0.0.1:\(port)/files", file, meta]).out.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func uploadToken(_ port: Int, _ id: Int) throws -> String {
+        try XCTUnwrap((try get(port, "/videos/\(id)/upload").json() as? [String: Any])?["token"] as? String)
+    }
+
     func segments(_ playlist: String) -> Int { playlist.split(separator: "\n").filter { $0.hasPrefix("#EXTINF") }.count }
 
     /// Pictures and decoded sound samples of a file (ffprobe, ffmpeg).
@@ -167,21 +188,9 @@ final class ServeRecordingCLITests: XCTestCase {
         let (p, _) = try recorder(dir, seconds: 30, url: "http://127.0.0.1:\(s.port)")
         try waitFor("three fragments live", seconds: 20) { segments(try get(s.port, "/media/1/live/copy.m3u8").text) >= 3 }
         // Fragment 0 again, by another TUS client (tuspy): the server has it, and says so.
-        let token = try XCTUnwrap((try get(s.port, "/videos/1/upload").json() as? [String: Any])?["token"] as? String)
-        let script = """
-            import sys
-            from tusclient import client
-            from tusclient.exceptions import TusCommunicationError
-            u = client.TusClient(sys.argv[1]).uploader(sys.argv[2], metadata={"filename": "clip.mp4", "video_id": "1", "token": sys.argv[3], "fragment": "0"})
-            try:
-                u.upload()
-                print("stored")
-            except TusCommunicationError as e:
-                print("refused", e.status_code)
-            """
         let first = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: dir).sorted().first { $0.hasPrefix("clip-") && $0.hasSuffix(".mp4") })
-        let again = try Run.run(["python3", "-c", script, "http://127.0.0.1:\(s.port)/files", dir + "/" + first, token])
-        XCTAssertEqual(again.out.trimmingCharacters(in: .whitespacesAndNewlines), "refused 409", again.stderr)
+        let again = try tuspy(s.port, dir + "/" + first, ["filename": first, "video_id": "1", "token": try uploadToken(s.port, 1), "fragment": "0"])
+        XCTAssertEqual(again, "refused 409")
         kill(p.processIdentifier, SIGKILL)
         p.waitUntilExit()
         let live = segments(try get(s.port, "/media/1/live/copy.m3u8").text)
@@ -224,5 +233,86 @@ final class ServeRecordingCLITests: XCTestCase {
         ]).out.split(separator: "\n").compactMap { Double($0) }
         XCTAssertEqual(times.count, pictures, "every picture once")
         XCTAssertEqual(Set(times).count, times.count, "no picture twice")
+    }
+
+    /// The server killed (SIGKILL) mid-recording and started again: the recorder's uploads go on
+    /// where they were, and the video has every fragment once.
+    func testAServerKilledMidRecordingLosesNothing() throws {
+        let s = ServerProcess.clipflowServe(binary: binary, data: fx.scratch("serve-recording-restart"))
+        try s.start()
+        defer { s.stop() }
+        let dir = fx.scratch("serve-recording-restart-clips").path
+        let (p, err) = try recorder(dir, seconds: 10, url: "http://127.0.0.1:\(s.port)")
+        try waitFor("three fragments live", seconds: 20) { segments(try get(s.port, "/media/1/live/copy.m3u8").text) >= 3 }
+        let pid = try s.supervisedPID()
+        kill(pid, SIGKILL)
+        for _ in 0..<200 where kill(pid, 0) == 0 { usleep(50_000) }
+        Thread.sleep(forTimeInterval: 2)
+        try s.start()
+        let said = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0, said)
+        try waitFor("viewable", seconds: 30) { ["viewable", "ready"].contains(try video(s.port, 1)["status"] as? String) }
+        let clips = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasSuffix(".mp4") }
+        let pictures = try clips.map { try counts(dir + "/" + $0).pictures }.reduce(0, +)
+        XCTAssertEqual(segments(try get(s.port, "/media/1/live/copy.m3u8").text), clips.count)
+        let times = try Run.run([
+            "ffprobe", "-v", "error", "-select_streams", "v", "-show_entries", "packet=pts_time", "-of", "csv=p=0",
+            "http://127.0.0.1:\(s.port)/media/1/live/master.m3u8"
+        ]).out.split(separator: "\n").compactMap { Double($0) }
+        XCTAssertEqual(times.count, pictures, "every picture once")
+        XCTAssertEqual(Set(times).count, times.count, "no picture twice")
+    }
+
+    /// Fragments made by the ffmpeg CLI, sent by tuspy out of order, the last from another camera
+    /// (another picture size): appended in index order, the changed one after a discontinuity
+    /// with its own init section (ffmpeg decodes the whole), and conformed in the merged MP4.
+    func testFragmentsFromAnotherToolThatChangeCameraAreJoined() throws {
+        let s = ServerProcess.clipflowServe(binary: binary, data: fx.scratch("serve-recording-other"))
+        try s.start()
+        defer { s.stop() }
+        let made = try XCTUnwrap(
+            try HTTP.request("POST", "http://127.0.0.1:\(s.port)/videos", json: ["name": "camera change", "recording": true]).json() as? [String: Any])
+        let id = try XCTUnwrap(made["id"] as? Int)
+        XCTAssertEqual(made["status"] as? String, "recording")
+        let dir = fx.scratch("serve-recording-other-clips")
+        var files: [String] = []
+        for (i, size) in ["320x240", "320x240", "480x360"].enumerated() {
+            let f = dir.appendingPathComponent("part\(i).mp4").path
+            try Run.run([
+                "ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=30", "-f", "lavfi", "-i", "sine=f=440:r=48000", "-t", "1",
+                "-c:v", "libx264", "-g", "30", "-pix_fmt", "yuv420p", "-c:a", "aac", f
+            ])
+            files.append(f)
+        }
+        let token = try uploadToken(s.port, id)
+        func send(_ i: Int) throws -> String {
+            try tuspy(s.port, files[i], ["filename": "part\(i).mp4", "video_id": String(id), "token": token, "fragment": String(i)])
+        }
+        XCTAssertEqual(try send(1), "stored")
+        Thread.sleep(forTimeInterval: 1)
+        XCTAssertEqual(try get(s.port, "/media/\(id)/live/copy.m3u8").status, 404, "fragment 1 waits for fragment 0")
+        XCTAssertEqual(try send(0), "stored")
+        try waitFor("two fragments live", seconds: 20) { segments(try get(s.port, "/media/\(id)/live/copy.m3u8").text) == 2 }
+        XCTAssertEqual(try send(2), "stored")
+        XCTAssertEqual(
+            try tuspy(s.port, files[0], ["filename": "x.mp4", "video_id": String(id), "token": token, "fragment": "zero"]), "refused 400")
+        let ended = try HTTP.request("POST", "http://127.0.0.1:\(s.port)/videos/\(id)/end", json: ["fragments": 3])
+        XCTAssertEqual(ended.status, 202, ended.text)
+        XCTAssertEqual(try HTTP.request("POST", "http://127.0.0.1:\(s.port)/videos/\(id)/end", json: ["fragments": 4]).status, 409)
+        try waitFor("viewable", seconds: 30) { ["viewable", "ready"].contains(try video(s.port, id)["status"] as? String) }
+        let live = try get(s.port, "/media/\(id)/live/copy.m3u8").text
+        XCTAssertEqual(live.components(separatedBy: "#EXT-X-DISCONTINUITY").count - 1, 1, live)
+        XCTAssertTrue(live.hasSuffix("#EXT-X-ENDLIST\n"), live)
+        let decode = try Run.run(
+            ["ffmpeg", "-v", "error", "-i", "http://127.0.0.1:\(s.port)/media/\(id)/live/master.m3u8", "-f", "null", "-"], check: false)
+        XCTAssertEqual(decode.status, 0, decode.stderr)
+        XCTAssertEqual(try tuspy(s.port, files[0], ["filename": "x.mp4", "video_id": String(id), "token": token, "fragment": "3"]), "refused 409")
+        try waitFor("ready", seconds: 120) { try video(s.port, id)["status"] as? String == "ready" }
+        let v = try video(s.port, id)
+        XCTAssertEqual(v["duration"] as? Double ?? 0, 3, accuracy: 0.1, "\(v)")
+        let master = try XCTUnwrap(v["hls_url"] as? String)
+        let whole = try Run.run(["ffmpeg", "-v", "error", "-i", master, "-f", "null", "-"], check: false)
+        XCTAssertEqual(whole.stderr, "")
     }
 }

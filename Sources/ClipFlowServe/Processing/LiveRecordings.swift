@@ -159,6 +159,8 @@ final class LiveRecordings: Sendable {
                 var seconds = try (0..<count).reduce(0.0) { $0 + (try LiveLadder.seconds(of: live.appendingPathComponent(LiveLadder.fragmentFolder($1)))) }
                 let end = v.fragments.map(Int.init)
                 while let upload = fragments[count], end.map({ count < $0 }) ?? true {
+                    // Removed meanwhile (`DELETE`): nothing is made again in its folder.
+                    guard try await database.video(video) != nil else { return }
                     let folder = live.appendingPathComponent(LiveLadder.fragmentFolder(count))
                     try FileManager.default.createDirectory(at: live, withIntermediateDirectories: true)
                     try await processor.copyFragment(video, input: files.path(upload.id), into: folder, timelineStart: seconds)

@@ -333,7 +333,7 @@ final class Processor: Sendable {
         try await database.update(video)
         if video.mode == .copy {
             if let copyRefusal { throw ClipFlowError.badInput(copyRefusal) }
-            try await publish(&video, jobID, from: folder, copyFolder, status: .ready, renditions: ["copy"])
+            try await publish(&video, jobID, .playable, from: folder, copyFolder, status: .ready, renditions: ["copy"])
             return true
         }
         // Not copied (it cannot be, or the copy refused what the probe let through): the
@@ -345,7 +345,7 @@ final class Processor: Sendable {
         if !copied {
             try await ladder(id, input, first.choice, into: folder.appendingPathComponent(name), share: (0, 0.1), storyboard: plan == nil)
         }
-        try await publish(&video, jobID, from: folder, name, status: plan == nil ? .ready : .viewable, renditions: first.renditions)
+        try await publish(&video, jobID, .playable, from: folder, name, status: plan == nil ? .ready : .viewable, renditions: first.renditions)
         guard let plan else { return true }
         // What the ladder step builds on stays here for it, should it run here.
         await media.keep(id, job: jobID, from: folder, published: name)
@@ -369,7 +369,7 @@ final class Processor: Sendable {
         try await ladder(
             id, input, LadderChoice(rungs: rungs), into: folder.appendingPathComponent(name), share: (0.1, 1),
             reuse: (folder.appendingPathComponent(video.published).path, plan.reuse), background: true)
-        try await publish(&video, jobID, from: folder, name, status: .ready, renditions: plan.renditions)
+        try await publish(&video, jobID, .ladder, from: folder, name, status: .ready, renditions: plan.renditions)
         return true
     }
 
@@ -404,7 +404,7 @@ final class Processor: Sendable {
     /// `sweepSuperseded`). The first time a video plays, the observer hears how long after its
     /// upload's last byte.
     private func publish(
-        _ video: inout VideoRow, _ jobID: Int64, from work: URL, _ folder: String, status: VideoRow.Status, renditions: [String]
+        _ video: inout VideoRow, _ jobID: Int64, _ step: JobRow.Step, from work: URL, _ folder: String, status: VideoRow.Status, renditions: [String]
     ) async throws {
         let wasPlayable = !video.published.isEmpty
         let superseded = video.published
@@ -423,7 +423,7 @@ final class Processor: Sendable {
             try? await media.remove(id)
             throw StepFault.stopped
         }
-        var e = JobEvent(kind: .published, video: video.id ?? 0, job: jobID, phase: wasPlayable ? JobRow.Step.ladder.rawValue : JobRow.Step.playable.rawValue)
+        var e = JobEvent(kind: .published, video: video.id ?? 0, job: jobID, phase: step.rawValue)
         e.renditions = renditions
         e.status = status
         if !wasPlayable, let upload = video.uploadID, let row = try? await database.upload(upload), let last = row.completedAt {

@@ -101,18 +101,21 @@ function download(url, signal) {
 
 const fetchBytes = (url, signal) => download(url, signal).whole;
 
-// A media playlist's segments: [{uri (absolute), start, duration}], `ended` when it has
+// A media playlist's segments: [{uri, init (absolute: the init section before it), start,
+// duration}], `ended` when it has
 // #EXT-X-ENDLIST (a recording's playlist grows until then). Asked again each time (`no-cache`).
 async function mediaSegments(url, signal) {
   const response = await fetch(url, { signal, cache: 'no-cache' });
   if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
   const lines = (await response.text()).split('\n').map(l => l.trim());
   const segments = [];
-  let start = 0, duration = null;
+  let start = 0, duration = null, init = null;
   for (const line of lines) {
-    if (line.startsWith('#EXTINF:')) duration = parseFloat(line.slice(8));
+    const map = line.startsWith('#EXT-X-MAP:') && /URI="([^"]*)"/.exec(line);
+    if (map) init = new URL(map[1], url).href;
+    else if (line.startsWith('#EXTINF:')) duration = parseFloat(line.slice(8));
     else if (line && !line.startsWith('#') && duration !== null) {
-      segments.push({ uri: new URL(line, url).href, start, duration });
+      segments.push({ uri: new URL(line, url).href, init, start, duration });
       start += duration;
       duration = null;
     }
@@ -186,6 +189,14 @@ class Track {
     if (this.appendedInit && r.codecs !== this.appendedInit.codecs && this.buffer.changeType) this.buffer.changeType(`${this.kind}/mp4; codecs="${r.codecs}"`);
     await this.append(await (init || fetchBytes(this.url(r.init), signal)));
     this.appendedInit = r;
+    this.initURL = this.url(r.init);
+  }
+  // Appends the init section `segment` follows when it is not the last one appended (a
+  // recording whose camera changed: a discontinuity in its playlist).
+  async initFor(segment, signal) {
+    if (!segment.init || segment.init === this.initURL) return;
+    await this.append(await fetchBytes(segment.init, signal));
+    this.initURL = segment.init;
   }
   // The init and first segment of the chosen rendition (feed.json names them), fetched side by
   // side and appended in order, while its playlist is read for the segments after.
@@ -202,7 +213,10 @@ class Track {
     const segments = await this.list(this.rendition, signal);
     const edge = Math.max(0, segments.length - 1);
     await this.useRendition(this.rendition, signal);
-    if (segments.length) await this.appendAsItArrives(download(segments[edge].uri, signal));
+    if (segments.length) {
+      await this.initFor(segments[edge], signal);
+      await this.appendAsItArrives(download(segments[edge].uri, signal));
+    }
     this.next = edge + 1;
   }
   // Appends `segment` chunk by chunk as it arrives, so its first pictures can show before its
@@ -254,6 +268,7 @@ class Track {
       return 'waiting';
     }
     await this.useRendition(this.rendition, signal);
+    await this.initFor(segments[this.next], signal);
     const data = await fetchBytes(segments[this.next].uri, signal);
     try { await this.append(data); } catch (e) {
       // The buffer is full: what lies more than 5 s behind the playhead goes, then once more.

@@ -75,16 +75,6 @@ final class ServeRecordingCLITests: XCTestCase {
         return (Int(probe.out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1, pcm.stdout.count / 2)
     }
 
-    /// The merged upload of the server's data folder: the one upload that is an MP4 of `frames` pictures.
-    func merged(_ data: URL, frames: Int) throws -> String? {
-        let folder = data.appendingPathComponent("uploads")
-        for name in try FileManager.default.contentsOfDirectory(atPath: folder.path) {
-            let path = folder.appendingPathComponent(name).path
-            if let c = try? counts(path), c.pictures == frames { return path }
-        }
-        return nil
-    }
-
     /// The server's log line of the recording becoming viewable: seconds after its last
     /// fragment's last byte.
     func viewableSeconds(_ s: ServerProcess) throws -> Double? {
@@ -99,7 +89,7 @@ final class ServeRecordingCLITests: XCTestCase {
         try s.start()
         defer { s.stop() }
         let dir = fx.scratch("serve-recording-clips").path
-        let (p, err) = try recorder(dir, seconds: 8, url: "http://127.0.0.1:\(s.port)")
+        let (p, err) = try recorder(dir, seconds: 20, url: "http://127.0.0.1:\(s.port)")
         var live = ""
         try waitFor("the live playlist", seconds: 20) {
             live = try get(s.port, "/media/1/live/copy.m3u8").text
@@ -119,36 +109,46 @@ final class ServeRecordingCLITests: XCTestCase {
         let said = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         p.waitUntilExit()
         XCTAssertEqual(p.terminationStatus, 0, said)
-        XCTAssertTrue(said.contains("published 8 fragments as video 1"), said)
+        XCTAssertTrue(said.contains("published 20 fragments as video 1"), said)
         try waitFor("viewable", seconds: 10) { ["viewable", "ready"].contains(try video(s.port, 1)["status"] as? String) }
         let seconds = try XCTUnwrap(try viewableSeconds(s))
         XCTAssertLessThan(seconds, 1, "from the last fragment's last byte to playable")
         let closed = try get(s.port, "/media/1/live/copy.m3u8").text
         XCTAssertTrue(closed.hasSuffix("#EXT-X-ENDLIST\n"), closed)
-        XCTAssertEqual(segments(closed), 8)
+        XCTAssertEqual(segments(closed), 20)
         // The whole live video: every picture of the fragments, timestamps continuous.
         let clips = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasSuffix(".mp4") }.sorted().map { dir + "/" + $0 }
-        XCTAssertEqual(clips.count, 8)
-        let pictures = try clips.map(counts).reduce(0) { $0 + $1.pictures }
+        XCTAssertEqual(clips.count, 20)
+        let perClip = try clips.map { try counts($0).pictures }
+        let pictures = perClip.reduce(0, +)
+        // A fragment the recorder dropped pictures in (a loaded machine) may join with up to an
+        // AAC frame less sound: the merge ends a clip's sound with its pictures.
+        let short = perClip.filter { $0 < 30 }.count
         // The sound samples the recorder put in the fragments, as it says (a decoder also
         // outputs the padding of each fragment's last AAC frame).
         let samples = said.split(separator: "\n").compactMap { line -> Int? in
             guard line.hasSuffix(" audio samples") else { return nil }
             return line.split(separator: " ").dropLast(2).last.flatMap { Int($0) }
         }.reduce(0, +)
-        XCTAssertEqual(samples, 8 * 48000, said)
+        XCTAssertEqual(samples, 20 * 48000, said)
         let times = try Run.run([
             "ffprobe", "-v", "error", "-select_streams", "v", "-show_entries", "packet=pts_time", "-of", "csv=p=0",
             "http://127.0.0.1:\(s.port)/media/1/live/copy.m3u8"
         ]).out.split(separator: "\n").compactMap { Double($0) }
         XCTAssertEqual(times.count, pictures)
-        XCTAssertEqual(times.last ?? 0, Double(pictures - 1) / 30, accuracy: 0.01, "the fragments' timelines follow each other")
+        XCTAssertEqual(zip(times, times.dropFirst()).filter { $0.1 <= $0.0 }.count, 0, "the fragments' timelines follow each other")
+        XCTAssertEqual(times.last ?? 0, 20 - 1.0 / 30, accuracy: 0.01, "the fragments' timelines follow each other")
         // The merged MP4 (the video's upload): every picture and sound sample.
         try waitFor("ready", seconds: 120) { try video(s.port, 1)["status"] as? String == "ready" }
-        let mp4 = try XCTUnwrap(try merged(data, frames: pictures), "no merged upload of \(pictures) pictures")
+        // The served MP4 (the video's download: the merged fragments).
+        let download = try get(s.port, "/videos/1/download")
+        XCTAssertEqual(download.status, 200)
+        XCTAssertEqual(download.headers.first { $0.key.lowercased() == "content-type" }?.value, "video/mp4")
+        let mp4 = data.appendingPathComponent("downloaded.mp4").path
+        try download.body.write(to: URL(fileURLWithPath: mp4))
         let whole = try counts(mp4)
         XCTAssertEqual(whole.pictures, pictures)
-        XCTAssertEqual(whole.samples, samples)
+        XCTAssertLessThanOrEqual(abs(whole.samples - samples), 1024 * short, "\(whole.samples) of \(samples) samples; \(short) short fragments")
         let feedAfter = try XCTUnwrap(try get(s.port, "/feed.json").json() as? [String: Any])
         XCTAssertEqual((feedAfter["videos"] as? [Any])?.count, 1)
     }
@@ -224,7 +224,11 @@ final class ServeRecordingCLITests: XCTestCase {
         XCTAssertGreaterThan(try proxy.stats().faultsApplied, 0, "the link was down")
         try waitFor("viewable", seconds: 20) { ["viewable", "ready"].contains(try video(s.port, 1)["status"] as? String) }
         let clips = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasSuffix(".mp4") }.sorted().map { dir + "/" + $0 }
-        let pictures = try clips.map(counts).reduce(0) { $0 + $1.pictures }
+        let perClip = try clips.map { try counts($0).pictures }
+        let pictures = perClip.reduce(0, +)
+        // A fragment the recorder dropped pictures in (a loaded machine) may join with up to an
+        // AAC frame less sound: the merge ends a clip's sound with its pictures.
+        let short = perClip.filter { $0 < 30 }.count
         let closed = try get(s.port, "/media/1/live/copy.m3u8").text
         XCTAssertEqual(segments(closed), clips.count, closed)
         let times = try Run.run([

@@ -16,6 +16,8 @@ import Hummingbird
 ///     GET    /videos/{id}                                    -> video
 ///     DELETE /videos/{id}                                    -> 204 (its upload and media removed)
 ///     GET    /videos/{id}/upload  -> {"servers": [{"id", "hostname"}], "token", "video": {"id", "client_id"}}
+///     GET    /videos/{id}/download  its source file, ranges too: a recording's lossless merge (MP4), an
+///                                 upload as it was sent (404 before there is one, or with a bucket)
 ///     GET    /feed.json           every viewable or ready video's feed entry (public)
 ///     GET    /, /v/{id}           the feed page (public); GET /videos asked for as HTML: the list page
 ///                                 (`Pages`; the API key as a Bearer token or a Basic password)
@@ -70,6 +72,7 @@ struct HostingAPI: Sendable {
         videos.delete(":id") { _, context in try await remove(try await video(context)) }
         videos.get(":id/upload") { request, context in try uploadTarget(try await video(context), request) }
         videos.post(":id/end") { request, context in try await end(try await video(context), request) }
+        videos.get(":id/download") { request, context in try await download(try await video(context), request) }
     }
 
     // MARK: routes
@@ -130,6 +133,26 @@ struct HostingAPI: Sendable {
                 .conflict, v.status == .recording ? "video \(v.id!) ended already with \(v.fragments ?? 0) fragments" : "video \(v.id!) is not being recorded")
         }
         return JSONAnswer(value: try await describe(try await database.video(v.id!) ?? v, request), status: .accepted)
+    }
+
+    /// The video's source file: its upload, which for a recording is the lossless merge of its
+    /// fragments (an MP4). Served as a media file is (ranges, `ETag`), private to those who may
+    /// see the video, as an attachment.
+    private func download(_ v: VideoRow, _ request: Request) async throws -> Response {
+        guard let key = v.uploadID, let files = uploads as? UploadFiles else {
+            throw HTTPRefusal(.notFound, "video \(v.id!) has no source file on this server (yet)")
+        }
+        let path = files.path(key)
+        let file: OpenMediaFile
+        do { file = try await MediaServing.io.perform { try OpenMediaFile(path) } } catch {
+            throw HTTPRefusal(.notFound, "video \(v.id!) has no source file on this server")
+        }
+        var answer = MediaServing.answer(request, file, relative: "")
+        let merged = (try? TUSMetadata.decode((try await database.upload(key))?.metadata ?? ""))?[LiveRecordings.mergedKey] != nil
+        answer.headers[.contentType] = merged ? "video/mp4" : "application/octet-stream"
+        answer.headers[.cacheControl] = "private, no-cache"
+        answer.headers[HTTPField.Name("Content-Disposition")!] = "attachment; filename=\"video-\(v.id!)\(merged ? ".mp4" : "")\""
+        return answer
     }
 
     private func uploadTarget(_ v: VideoRow, _ request: Request) throws -> JSONAnswer<Gcore.UploadTarget> {

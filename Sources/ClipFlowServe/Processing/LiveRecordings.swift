@@ -50,6 +50,8 @@ final class LiveRecordings: Sendable {
 
     /// The metadata key of a fragment's index.
     static let fragmentKey = "fragment"
+    /// The metadata key of a recording's merged upload (its value: how many fragments it joins).
+    static let mergedKey = "merged_fragments"
     /// The largest fragment index taken.
     static let maxFragment = 999_999
 
@@ -203,7 +205,7 @@ final class LiveRecordings: Sendable {
         let now = Date().timeIntervalSince1970
         _ = try await database.insert(
             UploadRow(
-                id: key, length: size, offset: size, metadata: TUSMetadata.encode(["video_id": String(video), "merged": "fragments"]), createdAt: now,
+                id: key, length: size, offset: size, metadata: TUSMetadata.encode(["video_id": String(video), Self.mergedKey: String(count)]), createdAt: now,
                 expiresAt: now, completedAt: now, videoID: video),
             carrying: nil)
         try await database.uploaded(video: video, upload: key)

@@ -107,12 +107,9 @@ public final class PublishStage: Stage {
                 while let path = fragments.pull()?.element {
                     let index = count
                     let metadata = [GcoreUploader.recordingVideo: video, GcoreUploader.recordingFragment: String(index)]
+                    // Sent again after a lost answer, a fragment is taken again and stored once.
                     try Self.persist("fragment \(index) (\((path as NSString).lastPathComponent))", delay: retryDelay, control: control, emit) {
-                        do {
-                            _ = try uploader.upload(file: path, id: "\(video)-\(index)", metadata: metadata, control: control, observer: NoUploadObserver())
-                        } catch let e as UploadError where e.kind == .http(409) && e.message.contains("stored already") {
-                            // Sent before, and the server has it.
-                        }
+                        _ = try uploader.upload(file: path, id: "\(video)-\(index)", metadata: metadata, control: control, observer: NoUploadObserver())
                     }
                     if remove { try? FileManager.default.removeItem(atPath: path) }
                     count += 1
@@ -130,15 +127,16 @@ public final class PublishStage: Stage {
         }
     }
 
-    /// Runs `body` until it succeeds: a failure the network may cure (a retryable upload error)
-    /// is told (`emit`) and tried again `delay` seconds later; any other failure, or a cancel,
-    /// ends it.
+    /// Runs `body` until it succeeds: a failure the network may cure (no answer, or a retryable
+    /// answer such as 503, after the uploader's own tries) is told (`emit`) and tried again
+    /// `delay` seconds later; any other failure (the server refused: the recording ended, a
+    /// conflict), or a cancel, ends it.
     private static func persist<T>(
         _ what: String, delay: Double, control: UploadControl, _ emit: (String) -> Void, _ body: () throws -> T
     ) throws -> T {
         var told = false
         while true {
-            do { return try body() } catch let e as UploadError where e.retryable || e.kind == .transport {
+            do { return try body() } catch let e as UploadError where (e.retryable || e.kind == .transport) && e.kind != .conflict {
                 if !told { emit("\(what): \(e.message); trying again every \(delay) s") }
                 told = true
                 try control.sleep(delay)

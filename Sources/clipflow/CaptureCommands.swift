@@ -115,6 +115,9 @@ struct Record: ParsableCommand {
             throw ValidationError("--publish expects the URL of a clipflow serve, http://HOST:PORT (got '\(publish)')")
         }
         if publish == nil && (publishName != nil || removePublished) { throw ValidationError("--publish-name and --remove-published go with --publish") }
+        if publish != nil && segment == 0 {
+            throw ValidationError("--publish sends each fragment as it closes: give --segment (seconds per fragment, such as 1)")
+        }
     }
 
     func run() throws {

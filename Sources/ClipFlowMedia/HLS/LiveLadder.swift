@@ -6,58 +6,59 @@ import Foundation
 /// whose timeline starts where the fragment before it ended: `timeline-start`), and at its top
 /// the playlists that join them: `EVENT` media playlists that only grow (segments are added at
 /// the end, none changes) and get `#EXT-X-ENDLIST` once the recording ended, a master playlist and
-/// `feed.json` (covers from the first fragment). A fragment whose codec parameters differ from
-/// the one's before it starts with a discontinuity and its own init section.
+/// `feed.json` (the first fragment's covers, linked to the top). A fragment whose sample
+/// description (codec parameters) differs from the one's before it starts with a discontinuity
+/// and its own init section.
 /// Every file at the top is written to a temporary name and renamed, so a reader never sees half
 /// of one. The caller appends one fragment at a time (one writer per folder).
 public enum LiveLadder {
     /// The folder of fragment `index` inside the live folder.
     public static func fragmentFolder(_ index: Int) -> String { String(format: "f%05d", index) }
 
-    /// Seconds fragment folder `folder` lasts (its video rendition's segments): where the next
-    /// fragment's timeline starts, after the ones before it.
-    public static func seconds(of folder: URL) throws -> Double {
-        let tracks = try LadderTracks.read(from: folder)
-        return tracks.video.first.map { $0.segments.reduce(0) { $0 + $1.seconds } } ?? 0
+    /// Seconds the first `count` fragment folders of `live` last (their video rendition's
+    /// segments): where the next fragment's timeline starts.
+    public static func seconds(_ live: URL, count: Int) throws -> Double {
+        try (0..<count).reduce(0.0) { total, i in
+            let tracks = try LadderTracks.read(from: live.appendingPathComponent(fragmentFolder(i)))
+            return total + (tracks.video.first.map { $0.segments.reduce(0) { $0 + $1.seconds } } ?? 0)
+        }
     }
 
     /// Writes the top of `live` for its first `count` fragment folders (each complete);
-    /// `ended`: the recording is over, the playlists are closed.
-    public static func write(_ live: URL, count: Int, ended: Bool) throws {
+    /// `ended`: the recording is over, the playlists are closed. Returns the seconds they last.
+    @discardableResult
+    public static func write(_ live: URL, count: Int, ended: Bool) throws -> Double {
         guard count > 0 else { throw ClipFlowError.failure("internal: a live ladder needs a fragment") }
         let folders = (0..<count).map(fragmentFolder)
         let first = try LadderTracks.read(from: live.appendingPathComponent(folders[0]))
         guard let firstVideo = first.video.first else { throw ClipFlowError.badInput("'\(folders[0])': the fragment's ladder has no video") }
-        var video = joined(firstVideo, live: live, folders: folders) { $0.video.first }
+        var video = try joined(firstVideo, live: live, folders: folders) { $0.video.first }
         video.iframesURI = nil
-        let audio = first.audio.map { a in joined(a, live: live, folders: folders) { $0.audio } }
+        let audio = try first.audio.map { a in try joined(a, live: live, folders: folders) { $0.audio } }
         try save(HLSPlaylists.media(video, type: ended ? .closedEvent : .event), live, video.playlistURI)
         if let audio { try save(HLSPlaylists.media(audio, type: ended ? .closedEvent : .event), live, audio.playlistURI) }
         try save(HLSPlaylists.master(video: [video], audio: audio), live, "master.m3u8")
-        let firstFolder = live.appendingPathComponent(folders[0])
-        var entry = FeedEntry(id: live.lastPathComponent, video: [video], audio: audio, covers: firstFolder)
-        let prefix = folders[0] + "/"
-        entry.cover = prefix + entry.cover
-        entry.covers = entry.covers.map { FeedEntry.Cover(uri: prefix + $0.uri, size: $0.size) }
+        try linkCovers(from: live.appendingPathComponent(folders[0]), into: live)
+        var entry = FeedEntry(id: live.lastPathComponent, video: [video], audio: audio, covers: live)
         entry.live = ended ? nil : true
         try save(FeedManifest(videos: [entry]).serialized, live, "feed.json")
+        return video.segments.reduce(0) { $0 + $1.seconds }
     }
 
     /// The rendition of `model`'s kind (`pick`) across the fragment folders: each segment's URI
     /// under its folder, the first folder's init section, and a new one (after a discontinuity)
-    /// where a fragment's init bytes differ from the one before it. A fragment without that
-    /// rendition adds nothing to it.
-    private static func joined(_ model: HLSTrack, live: URL, folders: [String], pick: (LadderTracks) -> HLSTrack?) -> HLSTrack {
+    /// where a fragment's sample description differs from the one's before it. A fragment
+    /// without that rendition (no sound) adds nothing to it.
+    private static func joined(_ model: HLSTrack, live: URL, folders: [String], pick: (LadderTracks) -> HLSTrack?) throws -> HLSTrack {
         var out = model
         out.segments = []
         out.initURI = folders[0] + "/" + model.initURI
-        var last: HLSTrack?
+        var last: [UInt8]?
         for folder in folders {
-            guard let tracks = try? LadderTracks.read(from: live.appendingPathComponent(folder)), let t = pick(tracks) else { continue }
-            // Other codec parameters need the new init section; the same ones do not (the init
-            // sections differ in their measured bit rates alone).
-            let changed = last.map { $0.codecs != t.codecs || $0.width != t.width || $0.height != t.height || $0.channels != t.channels } ?? false
-            last = t
+            guard let t = pick(try LadderTracks.read(from: live.appendingPathComponent(folder))) else { continue }
+            let description = try sampleDescription(live.appendingPathComponent(folder).appendingPathComponent(t.initURI))
+            let changed = last.map { $0 != description } ?? false
+            last = description
             for (i, s) in t.segments.enumerated() {
                 var segment = s
                 segment.uri = folder + "/" + s.uri
@@ -66,6 +67,35 @@ public enum LiveLadder {
             }
         }
         return out
+    }
+
+    /// An init section's bytes without what differs between fragments of the same codec
+    /// parameters: the bit rates the muxer measured (`btrt` boxes, zeroed).
+    static func sampleDescription(_ url: URL) throws -> [UInt8] {
+        var bytes: [UInt8]
+        do { bytes = [UInt8](try Data(contentsOf: url)) } catch { throw ClipFlowError.badInput("'\(url.path)': cannot read the init section") }
+        let tag: [UInt8] = Array("btrt".utf8)
+        var i = 4
+        while i + 16 <= bytes.count {
+            if Array(bytes[i..<(i + 4)]) == tag {
+                for k in (i + 4)..<(i + 16) { bytes[k] = 0 }
+                i += 16
+            } else {
+                i += 1
+            }
+        }
+        return bytes
+    }
+
+    /// The first fragment's covers (`poster*.jpg`), at the top of the live folder too (hard
+    /// links), where the API and the feed name them.
+    private static func linkCovers(from first: URL, into live: URL) throws {
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: first.path)) ?? []).filter { $0.hasPrefix("poster") && $0.hasSuffix(".jpg") }
+        for name in names where !FileManager.default.fileExists(atPath: live.appendingPathComponent(name).path) {
+            guard link(first.appendingPathComponent(name).path, live.appendingPathComponent(name).path) == 0 || errno == EEXIST else {
+                throw ClipFlowError.output("cannot link '\(live.appendingPathComponent(name).path)'", errno: errno)
+            }
+        }
     }
 
     private static func save(_ text: String, _ live: URL, _ name: String) throws {

@@ -122,16 +122,14 @@ struct HostingAPI: Sendable {
     }
 
     /// A recording's end: its recorder made `fragments` fragments (a second end with the same
-    /// count is answered the same; another count, or a video that is not being recorded: 409).
+    /// count is answered the same; another count, fewer than play already, or a video that is
+    /// not being recorded: 409).
     private func end(_ v: VideoRow, _ request: Request) async throws -> JSONAnswer<VideoResource> {
         let body = try await jsonBody(request, as: RecordingEnd.self, expecting: ["fragments": RecordingEnd.expected])
         guard let n = body.fragments, (1...Int64(LiveRecordings.maxFragment + 1)).contains(n) else {
             throw HTTPRefusal(.badRequest, "fragments: expected \(RecordingEnd.expected)")
         }
-        guard try await recordings.end(v.id!, fragments: n) else {
-            throw HTTPRefusal(
-                .conflict, v.status == .recording ? "video \(v.id!) ended already with \(v.fragments ?? 0) fragments" : "video \(v.id!) is not being recorded")
-        }
+        if let refusal = try await recordings.end(v.id!, fragments: n) { throw HTTPRefusal(.conflict, refusal) }
         return JSONAnswer(value: try await describe(try await database.video(v.id!) ?? v, request), status: .accepted)
     }
 
@@ -272,6 +270,7 @@ extension HostingAPI {
     ///   management routes.
     func admit(_ metadata: [String: String], authorization: String?) async throws -> UploadCarrier {
         guard let vid = metadata["video_id"] else {
+            if metadata[LiveRecordings.fragmentKey] != nil { throw HTTPRefusal(.badRequest, "fragment: a recording's fragment names its video (video_id)") }
             if authorization == nil, tokens.apiKey != nil {
                 throw HTTPRefusal(.unauthorized, "an upload token (Upload-Metadata video_id and token) or the API key (Authorization: Bearer) is needed")
             }
@@ -289,7 +288,7 @@ extension HostingAPI {
         case .wrong: throw HTTPRefusal(.forbidden, "the upload token is not this video's")
         }
         if let text = metadata[LiveRecordings.fragmentKey] {
-            try await admitFragment(text, of: v)
+            try admitFragment(text, of: v)
             return .video(id)
         }
         guard v.status == .pending else {
@@ -300,17 +299,15 @@ extension HostingAPI {
     }
 
     /// Whether fragment `text` of recording `v` may be uploaded: a whole number within the
-    /// recording (its end, once known), not stored already (409, which tells a client that sent
-    /// it twice that it is there).
-    private func admitFragment(_ text: String, of v: VideoRow) async throws {
+    /// recording (its end, once known). One sent again (its answer was lost) is taken, and stored
+    /// once (`LiveRecordings`).
+    private func admitFragment(_ text: String, of v: VideoRow) throws {
         guard let index = Int(text), (0...LiveRecordings.maxFragment).contains(index), String(index) == text else {
             throw HTTPRefusal(.badRequest, "fragment: expected a whole number from 0 to \(LiveRecordings.maxFragment), got '\(text.prefix(20))'")
         }
         guard v.status == .recording, v.fragments.map({ index < $0 }) ?? true else {
             throw HTTPRefusal(.conflict, "video \(v.id!) is not being recorded (or ended before fragment \(index))")
         }
-        let stored = try await database.uploads(ofVideo: v.id!).contains { $0.isComplete && LiveRecordings.fragmentIndex($0) == index }
-        if stored { throw HTTPRefusal(.conflict, "fragment \(index) of video \(v.id!) is stored already") }
     }
 
     /// A finished upload that carries a video: bound to it and queued for processing; a

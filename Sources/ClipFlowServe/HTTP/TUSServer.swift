@@ -331,8 +331,13 @@ public final class TUSServer: Sendable {
     private func terminate(_ request: Request, id: String) async throws -> Response {
         try requireTUS(request)
         let row = try await existing(id)
-        if let video = row.videoID, try await database.video(video)?.uploadID == row.id {
-            throw HTTPRefusal(.conflict, "upload \(id) is the source of video \(video); delete the video (DELETE /videos/\(video)) to remove it")
+        if let video = row.videoID, let v = try await database.video(video) {
+            if v.uploadID == row.id {
+                throw HTTPRefusal(.conflict, "upload \(id) is the source of video \(video); delete the video (DELETE /videos/\(video)) to remove it")
+            }
+            if row.isComplete, v.uploadID == nil, LiveRecordings.fragmentIndex(row) != nil {
+                throw HTTPRefusal(.conflict, "upload \(id) is a fragment of recording \(video), not merged yet; delete the video to remove it")
+            }
         }
         guard try await files.discard(row.id, from: database) else { throw HTTPRefusal(.locked, "upload \(id) is busy") }
         if !row.isComplete { await abandoned(row) }

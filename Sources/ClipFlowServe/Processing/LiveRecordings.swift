@@ -32,6 +32,10 @@ final class LiveRecordings: Sendable {
     let timeout: Double
     /// Videos being worked on; true: more arrived meanwhile (the task looks again).
     private let busy = Mutex<[Int64: Bool]>([:])
+    /// Steps that failed in a row, by video.
+    private let failures = Mutex<[Int64: Int]>([:])
+    /// Fragment uploads in progress: the offset last seen and when it was first seen there.
+    private let growing = Mutex<[String: (offset: Int64, at: Double)]>([:])
 
     init(database: any ServeStore, processor: Processor, uploads: any UploadStorage, timeout: Double) {
         self.database = database
@@ -94,23 +98,21 @@ final class LiveRecordings: Sendable {
         }
     }
 
-    /// Every recording not yet merged goes on (a restart), then those silent for `timeout`
-    /// end, checked until cancelled.
+    /// Every recording not yet merged goes on (a restart); one silent for `timeout` (no fragment
+    /// created, completed or growing) ends with the fragments it has in order from the first,
+    /// whether its recorder said its end or not (a fragment it counted never came). Checked until
+    /// cancelled.
     func run() async {
         while !Task.isCancelled {
             let now = Date().timeIntervalSince1970
             for v in (try? await database.recordings()) ?? [] {
                 guard let id = v.id else { continue }
-                if v.status == .recording, v.fragments == nil, let last = try? await lastActivity(v), now - last > timeout {
-                    let count = Int64(completeFragments(id))
-                    if count == 0 {
-                        var failed = v
-                        failed.status = .error
-                        failed.error = "the recording ended (nothing for \(Int(timeout)) s) before any fragment arrived"
-                        try? await database.update(failed)
+                if v.status == .recording, let last = try? await lastActivity(v, now: now), now - last > timeout {
+                    let count = completeFragments(id)
+                    if v.fragments.map({ count < $0 }) ?? true {
+                        await giveUp(id, "nothing came for \(Int(timeout)) s (--recording-timeout)")
                         continue
                     }
-                    _ = try? await database.endRecording(id, fragments: count, replacing: true)
                 }
                 arrived(id)
             }
@@ -118,24 +120,40 @@ final class LiveRecordings: Sendable {
         }
     }
 
-    /// The recorder of `video` says it has `fragments` fragments. Returns false when the video is
-    /// not a recording being recorded, or ended with another count.
-    func end(_ video: Int64, fragments: Int64) async throws -> Bool {
+    /// The recorder of `video` says it has `fragments` fragments. Returns nil when that is its
+    /// end now (or was already), else why not: it is not being recorded, it ended with another
+    /// count, or more fragments than that are in its playlists already.
+    func end(_ video: Int64, fragments: Int64) async throws -> String? {
+        let appended = completeFragments(video)
+        guard fragments >= appended else { return "\(appended) fragments of video \(video) play already; its end cannot be \(fragments)" }
         if try await database.endRecording(video, fragments: fragments, replacing: false) {
             arrived(video)
-            return true
+            return nil
         }
-        return try await database.video(video)?.fragments == fragments
+        guard let v = try await database.video(video) else { return "no such video" }
+        if v.fragments == fragments { return nil }
+        return v.status == .recording ? "video \(video) ended already with \(v.fragments ?? 0) fragments" : "video \(video) is not being recorded"
     }
 
-    /// When `v` last saw a fragment (its creation, if none).
-    private func lastActivity(_ v: VideoRow) async throws -> Double {
-        let uploads = try await database.uploads(ofVideo: v.id!)
-        return uploads.map { $0.completedAt ?? $0.createdAt }.max().map { max($0, v.createdAt) } ?? v.createdAt
+    /// When `v` last saw a fragment: created, completed, or (an upload in progress) grown since
+    /// this server last looked (`now` then); its own creation when nothing came.
+    private func lastActivity(_ v: VideoRow, now: Double) async throws -> Double {
+        var last = v.createdAt
+        for u in try await database.uploads(ofVideo: v.id!) {
+            last = max(last, u.completedAt ?? u.createdAt)
+            guard !u.isComplete else { continue }
+            let seen = growing.withLock { g -> Double in
+                if let before = g[u.id], before.offset == u.offset { return before.at }
+                g[u.id] = (u.offset, now)
+                return now
+            }
+            last = max(last, seen)
+        }
+        return last
     }
 
     /// How many fragment folders, in order from the first, the live folder holds complete.
-    private func completeFragments(_ video: Int64) -> Int {
+    func completeFragments(_ video: Int64) -> Int {
         let live = liveFolder(video)
         var n = 0
         while FileManager.default.fileExists(atPath: live.appendingPathComponent(LiveLadder.fragmentFolder(n)).appendingPathComponent("master.m3u8").path) {
@@ -144,21 +162,32 @@ final class LiveRecordings: Sendable {
         return n
     }
 
+    /// The complete fragment uploads of `video` by index (the first complete one of an index
+    /// sent twice), and the others of an index sent twice.
+    private func fragments(of video: Int64) async throws -> (chosen: [Int: UploadRow], twice: [UploadRow]) {
+        var chosen: [Int: UploadRow] = [:]
+        var twice: [UploadRow] = []
+        for u in try await database.uploads(ofVideo: video).sorted(by: { ($0.completedAt ?? 0) < ($1.completedAt ?? 0) }) where u.isComplete {
+            guard let i = Self.fragmentIndex(u) else { continue }
+            if chosen[i] == nil { chosen[i] = u } else { twice.append(u) }
+        }
+        return (chosen, twice)
+    }
+
     /// Appends what arrived in order, closes an ended recording whose fragments are all in, and
-    /// merges a closed one.
+    /// merges a closed one. A step that fails is tried again at the next look, `attempts` times
+    /// in a row at most; then the recording ends with what plays (`giveUp`), or, its merge
+    /// failing, stays as it played.
     private func advance(_ video: Int64) async {
         guard let v = try? await database.video(video), let files else { return }
         let live = liveFolder(video)
         do {
             if v.status == .recording {
-                var fragments: [Int: UploadRow] = [:]
-                for u in try await database.uploads(ofVideo: video) where u.isComplete {
-                    guard let i = Self.fragmentIndex(u) else { continue }
-                    if let other = fragments[i], other.createdAt <= u.createdAt { continue }
-                    fragments[i] = u
-                }
+                let (fragments, twice) = try await fragments(of: video)
+                // A fragment sent again (its answer lost) is stored once.
+                for u in twice { _ = try? await files.discard(u.id, from: database) }
                 var count = completeFragments(video)
-                var seconds = try (0..<count).reduce(0.0) { $0 + (try LiveLadder.seconds(of: live.appendingPathComponent(LiveLadder.fragmentFolder($1)))) }
+                var seconds = count > 0 ? try LiveLadder.seconds(live, count: count) : 0
                 let end = v.fragments.map(Int.init)
                 while let upload = fragments[count], end.map({ count < $0 }) ?? true {
                     // Removed meanwhile (`DELETE`): nothing is made again in its folder.
@@ -166,37 +195,81 @@ final class LiveRecordings: Sendable {
                     let folder = live.appendingPathComponent(LiveLadder.fragmentFolder(count))
                     try FileManager.default.createDirectory(at: live, withIntermediateDirectories: true)
                     try await processor.copyFragment(video, input: files.path(upload.id), into: folder, timelineStart: seconds)
-                    seconds += try LiveLadder.seconds(of: folder)
                     count += 1
-                    try LiveLadder.write(live, count: count, ended: false)
+                    seconds = try LiveLadder.write(live, count: count, ended: false)
                     try await database.publishLive(video, status: .recording, duration: seconds)
-                    report(video, .recording, since: upload.completedAt, renditions: ["live"])
+                    report(video, .recording, since: upload.completedAt)
+                    if seconds > processor.limits.media.maxDuration {
+                        _ = try await database.endRecording(video, fragments: Int64(count), replacing: true)
+                        failed(video, "the recording reached \(Int(processor.limits.media.maxDuration)) s (--max-duration): it ends there")
+                        arrived(video)
+                        return
+                    }
                 }
-                guard let end, count >= end else { return }
-                try LiveLadder.write(live, count: end, ended: true)
+                guard let end, count >= end else {
+                    succeeded(video)
+                    return
+                }
+                seconds = try LiveLadder.write(live, count: end, ended: true)
                 try await database.publishLive(video, status: .viewable, duration: seconds)
-                report(video, .viewable, since: fragments[end - 1]?.completedAt, renditions: ["live"])
+                report(video, .viewable, since: fragments[end - 1]?.completedAt)
             }
             try await merge(video, count: Int(v.fragments ?? Int64(completeFragments(video))), files: files)
+            succeeded(video)
         } catch {
-            var e = JobEvent(kind: .requeued, video: video, job: 0, phase: "live")
-            e.reason = "\(error)"
-            processor.observer.job(e)
+            let reason = processor.dataPaths.scrub("\(error)")
+            let tries = failures.withLock { f -> Int in
+                f[video, default: 0] += 1
+                return f[video]!
+            }
+            guard tries >= Self.attempts else {
+                var e = JobEvent(kind: .requeued, video: video, job: 0, phase: "live")
+                e.reason = reason
+                processor.observer.job(e)
+                return
+            }
+            succeeded(video)
+            await giveUp(video, reason)
         }
+    }
+
+    /// Times in a row a recording's step is tried before `giveUp`.
+    static let attempts = 3
+
+    private func succeeded(_ video: Int64) { failures.withLock { _ = $0.removeValue(forKey: video) } }
+
+    /// Ends `video` for good because of `reason`: a recording with fragments in its playlists
+    /// ends with them; one with none is in `error`; one whose merge keeps failing stays as it
+    /// played, `ready`, its `error` saying why it has no merged file.
+    private func giveUp(_ video: Int64, _ reason: String) async {
+        guard var v = try? await database.video(video) else { return }
+        let count = completeFragments(video)
+        if v.status == .recording, count > 0 {
+            _ = try? await database.endRecording(video, fragments: Int64(count), replacing: true)
+            failed(video, "\(reason); the recording ends with its \(count) fragments")
+            arrived(video)
+            return
+        }
+        v.status = v.status == .recording ? .error : .ready
+        v.error = v.status == .error ? "the recording has no fragment: \(reason)" : "its fragments could not be merged (it plays as recorded): \(reason)"
+        try? await database.update(v)
+        failed(video, v.error ?? reason)
+    }
+
+    private func failed(_ video: Int64, _ reason: String) {
+        var e = JobEvent(kind: .failed, video: video, job: 0, phase: "live")
+        e.reason = reason
+        processor.observer.job(e)
     }
 
     /// Merges an ended recording's `count` fragments into a new upload bound to the video, which
     /// queues its processing.
     private func merge(_ video: Int64, count: Int, files: UploadFiles) async throws {
         guard let v = try await database.video(video), v.status == .viewable, v.uploadID == nil else { return }
-        var inputs: [String] = []
-        var byIndex: [Int: UploadRow] = [:]
-        for u in try await database.uploads(ofVideo: video) where u.isComplete {
-            if let i = Self.fragmentIndex(u), byIndex[i].map({ $0.createdAt > u.createdAt }) ?? true { byIndex[i] = u }
-        }
-        for i in 0..<count {
-            guard let u = byIndex[i] else { throw ClipFlowError.failure("fragment \(i) of video \(video) is gone") }
-            inputs.append(files.path(u.id))
+        let (fragments, _) = try await fragments(of: video)
+        let inputs = try (0..<count).map { i in
+            guard let u = fragments[i] else { throw ClipFlowError.failure("fragment \(i) of video \(video) is gone") }
+            return files.path(u.id)
         }
         let key = TUSServer.key(TUSServer.newID())
         let output = URL(fileURLWithPath: files.path(key))
@@ -214,10 +287,10 @@ final class LiveRecordings: Sendable {
 
     /// Tells the observer that `video` plays from its live folder with `status`, `since` seconds
     /// after the last byte of the fragment that made it so.
-    private func report(_ video: Int64, _ status: VideoRow.Status, since lastByte: Double?, renditions: [String]) {
+    private func report(_ video: Int64, _ status: VideoRow.Status, since lastByte: Double?) {
         var e = JobEvent(kind: .published, video: video, job: 0, phase: "live")
         e.status = status
-        e.renditions = renditions
+        e.renditions = [Self.liveName]
         e.seconds = lastByte.map { max(0, Date().timeIntervalSince1970 - $0) }
         processor.observer.job(e)
     }

@@ -489,10 +489,12 @@ final class Processor: Sendable {
     }
 
     /// Copies fragment `input` of recording `video` into the folder `output` (an `hls` copy
-    /// alone, its timeline from `timelineStart`: `LiveLadder`), in the spare worker.
+    /// alone, its timeline from `timelineStart`: `LiveLadder`), in the spare worker, checked
+    /// first against `limits` and for what every browser plays.
     func copyFragment(_ video: Int64, input: String, into output: URL, timelineStart: Double) async throws {
         let text = StepPipeline.text(
-            input: input, output: output.path, ladder: LadderChoice(rungs: [], copy: true), storyboard: false, timelineStart: timelineStart)
+            input: input, output: output.path, ladder: LadderChoice(rungs: [], copy: true),
+            inspect: StepPipeline.Inspection(limits: limits.media, copyable: true), storyboard: false, timelineStart: timelineStart)
         let pipeline = try writePipeline(text, for: output)
         defer { try? FileManager.default.removeItem(at: pipeline) }
         try await step(video, pipeline: pipeline.path, nice: 0, spare: true) { _ in }

@@ -190,12 +190,14 @@ public final class GcoreUploader: FileUploader, Sendable {
         let description = options.description ?? metadata["description"]
         let api = API(uploader: self, id: id, control: control, observer: observer)
         // The video this upload made or resumes: deleted if the upload is cancelled or abandoned.
+        // A recording's fragment made none: its recording is never deleted for it.
+        let ownsVideo = metadata[Self.recordingVideo] == nil
         let fingerprint = try? FileFingerprint.of(file)
-        var videoID = fingerprint.flatMap { store.record(for: $0, destination: destination)?.extra["video_id"] }
+        var videoID = ownsVideo ? fingerprint.flatMap { store.record(for: $0, destination: destination)?.extra["video_id"] } : nil
         do {
             return try run(
                 file: file, id: id, metadata: metadata, control: control, observer: observer, api: api, name: name, description: description,
-                made: { videoID = $0 },
+                made: { if ownsVideo { videoID = $0 } },
                 failing: { e in
                     guard let videoID, let fingerprint else { return e }
                     return self.abandon(videoID, of: fingerprint, after: e)

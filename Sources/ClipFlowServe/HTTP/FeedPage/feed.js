@@ -262,8 +262,9 @@ class Track {
       if (other.length === current.length) { this.rendition = r; segments = other; }
     }
     if (this.next >= segments.length) {
-      if (segments.ended || !this.player.live) { this.player.liveEnded(); return false; }
-      // Live: the playlist is read again at the next step.
+      if (segments.ended) { this.player.liveEnded(); return false; }
+      if (!this.player.entry.live) return false;
+      // Live: each track reads its playlist again at its next step, until it is closed.
       this.segments.delete(this.rendition.name);
       return 'waiting';
     }

@@ -340,13 +340,22 @@ class Proxy:
             sent = 0
             began = time.monotonic()
             for piece, payload in body_pieces(client, length, chunked, limit):
+                if action == "rate":
+                    # Paced before it goes: the upstream gets each byte when the link would
+                    # deliver it (4 KiB at a time), so its last byte arrives last.
+                    rate = float(rule["bytes_per_second"])
+                    for at in range(0, len(piece), 4096):
+                        part = piece[at:at + 4096]
+                        wait = (sent + len(part)) / rate - (time.monotonic() - began)
+                        if wait > 0:
+                            time.sleep(wait)
+                        usock.sendall(part)
+                        sent += len(part)
+                    self.add_bytes(len(piece))
+                    continue
                 usock.sendall(piece)
                 sent += payload
                 self.add_bytes(len(piece))
-                if action == "rate":
-                    ahead = sent / float(rule["bytes_per_second"]) - (time.monotonic() - began)
-                    if ahead > 0:
-                        time.sleep(ahead)
             if action == "cut":
                 if rule.get("upstream_close") == "rst":
                     set_rst(usock)

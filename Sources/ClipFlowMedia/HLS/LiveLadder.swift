@@ -100,7 +100,9 @@ public enum LiveLadder {
 
     private static func save(_ text: String, _ live: URL, _ name: String) throws {
         let url = live.appendingPathComponent(name)
-        let temporary = live.appendingPathComponent(".\(name).tmp")
+        // Named by this process and a random number: two servers writing the same folder's top
+        // (several sharing one data folder) never write into one temporary file.
+        let temporary = live.appendingPathComponent(".\(name).\(getpid())-\(UInt32.random(in: 0...UInt32.max)).tmp")
         do {
             try Data(text.utf8).write(to: temporary)
             guard rename(temporary.path, url.path) == 0 else { throw ClipFlowError.output("cannot rename '\(temporary.path)'", errno: errno) }

@@ -156,10 +156,13 @@ final class LiveRecordings: Sendable {
     func completeFragments(_ video: Int64) -> Int {
         let live = liveFolder(video)
         var n = 0
-        while FileManager.default.fileExists(atPath: live.appendingPathComponent(LiveLadder.fragmentFolder(n)).appendingPathComponent("master.m3u8").path) {
-            n += 1
-        }
+        while Self.isComplete(live.appendingPathComponent(LiveLadder.fragmentFolder(n))) { n += 1 }
         return n
+    }
+
+    /// Whether a fragment folder is complete (its ladder renames it into place whole).
+    private static func isComplete(_ folder: URL) -> Bool {
+        FileManager.default.fileExists(atPath: folder.appendingPathComponent("master.m3u8").path)
     }
 
     /// The complete fragment uploads of `video` by index (the first complete one of an index
@@ -194,7 +197,10 @@ final class LiveRecordings: Sendable {
                     guard try await database.video(video) != nil else { return }
                     let folder = live.appendingPathComponent(LiveLadder.fragmentFolder(count))
                     try FileManager.default.createDirectory(at: live, withIntermediateDirectories: true)
-                    try await processor.copyFragment(video, input: files.path(upload.id), into: folder, timelineStart: seconds)
+                    do { try await processor.copyFragment(video, input: files.path(upload.id), into: folder, timelineStart: seconds) } catch {
+                        // Made meanwhile by another server sharing the data folder: the same copy.
+                        guard Self.isComplete(folder) else { throw error }
+                    }
                     count += 1
                     seconds = try LiveLadder.write(live, count: count, ended: false)
                     try await database.publishLive(video, status: .recording, duration: seconds)

@@ -64,6 +64,25 @@ final class ServeRecordingCLITests: XCTestCase {
         try XCTUnwrap((try get(port, "/videos/\(id)/upload").json() as? [String: Any])?["token"] as? String)
     }
 
+    /// The presentation times of the live video's pictures (ffprobe over its playlist).
+    func liveTimes(_ port: Int, video: Int = 1) throws -> [Double] {
+        try Run.run([
+            "ffprobe", "-v", "error", "-select_streams", "v", "-show_entries", "packet=pts_time", "-of", "csv=p=0",
+            "http://127.0.0.1:\(port)/media/\(video)/live/copy.m3u8"
+        ]).out.split(separator: "\n").compactMap { Double($0) }
+    }
+
+    /// The live video holds each fragment in `dir` (a segment each) and each of their pictures
+    /// once (no picture lost, none twice).
+    func assertEveryPictureOnce(_ port: Int, _ dir: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        let clips = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasPrefix("clip-") && $0.hasSuffix(".mp4") }
+        let pictures = try clips.map { try counts(dir + "/" + $0).pictures }.reduce(0, +)
+        XCTAssertEqual(segments(try get(port, "/media/1/live/copy.m3u8").text), clips.count, file: file, line: line)
+        let times = try liveTimes(port)
+        XCTAssertEqual(times.count, pictures, "every picture once", file: file, line: line)
+        XCTAssertEqual(Set(times).count, times.count, "no picture twice", file: file, line: line)
+    }
+
     func segments(_ playlist: String) -> Int { playlist.split(separator: "\n").filter { $0.hasPrefix("#EXTINF") }.count }
 
     /// Pictures and decoded sound samples of a file (ffprobe, ffmpeg).
@@ -127,10 +146,7 @@ final class ServeRecordingCLITests: XCTestCase {
             return line.split(separator: " ").dropLast(2).last.flatMap { Int($0) }
         }.reduce(0, +)
         XCTAssertEqual(samples, 20 * 48000, said)
-        let times = try Run.run([
-            "ffprobe", "-v", "error", "-select_streams", "v", "-show_entries", "packet=pts_time", "-of", "csv=p=0",
-            "http://127.0.0.1:\(s.port)/media/1/live/copy.m3u8"
-        ]).out.split(separator: "\n").compactMap { Double($0) }
+        let times = try liveTimes(s.port)
         XCTAssertEqual(times.count, pictures)
         XCTAssertEqual(zip(times, times.dropFirst()).filter { $0.1 <= $0.0 }.count, 0, "the fragments' timelines follow each other")
         XCTAssertEqual(times.last ?? 0, 20 - 1.0 / 30, accuracy: 0.01, "the fragments' timelines follow each other")
@@ -241,16 +257,7 @@ final class ServeRecordingCLITests: XCTestCase {
         XCTAssertGreaterThan(Date().timeIntervalSince(down), 20)
         XCTAssertGreaterThan(try proxy.stats().faultsApplied, 0, "the link was down")
         try waitFor("viewable", seconds: 20) { ["viewable", "ready"].contains(try video(s.port, 1)["status"] as? String) }
-        let clips = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasSuffix(".mp4") }.sorted().map { dir + "/" + $0 }
-        let pictures = try clips.map { try counts($0).pictures }.reduce(0, +)
-        let closed = try get(s.port, "/media/1/live/copy.m3u8").text
-        XCTAssertEqual(segments(closed), clips.count, closed)
-        let times = try Run.run([
-            "ffprobe", "-v", "error", "-select_streams", "v", "-show_entries", "packet=pts_time", "-of", "csv=p=0",
-            "http://127.0.0.1:\(s.port)/media/1/live/copy.m3u8"
-        ]).out.split(separator: "\n").compactMap { Double($0) }
-        XCTAssertEqual(times.count, pictures, "every picture once")
-        XCTAssertEqual(Set(times).count, times.count, "no picture twice")
+        try assertEveryPictureOnce(s.port, dir)
     }
 
     /// The server killed (SIGKILL) mid-recording and started again: the recorder's uploads go on
@@ -271,15 +278,7 @@ final class ServeRecordingCLITests: XCTestCase {
         p.waitUntilExit()
         XCTAssertEqual(p.terminationStatus, 0, said)
         try waitFor("viewable", seconds: 30) { ["viewable", "ready"].contains(try video(s.port, 1)["status"] as? String) }
-        let clips = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasSuffix(".mp4") }
-        let pictures = try clips.map { try counts(dir + "/" + $0).pictures }.reduce(0, +)
-        XCTAssertEqual(segments(try get(s.port, "/media/1/live/copy.m3u8").text), clips.count)
-        let times = try Run.run([
-            "ffprobe", "-v", "error", "-select_streams", "v", "-show_entries", "packet=pts_time", "-of", "csv=p=0",
-            "http://127.0.0.1:\(s.port)/media/1/live/master.m3u8"
-        ]).out.split(separator: "\n").compactMap { Double($0) }
-        XCTAssertEqual(times.count, pictures, "every picture once")
-        XCTAssertEqual(Set(times).count, times.count, "no picture twice")
+        try assertEveryPictureOnce(s.port, dir)
     }
 
     /// Fragments made by the ffmpeg CLI, sent by tuspy out of order, the last from another camera
@@ -353,13 +352,6 @@ final class ServeRecordingCLITests: XCTestCase {
         XCTAssertEqual(p.terminationStatus, 0, said)
         XCTAssertEqual(try proxy.stats().faultsApplied, 1, "one creation's answer was lost")
         try waitFor("viewable", seconds: 30) { ["viewable", "ready"].contains(try video(s.port, 1)["status"] as? String) }
-        let clips = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasSuffix(".mp4") }
-        XCTAssertEqual(segments(try get(s.port, "/media/1/live/copy.m3u8").text), clips.count)
-        let times = try Run.run([
-            "ffprobe", "-v", "error", "-select_streams", "v", "-show_entries", "packet=pts_time", "-of", "csv=p=0",
-            "http://127.0.0.1:\(s.port)/media/1/live/copy.m3u8"
-        ]).out.split(separator: "\n").compactMap { Double($0) }
-        XCTAssertEqual(Set(times).count, times.count, "no picture twice")
-        XCTAssertEqual(times.count, try clips.map { try counts(dir + "/" + $0).pictures }.reduce(0, +))
+        try assertEveryPictureOnce(s.port, dir)
     }
 }

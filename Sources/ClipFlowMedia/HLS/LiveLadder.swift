@@ -18,55 +18,87 @@ public enum LiveLadder {
     /// Seconds the first `count` fragment folders of `live` last (their video rendition's
     /// segments): where the next fragment's timeline starts.
     public static func seconds(_ live: URL, count: Int) throws -> Double {
-        try (0..<count).reduce(0.0) { total, i in
-            let tracks = try LadderTracks.read(from: live.appendingPathComponent(fragmentFolder(i)))
-            return total + (tracks.video.first.map { $0.segments.reduce(0) { $0 + $1.seconds } } ?? 0)
-        }
+        try joined(live, count: count).seconds
     }
 
     /// Writes the top of `live` for its first `count` fragment folders (each complete);
     /// `ended`: the recording is over, the playlists are closed. Returns the seconds they last.
+    /// What the folders joined so far is kept (`Joined`, in the hidden `.joined.json`), so a
+    /// fragment appended reads its own folder only, however long the recording.
     @discardableResult
     public static func write(_ live: URL, count: Int, ended: Bool) throws -> Double {
-        guard count > 0 else { throw ClipFlowError.failure("internal: a live ladder needs a fragment") }
-        let folders = (0..<count).map(fragmentFolder)
-        let first = try LadderTracks.read(from: live.appendingPathComponent(folders[0]))
-        guard let firstVideo = first.video.first else { throw ClipFlowError.badInput("'\(folders[0])': the fragment's ladder has no video") }
-        var video = try joined(firstVideo, live: live, folders: folders) { $0.video.first }
-        video.iframesURI = nil
-        let audio = try first.audio.map { a in try joined(a, live: live, folders: folders) { $0.audio } }
+        let joined = try joined(live, count: count)
+        try save(Joined.serialized(joined), live, Joined.file)
+        let video = joined.video, audio = joined.audio
         try save(HLSPlaylists.media(video, type: ended ? .closedEvent : .event), live, video.playlistURI)
         if let audio { try save(HLSPlaylists.media(audio, type: ended ? .closedEvent : .event), live, audio.playlistURI) }
         try save(HLSPlaylists.master(video: [video], audio: audio), live, "master.m3u8")
-        try linkCovers(from: live.appendingPathComponent(folders[0]), into: live)
+        try linkCovers(from: live.appendingPathComponent(fragmentFolder(0)), into: live)
         var entry = FeedEntry(id: live.lastPathComponent, video: [video], audio: audio, covers: live)
         entry.live = ended ? nil : true
         try save(FeedManifest(videos: [entry]).serialized, live, "feed.json")
-        return video.segments.reduce(0) { $0 + $1.seconds }
+        return joined.seconds
     }
 
-    /// The rendition of `model`'s kind (`pick`) across the fragment folders: each segment's URI
-    /// under its folder, the first folder's init section, and a new one (after a discontinuity)
-    /// where a fragment's sample description differs from the one's before it. A fragment
-    /// without that rendition (no sound) adds nothing to it.
-    private static func joined(_ model: HLSTrack, live: URL, folders: [String], pick: (LadderTracks) -> HLSTrack?) throws -> HLSTrack {
-        var out = model
-        out.segments = []
-        out.initURI = folders[0] + "/" + model.initURI
-        var last: [UInt8]?
-        for folder in folders {
-            guard let t = pick(try LadderTracks.read(from: live.appendingPathComponent(folder))) else { continue }
-            let description = try sampleDescription(live.appendingPathComponent(folder).appendingPathComponent(t.initURI))
+    /// The renditions of the first `count` fragment folders joined: from what was kept of fewer
+    /// (`Joined.file`), the folders after it added; from the first folder when nothing fits.
+    private static func joined(_ live: URL, count: Int) throws -> Joined {
+        guard count > 0 else { throw ClipFlowError.failure("internal: a live ladder needs a fragment") }
+        var joined = (try? JSONDecoder().decode(Joined.self, from: Data(contentsOf: live.appendingPathComponent(Joined.file))))
+            .flatMap { $0.count <= count ? $0 : nil }
+        for i in (joined?.count ?? 0)..<count {
+            let folder = fragmentFolder(i)
+            let tracks = try LadderTracks.read(from: live.appendingPathComponent(folder))
+            guard let video = tracks.video.first else { throw ClipFlowError.badInput("'\(folder)': the fragment's ladder has no video") }
+            if joined == nil {
+                var v = video
+                v.segments = []
+                v.initURI = folder + "/" + video.initURI
+                v.iframesURI = nil
+                var a = tracks.audio
+                a?.segments = []
+                a?.initURI = folder + "/" + (tracks.audio?.initURI ?? "")
+                joined = Joined(count: 0, video: v, audio: a, seconds: 0)
+            }
+            try joined!.add(video, live: live, folder: folder, audio: false)
+            if let sound = tracks.audio, joined!.audio != nil { try joined!.add(sound, live: live, folder: folder, audio: true) }
+            joined!.seconds += video.segments.reduce(0) { $0 + $1.seconds }
+            joined!.count = i + 1
+        }
+        return joined!
+    }
+
+    /// Fragment folders joined: how many, their video and audio renditions (each segment's URI
+    /// under its folder, the first folder's init section, and a new one after a discontinuity
+    /// where a fragment's sample description differs from the one's before it), their seconds,
+    /// and the last sample descriptions seen.
+    private struct Joined: Codable {
+        static let file = ".joined.json"
+        var count: Int
+        var video: HLSTrack
+        var audio: HLSTrack?
+        var seconds: Double
+        var lastVideo: Data? = nil
+        var lastAudio: Data? = nil
+
+        /// Adds fragment `folder`'s rendition `t` (the audio when `audio`).
+        mutating func add(_ t: HLSTrack, live: URL, folder: String, audio: Bool) throws {
+            let description = Data(try LiveLadder.sampleDescription(live.appendingPathComponent(folder).appendingPathComponent(t.initURI)))
+            let last = audio ? lastAudio : lastVideo
             let changed = last.map { $0 != description } ?? false
-            last = description
-            for (i, s) in t.segments.enumerated() {
+            if audio { lastAudio = description } else { lastVideo = description }
+            var segments = t.segments.map { s -> HLSSegment in
                 var segment = s
                 segment.uri = folder + "/" + s.uri
-                if i == 0 && changed { segment.newInit = folder + "/" + t.initURI }
-                out.segments.append(segment)
+                return segment
             }
+            if changed, !segments.isEmpty { segments[0].newInit = folder + "/" + t.initURI }
+            if audio { self.audio?.segments += segments } else { video.segments += segments }
         }
-        return out
+
+        static func serialized(_ j: Joined) throws -> String {
+            String(decoding: try JSONEncoder().encode(j), as: UTF8.self)
+        }
     }
 
     /// An init section's bytes without what differs between fragments of the same codec

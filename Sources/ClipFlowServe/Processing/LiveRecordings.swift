@@ -141,7 +141,10 @@ final class LiveRecordings: Sendable {
         var last = v.createdAt
         for u in try await database.uploads(ofVideo: v.id!) {
             last = max(last, u.completedAt ?? u.createdAt)
-            guard !u.isComplete else { continue }
+            guard !u.isComplete else {
+                growing.withLock { _ = $0.removeValue(forKey: u.id) }
+                continue
+            }
             let seen = growing.withLock { g -> Double in
                 if let before = g[u.id], before.offset == u.offset { return before.at }
                 g[u.id] = (u.offset, now)

@@ -174,7 +174,7 @@ final class ServeRecordingCLITests: XCTestCase {
         try s.start()
         defer { s.stop() }
         let dir = fx.scratch("serve-recording-feed-clips").path
-        let (p, _) = try recorder(dir, seconds: 12, url: "http://127.0.0.1:\(s.port)", clock: true)
+        let (p, _) = try recorder(dir, seconds: 8, url: "http://127.0.0.1:\(s.port)", clock: true)
         defer { p.waitUntilExit() }
         try waitFor("the first fragment live", seconds: 20) { segments(try get(s.port, "/media/1/live/copy.m3u8").text) >= 1 }
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

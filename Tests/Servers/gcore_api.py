@@ -66,13 +66,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def reply(self, status, obj):
         body = json.dumps(obj).encode()
+        # Recorded before the answer goes: a client that asks for the state once it has the
+        # answer always finds the request there.
+        with self.state.lock:
+            self.state.requests.append([self.command, self.path, status])
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-        with self.state.lock:
-            self.state.requests.append([self.command, self.path, status])
 
     def body_json(self):
         n = int(self.headers.get("Content-Length") or 0)
@@ -153,11 +155,11 @@ class Handler(BaseHTTPRequestHandler):
             gone = s.videos.pop(int(m.group(1)), None)
         if gone is None:
             return self.reply(404, {"detail": "video not found"})
+        with s.lock:
+            s.requests.append([self.command, self.path, 204])
         self.send_response(204)
         self.send_header("Content-Length", "0")
         self.end_headers()
-        with s.lock:
-            s.requests.append([self.command, self.path, 204])
 
     def do_GET(self):
         s = self.state

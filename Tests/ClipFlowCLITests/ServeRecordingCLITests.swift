@@ -281,8 +281,8 @@ final class ServeRecordingCLITests: XCTestCase {
         try assertEveryPictureOnce(s.port, dir)
     }
 
-    /// Fragments made by the ffmpeg CLI, sent by tuspy out of order, the last from another camera
-    /// (another picture size): appended in index order, the changed one after a discontinuity
+    /// Fragments made by the ffmpeg CLI (a `-c copy` cut of an MKV, a MOV, an MP4), sent by tuspy
+    /// out of order, the last from another camera (another picture size): appended in index order, the changed one after a discontinuity
     /// with its own init section (ffmpeg decodes the whole), and conformed in the merged MP4.
     func testFragmentsFromAnotherToolThatChangeCameraAreJoined() throws {
         let s = ServerProcess.clipflowServe(binary: binary, data: fx.scratch("serve-recording-other"))
@@ -294,14 +294,23 @@ final class ServeRecordingCLITests: XCTestCase {
         XCTAssertEqual(made["status"] as? String, "recording")
         let dir = fx.scratch("serve-recording-other-clips")
         var files: [String] = []
-        for (i, size) in ["320x240", "320x240", "480x360"].enumerated() {
-            let f = dir.appendingPathComponent("part\(i).mp4").path
-            try Run.run([
-                "ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=30", "-f", "lavfi", "-i", "sine=f=440:r=48000", "-t", "1",
-                "-c:v", "libx264", "-g", "30", "-pix_fmt", "yuv420p", "-c:a", "aac", f
-            ])
-            files.append(f)
+        // Fragment 0: a `-c copy` cut of an MKV; fragment 1: a phone-style MOV; fragment 2: MP4
+        // from another camera.
+        func encode(_ size: String, seconds: Int, into f: String, _ extra: [String] = []) throws {
+            try Run.run(
+                [
+                    "ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=30", "-f", "lavfi", "-i", "sine=f=440:r=48000", "-t",
+                    String(seconds), "-c:v", "libx264", "-g", "30", "-pix_fmt", "yuv420p", "-c:a", "aac"
+                ] + extra + [f])
         }
+        let mkv = dir.appendingPathComponent("source.mkv").path
+        try encode("320x240", seconds: 3, into: mkv)
+        files.append(dir.appendingPathComponent("part0.mp4").path)
+        try Run.run(["ffmpeg", "-v", "error", "-y", "-ss", "1", "-i", mkv, "-t", "1", "-c", "copy", files[0]])
+        files.append(dir.appendingPathComponent("part1.mov").path)
+        try encode("320x240", seconds: 1, into: files[1], ["-f", "mov"])
+        files.append(dir.appendingPathComponent("part2.mp4").path)
+        try encode("480x360", seconds: 1, into: files[2])
         let token = try uploadToken(s.port, id)
         func send(_ i: Int) throws -> String {
             try tuspy(s.port, files[i], ["filename": "part\(i).mp4", "video_id": String(id), "token": token, "fragment": String(i)])
@@ -310,7 +319,7 @@ final class ServeRecordingCLITests: XCTestCase {
         Thread.sleep(forTimeInterval: 1)
         XCTAssertEqual(try get(s.port, "/media/\(id)/live/copy.m3u8").status, 404, "fragment 1 waits for fragment 0")
         XCTAssertEqual(try send(0), "stored")
-        try waitFor("two fragments live", seconds: 20) { segments(try get(s.port, "/media/\(id)/live/copy.m3u8").text) == 2 }
+        try waitFor("two fragments live", seconds: 20) { try get(s.port, "/media/\(id)/live/f00001/master.m3u8").status == 200 }
         let early = try HTTP.request("POST", "http://127.0.0.1:\(s.port)/videos/\(id)/end", json: ["fragments": 1])
         XCTAssertEqual(early.status, 409, "two fragments play already: \(early.text)")
         XCTAssertEqual(try send(2), "stored")
@@ -321,7 +330,9 @@ final class ServeRecordingCLITests: XCTestCase {
         XCTAssertEqual(try HTTP.request("POST", "http://127.0.0.1:\(s.port)/videos/\(id)/end", json: ["fragments": 4]).status, 409)
         try waitFor("viewable", seconds: 30) { ["viewable", "ready"].contains(try video(s.port, id)["status"] as? String) }
         let live = try get(s.port, "/media/\(id)/live/copy.m3u8").text
-        XCTAssertEqual(live.components(separatedBy: "#EXT-X-DISCONTINUITY").count - 1, 1, live)
+        // The camera change starts after a discontinuity with its own init section (the MOV's
+        // sample description differs from the MKV cut's too: one more there, harmless).
+        XCTAssertTrue(live.contains("#EXT-X-DISCONTINUITY\n#EXT-X-MAP:URI=\"f00002/copy/init.mp4\""), live)
         XCTAssertTrue(live.hasSuffix("#EXT-X-ENDLIST\n"), live)
         let decode = try Run.run(
             ["ffmpeg", "-v", "error", "-i", "http://127.0.0.1:\(s.port)/media/\(id)/live/master.m3u8", "-f", "null", "-"], check: false)
@@ -329,7 +340,8 @@ final class ServeRecordingCLITests: XCTestCase {
         XCTAssertEqual(try tuspy(s.port, files[0], ["filename": "x.mp4", "video_id": String(id), "token": token, "fragment": "3"]), "refused 409")
         try waitFor("ready", seconds: 120) { try video(s.port, id)["status"] as? String == "ready" }
         let v = try video(s.port, id)
-        XCTAssertEqual(v["duration"] as? Double ?? 0, 3, accuracy: 0.1, "\(v)")
+        // About 3 s: the MKV cut's video runs 1.19 s (it carries the pictures before its cut).
+        XCTAssertEqual(v["duration"] as? Double ?? 0, 3.1, accuracy: 0.15, "\(v)")
         let master = try XCTUnwrap(v["hls_url"] as? String)
         let whole = try Run.run(["ffmpeg", "-v", "error", "-i", master, "-f", "null", "-"], check: false)
         XCTAssertEqual(whole.stderr, "")

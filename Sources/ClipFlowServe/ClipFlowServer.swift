@@ -55,6 +55,8 @@ public struct ServeOptions: Sendable {
     /// A shell command printing `storage`'s credentials as JSON, run at start and when the bucket
     /// refuses them as expired (nil: the keys in `environment`).
     public var storageCredentialsCommand: String?
+    /// Who is told of each video's events (`WebhookService`).
+    public var webhooks = WebhookOptions()
 
     public init(data: URL) { self.data = data }
 
@@ -141,6 +143,8 @@ public enum ClipFlowServer {
             try ServeBucket(url: $0, environment: options.environment, credentialsCommand: options.storageCredentialsCommand)
         }
         try await bucket?.check()
+        let webhookEndpoints = try options.webhooks.checked()
+        if let secret = options.webhooks.secret { Secrets.shared.register(secret) }
         try Self.makePrivateFolder(options.data)
         let log = ServeLog(format: options.logFormat)
         let metrics = ServeMetrics(storage: bucket?.store.traffic)
@@ -165,7 +169,8 @@ public enum ClipFlowServer {
         services.append(
             ClosureService { [postgres] in
                 try await serve(
-                    options, address: address, bucket: bucket, database: database, postgres: postgres, log: log, metrics: metrics, listening: listening)
+                    options, address: address, bucket: bucket, database: database, postgres: postgres, webhooks: webhookEndpoints, log: log,
+                    metrics: metrics, listening: listening)
             })
         let group = ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: Self.logger))
         do { try await group.run() } catch let error as IOError where [EADDRINUSE, EACCES, EADDRNOTAVAIL].contains(error.errnoCode) {
@@ -178,8 +183,8 @@ public enum ClipFlowServer {
     /// and the processing (each by role) as services of the application, until a graceful
     /// shutdown; the database's connections run already (a service before this one).
     private static func serve(
-        _ options: ServeOptions, address: SocketAddress, bucket: ServeBucket?, database: any ServeStore, postgres: PostgresStore?, log: ServeLog,
-        metrics: ServeMetrics, listening: @escaping @Sendable (Int) -> Void
+        _ options: ServeOptions, address: SocketAddress, bucket: ServeBucket?, database: any ServeStore, postgres: PostgresStore?,
+        webhooks: [WebhookEndpoint], log: ServeLog, metrics: ServeMetrics, listening: @escaping @Sendable (Int) -> Void
     ) async throws {
         try await postgres?.migrate()
         Self.raiseOpenFileLimit(toServe: options.maxConnections)
@@ -219,6 +224,13 @@ public enum ClipFlowServer {
             api.addRoutes(to: router)
         }
         OperatorEndpoints(database: database, metrics: metrics).addRoutes(to: router)
+        let webhookService =
+            webhooks.isEmpty
+            ? nil
+            : WebhookService(
+                store: database, endpoints: webhooks, secret: Array((options.webhooks.secret ?? "").utf8), allowPrivate: options.webhooks.allowPrivate,
+                log: log, metrics: metrics, scrub: processor.dataPaths.scrub)
+        try await webhookService?.start()
         let databaseName = postgres?.display ?? "sqlite"
         let (serverStarted, started) = AsyncStream<Void>.makeStream()
         var app = Application(
@@ -239,6 +251,7 @@ public enum ClipFlowServer {
             app.addServices(ProcessingService(processor: processor, database: database, serverStarted: serverStarted))
             if let postgres { app.addServices(JobNotifications(client: postgres.client, wake: processor.wake)) }
         }
+        if let webhookService { app.addServices(webhookService) }
         if options.role.takesUploads {
             app.addServices(UploadSweeper(tus: tus, interval: options.sweepInterval))
             if recordings.unsupported == nil { app.addServices(LiveRecordingService(recordings: recordings)) }

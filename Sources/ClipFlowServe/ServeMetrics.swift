@@ -25,6 +25,8 @@ final class ServeMetrics: Sendable {
         /// mark of their way (`PublishMark`), summed, and how many did.
         var markSeconds: [PublishMark.Name: Double] = [:]
         var markCount: [PublishMark.Name: Int] = [:]
+        /// Webhook delivery attempts, by outcome (`WebhookOutcome`).
+        var webhookAttempts: [String: Int] = [:]
     }
 
     private let counts = Mutex(Counts())
@@ -39,6 +41,7 @@ final class ServeMetrics: Sendable {
     func uploadCreated() { counts.withLock { $0.uploadsCreated += 1 } }
     func uploadCompleted() { counts.withLock { $0.uploadsCompleted += 1 } }
     func uploadBytes(_ n: Int) { counts.withLock { $0.uploadBytesReceived += n } }
+    func webhookAttempt(_ outcome: WebhookOutcome) { counts.withLock { $0.webhookAttempts[outcome.rawValue, default: 0] += 1 } }
     func answered(status: Int) { counts.withLock { $0.requests["\(status / 100)xx", default: 0] += 1 } }
 
     /// Processing seconds from `done` and `failed`; time to playable from the `published` event
@@ -113,6 +116,9 @@ final class ServeMetrics: Sendable {
                 "clipflow_bucket_bytes_written_total", "counter", "Body bytes written to the object storage (objects and parts sent).",
                 [("", "", "\(traffic.written)")])
         }
+        family(
+            "clipflow_webhook_attempts_total", "counter", "Webhook delivery attempts by this server, by outcome (delivered, retry, failed: given up).",
+            WebhookOutcome.allCases.map { ("", "{outcome=\"\($0.rawValue)\"}", "\(c.webhookAttempts[$0.rawValue] ?? 0)") })
         let classes = ["1xx", "2xx", "3xx", "4xx", "5xx"]
         family(
             "clipflow_http_requests_total", "counter", "HTTP requests answered, by status class.",

@@ -81,6 +81,19 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("log-format"), help: "How lines on stderr are written: text (KEY=VALUE) or json (one object per line).")
     var logFormat: ServeLogFormat = .text
 
+    @Option(
+        name: .customLong("webhook"),
+        help: """
+            A URL told of each video's events (video.created, .viewable, .ready, .error, .deleted) by a signed POST, retried for three \
+            days; repeat for more. Needs CLIPFLOW_WEBHOOK_SECRET (the signing key).
+            """)
+    var webhooks: [String] = []
+
+    @Flag(
+        name: .customLong("webhook-allow-private"),
+        help: "Deliver webhooks to host names that resolve to loopback, private or link-local addresses (refused otherwise).")
+    var webhookAllowPrivate = false
+
     @OptionGroup var processing: ServeProcessingOptions
 
     func validate() throws {
@@ -123,6 +136,9 @@ struct Serve: AsyncParsableCommand {
         options.role = role
         options.storage = storage
         options.storageCredentialsCommand = credentialsCommand
+        options.webhooks.endpoints = webhooks
+        options.webhooks.secret = ProcessInfo.processInfo.environment["CLIPFLOW_WEBHOOK_SECRET"]
+        options.webhooks.allowPrivate = webhookAllowPrivate
         do { try await ClipFlowServer.run(options) } catch {
             try ErrorReport.run { throw error }
         }

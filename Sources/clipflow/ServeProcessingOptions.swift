@@ -28,6 +28,11 @@ struct ServeProcessingOptions: ParsableArguments {
         help: "Seconds a video's earlier renditions stay after better ones are published (players in the middle of them keep working).")
     var supersededGrace: Double = 600
 
+    @Option(
+        name: .customLong("client-jobs"),
+        help: "Jobs of one client (client_id) processed at once (0: as many as there are workers); jobs go round the clients in turn either way.")
+    var clientJobs: Int = 0
+
     func validate() throws {
         guard let p = PictureSize(parsing: maxPicture), p.width >= 16, p.height >= 16 else {
             throw ValidationError("--max-picture: expected WxH with even sides of at least 16, got '\(maxPicture)'")
@@ -39,6 +44,7 @@ struct ServeProcessingOptions: ParsableArguments {
         }
         if !(workerStall >= 1) { throw ValidationError("--worker-stall must be at least 1 second") }
         if !(supersededGrace >= 0) { throw ValidationError("--superseded-grace must be 0 or more seconds") }
+        if !(0...1000).contains(clientJobs) { throw ValidationError("--client-jobs must be 0 to 1000") }
         if !(1...100).contains(jobAttempts) { throw ValidationError("--job-attempts must be 1 to 100") }
     }
 
@@ -51,6 +57,7 @@ struct ServeProcessingOptions: ParsableArguments {
         l.workerStall = workerStall
         l.attempts = jobAttempts
         l.supersededGrace = supersededGrace
+        l.jobsPerClient = clientJobs
         return l
     }
 }

@@ -373,4 +373,52 @@ final class ServeJobsCLITests: XCTestCase {
         XCTAssertFalse(environment.contains { $0.contains(key) }, "the worker holds the API key")
         XCTAssertEqual(try api(s, "DELETE", "/videos/\(id)").status, 204)
     }
+
+    /// Fair turns: client A queues 20 uploads, then client B one, on an API server; a worker
+    /// server sharing its PostgreSQL database then takes them, and B's video plays before A's
+    /// fifth does (in the order they came, it would wait for all twenty).
+    func testOneClientsManyUploadsDoNotHoldBackAnothersOne() throws {
+        let pg = try PostgresServer.start()
+        defer { pg.stop() }
+        let data = fx.scratch("serve-jobs-fair")
+        let s = server(data, ["--role", "api", "--database", pg.url])
+        try s.start()
+        defer { s.stop() }
+        let clip = try fx.clip(
+            "serve-fair.mkv", ["-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30", "-t", "3", "-c:v", "mpeg4", "-q:v", "5"])
+        // One process makes and uploads A's twenty at once, then B's one.
+        let script = """
+            import json, sys, requests
+            from concurrent.futures import ThreadPoolExecutor
+            from tusclient import client
+            base, key, clip = sys.argv[1], sys.argv[2], sys.argv[3]
+            auth = {"Authorization": "Bearer " + key}
+            def send(client_id):
+                v = requests.post(base + "/videos", json={"name": "fair", "client_id": client_id}, headers=auth).json()
+                token = requests.get(base + "/videos/%d/upload" % v["id"], headers=auth).json()["token"]
+                client.TusClient(base + "/files").uploader(clip, metadata={"video_id": str(v["id"]), "token": token}).upload()
+                return v["id"]
+            with ThreadPoolExecutor(20) as pool:
+                ids = list(pool.map(send, [7] * 20))
+            print(json.dumps(ids + [send(8)]))
+            """
+        let made = try Run.run(["python3", "-c", script, "http://127.0.0.1:\(s.port)", key, clip])
+        let ids = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(made.out.utf8)) as? [Int])
+        let (a, b) = (Array(ids.prefix(20)), ids[20])
+        let worker = server(data, ["--role", "worker", "--database", pg.url])
+        try worker.start()
+        defer { worker.stop() }
+        var playing: [Int] = []
+        let deadline = Date().addingTimeInterval(240)
+        while !playing.contains(b), Date() < deadline {
+            let listed = try XCTUnwrap(try api(s, "GET", "/videos?per_page=100").json() as? [[String: Any]])
+            for v in listed where ["viewable", "ready"].contains(v["status"] as? String ?? "") {
+                if let id = v["id"] as? Int, !playing.contains(id) { playing.append(id) }
+            }
+            usleep(50_000)
+        }
+        let before = playing.prefix { $0 != b }.filter { a.contains($0) }
+        XCTAssertTrue(playing.contains(b), "B's video never played")
+        XCTAssertLessThan(before.count, 5, "A's videos that played before B's: \(before)")
+    }
 }

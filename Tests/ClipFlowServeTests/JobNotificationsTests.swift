@@ -45,12 +45,12 @@ final class JobNotificationsTests: XCTestCase {
         try await woken(atLeast: before + 1, "a job inserted as queued")
 
         // Taken: no notification. Then its ladder step queued, then requeued after a crash.
-        let job = try await XCTUnwrapAsync(try await queueing.takeJob(owner: "a", now: Date().timeIntervalSince1970, steps: [.playable]))
+        let job = try await XCTUnwrapAsync(try await queueing.takeJob(owner: "a", now: Date().timeIntervalSince1970, steps: [.playable], perClient: 0))
         try await Task.sleep(for: .milliseconds(500))
         XCTAssertEqual(wakes.count.withLock { $0 }, before + 1, "taking a job tells nobody")
         try await queueing.queueLadder(job.id!, plan: "{}")
         try await woken(atLeast: before + 2, "a ladder step queued")
-        _ = try await XCTUnwrapAsync(try await queueing.takeJob(owner: "a", now: Date().timeIntervalSince1970, steps: [.ladder]))
+        _ = try await XCTUnwrapAsync(try await queueing.takeJob(owner: "a", now: Date().timeIntervalSince1970, steps: [.ladder], perClient: 0))
         try await queueing.releaseJobs(owner: "a")
         try await woken(atLeast: before + 3, "a job handed back")
     }

@@ -130,7 +130,7 @@ final class SchemaMigrationsTests: XCTestCase {
         let video = try await store.video(1)
         XCTAssertEqual(video?.name, "old")
         try await store.uploaded(video: 1, upload: "u")
-        let job = try await store.takeJob(owner: "me", now: 10, steps: [.playable])
+        let job = try await store.takeJob(owner: "me", now: 10, steps: [.playable], perClient: 0)
         XCTAssertEqual(job?.videoID, 1)
     }
 
@@ -161,7 +161,8 @@ final class SchemaMigrationsTests: XCTestCase {
         defer { pg.stop() }
         let sqlite = try freshSQLiteSchema(), postgres = try await freshPostgresSchema(pg)
         XCTAssertEqual(sqlite, postgres)
-        XCTAssertEqual(Set(sqlite.columns.keys), ["uploads", "videos", "jobs", "settings", "schema_migrations"])
+        XCTAssertEqual(
+            Set(sqlite.columns.keys), ["uploads", "videos", "jobs", "settings", "schema_migrations", "webhook_events", "webhook_deliveries", "client_turns"])
         XCTAssertEqual(sqlite.columns["uploads"]?.contains("received"), true)
     }
 
@@ -237,7 +238,7 @@ final class SchemaMigrationsTests: XCTestCase {
         XCTAssertEqual(ofVideo.map(\.id), ["up-mid"])
 
         // At work: the queued job is taken, the upload's mark moves, a new video takes a new id.
-        let job = try await store.takeJob(owner: "new", now: 500, steps: Set(JobRow.Step.allCases))
+        let job = try await store.takeJob(owner: "new", now: 500, steps: Set(JobRow.Step.allCases), perClient: 0)
         XCTAssertEqual(job?.id, 2)
         XCTAssertEqual(job?.videoID, 2)
         XCTAssertEqual(job?.attempts, 1)

@@ -270,16 +270,16 @@ final class StepPipelineTests: XCTestCase {
                 id: nil, name: "p", description: nil, clientID: 1, status: .pending, mode: .ladder, error: nil, duration: nil, uploadID: nil,
                 published: "", renditions: "", createdAt: 1))
         try await store.uploaded(video: video.id!, upload: "u-probe")
-        let first = try await store.takeJob(owner: "a", now: Date().timeIntervalSince1970, steps: [.playable])
+        let first = try await store.takeJob(owner: "a", now: Date().timeIntervalSince1970, steps: [.playable], perClient: 0)
         let job = try XCTUnwrap(first)
         XCTAssertNil(job.probe, "not probed yet")
         let probe = InspectSummary(duration: 4, width: 640, height: 360, frameRate: 30, copyRefusal: nil)
         try await store.recordProbe(job.id!, probe: probe.json)
         try await store.retryJob(job.id!, counted: true)
-        let again = try await store.takeJob(owner: "a", now: Date().timeIntervalSince1970, steps: [.playable])
+        let again = try await store.takeJob(owner: "a", now: Date().timeIntervalSince1970, steps: [.playable], perClient: 0)
         XCTAssertEqual(again?.probe.flatMap(InspectSummary.init(json:)), probe)
         try await store.queueLadder(job.id!, plan: "{}")
-        let ladder = try await store.takeJob(owner: "a", now: Date().timeIntervalSince1970, steps: [.ladder])
+        let ladder = try await store.takeJob(owner: "a", now: Date().timeIntervalSince1970, steps: [.ladder], perClient: 0)
         XCTAssertEqual(ladder?.probe.flatMap(InspectSummary.init(json:)), probe, "its ladder step carries it too")
     }
 }

@@ -15,7 +15,7 @@ final class PostgresStore: ServeStore {
     let display: String
     /// How it logs in (the password is never written anywhere from here).
     let login: PostgresLogin
-    private let logger: Logger
+    let logger: Logger
     private let connection: PostgresConnection.Configuration
 
     init(login: PostgresLogin) throws {
@@ -346,14 +346,20 @@ final class PostgresStore: ServeStore {
 
     // MARK: jobs
 
-    func takeJob(owner: String, now: Double, steps: Set<JobRow.Step>) async throws -> JobRow? {
+    func takeJob(owner: String, now: Double, steps: Set<JobRow.Step>, perClient: Int) async throws -> JobRow? {
         let names = steps.map(\.rawValue)
         let rows = try await client.query(
             """
-            UPDATE jobs SET state = 'running', attempts = attempts + 1, owner = \(owner), heartbeat = \(now)
-            WHERE id = (SELECT id FROM jobs WHERE state = 'queued' AND step = ANY(\(names))
-              ORDER BY step = 'ladder', id FOR UPDATE SKIP LOCKED LIMIT 1)
-            RETURNING id, video_id, attempts, queued_at, step, plan, probe
+            WITH taken AS (
+              UPDATE jobs SET state = 'running', attempts = attempts + 1, owner = \(owner), heartbeat = \(now)
+              WHERE id = (SELECT j.id FROM jobs j JOIN videos v ON v.id = j.video_id
+                WHERE j.state = 'queued' AND j.step = ANY(\(names)) AND (\(perClient) = 0 OR \(unescaped: FairTurns.running) < \(perClient))
+                ORDER BY \(unescaped: FairTurns.order) LIMIT 1 FOR UPDATE OF j SKIP LOCKED)
+              RETURNING id, video_id, attempts, queued_at, step, plan, probe),
+            turn AS (
+              INSERT INTO client_turns (client_id, last_started) SELECT v.client_id, \(now) FROM taken JOIN videos v ON v.id = taken.video_id
+              \(unescaped: FairTurns.replacingTurn))
+            SELECT id, video_id, attempts, queued_at, step, plan, probe FROM taken
             """, logger: logger)
         for try await (id, video, attempts, queued, step, plan, probe) in rows.decode((Int64, Int64, Int32, Double, String, String?, String?).self) {
             return JobRow(

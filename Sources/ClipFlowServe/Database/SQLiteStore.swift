@@ -187,12 +187,21 @@ final class SQLiteStore: ServeStore {
 
     // MARK: jobs
 
-    func takeJob(owner: String, now: Double, steps: Set<JobRow.Step>) async throws -> JobRow? {
+    func takeJob(owner: String, now: Double, steps: Set<JobRow.Step>, perClient: Int) async throws -> JobRow? {
         try await queue.write { db in
+            let names = steps.map(\.rawValue)
             guard
-                var job = try JobRow.filter(sql: "state = 'queued'").filter(steps.map(\.rawValue).contains(Column("step")))
-                    .order(sql: "step = 'ladder', id").fetchOne(db)
+                var job = try JobRow.fetchOne(
+                    db,
+                    sql: """
+                        SELECT j.* FROM jobs j JOIN videos v ON v.id = j.video_id
+                        WHERE j.state = 'queued' AND j.step IN (\(names.map { _ in "?" }.joined(separator: ", "))) AND (? = 0 OR \(FairTurns.running) < ?)
+                        ORDER BY \(FairTurns.order) LIMIT 1
+                        """, arguments: StatementArguments(names) + [perClient, perClient])
             else { return nil }
+            try db.execute(
+                sql: "INSERT INTO client_turns (client_id, last_started) SELECT client_id, ? FROM videos WHERE id = ? \(FairTurns.replacingTurn)",
+                arguments: [now, job.videoID])
             job.state = .running
             job.attempts += 1
             job.owner = owner

@@ -40,7 +40,7 @@ struct SchemaMigration: Sendable {
 ///
 /// A change to the schema is a new migration at the end, for both dialects.
 enum SchemaMigrations {
-    static let all: [SchemaMigration] = [tables, jobNotifications, jobProbe, recordingFragments]
+    static let all: [SchemaMigration] = [tables, jobNotifications, jobProbe, recordingFragments, webhooks, clientTurns]
 
     /// The table that records what was applied: the same name and shape in both dialects.
     static let recordTable = "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
@@ -109,6 +109,75 @@ enum SchemaMigrations {
 
     /// A recording's fragment count, once it ended (`VideoRow.fragments`).
     static let recordingFragments = SchemaMigration("recording fragments", both: ["ALTER TABLE videos ADD COLUMN fragments BIGINT"])
+
+    /// Webhooks (`WebhookService`): a trigger on `videos` records each event a receiver is told
+    /// of (`video.created`, `video.viewable`, `video.ready`, `video.error`, `video.deleted`) in
+    /// `webhook_events`, in the transaction that made the change, whichever server or code path
+    /// made it; `webhook_deliveries` holds one row per event and endpoint, copied from the event
+    /// when a server fans it out, until it is delivered or given up.
+    static let webhooks = SchemaMigration("webhooks") { dialect in
+        let tables = [
+            """
+            CREATE TABLE webhook_events (id \(dialect.serialKey), type TEXT NOT NULL, video_id BIGINT NOT NULL, name TEXT NOT NULL,
+              client_id BIGINT NOT NULL, status TEXT NOT NULL, error TEXT, created_at DOUBLE PRECISION NOT NULL)
+            """,
+            """
+            CREATE TABLE webhook_deliveries (event_id BIGINT NOT NULL, endpoint TEXT NOT NULL, type TEXT NOT NULL, video_id BIGINT NOT NULL,
+              name TEXT NOT NULL, client_id BIGINT NOT NULL, status TEXT NOT NULL, error TEXT, created_at DOUBLE PRECISION NOT NULL,
+              state TEXT NOT NULL, attempts INT NOT NULL, next_at DOUBLE PRECISION NOT NULL, lease_until DOUBLE PRECISION, last_error TEXT,
+              PRIMARY KEY (event_id, endpoint))
+            """,
+            "CREATE INDEX webhook_deliveries_due ON webhook_deliveries (state, next_at)",
+            "CREATE INDEX webhook_deliveries_video ON webhook_deliveries (endpoint, video_id, state)",
+            "CREATE INDEX webhook_events_created ON webhook_events (created_at)"
+        ]
+        let columns = "(type, video_id, name, client_id, status, error, created_at)"
+        switch dialect {
+        case .sqlite:
+            let now = "(julianday('now') - 2440587.5) * 86400.0"
+            func values(_ type: String, _ row: String) -> String {
+                "VALUES (\(type), \(row).id, \(row).name, \(row).client_id, \(row).status, \(row).error, \(now))"
+            }
+            return tables + [
+                "CREATE TRIGGER videos_webhook_created AFTER INSERT ON videos BEGIN INSERT INTO webhook_events \(columns) \(values("'video.created'", "NEW")); END",
+                """
+                CREATE TRIGGER videos_webhook_status AFTER UPDATE OF status ON videos
+                  WHEN NEW.status <> OLD.status AND NEW.status IN \(WebhookEvent.statuses)
+                  BEGIN INSERT INTO webhook_events \(columns) \(values("'video.' || NEW.status", "NEW")); END
+                """,
+                "CREATE TRIGGER videos_webhook_deleted AFTER DELETE ON videos BEGIN INSERT INTO webhook_events \(columns) \(values("'video.deleted'", "OLD")); END"
+            ]
+        case .postgres:
+            let now = "extract(epoch from clock_timestamp())"
+            func values(_ type: String, _ row: String) -> String {
+                "VALUES (\(type), \(row).id, \(row).name, \(row).client_id, \(row).status, \(row).error, \(now))"
+            }
+            return tables + [
+                """
+                CREATE OR REPLACE FUNCTION clipflow_webhook_event() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                  IF TG_OP = 'INSERT' THEN INSERT INTO webhook_events \(columns) \(values("'video.created'", "NEW"));
+                  ELSIF TG_OP = 'DELETE' THEN INSERT INTO webhook_events \(columns) \(values("'video.deleted'", "OLD"));
+                  ELSIF NEW.status IS DISTINCT FROM OLD.status AND NEW.status IN \(WebhookEvent.statuses) THEN
+                    INSERT INTO webhook_events \(columns) \(values("'video.' || NEW.status", "NEW"));
+                  END IF;
+                  RETURN NULL;
+                END $$
+                """,
+                "CREATE TRIGGER videos_webhook AFTER INSERT OR DELETE OR UPDATE OF status ON videos FOR EACH ROW EXECUTE FUNCTION clipflow_webhook_event()"
+            ]
+        }
+    }
+
+    /// Fair processing (`ServeStore.takeJob`): when each client last had a job started, so the
+    /// next job goes to the client served longest ago; running jobs are found by their state.
+    static let clientTurns = SchemaMigration(
+        "client turns",
+        both: [
+            "CREATE TABLE client_turns (client_id BIGINT PRIMARY KEY NOT NULL, last_started DOUBLE PRECISION NOT NULL)",
+            "CREATE INDEX jobs_state ON jobs (state)",
+            "CREATE INDEX videos_client_id ON videos (client_id)"
+        ])
 
     /// The migrations a database that recorded `applied` lacks, in order. Throws, naming
     /// `database` and the migrations, when `applied` has one this list does not: a newer clipflow

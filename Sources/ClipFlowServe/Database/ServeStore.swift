@@ -108,7 +108,7 @@ struct JobRow: Codable, Sendable, Equatable {
 /// Where `clipflow serve` keeps its truth: uploads and their durable offsets, videos, processing
 /// jobs. `SQLiteStore` (one server, a file in the data folder) or `PostgresStore` (several servers
 /// sharing one database and one data folder). Implementations are thread-safe.
-protocol ServeStore: Sendable {
+protocol ServeStore: WebhookStore {
     func upload(_ id: String) async throws -> UploadRow?
     /// Stores a new upload; with `newVideo`, that video too, in one transaction, and the upload
     /// carries it. A failure stores neither, so no video is ever left waiting for an upload that
@@ -154,9 +154,11 @@ protocol ServeStore: Sendable {
     /// fragments are bound so too (it stays `viewable` if it plays already).
     func uploaded(video: Int64, upload: String) async throws
 
-    /// Takes a queued job of one of `steps` for `owner` (never one another server holds): the
-    /// oldest `playable` one, else the oldest `ladder` one; nil when none.
-    func takeJob(owner: String, now: Double, steps: Set<JobRow.Step>) async throws -> JobRow?
+    /// Takes a queued job of one of `steps` for `owner` (never one another server holds), in
+    /// fair turns (`FairTurns`): a `playable` one before any `ladder` one, of the client with the
+    /// fewest jobs running, then the one served longest ago, its oldest; none of a client with
+    /// `perClient` jobs running (0: no such bound). Nil when none.
+    func takeJob(owner: String, now: Double, steps: Set<JobRow.Step>, perClient: Int) async throws -> JobRow?
     /// The job's `playable` step is done: it goes back in the queue for its `ladder` step, with
     /// `plan` and its attempts counted afresh.
     func queueLadder(_ id: Int64, plan: String) async throws
@@ -184,6 +186,21 @@ protocol ServeStore: Sendable {
     func jobCounts() async throws -> [JobRow.State: Int]
 }
 
+/// How both stores take jobs in fair turns among clients (a video's `client_id`), so one client's
+/// fifty uploads do not hold back another's one: SQL over `jobs j` and their videos `v`.
+enum FairTurns {
+    /// How many of the client's jobs run now (any server's).
+    static let running =
+        "(SELECT COUNT(*) FROM jobs r JOIN videos rv ON rv.id = r.video_id WHERE r.state = 'running' AND rv.client_id = v.client_id)"
+    /// The order jobs are taken in: playable steps first, then the client with the fewest
+    /// running, then the client whose last job started longest ago, then the oldest job.
+    static let order =
+        "j.step = 'ladder', \(running), COALESCE((SELECT t.last_started FROM client_turns t WHERE t.client_id = v.client_id), 0), j.id"
+    /// The end of the insert into `client_turns` that records a client's job started: the
+    /// client's row is kept, its time replaced.
+    static let replacingTurn = "ON CONFLICT (client_id) DO UPDATE SET last_started = excluded.last_started"
+}
+
 /// Conditions both stores' SQL shares (one definition, so the dialects cannot drift apart).
 enum VideoConditions {
     /// A video the feed shows: viewable, ready, or a recording that plays already.
@@ -200,4 +217,19 @@ enum VideoConditions {
     static let bindable = "upload_id IS NULL AND status IN ('pending', 'recording', 'viewable')"
     /// The status a video bound to its upload takes: a video that plays already stays viewable.
     static let boundStatus = "CASE WHEN published <> '' THEN 'viewable' ELSE 'processing' END"
+}
+
+/// Where webhook deliveries are kept (`WebhookService`); both stores implement it.
+protocol WebhookStore: Sendable {
+    /// Gives each of `endpoints` a delivery row for every event recorded since it was first
+    /// fanned out (an endpoint seen for the first time starts from the events to come).
+    func fanOutWebhooks(to endpoints: [String], now: Double) async throws
+    /// Up to `limit` deliveries to `endpoints` due at `now`, each the oldest pending event of its
+    /// video for its endpoint, no other server's lease on it, leased for `lease` seconds.
+    func takeWebhookDeliveries(endpoints: [String], now: Double, lease: Double, limit: Int) async throws -> [WebhookDelivery]
+    /// Records an attempt at `delivery`: delivered; else tried again at `retryAt`, or given up
+    /// (nil), with `error` saying why.
+    func finishWebhookDelivery(_ delivery: WebhookDelivery, delivered: Bool, retryAt: Double?, error: String?) async throws
+    /// Removes events, and deliveries no longer pending, from before `before`.
+    func pruneWebhooks(before: Double) async throws
 }

@@ -145,7 +145,9 @@ final class Processor: Sendable {
                 group.addTask {
                     while !Task.isCancelled {
                         let seen = self.queued.rings
-                        guard let job = try? await self.database.takeJob(owner: self.owner, now: now(), steps: steps), let jobID = job.id else {
+                        guard let job = try? await self.database.takeJob(owner: self.owner, now: now(), steps: steps, perClient: self.limits.jobsPerClient),
+                            let jobID = job.id
+                        else {
                             await self.idle(since: seen)
                             continue
                         }

@@ -94,6 +94,14 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
         lines.append("Expect:")
         for line in lines { headerList = curl_slist_append(headerList, line) }
         try check(cf_curl_setopt_slist(handle, CURLOPT_HTTPHEADER, headerList), "headers")
+        var resolveList: UnsafeMutablePointer<curl_slist>? = nil
+        defer { if let resolveList { curl_slist_free_all(resolveList) } }
+        if !request.connectAddresses.isEmpty, let url = URLComponents(string: request.url), let host = url.host {
+            let port = url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80)
+            let addresses = request.connectAddresses.map { $0.contains(":") ? "[\($0)]" : $0 }.joined(separator: ",")
+            resolveList = curl_slist_append(nil, "\(host):\(port):\(addresses)")
+            try check(cf_curl_setopt_slist(handle, CURLOPT_RESOLVE, resolveList), "connect address")
+        }
 
         try check(cf_curl_setopt_data_cb(handle, CURLOPT_HEADERFUNCTION, transferHeader), "header callback")
         try check(cf_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, ctx.pointer), "header callback")

@@ -10,6 +10,10 @@ public struct HTTPRequest: Sendable {
     public var body: HTTPBody
     /// Where the body of a successful answer goes instead of memory (nil: memory).
     public var responseBodyFile: ResponseBodyFile?
+    /// The numeric addresses to connect to for the URL's host, tried in turn (empty: resolve the
+    /// name): a caller that checked where a name resolves connects to what it checked, not to
+    /// what the name resolves to a moment later.
+    public var connectAddresses: [String] = []
 
     public init(
         method: String, url: String, headers: [(name: String, value: String)] = [], body: HTTPBody = .empty,

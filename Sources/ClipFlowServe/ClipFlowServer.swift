@@ -202,19 +202,21 @@ public enum ClipFlowServer {
             database: database, uploads: files, media: media, data: options.data, workers: options.workers, limits: options.processing,
             lease: options.jobLease, alone: postgres == nil, observer: ProcessingReport(log: log, metrics: metrics))
         let recordings = LiveRecordings(database: database, processor: processor, uploads: files, timeout: options.recordingTimeout)
-        let api = HostingAPI(database: database, tokens: tokens, processor: processor, uploads: files, recordings: recordings)
+        let api = HostingAPI(
+            database: database, tokens: tokens, processor: processor, uploads: files, recordings: recordings, viewers: metrics.viewers)
         let tus = TUSServer(
             database: database, files: files, limits: options.tus, admit: api.admit,
             completed: { upload in
                 metrics.uploadCompleted()
                 await api.completed(upload)
             }, abandoned: api.abandoned)
-        let router = Router()
+        let router = Router(context: ServeRequestContext.self)
         router.middlewares.add(RequestLog(log: log, metrics: metrics, uploadPrefixes: Self.uploadPrefixes))
         router.middlewares.add(RequestGuard(checksHost: !options.hasAPIKey, listenName: options.host))
         router.middlewares.add(ResponseCompression())
         if options.role.takesUploads {
             try await api.reconcile()
+            router.middlewares.add(MediaAccess(tokens: tokens, access: api.access, media: media))
             if let bucket {
                 router.middlewares.add(BucketMediaFiles(bucket: bucket))
             } else {
@@ -222,6 +224,7 @@ public enum ClipFlowServer {
             }
             tus.addRoutes(to: router)
             api.addRoutes(to: router)
+            ViewerBeacons(database: database, metrics: metrics.viewers).addRoutes(to: router)
         }
         OperatorEndpoints(database: database, metrics: metrics).addRoutes(to: router)
         let webhookService =

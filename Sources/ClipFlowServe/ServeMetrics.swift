@@ -30,6 +30,8 @@ final class ServeMetrics: Sendable {
     }
 
     private let counts = Mutex(Counts())
+    /// What viewers reported (`POST /beacon`), per video and rendition.
+    let viewers = ViewerMetrics()
     /// The object storage's own counts of body bytes read and written (nil: no bucket).
     private let storage: S3Traffic?
 
@@ -123,7 +125,7 @@ final class ServeMetrics: Sendable {
         family(
             "clipflow_http_requests_total", "counter", "HTTP requests answered, by status class.",
             classes.map { ("", "{code=\"\($0)\"}", "\(c.requests[$0] ?? 0)") })
-        return out
+        return out + viewers.exposition()
     }
 
     /// A sample value: an integer when whole, else up to six decimals (no exponent, no trailing

@@ -13,15 +13,19 @@ final class APIResourcesTests: XCTestCase {
     func testAVideoShowsEveryFieldAndAbsentValuesAsNull() throws {
         let pending = VideoResource(
             id: 7, name: "a", description: nil, clientID: 1, status: .pending, mode: .ladder, error: nil, duration: nil, screenshot: "", hlsURL: "",
-            renditions: [], progress: 0, createdAt: 1.5)
+            renditions: [], progress: 0, createdAt: 1.5, access: .public)
         let v = try parsed(pending)
         XCTAssertEqual(
             Set(v.keys),
-            ["id", "name", "description", "client_id", "status", "mode", "error", "duration", "screenshot", "hls_url", "renditions", "progress", "created_at"])
+            [
+                "id", "name", "description", "client_id", "status", "mode", "error", "duration", "screenshot", "hls_url", "renditions", "progress",
+                "created_at", "access"
+            ])
         for key in ["description", "error", "duration"] { XCTAssertTrue(v[key] is NSNull, "\(key): \(v[key] ?? "absent")") }
         XCTAssertEqual(v["id"] as? Int, 7)
         XCTAssertEqual(v["status"] as? String, "pending")
         XCTAssertEqual(v["mode"] as? String, "ladder")
+        XCTAssertEqual(v["access"] as? String, "public")
         var processing = pending
         processing.renditions = [.init(name: "copy", status: "ready"), .init(name: "ladder", status: "processing", progress: 0.25)]
         let renditions = try XCTUnwrap(try parsed(processing)["renditions"] as? [[String: Any]])

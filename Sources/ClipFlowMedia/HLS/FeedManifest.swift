@@ -111,26 +111,27 @@ public struct FeedEntry: Codable, Sendable, Equatable {
         audio = sound.flatMap { $0.initRange == nil ? Rendition($0, bandwidth: $0.peak) : nil }
     }
 
-    /// The entry with every path prefixed by `base` (where the folder is served).
-    public func rebased(_ base: String) -> FeedEntry {
+    /// The entry with every path prefixed by `base` (where the folder is served) and followed by
+    /// `query` (a token that opens them, as `?token=...`).
+    public func rebased(_ base: String, query: String = "") -> FeedEntry {
         var e = self
-        e.cover = base + cover
-        e.covers = covers.map { Cover(uri: base + $0.uri, size: $0.size) }
-        e.master = base + master
-        e.prefetch = prefetch.map { Prefetch(init: base + $0.`init`, segment: base + $0.segment) }
-        e.renditions = renditions.map { $0.rebased(base) }
-        e.storyboard = storyboard.map { base + $0 }
-        e.audio = audio?.rebased(base)
+        e.cover = base + cover + query
+        e.covers = covers.map { Cover(uri: base + $0.uri + query, size: $0.size) }
+        e.master = base + master + query
+        e.prefetch = prefetch.map { Prefetch(init: base + $0.`init` + query, segment: base + $0.segment + query) }
+        e.renditions = renditions.map { $0.rebased(base, query: query) }
+        e.storyboard = storyboard.map { base + $0 + query }
+        e.audio = audio?.rebased(base, query: query)
         return e
     }
 }
 
 extension FeedEntry.Rendition {
-    fileprivate func rebased(_ base: String) -> Self {
+    fileprivate func rebased(_ base: String, query: String) -> Self {
         var r = self
-        r.playlist = base + playlist
-        r.`init` = base + `init`
-        r.segment = base + segment
+        r.playlist = base + playlist + query
+        r.`init` = base + `init` + query
+        r.segment = base + segment + query
         return r
     }
 }

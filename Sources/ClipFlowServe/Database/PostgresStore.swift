@@ -247,18 +247,20 @@ final class PostgresStore: ServeStore {
 
     // MARK: videos
 
-    private static let videoColumns = "id, name, description, client_id, status, mode, error, duration, upload_id, published, renditions, created_at, fragments"
+    private static let videoColumns =
+        "id, name, description, client_id, status, mode, error, duration, upload_id, published, renditions, created_at, fragments, access"
 
     private func videos(_ rows: PostgresRowSequence) async throws -> [VideoRow] {
         var out: [VideoRow] = []
-        for try await (id, name, description, client, status, mode, error, duration, upload, published, renditions, created, fragments) in rows.decode(
-            (Int64, String, String?, Int64, String, String, String?, Double?, String?, String, String, Double, Int64?).self)
+        for try await (id, name, description, client, status, mode, error, duration, upload, published, renditions, created, fragments, access)
+            in rows
+            .decode((Int64, String, String?, Int64, String, String, String?, Double?, String?, String, String, Double, Int64?, String).self)
         {
             out.append(
                 VideoRow(
                     id: id, name: name, description: description, clientID: client, status: VideoRow.Status(rawValue: status) ?? .error,
                     mode: VideoRow.Mode(rawValue: mode) ?? .ladder, error: error, duration: duration, uploadID: upload, published: published,
-                    renditions: renditions, createdAt: created, fragments: fragments))
+                    renditions: renditions, createdAt: created, fragments: fragments, access: VideoRow.Access(rawValue: access) ?? .signed))
         }
         return out
     }
@@ -267,9 +269,10 @@ final class PostgresStore: ServeStore {
         try await videos(
             client.query(
                 """
-                INSERT INTO videos (name, description, client_id, status, mode, error, duration, upload_id, published, renditions, created_at, fragments)
+                INSERT INTO videos (name, description, client_id, status, mode, error, duration, upload_id, published, renditions, created_at, fragments,
+                  access)
                 VALUES (\(v.name), \(v.description), \(v.clientID), \(v.status.rawValue), \(v.mode.rawValue), \(v.error), \(v.duration),
-                  \(v.uploadID), \(v.published), \(v.renditions), \(v.createdAt), \(v.fragments))
+                  \(v.uploadID), \(v.published), \(v.renditions), \(v.createdAt), \(v.fragments), \(v.access.rawValue))
                 RETURNING \(unescaped: Self.videoColumns)
                 """, logger: logger)
         ).first!
@@ -318,11 +321,20 @@ final class PostgresStore: ServeStore {
     func update(_ v: VideoRow) async throws {
         try await client.query(
             """
-            UPDATE videos SET name = \(v.name), description = \(v.description), client_id = \(v.clientID), status = \(v.status.rawValue),
-              mode = \(v.mode.rawValue), error = \(v.error), duration = \(v.duration), upload_id = \(v.uploadID), published = \(v.published),
-              renditions = \(v.renditions), fragments = \(v.fragments)
+            UPDATE videos SET status = \(v.status.rawValue), mode = \(v.mode.rawValue), error = \(v.error), duration = \(v.duration),
+              upload_id = \(v.uploadID), published = \(v.published), renditions = \(v.renditions), fragments = \(v.fragments)
             WHERE id = \(v.id!)
             """, logger: logger)
+    }
+
+    func edit(_ id: Int64, name: String?, access: VideoRow.Access?) async throws -> VideoRow? {
+        try await videos(
+            client.query(
+                """
+                UPDATE videos SET name = COALESCE(\(name), name), access = COALESCE(\(access?.rawValue), access) WHERE id = \(id)
+                RETURNING \(unescaped: Self.videoColumns)
+                """, logger: logger)
+        ).first
     }
 
     func deleteVideo(_ id: Int64) async throws {

@@ -15,6 +15,7 @@ extension VideoRow: FetchableRecord, MutablePersistableRecord {
 }
 extension VideoRow.Status: DatabaseValueConvertible {}
 extension VideoRow.Mode: DatabaseValueConvertible {}
+extension VideoRow.Access: DatabaseValueConvertible {}
 extension JobRow: FetchableRecord, MutablePersistableRecord {
     static let databaseTableName = "jobs"
     static let databaseColumnEncodingStrategy: DatabaseColumnEncodingStrategy = ColumnNames.encoding
@@ -144,7 +145,18 @@ final class SQLiteStore: ServeStore {
     }
 
     func update(_ video: VideoRow) async throws {
-        try await queue.write { db in try video.update(db) }
+        try await queue.write { db in
+            try video.update(
+                db, columns: ["status", "mode", "error", "duration", "upload_id", "published", "renditions", "fragments"])
+        }
+    }
+
+    func edit(_ id: Int64, name: String?, access: VideoRow.Access?) async throws -> VideoRow? {
+        try await queue.write { db in
+            try db.execute(
+                sql: "UPDATE videos SET name = COALESCE(?, name), access = COALESCE(?, access) WHERE id = ?", arguments: [name, access, id])
+            return try VideoRow.fetchOne(db, key: id)
+        }
     }
 
     func deleteVideo(_ id: Int64) async throws {

@@ -40,7 +40,7 @@ struct SchemaMigration: Sendable {
 ///
 /// A change to the schema is a new migration at the end, for both dialects.
 enum SchemaMigrations {
-    static let all: [SchemaMigration] = [tables, jobNotifications, jobProbe, recordingFragments, webhooks, clientTurns]
+    static let all: [SchemaMigration] = [tables, jobNotifications, jobProbe, recordingFragments, webhooks, clientTurns, videoAccess, views]
 
     /// The table that records what was applied: the same name and shape in both dialects.
     static let recordTable = "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
@@ -178,6 +178,22 @@ enum SchemaMigrations {
             "CREATE INDEX jobs_state ON jobs (state)",
             "CREATE INDEX videos_client_id ON videos (client_id)"
         ])
+
+    /// Who may play a video (`VideoRow.access`): anyone, or holders of a signed token.
+    static let videoAccess = SchemaMigration("video access", both: ["ALTER TABLE videos ADD COLUMN access TEXT NOT NULL DEFAULT 'public'"])
+
+    /// What players reported of each view (`ViewReport`), for the studio's figures; kept
+    /// `ViewerBeacons.keepFor`.
+    static let views = SchemaMigration("views") { dialect in
+        [
+            """
+            CREATE TABLE views (id \(dialect.serialKey), video_id BIGINT NOT NULL, rendition TEXT NOT NULL, startup_ms BIGINT, rebuffers BIGINT NOT NULL,
+              rebuffer_ms BIGINT NOT NULL, watched_ms BIGINT NOT NULL, error TEXT, at DOUBLE PRECISION NOT NULL)
+            """,
+            "CREATE INDEX views_video ON views (video_id, id)",
+            "CREATE INDEX views_at ON views (at)"
+        ]
+    }
 
     /// The migrations a database that recorded `applied` lacks, in order. Throws, naming
     /// `database` and the migrations, when `applied` has one this list does not: a newer clipflow

@@ -56,6 +56,13 @@ struct VideoRow: Codable, Sendable, Equatable {
         /// Processing failed (`error` says why).
         case error
     }
+    /// Who may play the video: its playlists, segments, covers and MP4.
+    enum Access: String, Codable, Sendable, CaseIterable {
+        /// Anyone with its URLs; it is in the public feed.
+        case `public`
+        /// Holders of a playback token (`Tokens.playback`) only; never in the public feed.
+        case signed
+    }
     enum Mode: String, Codable, Sendable {
         /// Transcoded to the feed ladder.
         case ladder
@@ -81,6 +88,7 @@ struct VideoRow: Codable, Sendable, Equatable {
     /// A recording's fragment count, known once it ended (its recorder said so, or it timed
     /// out); nil before, and for a video that is not a recording.
     var fragments: Int64? = nil
+    var access: Access = .public
 }
 
 /// A processing job: one per uploaded video. One worker holds it at a time (`state` running,
@@ -108,7 +116,7 @@ struct JobRow: Codable, Sendable, Equatable {
 /// Where `clipflow serve` keeps its truth: uploads and their durable offsets, videos, processing
 /// jobs. `SQLiteStore` (one server, a file in the data folder) or `PostgresStore` (several servers
 /// sharing one database and one data folder). Implementations are thread-safe.
-protocol ServeStore: WebhookStore {
+protocol ServeStore: WebhookStore, ViewStore {
     func upload(_ id: String) async throws -> UploadRow?
     /// Stores a new upload; with `newVideo`, that video too, in one transaction, and the upload
     /// carries it. A failure stores neither, so no video is ever left waiting for an upload that
@@ -147,7 +155,12 @@ protocol ServeStore: WebhookStore {
     /// Recording `id` plays from its live folder (`published` "live") with `status` and lasts
     /// `duration` seconds so far.
     func publishLive(_ id: Int64, status: VideoRow.Status, duration: Double) async throws
+    /// Writes what processing changes of the video (status, mode, error, duration, upload,
+    /// published folder, renditions, fragments); what its owner edits (`edit`) is left as stored.
     func update(_ video: VideoRow) async throws
+    /// Renames the video and sets its access (nil: as it is); the video as it is now, nil when
+    /// there is no such video.
+    func edit(_ id: Int64, name: String?, access: VideoRow.Access?) async throws -> VideoRow?
     func deleteVideo(_ id: Int64) async throws
     /// Binds a finished upload to its video and queues its processing, in one transaction (a crash
     /// leaves both or neither); a video bound already is left as it is. A recording's merged
@@ -217,6 +230,15 @@ enum VideoConditions {
     static let bindable = "upload_id IS NULL AND status IN ('pending', 'recording', 'viewable')"
     /// The status a video bound to its upload takes: a video that plays already stays viewable.
     static let boundStatus = "CASE WHEN published <> '' THEN 'viewable' ELSE 'processing' END"
+}
+
+/// Where viewers' reports are kept (`ViewerBeacons`); both stores implement it.
+protocol ViewStore: Sendable {
+    func recordView(_ view: ViewReport, at: Double) async throws
+    /// Video `video`'s last `ViewSummary.window` views, newest first.
+    func views(of video: Int64) async throws -> [(startup: Int?, rebufferMs: Int, watchedMs: Int, failed: Bool)]
+    /// Removes views reported before `before`, and those of videos that are gone.
+    func pruneViews(before: Double) async throws
 }
 
 /// Where webhook deliveries are kept (`WebhookService`); both stores implement it.

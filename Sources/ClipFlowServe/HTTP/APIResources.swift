@@ -12,11 +12,12 @@ extension Gcore.Video {
     /// A video of this server, every field set from its row's values.
     init(
         id: Int64, name: String, description: String?, clientID: Int64, status: VideoRow.Status, mode: VideoRow.Mode, error: String?,
-        duration: Double?, screenshot: String, hlsURL: String, renditions: [Rendition], progress: Double, createdAt: Double
+        duration: Double?, screenshot: String, hlsURL: String, renditions: [Rendition], progress: Double, createdAt: Double, access: VideoRow.Access
     ) {
         self.init(
             id: .number(id), name: name, description: description, clientID: .number(clientID), status: status.rawValue, mode: mode.rawValue,
-            error: error, duration: duration, screenshot: screenshot, hlsURL: hlsURL, renditions: renditions, progress: progress, createdAt: createdAt)
+            error: error, duration: duration, screenshot: screenshot, hlsURL: hlsURL, renditions: renditions, progress: progress, createdAt: createdAt,
+            access: access.rawValue)
     }
 }
 

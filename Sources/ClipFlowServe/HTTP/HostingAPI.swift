@@ -10,7 +10,13 @@ import Hummingbird
 /// (`Gcore`: `Refresh`, `Tokens`, `NewVideo`, `Video`, `UploadTarget`, `Refusal`):
 ///
 ///     POST   /auth/refresh        {"refresh": API key}      -> {"access"}  (an access token, 1 h)
-///     POST   /videos              {"name", "description"?, "client_id"?, "mode"?: "ladder"|"copy", "recording"?: true} -> 201 video
+///     POST   /videos              {"name", "description"?, "client_id"?, "mode"?: "ladder"|"copy", "recording"?: true,
+///                                  "access"?: "public"|"signed"} -> 201 video
+///     PATCH  /videos/{id}         {"name"?, "access"?}  rename, make private or public -> video
+///     GET    /videos/{id}/views   what viewers saw of its last 1000 views (`ViewSummary`): views, startup_p50_ms,
+///                                 startup_p95_ms, rebuffer_ratio, errors
+///     POST   /videos/{id}/token   {"expires_in"?: seconds, "path"?: "/media/ID/..."} -> {"token", "expires_at", "hls_url", "screenshot"}
+///                                 a playback token for the video's media (or the folder `path` names), as `MediaAccess` checks it
 ///     POST   /videos/{id}/end     {"fragments": N}  a recording's recorder stopped after N fragments -> 202 video
 ///     GET    /videos?page=&per_page=                         -> [video]  (newest first; X-Total-Count)
 ///     GET    /videos/{id}                                    -> video
@@ -28,7 +34,9 @@ import Hummingbird
 /// (`LiveRecordings`).
 /// A video: `id, name, description, client_id, status (pending, recording, processing, viewable, ready,
 /// error), error, duration, screenshot, hls_url, renditions [{name, status}], progress,
-/// created_at`. The management routes need `Authorization: Bearer` with the API key or an access
+/// created_at, access`; a `signed` video's `hls_url` and `screenshot` carry a playback token good
+/// for `describedTokenLifetime`. The feed (`/feed.json`, `/`) lists public videos only; `/v/ID?token=T`
+/// opens a signed video's page when T opens its media. The management routes need `Authorization: Bearer` with the API key or an access
 /// token when the server has a key (401 otherwise); the upload's TUS creation carries the upload
 /// token in its metadata, or the API key (on a server with one) to make a video of a plain TUS
 /// upload (`admit`). Bodies above 64 KiB are refused (413); POST bodies must be
@@ -43,20 +51,34 @@ struct HostingAPI: Sendable {
     let processor: Processor
     let uploads: any UploadStorage
     let recordings: LiveRecordings
+    let access: VideoAccess
     static let maxBody = 64 << 10
+    /// Seconds a token in a video's description (`hls_url`, `screenshot`) lives.
+    static let describedTokenLifetime = 3600.0
+    /// The longest a playback token may live (`POST /videos/{id}/token`'s `expires_in`).
+    static let longestTokenLifetime = 7 * 86400
     static let maxPage = 1_000_000_000
 
-    init(database: any ServeStore, tokens: Tokens, processor: Processor, uploads: any UploadStorage, recordings: LiveRecordings) {
+    let viewers: ViewerMetrics
+
+    init(
+        database: any ServeStore, tokens: Tokens, processor: Processor, uploads: any UploadStorage, recordings: LiveRecordings,
+        viewers: ViewerMetrics = ViewerMetrics()
+    ) {
+        self.viewers = viewers
         self.recordings = recordings
         self.database = database
         self.tokens = tokens
         self.processor = processor
         self.uploads = uploads
+        access = VideoAccess(database: database)
     }
 
     func addRoutes<Context: RequestContext>(to router: Router<Context>) {
-        router.get("/") { _, _ in try await feedPage(opening: nil) }
-        router.get("v/:id") { _, context in try await feedPage(opening: context.parameters.get("id").flatMap { Int64($0) }) }
+        router.get("/") { _, _ in try await feedPage(opening: nil, token: nil) }
+        router.get("v/:id") { request, context in
+            try await feedPage(opening: context.parameters.get("id").flatMap { Int64($0) }, token: request.uri.queryParameters.get("token"))
+        }
         router.get("favicon.ico") { _, _ in Pages.favicon() }
         let api = router.group().add(middleware: JSONRefusals<Context>())
         api.post("auth/refresh") { request, _ in try await refresh(request) }
@@ -70,6 +92,9 @@ struct HostingAPI: Sendable {
         }
         videos.get(":id") { request, context in JSONAnswer(value: try await describe(try await video(context), request)) }
         videos.delete(":id") { _, context in try await remove(try await video(context)) }
+        videos.patch(":id") { request, context in try await edit(try await video(context), request) }
+        videos.get(":id/views") { _, context in JSONAnswer(value: ViewSummary(try await database.views(of: try await video(context).id!))) }
+        videos.post(":id/token") { request, context in try await playbackToken(try await video(context), request) }
         videos.get(":id/upload") { request, context in try uploadTarget(try await video(context), request) }
         videos.post(":id/end") { request, context in try await end(try await video(context), request) }
         videos.get(":id/download") { request, context in try await download(try await video(context), request) }
@@ -95,7 +120,7 @@ struct HostingAPI: Sendable {
                 id: nil, name: body.name, description: body.description, clientID: body.clientID, status: body.recording ? .recording : .pending,
                 mode: body.mode, error: nil,
                 duration: nil,
-                uploadID: nil, published: "", renditions: "", createdAt: Date().timeIntervalSince1970))
+                uploadID: nil, published: "", renditions: "", createdAt: Date().timeIntervalSince1970, access: body.access))
         return JSONAnswer(value: try await describe(row, request), status: .created)
     }
 
@@ -116,8 +141,40 @@ struct HostingAPI: Sendable {
         return Pages.list(described, mediaOrigin: processor.media.mediaOrigin)
     }
 
+    /// A rename, a change of access, or both; the video as it is then.
+    private func edit(_ v: VideoRow, _ request: Request) async throws -> JSONAnswer<VideoResource> {
+        let body = try await jsonBody(request, as: VideoEdit.self, expecting: VideoEdit.expected)
+        if let name = body.name, name.isEmpty || name.count > 500 { throw HTTPRefusal(.badRequest, "name: expected \(VideoEdit.expected["name"]!)") }
+        var access: VideoRow.Access?
+        if let text = body.access {
+            guard let a = VideoRow.Access(rawValue: text) else { throw HTTPRefusal(.badRequest, "access: expected \(VideoEdit.expected["access"]!)") }
+            access = a
+        }
+        guard let edited = try await database.edit(v.id!, name: body.name, access: access) else { throw HTTPRefusal(.notFound, "no such video") }
+        self.access.forget(v.id!)
+        return JSONAnswer(value: try await describe(edited, request))
+    }
+
+    /// A playback token for the video's media, or the folder `path` names under it.
+    private func playbackToken(_ v: VideoRow, _ request: Request) async throws -> JSONAnswer<PlaybackToken> {
+        let body = try await jsonBody(request, as: PlaybackTokenRequest.self, expecting: PlaybackTokenRequest.expected)
+        let lifetime = body.expiresIn ?? Int(Self.describedTokenLifetime)
+        guard (1...Self.longestTokenLifetime).contains(lifetime) else {
+            throw HTTPRefusal(.badRequest, "expires_in: expected \(PlaybackTokenRequest.expected["expires_in"]!)")
+        }
+        let media = "\(MediaServing.prefix)\(v.id!)/"
+        if let path = body.path, !(path.hasPrefix(media) && MediaServing.relativePath(String(path.dropFirst(MediaServing.prefix.count)) + "x.m3u8") != nil) {
+            throw HTTPRefusal(.badRequest, "path: expected a folder of the video's media, as \(media)FOLDER/")
+        }
+        let expires = (Date().timeIntervalSince1970 + Double(lifetime)).rounded(.down)
+        let token = tokens.playback(video: v.id!, prefix: body.path, expires: expires)
+        let described = try await describe(v, request, token: token)
+        return JSONAnswer(value: PlaybackToken(token: token, expiresAt: expires, hlsURL: described.hlsURL, screenshot: described.screenshot))
+    }
+
     private func remove(_ v: VideoRow) async throws -> Response {
         try await processor.removeVideo(v.id!)
+        viewers.remove(video: v.id!)
         return Response(status: .noContent)
     }
 
@@ -166,26 +223,40 @@ struct HostingAPI: Sendable {
     }
 
     /// The feed page opened at video `opening` (nil, or not in the feed: the first), carrying the
-    /// feed as `/feed.json` has it and preloading that video's first fetches.
-    private func feedPage(opening: Int64?) async throws -> Response {
+    /// feed as `/feed.json` has it and preloading that video's first fetches; a signed video
+    /// comes first when `token` opens its media (its URIs carry the token).
+    private func feedPage(opening: Int64?, token: String?) async throws -> Response {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let feed = try await feedDocument()
+        var feed = try await feedDocument()
+        if let opening, let token, let v = try await database.video(opening), v.access == .signed, !v.published.isEmpty,
+            tokens.checkPlayback(token, path: "\(MediaServing.prefix)\(opening)/\(v.published)/master.m3u8") == .valid,
+            let entry = await feedEntry(v, query: "?token=\(token)")
+        {
+            feed.videos.insert(entry, at: 0)
+        }
         let start = feed.videos.first { $0.id == opening } ?? feed.videos.first
         return Pages.feed(
             try encoder.encode(feed), preload: start.map { FeedPage.firstFetches($0.media) } ?? [], mediaOrigin: processor.media.mediaOrigin)
     }
 
-    /// Every playable video's feed entry, in the store's order, its URIs under `/media/ID/FOLDER/`.
+    /// Every public playable video's feed entry, in the store's order, its URIs under
+    /// `/media/ID/FOLDER/`.
     private func feedDocument() async throws -> HostedFeed {
         var entries: [HostedFeed.Entry] = []
-        for v in try await database.playable() {
-            guard let data = await processor.media.read(v.id!, "\(v.published)/feed.json"),
-                let entry = (try? JSONDecoder().decode(FeedManifest.self, from: data))?.videos.first
-            else { continue }
-            entries.append(HostedFeed.Entry(id: v.id!, name: v.name, status: v.status, media: entry.rebased("/media/\(v.id!)/\(v.published)/")))
+        for v in try await database.playable() where v.access == .public {
+            if let entry = await feedEntry(v) { entries.append(entry) }
         }
         return HostedFeed(videos: entries)
+    }
+
+    /// Video `v`'s feed entry, its URIs under `/media/ID/FOLDER/` followed by `query`; nil while
+    /// its folder has none.
+    private func feedEntry(_ v: VideoRow, query: String = "") async -> HostedFeed.Entry? {
+        guard let data = await processor.media.read(v.id!, "\(v.published)/feed.json"),
+            let entry = (try? JSONDecoder().decode(FeedManifest.self, from: data))?.videos.first
+        else { return nil }
+        return HostedFeed.Entry(id: v.id!, name: v.name, status: v.status, media: entry.rebased("/media/\(v.id!)/\(v.published)/", query: query))
     }
 
     // MARK: helpers
@@ -208,9 +279,15 @@ struct HostingAPI: Sendable {
         return v
     }
 
-    func describe(_ v: VideoRow, _ request: Request) async throws -> VideoResource {
+    /// The video as the API shows it; a signed video's URLs carry `token` (nil: a new one, good
+    /// for `describedTokenLifetime`).
+    func describe(_ v: VideoRow, _ request: Request, token: String? = nil) async throws -> VideoResource {
         let host = TUSServer.origin(of: request) ?? ""
         let base = v.published.isEmpty ? nil : "\(host)/media/\(v.id!)/\(v.published)/"
+        var query = ""
+        if v.access == .signed {
+            query = "?token=" + (token ?? tokens.playback(video: v.id!, expires: Date().timeIntervalSince1970 + Self.describedTokenLifetime))
+        }
         let published = Set(v.renditions.split(separator: ",").map(String.init))
         var renditions = LadderRung.ordered(published).map { VideoResource.Rendition(name: $0, status: "ready") }
         var progress = v.status == .ready ? 1.0 : 0
@@ -222,8 +299,8 @@ struct HostingAPI: Sendable {
         }
         return VideoResource(
             id: v.id!, name: v.name, description: v.description, clientID: v.clientID, status: v.status, mode: v.mode,
-            error: v.error.map(processor.dataPaths.scrub), duration: v.duration, screenshot: base.map { $0 + "poster.jpg" } ?? "",
-            hlsURL: base.map { $0 + "master.m3u8" } ?? "", renditions: renditions, progress: progress, createdAt: v.createdAt)
+            error: v.error.map(processor.dataPaths.scrub), duration: v.duration, screenshot: base.map { $0 + "poster.jpg" + query } ?? "",
+            hlsURL: base.map { $0 + "master.m3u8" + query } ?? "", renditions: renditions, progress: progress, createdAt: v.createdAt, access: v.access)
     }
 
     /// The body as `Body`: `application/json`, at most `maxBody` bytes, a JSON object (an empty
@@ -346,11 +423,13 @@ struct NewVideoBody {
     var clientID: Int64
     var mode: VideoRow.Mode
     var recording: Bool
+    var access: VideoRow.Access
 
     /// What each field must be.
     static let expected = [
         "name": "a non-empty string of at most 500 characters", "description": "a string or null",
-        "client_id": "a whole number from 0 to \(Int64.max)", "mode": "\"ladder\" or \"copy\"", "recording": "true or false"
+        "client_id": "a whole number from 0 to \(Int64.max)", "mode": "\"ladder\" or \"copy\"", "recording": "true or false",
+        "access": "\"public\" or \"signed\""
     ]
 
     init(_ body: Gcore.NewVideo) throws {
@@ -363,6 +442,39 @@ struct NewVideoBody {
         guard let m = VideoRow.Mode(rawValue: body.mode ?? "ladder") else { throw refuse("mode") }
         mode = m
         recording = body.recording ?? false
+        guard let a = VideoRow.Access(rawValue: body.access ?? "public") else { throw refuse("access") }
+        access = a
+    }
+}
+
+/// The body of `PATCH /videos/{id}`.
+struct VideoEdit: Decodable {
+    var name: String?
+    var access: String?
+    static let expected = ["name": NewVideoBody.expected["name"]!, "access": NewVideoBody.expected["access"]!]
+}
+
+/// The body of `POST /videos/{id}/token`.
+struct PlaybackTokenRequest: Decodable {
+    var expiresIn: Int?
+    var path: String?
+    enum CodingKeys: String, CodingKey {
+        case expiresIn = "expires_in", path
+    }
+    static let expected = [
+        "expires_in": "a whole number of seconds from 1 to \(HostingAPI.longestTokenLifetime)", "path": "a folder of the video's media, /media/ID/FOLDER/"
+    ]
+}
+
+/// The answer of `POST /videos/{id}/token`: the token, when it expires, and the video's
+/// playlist and cover with the token on.
+struct PlaybackToken: Encodable, Sendable {
+    var token: String
+    var expiresAt: Double
+    var hlsURL: String
+    var screenshot: String
+    enum CodingKeys: String, CodingKey {
+        case token, expiresAt = "expires_at", hlsURL = "hls_url", screenshot
     }
 }
 

@@ -8,6 +8,8 @@ import Foundation
 ///   token issues one; the API key itself is accepted too), valid `accessLifetime` seconds;
 /// - upload tokens, each scoped to one video and valid `uploadLifetime` seconds (what
 ///   `GET /videos/{id}/upload` hands out and a TUS upload carries in its metadata).
+/// - playback tokens, each for one video's media (`/media/ID/`) or a folder below it, valid until
+///   the expiry the API gave it (`POST /videos/{id}/token`), the only way to a `signed` video.
 /// A token is `KIND.SUBJECT.EXPIRY.SIGNATURE` (HMAC-SHA256, base64url). Thread-safe; `Sendable`.
 final class Tokens: Sendable {
     private let secret: [UInt8]
@@ -100,6 +102,33 @@ final class Tokens: Sendable {
 
     func upload(video: Int64, now: Double = Date().timeIntervalSince1970) -> String { make("upload", String(video), expires: now + uploadLifetime) }
 
+    /// A playback token for video `video`'s media under `prefix` (a path starting with
+    /// `/media/ID/`; nil: all of it), valid until `expires`. Its subject is the video id, and the
+    /// prefix below `/media/ID/` in base64url after a `~` when there is one.
+    func playback(video: Int64, prefix: String? = nil, expires: Double) -> String {
+        let base = "\(MediaServing.prefix)\(video)/"
+        let below = prefix.map { String($0.dropFirst(base.count)) } ?? ""
+        return make("play", below.isEmpty ? String(video) : "\(video)~\(Self.base64url(Array(below.utf8)))", expires: expires)
+    }
+
+    /// Whether `token` opens the media file at `path` (`/media/ID/...`): a playback token of this
+    /// server for that video whose prefix holds the path.
+    func checkPlayback(_ token: String, path: String, now: Double = Date().timeIntervalSince1970) -> Check {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 4 else { return .wrong }
+        let subject = String(parts[1])
+        let check = check(token, kind: "play", subject: subject, now: now)
+        guard check != .wrong else { return .wrong }
+        let pieces = subject.split(separator: "~", maxSplits: 1)
+        guard let video = Int64(pieces[0]) else { return .wrong }
+        var prefix = "\(MediaServing.prefix)\(video)/"
+        if pieces.count == 2 {
+            guard let below = Self.fromBase64url(String(pieces[1])) else { return .wrong }
+            prefix += String(decoding: below, as: UTF8.self)
+        }
+        return path.hasPrefix(prefix) ? check : .wrong
+    }
+
     /// A management API bearer: the API key, or an access token of ours. Without an API key the
     /// API is open (the server then listens on loopback only).
     func checkBearer(_ bearer: String?, now: Double = Date().timeIntervalSince1970) -> Check {
@@ -140,6 +169,12 @@ final class Tokens: Sendable {
         var diff: UInt8 = 0
         for i in x.indices { diff |= x[i] ^ y[i] }
         return diff == 0
+    }
+
+    static func fromBase64url(_ text: String) -> Data? {
+        var t = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while t.count % 4 != 0 { t += "=" }
+        return Data(base64Encoded: t)
     }
 
     static func base64url(_ b: [UInt8]) -> String {

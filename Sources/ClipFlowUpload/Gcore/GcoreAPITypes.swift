@@ -68,17 +68,22 @@ public enum Gcore {
         public var mode: String?
         /// `clipflow serve`: the video is a recording whose fragments arrive as it is recorded.
         public var recording: Bool?
+        /// `clipflow serve`: "public" or "signed" (played only with a token).
+        public var access: String?
 
-        public init(name: String, description: String? = nil, clientID: Int64? = nil, mode: String? = nil, recording: Bool? = nil) {
+        public init(
+            name: String, description: String? = nil, clientID: Int64? = nil, mode: String? = nil, recording: Bool? = nil, access: String? = nil
+        ) {
             self.name = name
             self.description = description
             self.clientID = clientID
             self.mode = mode
             self.recording = recording
+            self.access = access
         }
 
         enum CodingKeys: String, CodingKey {
-            case name, description, mode, recording
+            case name, description, mode, recording, access
             case clientID = "client_id"
         }
 
@@ -89,6 +94,7 @@ public enum Gcore {
             clientID = try c.strict(Int64.self, .clientID)
             mode = try c.strict(String.self, .mode)
             recording = try c.strict(Bool.self, .recording)
+            access = try c.strict(String.self, .access)
         }
     }
 
@@ -159,6 +165,8 @@ public enum Gcore {
         public var progress: Double?
         /// Seconds since 1970 (`clipflow serve`; Gcore's date text reads as nil).
         public var createdAt: Double?
+        /// `clipflow serve`: "public" or "signed".
+        public var access: String?
 
         public struct Rendition: Codable, Sendable, Equatable {
             public var name: String
@@ -183,8 +191,9 @@ public enum Gcore {
         public init(
             id: ID, name: String = "", description: String? = nil, clientID: ID? = nil, status: String = "", mode: String? = nil,
             error: String? = nil, duration: Double? = nil, screenshot: String = "", hlsURL: String = "", renditions: [Rendition] = [],
-            progress: Double? = nil, createdAt: Double? = nil
+            progress: Double? = nil, createdAt: Double? = nil, access: String? = nil
         ) {
+            self.access = access
             self.id = id
             self.name = name
             self.description = description
@@ -201,7 +210,7 @@ public enum Gcore {
         }
 
         enum CodingKeys: String, CodingKey {
-            case id, name, description, status, mode, error, duration, screenshot, renditions, progress
+            case id, name, description, status, mode, error, duration, screenshot, renditions, progress, access
             case clientID = "client_id", hlsURL = "hls_url", createdAt = "created_at"
         }
 
@@ -220,6 +229,7 @@ public enum Gcore {
             renditions = c.lenient([Rendition].self, .renditions) ?? []
             progress = c.lenient(Double.self, .progress)
             createdAt = c.lenient(Double.self, .createdAt)
+            access = c.lenient(String.self, .access)
         }
 
         /// Every field, absent values as null.
@@ -238,6 +248,7 @@ public enum Gcore {
             try c.encode(renditions, forKey: .renditions)
             try c.encode(progress, forKey: .progress)
             try c.encode(createdAt, forKey: .createdAt)
+            try c.encode(access, forKey: .access)
         }
     }
 

@@ -410,6 +410,7 @@ class SourcePlayer {
   }
   fail(e) {
     log('error', this.index);
+    if (view && view.index === this.index) view.error = 'source';
     console.warn(`video ${this.entry.id}: ${e.message}`);
     this.onfail && this.onfail(e);
   }
@@ -534,13 +535,45 @@ function togglePause(item) {
   if (v.paused) { play(item); log('resumed', item.index); } else { v.pause(); item.el.classList.add('paused'); log('paused', item.index); }
 }
 
+// What the viewer saw of the video on screen, reported when it leaves the screen or the page
+// goes (POST /beacon): the milliseconds to its first picture, the stalls after it, how long it was
+// on screen, the rendition played last, a failure. Nothing that tells who the viewer is.
+let view = null;
+function startView(index) {
+  endView();
+  view = { index, id: videos[index].id, since: performance.now(), startup: null, rebuffers: 0, stalled: 0, waitingSince: null, error: null };
+}
+function endView() {
+  if (!view) return;
+  const now = performance.now();
+  if (view.waitingSince !== null) view.stalled += now - view.waitingSince;
+  const p = players.get(view.index);
+  const track = p instanceof SourcePlayer && p.tracks ? p.tracks[0] : null;
+  const report = {
+    video: view.id, startup_ms: view.startup === null ? null : Math.round(view.startup), rebuffers: view.rebuffers,
+    rebuffer_ms: Math.round(view.stalled), watched_ms: Math.round(now - view.since),
+    rendition: track && track.rendition ? track.rendition.name : (p ? 'native' : null), error: view.error
+  };
+  const index = view.index;
+  view = null;
+  try { navigator.sendBeacon('/beacon', new Blob([JSON.stringify(report)], { type: 'application/json' })); } catch {}
+  log('reported', index);
+}
+addEventListener('pagehide', endView);
+document.addEventListener('visibilitychange', () => {
+  if (document.visibilityState === 'hidden') endView(); else if (current >= 0 && !view) startView(current);
+});
+
 // The video at `index` is the one on screen.
 function focusOn(index) {
   if (index === current || index < 0 || index >= videos.length) return;
   current = index;
   window.currentIndex = index;
   log('visible', index);
-  history.replaceState(null, '', `/v/${encodeURIComponent(videos[index].id)}`);
+  startView(index);
+  // A signed video's link keeps its token (its URIs carry it).
+  const token = videos[index].master.includes('?token=') ? location.search : '';
+  history.replaceState(null, '', `/v/${encodeURIComponent(videos[index].id)}${token}`);
   for (const item of items) {
     if (item.index !== index) { item.video.pause(); item.el.classList.remove('paused'); }
   }
@@ -612,8 +645,18 @@ function build(entry, index) {
   el.append(video, info, mark, live, sound, preview, bar);
   const item = { el, video, sound, bar, time, index, done: bar.querySelector('.done') };
 
-  video.addEventListener('playing', () => log('playing', index));
-  video.addEventListener('waiting', () => { if (video.currentTime > 0) log('waiting', index); });
+  video.addEventListener('playing', () => {
+    log('playing', index);
+    if (!view || view.index !== index) return;
+    const now = performance.now();
+    if (view.startup === null) view.startup = now - view.since;
+    if (view.waitingSince !== null) { view.stalled += now - view.waitingSince; view.waitingSince = null; }
+  });
+  video.addEventListener('waiting', () => {
+    if (video.currentTime > 0) log('waiting', index);
+    if (view && view.index === index && view.startup !== null && view.waitingSince === null) { view.rebuffers++; view.waitingSince = performance.now(); }
+  });
+  video.addEventListener('error', () => { if (view && view.index === index) view.error = `media_${video.error ? video.error.code : 0}`; });
   // The picture's size is known at its metadata, and may change after (another rendition, a
   // turn the first frame applies): the element's own resize.
   video.addEventListener('loadedmetadata', () => layout(item));

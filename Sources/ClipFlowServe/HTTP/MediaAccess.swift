@@ -1,0 +1,98 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Synchronization
+
+/// Who may read `/media`, in front of the media files: a `public` video's files are anyone's; a
+/// `signed` video's only with a playback token (`?token=`, `Tokens.checkPlayback`). A request
+/// carrying a token that is forged, expired, or for another video or folder gets 403, whether
+/// or not the file exists, so a token tells nothing of what is there; a signed video's files
+/// asked for without a token are 404, as if absent. With a valid token, a playlist or storyboard
+/// is answered with the token added to each URI in it, so a player that resolves them against
+/// the playlist's URL (which drops its query) carries the token on through the ladder; token
+/// answers are `Cache-Control: private`.
+struct MediaAccess<Context: RequestContext>: RouterMiddleware {
+    let tokens: Tokens
+    let access: VideoAccess
+    let media: any MediaStorage
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let path = request.uri.path
+        guard path.hasPrefix(MediaServing.prefix) else { return try await next(request, context) }
+        let rest = path.dropFirst(MediaServing.prefix.count)
+        guard let slash = rest.firstIndex(of: "/"), let video = Int64(rest[..<slash]) else { return try await next(request, context) }
+        guard let token = request.uri.queryParameters.get("token") else {
+            if await access.isSigned(video) { return MediaServing.refusal(.notFound, "no such media file") }
+            return try await next(request, context)
+        }
+        guard tokens.checkPlayback(token, path: path) == .valid else {
+            return MediaServing.refusal(.forbidden, "the token does not open this file")
+        }
+        let relative = String(rest[rest.index(after: slash)...])
+        let ext = URL(fileURLWithPath: relative).pathExtension.lowercased()
+        if request.method == .get, ext == "m3u8" || ext == "vtt", MediaServing.relativePath(String(rest)) != nil {
+            guard let data = await media.read(video, relative) else { return MediaServing.refusal(.notFound, "no such media file") }
+            var headers = HTTPFields()
+            headers[.contentType] = MediaServing.contentType(relative)
+            headers[.cacheControl] = "private, no-cache"
+            headers[HTTPField.Name("X-Content-Type-Options")!] = "nosniff"
+            let text = Self.carrying(token, in: String(decoding: data, as: UTF8.self), playlist: ext == "m3u8")
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
+        }
+        var answer = try await next(request, context)
+        if answer.status.code < 400 { answer.headers[.cacheControl] = "private, max-age=3600" }
+        return answer
+    }
+
+    /// `text` with `token` added to each relative URI: in a playlist, every URI line and every
+    /// `URI="..."` attribute; in a storyboard (WebVTT), every cue's image.
+    static func carrying(_ token: String, in text: String, playlist: Bool) -> String {
+        func add(_ uri: Substring) -> String {
+            if uri.contains("://") || uri.hasPrefix("/") || uri.isEmpty { return String(uri) }
+            let (base, fragment) = uri.firstIndex(of: "#").map { (uri[..<$0], uri[$0...]) } ?? (uri, "")
+            return "\(base)\(base.contains("?") ? "&" : "?")token=\(token)\(fragment)"
+        }
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map { line -> String in
+            if playlist {
+                if line.hasPrefix("#") {
+                    guard let start = line.range(of: "URI=\"") else { return String(line) }
+                    guard let end = line[start.upperBound...].firstIndex(of: "\"") else { return String(line) }
+                    return String(line[..<start.upperBound]) + add(line[start.upperBound..<end]) + String(line[end...])
+                }
+                return line.trimmingCharacters(in: .whitespaces).isEmpty ? String(line) : add(line)
+            }
+            // A cue's payload in a storyboard: an image, with its region after `#`.
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            let image = [".jpg", ".jpeg", ".png"].contains { trimmed.lowercased().split(separator: "#").first?.hasSuffix($0) ?? false }
+            return image && !trimmed.contains(" ") ? add(Substring(trimmed)) : String(line)
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// Whether a video is `signed`, as the store says, remembered a second so that serving media
+/// does not ask the database at every segment (a change of access takes that long, and at most
+/// `ttl`, to reach this server's media; this server's own edits at once).
+final class VideoAccess: Sendable {
+    let database: any ServeStore
+    static let ttl = 1.0
+    private let known = Mutex([Int64: (signed: Bool, at: Double)]())
+
+    init(database: any ServeStore) { self.database = database }
+
+    func isSigned(_ video: Int64) async -> Bool {
+        let now = Date().timeIntervalSince1970
+        if let k = known.withLock({ $0[video] }), now - k.at < Self.ttl { return k.signed }
+        // A database that does not answer keeps the files closed (nothing remembered).
+        guard let row = try? await database.video(video).map({ $0 as VideoRow? }) ?? .some(nil) else { return true }
+        let signed = row?.access == .signed
+        known.withLock { map in
+            if map.count > 10_000 { map.removeAll() }
+            map[video] = (signed, now)
+        }
+        return signed
+    }
+
+    /// Forgets what was remembered of `video` (its access changed here).
+    func forget(_ video: Int64) { _ = known.withLock { $0.removeValue(forKey: video) } }
+}

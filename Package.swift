@@ -70,10 +70,10 @@ let package = Package(
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
             ],
-            // The feed page (HTTP/FeedPage.swift): in the binary as bytes, so no resource bundle.
+            // The feed and studio pages (HTTP/FeedPage.swift, StudioPage.swift): in the binary as bytes, so no resource bundle.
             resources: [
                 .embedInCode("HTTP/FeedPage/feed.html"), .embedInCode("HTTP/FeedPage/feed.css"),
-                .embedInCode("HTTP/FeedPage/feed.js")
+                .embedInCode("HTTP/FeedPage/feed.js"), .embedInCode("HTTP/StudioPage/studio.html")
             ],
             swiftSettings: staticStdlib),
         // The emulated vivid camera (a kernel stand-in behind ClipFlowCapture's syscall seam): the

@@ -3,7 +3,8 @@ import Foundation
 import XCTest
 
 /// Hostile HTTP requests into `clipflow serve`, seeded: each case is one request over a fresh
-/// connection, built from random methods, paths (API, TUS, media, traversal forms), query numbers
+/// connection, built from random methods, paths (API, TUS, media with and without playback tokens,
+/// the studio, beacons, traversal forms), query numbers
 /// (overflowing, negative, not numbers), headers (Host, Origin, Range, conditionals, TUS headers
 /// with hostile numbers and metadata, content types, Expect) and bodies (JSON of wrong types and
 /// ranges, junk bytes), or a request cut off after a random number of bytes.
@@ -78,14 +79,26 @@ struct HostileRequest {
         func number() -> String { pick(numbers) }
         // Most cases aim at one surface (the API's query numbers, its JSON writes, media with
         // ranges, TUS); the rest go anywhere.
-        let aim = pick(["listing", "listing", "write", "media", "tus", "any", "any", "any"])
+        let aim = pick(["listing", "listing", "write", "media", "tus", "beacon", "any", "any", "any"])
         let method: String
         var path: String
         switch aim {
         case "listing": (method, path) = (pick(["GET", "GET", "HEAD"]), "/videos")
-        case "write": (method, path) = (pick(["POST", "POST", "PUT", "PATCH"]), pick(["/videos", "/videos", "/auth/refresh"]))
+        case "write":
+            (method, path) = (
+                pick(["POST", "POST", "PUT", "PATCH"]), pick(["/videos", "/videos", "/auth/refresh", "/videos/1", "/videos/1/token", "/videos/999999/token"])
+            )
         case "media":
             (method, path) = (pick(["GET", "GET", "HEAD", "POST"]), pick(["/media/999999/a0-full/seg.m4s", "/media/999999/a0-full/master.m3u8"]))
+            if chance(0.5) {
+                path +=
+                    "?token="
+                    + pick([
+                        "play.999999.9999999999.AAAA", "play.1.1.x", "play.999999~Li4v.9999999999.AAAA", "play..", "%ff", "", "play.999999.\(number()).A",
+                        "upload.999999.9999999999.AAAA", String(repeating: "t", count: 5000)
+                    ])
+            }
+        case "beacon": (method, path) = (pick(["POST", "POST", "POST", "GET"]), "/beacon")
         case "tus": (method, path) = (pick(["POST", "PATCH", "PATCH", "HEAD", "DELETE", "OPTIONS"]), pick(["/files", upload, upload]))
         default:
             method = pick(["GET", "GET", "HEAD", "POST", "POST", "PATCH", "DELETE", "OPTIONS", "PUT", "TRACE", "FOO"])
@@ -93,7 +106,8 @@ struct HostileRequest {
                 "/", "/videos", "/videos/1", "/videos/1/upload", "/videos/\(number())", "/videos/999999", "/feed.json", "/auth/refresh", "/files",
                 upload, "/files/\(number())", "/files/../videos", "/media/999999/a0-full/seg.m4s", "/media/999999/a0-full/master.m3u8",
                 "/media/../clipflow.sqlite", "/media/%2e%2e/token-secret", "/media/999999/a0-full/", "/media", "/media/999999/a0-full/seg.m4s%00.m3u8",
-                "//videos", "/videos/%ff", "/\(String(repeating: "a", count: Int(rng.next() % 3000)))"
+                "//videos", "/videos/%ff", "/\(String(repeating: "a", count: Int(rng.next() % 3000)))", "/studio", "/studio/token", "/studio/x",
+                "/beacon", "/videos/1/views", "/videos/1/token", "/v/1?token=play.1.9999999999.AAAA", "/v/\(number())?token=\(number())"
             ])
         }
         let listing = aim == "listing"
@@ -146,7 +160,7 @@ struct HostileRequest {
 
         var body: [UInt8] = []
         if ["POST", "PATCH", "PUT", "DELETE"].contains(method) || chance(0.1) {
-            switch aim == "write" ? 0 : aim == "tus" ? 1 : rng.next() % 4 {
+            switch aim == "write" ? 0 : aim == "tus" ? 1 : aim == "beacon" ? 3 : rng.next() % 5 {
             case 0:
                 var fields: [String] = []
                 if chance(0.8) { fields.append("\"name\": \(pick(["\"n\"", "5", "null", "[]", "\"\"", "\"\(String(repeating: "n", count: 600))\""]))") }
@@ -154,6 +168,9 @@ struct HostileRequest {
                 if chance(0.4) { fields.append("\"description\": \(pick(["\"d\"", "5", "null", "[\"x\"]", "{\"a\": 1}"]))") }
                 if chance(0.3) { fields.append("\"mode\": \(pick(["\"ladder\"", "\"copy\"", "\"x\"", "1"]))") }
                 if chance(0.3) { fields.append("\"refresh\": \(pick(["\"k\"", "5", "null"]))") }
+                if chance(0.3) { fields.append("\"access\": \(pick(["\"public\"", "\"signed\"", "\"x\"", "1", "null"]))") }
+                if chance(0.3) { fields.append("\"expires_in\": \(pick([number(), "\"60\"", "null"]))") }
+                if chance(0.2) { fields.append("\"path\": \(pick(["\"/media/1/\"", "\"/media/1/../2/\"", "\"\"", "5"]))") }
                 body = Array(("{" + fields.joined(separator: ", ") + "}").utf8)
                 headers.append(("Content-Type", pick(["application/json", "application/json", "text/plain", "application/json; charset=utf-8"])))
             case 1:
@@ -162,6 +179,16 @@ struct HostileRequest {
             case 2:
                 body = Array(pick(["[1]", "{", "null", "\"s\"", "{\"name\": \"\u{0}\"}", String(repeating: "[", count: 5000)]).utf8)
                 headers.append(("Content-Type", "application/json"))
+            case 3:
+                var fields: [String] = []
+                if chance(0.9) { fields.append("\"video\": \(pick(["1", "999999", number(), "\"1\"", "null"]))") }
+                for name in ["startup_ms", "rebuffers", "rebuffer_ms", "watched_ms"] where chance(0.8) {
+                    fields.append("\"\(name)\": \(number().isEmpty ? "0" : number())")
+                }
+                if chance(0.5) { fields.append("\"rendition\": \(pick(["\"360p\"", "\"native\"", "\"\(String(repeating: "r", count: 300))\"", "7"]))") }
+                if chance(0.5) { fields.append("\"error\": \(pick(["\"source\"", "null", "\"<script>\"", "[]"]))") }
+                body = Array(("{" + fields.joined(separator: ", ") + "}").utf8)
+                headers.append(("Content-Type", pick(["application/json", "text/plain", "application/x-www-form-urlencoded"])))
             default: break
             }
         }

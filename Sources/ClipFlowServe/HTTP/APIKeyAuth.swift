@@ -5,10 +5,11 @@ import Hummingbird
 /// The hosting API's management routes: a request passes with `Authorization: Bearer` holding the
 /// API key or an access token (`Tokens`), or with anything on a server without an API key.
 ///
-/// A browser asking for the list page (`GET /videos` whose `Accept` names `text/html`) may give
-/// the key as a Basic password instead, which is what a browser sends once asked; it is refused
-/// with the page's own 401 and `WWW-Authenticate: Basic`. Any other request (another video route
-/// included) is refused with `HTTPRefusal` (401).
+/// A browser asking for a page (the list, `GET /videos` whose `Accept` names `text/html`; the
+/// studio, `GET /studio`, and its token, `GET /studio/token`) may give the key as a Basic password
+/// instead, which is what a browser sends once asked; it is refused with the page's own 401 and
+/// `WWW-Authenticate: Basic`. Any other request (another video route included) is refused with
+/// `HTTPRefusal` (401): a Basic password, which a browser sends by itself, changes nothing.
 struct APIKeyAuth<Context: RequestContext>: RouterMiddleware {
     let tokens: Tokens
 
@@ -25,9 +26,11 @@ struct APIKeyAuth<Context: RequestContext>: RouterMiddleware {
         return try await next(request, context)
     }
 
-    /// Whether `request` is a browser's asking for the list page.
+    /// Whether `request` is a browser's asking for a page (or the studio's token).
     static func wantsPage(_ request: Request) -> Bool {
-        request.method == .get && ["/videos", "/videos/"].contains(request.uri.path) && (request.headers[.accept] ?? "").contains("text/html")
+        guard request.method == .get else { return false }
+        if ["/studio", "/studio/token"].contains(request.uri.path) { return true }
+        return ["/videos", "/videos/"].contains(request.uri.path) && (request.headers[.accept] ?? "").contains("text/html")
     }
 
     /// A Basic header's password as a Bearer header; any other header as it is.

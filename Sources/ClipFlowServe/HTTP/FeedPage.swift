@@ -93,7 +93,7 @@ enum FeedPage {
 extension String {
     /// `self` with `target`, which must occur exactly once (a feed page file without it is a build
     /// mistake the first request would show at once), replaced by `replacement`.
-    fileprivate func replacingOnce(_ target: String, with replacement: String) -> String {
+    func replacingOnce(_ target: String, with replacement: String) -> String {
         let parts = components(separatedBy: target)
         precondition(parts.count == 2, "the feed page must hold \(target) exactly once")
         return parts[0] + replacement + parts[1]

@@ -28,6 +28,8 @@ import Hummingbird
 ///     GET    /, /v/{id}           the feed page (public); GET /videos asked for as HTML: the list page
 ///                                 (`Pages`; the API key as a Bearer token or a Basic password)
 ///     GET    /favicon.ico         the icon (public)
+///     GET    /studio              the studio page (`StudioPage`; the API key as a Basic password), and
+///                                 /studio/token, a fresh access token for it
 ///
 /// A recording (`"recording": true`) takes its fragments as TUS uploads whose metadata adds
 /// `fragment` (the index from 0) to `video_id` and `token`, and plays while it is recorded
@@ -80,6 +82,9 @@ struct HostingAPI: Sendable {
             try await feedPage(opening: context.parameters.get("id").flatMap { Int64($0) }, token: request.uri.queryParameters.get("token"))
         }
         router.get("favicon.ico") { _, _ in Pages.favicon() }
+        let studio = router.group("studio").add(middleware: APIKeyAuth<Context>(tokens: tokens))
+        studio.get { _, _ in Pages.studio(token: tokens.access(), mediaOrigin: processor.media.mediaOrigin) }
+        studio.get("token") { _, _ in JSONAnswer(value: Gcore.Tokens(access: tokens.access())) }
         let api = router.group().add(middleware: JSONRefusals<Context>())
         api.post("auth/refresh") { request, _ in try await refresh(request) }
         api.get("feed.json") { request, _ in try await feed(request) }

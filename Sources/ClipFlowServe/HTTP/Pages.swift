@@ -8,6 +8,7 @@ import Hummingbird
 /// - `/videos` (asked for as HTML): every video with its cover (a link to it in the feed once it
 ///   plays), name, duration, status and, for a failed one, why. It shows what the JSON list shows,
 ///   so it asks for the same key (`HostingAPI`);
+/// - `/studio`: uploads and the videos to manage (`StudioPage`), behind the same key;
 /// - `/favicon.ico`, which browsers ask every site for: a play button, 32x32.
 enum Pages {
     /// The feed page carrying `feed` (`/feed.json`'s document). `mediaOrigin`: where media bytes
@@ -15,6 +16,11 @@ enum Pages {
     /// `preload`: what the first video's player fetches first (`FeedPage.firstFetches`).
     static func feed(_ feed: Data, preload: [String], mediaOrigin: String?) -> Response {
         html(FeedPage.page(feed: feed, preload: preload), mediaOrigin: mediaOrigin)
+    }
+
+    /// The studio carrying an access token (`StudioPage`).
+    static func studio(token: String, mediaOrigin: String?) -> Response {
+        html(StudioPage.page(token: token), mediaOrigin: mediaOrigin)
     }
 
     /// The icon: a white play button on blue, an ICO holding one 32x32 PNG.

@@ -224,7 +224,7 @@ public enum ClipFlowServer {
             }
             tus.addRoutes(to: router)
             api.addRoutes(to: router)
-            ViewerBeacons(database: database, metrics: metrics.viewers).addRoutes(to: router)
+            ViewerBeacons(database: database, tokens: tokens, metrics: metrics.viewers).addRoutes(to: router)
         }
         OperatorEndpoints(database: database, metrics: metrics).addRoutes(to: router)
         let webhookService =

@@ -30,7 +30,10 @@ struct ServeProcessingOptions: ParsableArguments {
 
     @Option(
         name: .customLong("client-jobs"),
-        help: "Jobs of one client (client_id) processed at once (0: as many as there are workers); jobs go round the clients in turn either way.")
+        help: """
+            Jobs of one client (client_id) processed at once, counted over the servers sharing the database (0: no bound); jobs go round the \
+            clients in turn either way.
+            """)
     var clientJobs: Int = 0
 
     func validate() throws {

@@ -56,6 +56,8 @@ final class ServeSignedCLITests: XCTestCase {
         XCTAssertEqual(((try get(s, "/feed.json").json() as? [String: Any])?["videos"] as? [[String: Any]])?.count, 0)
         XCTAssertEqual(try get(s, master).status, 404)
         XCTAssertEqual(try get(s, folder + "/poster.jpg").status, 404)
+        let encoded = master.replacingOccurrences(of: "/media/\(id)/", with: "/media/" + String(id).map { "%3\($0)" }.joined() + "/")
+        XCTAssertEqual(try get(s, encoded).status, 404, "a percent-encoded id is the same video")
 
         // A token from the API plays it in the page's player, every segment through.
         let given = try XCTUnwrap(try api(s, "POST", "/videos/\(id)/token", json: ["expires_in": 600]).json() as? [String: Any])
@@ -76,6 +78,14 @@ final class ServeSignedCLITests: XCTestCase {
         XCTAssertGreaterThan(listed.count, 1)
         XCTAssertEqual(Set(listed).subtracting(segments), [], "segments of \(rendition) never fetched")
 
+        // Its views are taken with its token only; without, it is as absent as no video.
+        let view = "{\"video\": \(id), \"startup_ms\": 100, \"rebuffers\": 0, \"rebuffer_ms\": 0, \"watched_ms\": 1000"
+        let beacon = { (body: String) in
+            try HTTP.request("POST", "http://127.0.0.1:\(s.port)/beacon", headers: ["Content-Type": "text/plain"], body: Data(body.utf8)).status
+        }
+        XCTAssertEqual(try beacon(view + "}"), 404)
+        XCTAssertEqual(try beacon(view + ", \"token\": \"\(token)\"}"), 204)
+
         // Without the token the page has nothing to play; forged, expired and misplaced tokens: 403.
         XCTAssertNotEqual(try watch(s, "/v/\(id)", timeout: 5).status, 0)
         XCTAssertEqual(try get(s, master + "?token=\(token)x").status, 403)
@@ -90,6 +100,7 @@ final class ServeSignedCLITests: XCTestCase {
         XCTAssertEqual(try get(s, master + "?token=\(bound)").status, 200)
         XCTAssertEqual(try get(s, "/media/\(id)/other/master.m3u8?token=\(bound)").status, 403)
         XCTAssertEqual(try api(s, "POST", "/videos/\(id)/token", json: ["path": "/media/\(id + 1)/"]).status, 400)
+        XCTAssertEqual(try api(s, "POST", "/videos/\(id)/token", json: ["path": folder]).status, 400, "a folder ends in /")
         XCTAssertEqual(try api(s, "POST", "/videos/\(id)/token", json: ["expires_in": 0]).status, 400)
 
         // Made public: in the feed, and open to anyone.

@@ -47,7 +47,11 @@ final class ServeStudioCLITests: XCTestCase {
         let refused = try Run.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %header{www-authenticate}", "\(base)/studio"])
         XCTAssertTrue(refused.out.hasPrefix("401 Basic"), refused.out)
         let basic = "Basic " + Data("someone:\(key)".utf8).base64EncodedString()
-        XCTAssertEqual(try HTTP.request("GET", "\(base)/studio", headers: ["Authorization": basic]).status, 200)
+        let page = try HTTP.request("GET", "\(base)/studio", headers: ["Authorization": basic])
+        XCTAssertEqual(page.status, 200)
+        XCTAssertEqual(page.header("X-Frame-Options"), "DENY", "no other site frames it")
+        XCTAssertTrue(page.header("Content-Security-Policy")?.contains("frame-ancestors 'none'") ?? false)
+        XCTAssertEqual(page.header("Cache-Control"), "no-store", "it carries a token")
         let made = try HTTP.request("POST", "\(base)/videos", headers: ["Authorization": basic], json: ["name": "forged"])
         XCTAssertEqual(made.status, 401, "the API takes no Basic password")
     }

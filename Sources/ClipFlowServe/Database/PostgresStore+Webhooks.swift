@@ -3,7 +3,8 @@ import PostgresNIO
 
 extension PostgresStore {
     /// As SQLite's, in one transaction per endpoint; servers fanning out at once insert each row
-    /// once (its key), and a cursor moved back by a slower one only looks at rows again.
+    /// once (its key), and a cursor moved back by a slower one only looks at rows again. Events
+    /// settle by the database's clock, which stamped them (`now` is unused).
     func fanOutWebhooks(to endpoints: [String], now: Double) async throws {
         for endpoint in endpoints {
             let name = WebhookEvent.cursorName(endpoint)
@@ -30,7 +31,8 @@ extension PostgresStore {
                 try await db.query(
                     """
                     UPDATE settings SET value = CAST(COALESCE(
-                      (SELECT MAX(id) FROM webhook_events WHERE id > \(cursor) AND created_at < \(now - WebhookEvent.settleSeconds)), \(cursor)) AS TEXT)
+                      (SELECT MAX(id) FROM webhook_events
+                       WHERE id > \(cursor) AND created_at < extract(epoch from clock_timestamp()) - \(WebhookEvent.settleSeconds)), \(cursor)) AS TEXT)
                     WHERE name = \(name)
                     """, logger: logger)
             }
@@ -50,13 +52,13 @@ extension PostgresStore {
             RETURNING \(unescaped: WebhookEvent.columns)
             """, logger: logger)
         var out: [WebhookDelivery] = []
-        for try await (event, endpoint, type, video, name, client, status, error, created, attempts) in rows.decode(
-            (Int64, String, String, Int64, String, Int64, String, String?, Double, Int32).self)
+        for try await (event, endpoint, type, video, name, client, status, error, created, attempts, lease) in rows.decode(
+            (Int64, String, String, Int64, String, Int64, String, String?, Double, Int32, Double).self)
         {
             out.append(
                 WebhookDelivery(
                     eventID: event, endpoint: endpoint, type: type, videoID: video, name: name, clientID: client, status: status, error: error,
-                    createdAt: created, attempts: Int(attempts)))
+                    createdAt: created, attempts: Int(attempts), lease: lease))
         }
         return out
     }
@@ -66,12 +68,12 @@ extension PostgresStore {
         try await client.query(
             """
             UPDATE webhook_deliveries SET state = \(state), attempts = attempts + 1, next_at = \(retryAt ?? 0), lease_until = NULL, last_error = \(error)
-            WHERE event_id = \(delivery.eventID) AND endpoint = \(delivery.endpoint)
+            WHERE event_id = \(delivery.eventID) AND endpoint = \(delivery.endpoint) AND lease_until = \(delivery.lease)
             """, logger: logger)
     }
 
     func pruneWebhooks(before: Double) async throws {
         try await client.query("DELETE FROM webhook_events WHERE created_at < \(before)", logger: logger)
-        try await client.query("DELETE FROM webhook_deliveries WHERE created_at < \(before) AND state <> 'pending'", logger: logger)
+        try await client.query("DELETE FROM webhook_deliveries WHERE created_at < \(before)", logger: logger)
     }
 }

@@ -5,7 +5,8 @@ extension WebhookDelivery: FetchableRecord {
     init(row: Row) {
         self.init(
             eventID: row["event_id"], endpoint: row["endpoint"], type: row["type"], videoID: row["video_id"], name: row["name"],
-            clientID: row["client_id"], status: row["status"], error: row["error"], createdAt: row["created_at"], attempts: row["attempts"])
+            clientID: row["client_id"], status: row["status"], error: row["error"], createdAt: row["created_at"], attempts: row["attempts"],
+            lease: row["lease_until"])
     }
 }
 
@@ -62,10 +63,11 @@ extension SQLiteStore {
             try db.execute(
                 sql: """
                     UPDATE webhook_deliveries SET state = ?, attempts = attempts + 1, next_at = ?, lease_until = NULL, last_error = ?
-                    WHERE event_id = ? AND endpoint = ?
+                    WHERE event_id = ? AND endpoint = ? AND lease_until = ?
                     """,
                 arguments: [
-                    delivered ? "delivered" : retryAt == nil ? "failed" : "pending", retryAt ?? 0, error, delivery.eventID, delivery.endpoint
+                    delivered ? "delivered" : retryAt == nil ? "failed" : "pending", retryAt ?? 0, error, delivery.eventID, delivery.endpoint,
+                    delivery.lease
                 ])
         }
     }
@@ -73,7 +75,7 @@ extension SQLiteStore {
     func pruneWebhooks(before: Double) async throws {
         try await queue.write { db in
             try db.execute(sql: "DELETE FROM webhook_events WHERE created_at < ?", arguments: [before])
-            try db.execute(sql: "DELETE FROM webhook_deliveries WHERE created_at < ? AND state <> 'pending'", arguments: [before])
+            try db.execute(sql: "DELETE FROM webhook_deliveries WHERE created_at < ?", arguments: [before])
         }
     }
 }

@@ -250,8 +250,10 @@ protocol WebhookStore: Sendable {
     /// video for its endpoint, no other server's lease on it, leased for `lease` seconds.
     func takeWebhookDeliveries(endpoints: [String], now: Double, lease: Double, limit: Int) async throws -> [WebhookDelivery]
     /// Records an attempt at `delivery`: delivered; else tried again at `retryAt`, or given up
-    /// (nil), with `error` saying why.
+    /// (nil), with `error` saying why; nothing when its lease (`WebhookDelivery.lease`) is no
+    /// longer the row's (another server took the delivery over).
     func finishWebhookDelivery(_ delivery: WebhookDelivery, delivered: Bool, retryAt: Double?, error: String?) async throws
-    /// Removes events, and deliveries no longer pending, from before `before`.
+    /// Removes events and deliveries from before `before` (past their time to be tried, or of a
+    /// receiver no server has any more).
     func pruneWebhooks(before: Double) async throws
 }

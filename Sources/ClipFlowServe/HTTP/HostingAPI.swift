@@ -168,7 +168,9 @@ struct HostingAPI: Sendable {
             throw HTTPRefusal(.badRequest, "expires_in: expected \(PlaybackTokenRequest.expected["expires_in"]!)")
         }
         let media = "\(MediaServing.prefix)\(v.id!)/"
-        if let path = body.path, !(path.hasPrefix(media) && MediaServing.relativePath(String(path.dropFirst(MediaServing.prefix.count)) + "x.m3u8") != nil) {
+        if let path = body.path,
+            !(path.hasPrefix(media) && path.hasSuffix("/") && MediaServing.relativePath(String(path.dropFirst(MediaServing.prefix.count)) + "x.m3u8") != nil)
+        {
             throw HTTPRefusal(.badRequest, "path: expected a folder of the video's media, as \(media)FOLDER/")
         }
         let expires = (Date().timeIntervalSince1970 + Double(lifetime)).rounded(.down)

@@ -17,10 +17,17 @@ struct MediaAccess<Context: RequestContext>: RouterMiddleware {
     let media: any MediaStorage
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        let path = request.uri.path
-        guard path.hasPrefix(MediaServing.prefix) else { return try await next(request, context) }
-        let rest = path.dropFirst(MediaServing.prefix.count)
-        guard let slash = rest.firstIndex(of: "/"), let video = Int64(rest[..<slash]) else { return try await next(request, context) }
+        // The path as the media files will read it (percent-decoded, checked): what is checked
+        // here is what is served. A path they would refuse goes on to their refusal.
+        guard request.uri.path.hasPrefix(MediaServing.prefix),
+            let relative = MediaServing.relativePath(String(request.uri.path.dropFirst(MediaServing.prefix.count))),
+            let slash = relative.firstIndex(of: "/")
+        else { return try await next(request, context) }
+        let path = MediaServing.prefix + relative
+        // A folder that is not a video's number (`05`, `+5`) holds no video's media.
+        guard relative[..<slash].allSatisfy(\.isASCII) && relative[..<slash].allSatisfy(\.isNumber), let video = Int64(relative[..<slash]),
+            String(video) == relative[..<slash]
+        else { return MediaServing.refusal(.notFound, "no such media file") }
         guard let token = request.uri.queryParameters.get("token") else {
             if await access.isSigned(video) { return MediaServing.refusal(.notFound, "no such media file") }
             return try await next(request, context)
@@ -28,19 +35,23 @@ struct MediaAccess<Context: RequestContext>: RouterMiddleware {
         guard tokens.checkPlayback(token, path: path) == .valid else {
             return MediaServing.refusal(.forbidden, "the token does not open this file")
         }
-        let relative = String(rest[rest.index(after: slash)...])
-        let ext = URL(fileURLWithPath: relative).pathExtension.lowercased()
-        if request.method == .get, ext == "m3u8" || ext == "vtt", MediaServing.relativePath(String(rest)) != nil {
-            guard let data = await media.read(video, relative) else { return MediaServing.refusal(.notFound, "no such media file") }
-            var headers = HTTPFields()
-            headers[.contentType] = MediaServing.contentType(relative)
-            headers[.cacheControl] = "private, no-cache"
-            headers[HTTPField.Name("X-Content-Type-Options")!] = "nosniff"
+        let inside = String(relative[relative.index(after: slash)...])
+        let ext = URL(fileURLWithPath: inside).pathExtension.lowercased()
+        if request.method == .get || request.method == .head, ext == "m3u8" || ext == "vtt" {
+            guard let data = await media.read(video, inside) else { return MediaServing.refusal(.notFound, "no such media file") }
             let text = Self.carrying(token, in: String(decoding: data, as: UTF8.self), playlist: ext == "m3u8")
+            var headers = HTTPFields()
+            headers[.contentType] = MediaServing.contentType(inside)
+            headers[.cacheControl] = "private, no-cache"
+            headers[.contentLength] = String(text.utf8.count)
+            headers[HTTPField.Name("X-Content-Type-Options")!] = "nosniff"
+            guard request.method == .get else { return Response(status: .ok, headers: headers) }
             return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
         }
         var answer = try await next(request, context)
-        if answer.status.code < 400 { answer.headers[.cacheControl] = "private, max-age=3600" }
+        // What a token opened is this viewer's: no shared cache keeps it (a redirect to a
+        // bucket's presigned URL keeps its own, shorter, private lifetime).
+        if answer.status.code < 300 { answer.headers[.cacheControl] = "private, max-age=3600" }
         return answer
     }
 
@@ -48,11 +59,13 @@ struct MediaAccess<Context: RequestContext>: RouterMiddleware {
     /// `URI="..."` attribute; in a storyboard (WebVTT), every cue's image.
     static func carrying(_ token: String, in text: String, playlist: Bool) -> String {
         func add(_ uri: Substring) -> String {
-            if uri.contains("://") || uri.hasPrefix("/") || uri.isEmpty { return String(uri) }
+            // Only a relative path: not one from the root, nor one with a scheme (`https:`, `data:`).
+            let scheme = uri.prefix { $0 != "/" && $0 != "?" && $0 != "#" }.contains(":")
+            if scheme || uri.hasPrefix("/") || uri.isEmpty { return String(uri) }
             let (base, fragment) = uri.firstIndex(of: "#").map { (uri[..<$0], uri[$0...]) } ?? (uri, "")
             return "\(base)\(base.contains("?") ? "&" : "?")token=\(token)\(fragment)"
         }
-        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map { line -> String in
+        func rewrite(_ line: Substring) -> String {
             if playlist {
                 if line.hasPrefix("#") {
                     guard let start = line.range(of: "URI=\"") else { return String(line) }
@@ -66,7 +79,10 @@ struct MediaAccess<Context: RequestContext>: RouterMiddleware {
             let image = [".jpg", ".jpeg", ".png"].contains { trimmed.lowercased().split(separator: "#").first?.hasSuffix($0) ?? false }
             return image && !trimmed.contains(" ") ? add(Substring(trimmed)) : String(line)
         }
-        return lines.joined(separator: "\n")
+        // Lines end in LF or CRLF (one Character to Swift), and keep their ending.
+        let crlf = text.contains("\r\n")
+        let lines = text.replacingOccurrences(of: "\r\n", with: "\n").split(separator: "\n", omittingEmptySubsequences: false).map(rewrite)
+        return lines.joined(separator: crlf ? "\r\n" : "\n")
     }
 }
 

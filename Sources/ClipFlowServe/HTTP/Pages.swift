@@ -20,7 +20,9 @@ enum Pages {
 
     /// The studio carrying an access token (`StudioPage`).
     static func studio(token: String, mediaOrigin: String?) -> Response {
-        html(StudioPage.page(token: token), mediaOrigin: mediaOrigin)
+        var page = html(StudioPage.page(token: token), mediaOrigin: mediaOrigin, framed: false)
+        page.headers[.cacheControl] = "no-store"  // it carries an access token
+        return page
     }
 
     /// The icon: a white play button on blue, an ICO holding one 32x32 PNG.
@@ -78,7 +80,7 @@ enum Pages {
             </style></head>
             <body><h1>Videos</h1><p><a href="/">Feed</a></p>
             \(body)</body></html>
-            """, mediaOrigin: mediaOrigin)
+            """, mediaOrigin: mediaOrigin, framed: false)
     }
 
     /// 401 for the list page: why, and what to give.
@@ -94,15 +96,18 @@ enum Pages {
         return response
     }
 
-    /// A page: only this origin (and `mediaOrigin`, for covers, video and the player's fetches).
-    private static func html(_ text: String, mediaOrigin: String? = nil) -> Response {
+    /// A page: only this origin (and `mediaOrigin`, for covers, video and the player's fetches);
+    /// `framed` false: no other site may show it in a frame (the pages behind the key, whose
+    /// buttons act: no clickjacking).
+    private static func html(_ text: String, mediaOrigin: String? = nil, framed: Bool = true) -> Response {
         var headers = HTTPFields()
         headers[.contentType] = "text/html; charset=utf-8"
         headers[.cacheControl] = "no-cache"
         let media = mediaOrigin.map { " " + $0 } ?? ""
         headers[.contentSecurityPolicy] =
             "default-src 'self'; style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'; img-src 'self'\(media); "
-            + "media-src 'self' blob:\(media); connect-src 'self'\(media)"
+            + "media-src 'self' blob:\(media); connect-src 'self'\(media)" + (framed ? "" : "; frame-ancestors 'none'")
+        if !framed { headers[HTTPField.Name("X-Frame-Options")!] = "DENY" }
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
     }
 

@@ -21,9 +21,10 @@ public struct ProcessingLimits: Sendable, Equatable {
     /// Seconds a ladder folder stays after a newer one of its video is published, for players in
     /// the middle of its playlists.
     public var supersededGrace: Double = 600
-    /// Jobs of one client (a video's `client_id`) this server runs at once; 0: no bound but the
-    /// lanes. Whatever the bound, the next job goes to the client served longest ago
-    /// (`FairTurns`).
+    /// Jobs of one client (a video's `client_id`) running at once on the servers sharing the
+    /// database, checked as a server takes one (servers taking at the same moment may each take
+    /// one past it); 0: no bound but the lanes. Whatever the bound, the next job goes to the
+    /// client served longest ago (`FairTurns`).
     public var jobsPerClient = 0
 
     public init() {}

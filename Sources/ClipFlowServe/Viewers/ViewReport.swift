@@ -27,8 +27,11 @@ struct ViewReport: Sendable, Equatable {
         var watchedMs: Int
         var rendition: String?
         var error: String?
+        /// A signed video's playback token (the page's URIs carry it): a signed video's views are
+        /// taken only with it.
+        var token: String?
         enum CodingKeys: String, CodingKey {
-            case video, rebuffers, rendition, error
+            case video, rebuffers, rendition, error, token
             case startupMs = "startup_ms", rebufferMs = "rebuffer_ms", watchedMs = "watched_ms"
         }
     }
@@ -45,13 +48,16 @@ struct ViewReport: Sendable, Equatable {
         video = body.video
         startupMs = body.startupMs
         rebuffers = body.rebuffers
-        rebufferMs = body.rebufferMs
+        // Stalled time is part of the time on screen.
+        rebufferMs = min(body.rebufferMs, body.watchedMs)
         watchedMs = body.watchedMs
         let named = body.rendition ?? "other"
         rendition = renditions.contains(named) || named == "native" ? named : "other"
         // A code, not a message: letters, digits and `_-` only, at most 32 of them.
         error = body.error.map { text in
-            let code = String(text.lowercased().unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) || $0 == "_" || $0 == "-" }.prefix(32))
+            let code = String(
+                String.UnicodeScalarView(
+                    text.lowercased().unicodeScalars.filter { ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "_" || $0 == "-" }.prefix(32)))
             return code.isEmpty ? "error" : code
         }
     }

@@ -4,7 +4,8 @@ import Hummingbird
 import Synchronization
 
 /// `POST /beacon`: a player's report of one view (`ViewReport`), from the feed page, open to
-/// anyone as the page is. A body is JSON of at most `maxBody` bytes naming a video that plays;
+/// anyone as the page is. A body is JSON of at most `maxBody` bytes naming a video that plays (a
+/// signed one with its playback token);
 /// each client address may send `BeaconLimiter`'s share (429 with `Retry-After` beyond), so a
 /// flood costs bounded memory and bounded writes. A report goes to `/metrics` (`ViewerMetrics`)
 /// and to the store, for the studio's figures (`GET /videos/{id}/views`). 204 when taken.
@@ -12,12 +13,14 @@ struct ViewerBeacons: Sendable {
     let database: any ServeStore
     let metrics: ViewerMetrics
     let limiter: BeaconLimiter
+    let tokens: Tokens
     static let maxBody = 2048
     /// How long the store keeps a view.
     static let keepFor = 30 * 86400.0
     private let pruned = PruneClock()
 
-    init(database: any ServeStore, metrics: ViewerMetrics, limiter: BeaconLimiter = BeaconLimiter()) {
+    init(database: any ServeStore, tokens: Tokens, metrics: ViewerMetrics, limiter: BeaconLimiter = BeaconLimiter()) {
+        self.tokens = tokens
         self.database = database
         self.metrics = metrics
         self.limiter = limiter
@@ -45,7 +48,11 @@ struct ViewerBeacons: Sendable {
                 "\(HostingAPI.field(of: error).map { "\($0): " } ?? "")expected {\"video\", \"startup_ms\", \"rebuffers\", \"rebuffer_ms\", \"watched_ms\", \"rendition\", \"error\"}"
             )
         }
-        guard let v = try await database.video(body.video), !v.published.isEmpty else { return refusal(.notFound, "video: no such video plays") }
+        // A signed video's views come with its token; without, it is as absent as a video that is.
+        guard let v = try await database.video(body.video), !v.published.isEmpty,
+            v.access == .public
+                || tokens.checkPlayback(body.token ?? "", path: "\(MediaServing.prefix)\(v.id!)/\(v.published)/master.m3u8") == .valid
+        else { return refusal(.notFound, "video: no such video plays") }
         let report: ViewReport
         do { report = try ViewReport(body, renditions: Set(v.renditions.split(separator: ",").map(String.init))) } catch {
             return refusal(.badRequest, error.reason)

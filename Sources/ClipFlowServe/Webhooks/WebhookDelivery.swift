@@ -19,6 +19,9 @@ struct WebhookDelivery: Sendable, Equatable {
     var createdAt: Double
     /// Attempts made before this one.
     var attempts: Int
+    /// Until when this attempt holds the delivery: its outcome is recorded only while it still
+    /// does (a server that took it over after the lease ran out owns it then).
+    var lease: Double = 0
 }
 
 /// What the database's trigger and the stores share about webhook events (one definition, so
@@ -33,7 +36,7 @@ enum WebhookEvent {
     static let waitsForAnEarlierOne =
         "EXISTS (SELECT 1 FROM webhook_deliveries p WHERE p.endpoint = d.endpoint AND p.video_id = d.video_id AND p.state = 'pending' AND p.event_id < d.event_id)"
     /// The columns a delivery is read from, in `WebhookDelivery`'s order.
-    static let columns = "event_id, endpoint, type, video_id, name, client_id, status, error, created_at, attempts"
+    static let columns = "event_id, endpoint, type, video_id, name, client_id, status, error, created_at, attempts, lease_until"
     /// The `settings` row that holds how far events were fanned out to `endpoint`: every event
     /// up to that id has its delivery row.
     static func cursorName(_ endpoint: String) -> String { "webhook cursor \(endpoint)" }

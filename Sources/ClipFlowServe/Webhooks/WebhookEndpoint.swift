@@ -93,11 +93,15 @@ struct WebhookEndpoint: Sendable, Equatable {
     }
 
     /// Whether an address is reachable on the public internet: not loopback, private (RFC 1918,
-    /// unique local), carrier-grade NAT, link-local, unspecified or multicast.
+    /// unique local), carrier-grade NAT, benchmarking, IETF protocol assignments, link-local,
+    /// unspecified or multicast, nor one of those in IPv6 clothing (mapped, compatible, NAT64,
+    /// 6to4).
     static func isPublic(_ a: [UInt8]) -> Bool {
         if a.count == 16 {
             if a[0..<10].allSatisfy({ $0 == 0 }) && a[10] == 0xff && a[11] == 0xff { return isPublic(Array(a[12...])) }  // IPv4-mapped
-            if a[0..<15].allSatisfy({ $0 == 0 }) { return false }  // :: and ::1
+            if a[0..<12].allSatisfy({ $0 == 0 }) { return false }  // ::, ::1 and IPv4-compatible
+            if a[0..<12] == [0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0] { return isPublic(Array(a[12...])) }  // NAT64
+            if a[0] == 0x20 && a[1] == 0x02 { return isPublic(Array(a[2..<6])) }  // 6to4
             if a[0] & 0xfe == 0xfc { return false }  // fc00::/7
             if a[0] == 0xfe && a[1] & 0xc0 == 0x80 { return false }  // fe80::/10
             if a[0] == 0xff { return false }
@@ -106,7 +110,8 @@ struct WebhookEndpoint: Sendable, Equatable {
         guard a.count == 4 else { return false }
         switch (a[0], a[1]) {
         case (0, _), (10, _), (127, _), (169, 254), (192, 168): return false
-        case (172, 16...31), (100, 64...127): return false
+        case (172, 16...31), (100, 64...127), (198, 18...19): return false
+        case (192, 0) where a[2] == 0: return false
         case (224...255, _): return false
         default: return true
         }

@@ -101,6 +101,8 @@ public final class CurlTransport: HTTPTransport, @unchecked Sendable {
             let addresses = request.connectAddresses.map { $0.contains(":") ? "[\($0)]" : $0 }.joined(separator: ",")
             resolveList = curl_slist_append(nil, "\(host):\(port):\(addresses)")
             try check(cf_curl_setopt_slist(handle, CURLOPT_RESOLVE, resolveList), "connect address")
+            // A proxy would resolve the name itself: the addresses checked are reached directly.
+            try set(CURLOPT_NOPROXY, "*", what: "no proxy")
         }
 
         try check(cf_curl_setopt_data_cb(handle, CURLOPT_HEADERFUNCTION, transferHeader), "header callback")

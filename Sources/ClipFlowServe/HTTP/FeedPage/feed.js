@@ -547,16 +547,19 @@ function endView() {
   if (!view) return;
   const now = performance.now();
   if (view.waitingSince !== null) view.stalled += now - view.waitingSince;
-  const p = players.get(view.index);
+  const index = view.index;
+  const p = players.get(index);
   const track = p instanceof SourcePlayer && p.tracks ? p.tracks[0] : null;
   const report = {
     video: view.id, startup_ms: view.startup === null ? null : Math.round(view.startup), rebuffers: view.rebuffers,
     rebuffer_ms: Math.round(view.stalled), watched_ms: Math.round(now - view.since),
     rendition: track && track.rendition ? track.rendition.name : (p ? 'native' : null), error: view.error
   };
-  const index = view.index;
+  const token = new URL(videos[index].master, location.href).searchParams.get('token');
+  if (token) report.token = token;
   view = null;
-  try { navigator.sendBeacon('/beacon', new Blob([JSON.stringify(report)], { type: 'application/json' })); } catch {}
+  // text/plain: a type a beacon may always carry (the server reads it as JSON).
+  try { navigator.sendBeacon('/beacon', new Blob([JSON.stringify(report)], { type: 'text/plain' })); } catch {}
   log('reported', index);
 }
 addEventListener('pagehide', endView);
@@ -572,8 +575,8 @@ function focusOn(index) {
   log('visible', index);
   startView(index);
   // A signed video's link keeps its token (its URIs carry it).
-  const token = videos[index].master.includes('?token=') ? location.search : '';
-  history.replaceState(null, '', `/v/${encodeURIComponent(videos[index].id)}${token}`);
+  const token = new URL(videos[index].master, location.href).searchParams.get('token');
+  history.replaceState(null, '', `/v/${encodeURIComponent(videos[index].id)}${token ? `?token=${encodeURIComponent(token)}` : ''}`);
   for (const item of items) {
     if (item.index !== index) { item.video.pause(); item.el.classList.remove('paused'); }
   }

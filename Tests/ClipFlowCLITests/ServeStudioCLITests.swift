@@ -36,6 +36,7 @@ final class ServeStudioCLITests: XCTestCase {
         let resumed = try XCTUnwrap(report["resumed_offset"] as? Int)
         XCTAssertTrue(resumed > 0 && resumed < size, "went on from \(resumed) of \(size)")
         let video = try XCTUnwrap(report["video"] as? Int)
+        XCTAssertEqual(report["viewers"] as? String, "no views yet", "the row shows its viewers' figures")
         XCTAssertTrue((report["link"] as? String)?.hasPrefix("\(base)/v/\(video)?token=play.\(video).") ?? false, "\(report)")
         XCTAssertEqual(try HTTP.request("GET", "\(base)/videos/\(video)", headers: ["Authorization": "Bearer \(key)"]).status, 404, "deleted")
         // One upload, made once: the reload did not start a second.

@@ -29,7 +29,10 @@ struct MediaAccess<Context: RequestContext>: RouterMiddleware {
             String(video) == relative[..<slash]
         else { return MediaServing.refusal(.notFound, "no such media file") }
         guard let token = request.uri.queryParameters.get("token") else {
-            if await access.isSigned(video) { return MediaServing.refusal(.notFound, "no such media file") }
+            // What is remembered is answered without leaving the request's thread.
+            let signed: Bool
+            if let known = access.remembered(video) { signed = known } else { signed = await access.isSigned(video) }
+            if signed { return MediaServing.refusal(.notFound, "no such media file") }
             return try await next(request, context)
         }
         guard tokens.checkPlayback(token, path: path) == .valid else {
@@ -96,9 +99,16 @@ final class VideoAccess: Sendable {
 
     init(database: any ServeStore) { self.database = database }
 
+    /// What is remembered of `video`, if it is fresh (nil: ask `isSigned`).
+    func remembered(_ video: Int64) -> Bool? {
+        let now = Date().timeIntervalSince1970
+        guard let k = known.withLock({ $0[video] }), now - k.at < Self.ttl else { return nil }
+        return k.signed
+    }
+
     func isSigned(_ video: Int64) async -> Bool {
         let now = Date().timeIntervalSince1970
-        if let k = known.withLock({ $0[video] }), now - k.at < Self.ttl { return k.signed }
+        if let signed = remembered(video) { return signed }
         // A database that does not answer keeps the files closed (nothing remembered).
         guard let row = try? await database.video(video).map({ $0 as VideoRow? }) ?? .some(nil) else { return true }
         let signed = row?.access == .signed

@@ -48,7 +48,10 @@ final class GcoreAPITypesTests: XCTestCase {
         let o = try object(v)
         XCTAssertEqual(
             Set(o.keys),
-            ["id", "name", "description", "client_id", "status", "mode", "error", "duration", "screenshot", "hls_url", "renditions", "progress", "created_at"])
+            [
+                "id", "name", "description", "client_id", "status", "mode", "error", "duration", "screenshot", "hls_url", "renditions", "progress",
+                "created_at", "access"
+            ])
         XCTAssertEqual(o["id"] as? Int, 7)
         XCTAssertTrue(o["description"] is NSNull)
         XCTAssertEqual((o["renditions"] as? [[String: Any]])?.first?["progress"] as? Double, 0.5)

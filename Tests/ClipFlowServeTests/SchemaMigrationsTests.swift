@@ -162,7 +162,8 @@ final class SchemaMigrationsTests: XCTestCase {
         let sqlite = try freshSQLiteSchema(), postgres = try await freshPostgresSchema(pg)
         XCTAssertEqual(sqlite, postgres)
         XCTAssertEqual(
-            Set(sqlite.columns.keys), ["uploads", "videos", "jobs", "settings", "schema_migrations", "webhook_events", "webhook_deliveries", "client_turns", "views"])
+            Set(sqlite.columns.keys),
+            ["uploads", "videos", "jobs", "settings", "schema_migrations", "webhook_events", "webhook_deliveries", "client_turns", "views"])
         XCTAssertEqual(sqlite.columns["uploads"]?.contains("received"), true)
     }
 

@@ -18,9 +18,15 @@ struct MediaAccess<Context: RequestContext>: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         // The path as the media files will read it (percent-decoded, checked): what is checked
-        // here is what is served. A path they would refuse goes on to their refusal.
-        guard request.uri.path.hasPrefix(MediaServing.prefix),
-            let relative = MediaServing.relativePath(String(request.uri.path.dropFirst(MediaServing.prefix.count))),
+        // here is what is served. A path they would refuse goes on to their refusal. (A path
+        // without `%` is its own decoding: a public video's files skip the work.)
+        let raw = request.uri.path
+        guard raw.hasPrefix(MediaServing.prefix) else { return try await next(request, context) }
+        let token = request.uri.queryParameters.get("token")
+        let plain = token == nil && !raw.contains("%")
+        guard
+            let relative = plain
+                ? String(raw.dropFirst(MediaServing.prefix.count)) : MediaServing.relativePath(String(raw.dropFirst(MediaServing.prefix.count))),
             let slash = relative.firstIndex(of: "/")
         else { return try await next(request, context) }
         let path = MediaServing.prefix + relative
@@ -28,7 +34,7 @@ struct MediaAccess<Context: RequestContext>: RouterMiddleware {
         guard relative[..<slash].allSatisfy(\.isASCII) && relative[..<slash].allSatisfy(\.isNumber), let video = Int64(relative[..<slash]),
             String(video) == relative[..<slash]
         else { return MediaServing.refusal(.notFound, "no such media file") }
-        guard let token = request.uri.queryParameters.get("token") else {
+        guard let token else {
             // What is remembered is answered without leaving the request's thread.
             let signed: Bool
             if let known = access.remembered(video) { signed = known } else { signed = await access.isSigned(video) }

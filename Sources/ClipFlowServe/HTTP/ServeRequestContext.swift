@@ -5,10 +5,13 @@ import NIOCore
 /// the connection's peer (what beacons are counted by, `BeaconLimiter`; never logged or kept).
 struct ServeRequestContext: RequestContext, RemoteAddressRequestContext {
     var coreContext: CoreRequestContextStorage
-    let remoteAddress: SocketAddress?
+    /// The connection, asked for its peer only by the requests that want it.
+    let channel: any Channel
+
+    var remoteAddress: SocketAddress? { channel.remoteAddress }
 
     init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
-        remoteAddress = source.channel.remoteAddress
+        channel = source.channel
     }
 }

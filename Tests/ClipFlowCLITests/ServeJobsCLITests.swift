@@ -45,23 +45,10 @@ final class ServeJobsCLITests: XCTestCase {
     }
 
     /// A video made by the API: its id and upload token.
-    func newVideo(_ s: ServerProcess, name: String) throws -> (id: Int, token: String) {
-        let made = try XCTUnwrap(try api(s, "POST", "/videos", json: ["name": name]).json() as? [String: Any])
-        let id = try XCTUnwrap(made["id"] as? Int)
-        let token = try XCTUnwrap((try api(s, "GET", "/videos/\(id)/upload").json() as? [String: Any])?["token"] as? String)
-        return (id, token)
-    }
+    func newVideo(_ s: ServerProcess, name: String) throws -> (id: Int, token: String) { try s.newVideo(key: key, ["name": name]) }
 
     /// `file` uploaded with tuspy as video `id`'s source.
-    func upload(_ s: ServerProcess, _ file: String, video id: Int, token: String) throws {
-        let script = """
-            import sys
-            from tusclient import client
-            u = client.TusClient(sys.argv[1]).uploader(sys.argv[2], chunk_size=4 << 20, metadata={"filename": "v.mp4", "video_id": sys.argv[3], "token": sys.argv[4]})
-            u.upload()
-            """
-        try Run.run(["python3", "-c", script, "http://127.0.0.1:\(s.port)/files", file, String(id), token])
-    }
+    func upload(_ s: ServerProcess, _ file: String, video id: Int, token: String) throws { try s.tusUpload(file, video: id, token: token) }
 
     /// Encoding worker processes of this data folder (their command lines name the step's
     /// pipeline, which a step writes beside its output in the video's media folder: `-first` for

@@ -34,17 +34,9 @@ final class ServeSignedCLITests: XCTestCase {
         let s = ServerProcess.clipflowServe(binary: binary, data: fx.scratch("serve-signed"), environment: ["CLIPFLOW_API_KEY": key])
         try s.start()
         defer { s.stop() }
-        let made = try XCTUnwrap(try api(s, "POST", "/videos", json: ["name": "private", "access": "signed"]).json() as? [String: Any])
-        XCTAssertEqual(made["access"] as? String, "signed")
-        let id = try XCTUnwrap(made["id"] as? Int)
-        let upload = try XCTUnwrap((try api(s, "GET", "/videos/\(id)/upload").json() as? [String: Any])?["token"] as? String)
-        let clip = try fx.clip("serve-signed.mp4", seconds: 6, size: "640x360")
-        let script = """
-            import sys
-            from tusclient import client
-            client.TusClient(sys.argv[1]).uploader(sys.argv[2], metadata={"video_id": sys.argv[3], "token": sys.argv[4]}).upload()
-            """
-        try Run.run(["python3", "-c", script, "http://127.0.0.1:\(s.port)/files", clip, String(id), upload])
+        let (id, upload) = try s.newVideo(key: key, ["name": "private", "access": "signed"])
+        XCTAssertEqual((try api(s, "GET", "/videos/\(id)").json() as? [String: Any])?["access"] as? String, "signed")
+        try s.tusUpload(try fx.clip("serve-signed.mp4", seconds: 6, size: "640x360"), video: id, token: upload)
         let ready = try s.waitForVideo(id, key: key, seconds: 120) as [String: Any]
         XCTAssertEqual(ready["status"] as? String, "ready")
         let described = try XCTUnwrap(ready["hls_url"] as? String)

@@ -27,17 +27,8 @@ final class ServeViewersCLITests: XCTestCase {
     func serverWithAVideo(_ name: String) throws -> (ServerProcess, Int) {
         let s = ServerProcess.clipflowServe(binary: binary, data: fx.scratch(name), environment: ["CLIPFLOW_API_KEY": key])
         try s.start()
-        let made = try XCTUnwrap(try api(s, "POST", "/videos", json: ["name": "watched"]).json() as? [String: Any])
-        let id = try XCTUnwrap(made["id"] as? Int)
-        let upload = try XCTUnwrap((try api(s, "GET", "/videos/\(id)/upload").json() as? [String: Any])?["token"] as? String)
-        let script = """
-            import sys
-            from tusclient import client
-            client.TusClient(sys.argv[1]).uploader(sys.argv[2], metadata={"video_id": sys.argv[3], "token": sys.argv[4]}).upload()
-            """
-        try Run.run([
-            "python3", "-c", script, "http://127.0.0.1:\(s.port)/files", try fx.clip("serve-viewers.mp4", seconds: 4, size: "640x360"), String(id), upload
-        ])
+        let (id, upload) = try s.newVideo(key: key, ["name": "watched"])
+        try s.tusUpload(try fx.clip("serve-viewers.mp4", seconds: 4, size: "640x360"), video: id, token: upload)
         XCTAssertEqual((try s.waitForVideo(id, key: key, seconds: 120) as [String: Any])["status"] as? String, "ready")
         return (s, id)
     }

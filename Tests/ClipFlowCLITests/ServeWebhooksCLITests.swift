@@ -54,22 +54,7 @@ final class ServeWebhooksCLITests: XCTestCase {
         throw ServerError("the receiver never had \(types) for video \(video): \(received(log))")
     }
 
-    func newVideo(_ s: ServerProcess, name: String) throws -> (id: Int, token: String) {
-        let made = try XCTUnwrap(try api(s, "POST", "/videos", json: ["name": name]).json() as? [String: Any])
-        let id = try XCTUnwrap(made["id"] as? Int)
-        let token = try XCTUnwrap((try api(s, "GET", "/videos/\(id)/upload").json() as? [String: Any])?["token"] as? String)
-        return (id, token)
-    }
-
-    func upload(_ s: ServerProcess, _ file: String, video id: Int, token: String) throws {
-        let script = """
-            import sys
-            from tusclient import client
-            u = client.TusClient(sys.argv[1]).uploader(sys.argv[2], chunk_size=4 << 20, metadata={"filename": "v.mp4", "video_id": sys.argv[3], "token": sys.argv[4]})
-            u.upload()
-            """
-        try Run.run(["python3", "-c", script, "http://127.0.0.1:\(s.port)/files", file, String(id), token])
-    }
+    func newVideo(_ s: ServerProcess, name: String) throws -> (id: Int, token: String) { try s.newVideo(key: key, ["name": name]) }
 
     /// A video's whole life reaches the receiver: created, viewable, ready, deleted, in that
     /// order, each signed and with its id in a header; the receiver's first two answers are 500,
@@ -86,7 +71,7 @@ final class ServeWebhooksCLITests: XCTestCase {
         defer { s.stop() }
         let clip = try fx.clip("webhooks-clip.mp4", seconds: 2, size: "320x240")
         let (id, token) = try newVideo(s, name: "webhooks life")
-        try upload(s, clip, video: id, token: token)
+        try s.tusUpload(clip, video: id, token: token)
         _ = try waitForDelivered(log, video: id, ["video.created", "video.viewable", "video.ready"], seconds: 120)
         XCTAssertEqual(try api(s, "DELETE", "/videos/\(id)").status, 204)
         let lines = try waitForDelivered(log, video: id, ["video.deleted"])

@@ -14,6 +14,31 @@ public struct ServerError: Error, CustomStringConvertible {
 }
 
 extension ServerProcess {
+    /// A video made on this `clipflow serve` by `POST /videos` with `fields` (a `name` at least),
+    /// and its upload token.
+    public func newVideo(key: String, _ fields: [String: Any]) throws -> (id: Int, token: String) {
+        let auth = ["Authorization": "Bearer \(key)"]
+        let made = try HTTP.request("POST", "http://127.0.0.1:\(port)/videos", headers: auth, json: fields)
+        guard let id = (try? made.json() as? [String: Any])?["id"] as? Int else { throw ServerError("POST /videos: \(made.status) \(made.text)") }
+        let target = try HTTP.request("GET", "http://127.0.0.1:\(port)/videos/\(id)/upload", headers: auth)
+        guard let token = (try? target.json() as? [String: Any])?["token"] as? String else {
+            throw ServerError("GET /videos/\(id)/upload: \(target.status) \(target.text)")
+        }
+        return (id, token)
+    }
+
+    /// `file` uploaded to this `clipflow serve` by tuspy (a client we did not write) as video
+    /// `id`'s source, with its upload token.
+    public func tusUpload(_ file: String, video id: Int, token: String) throws {
+        let script = """
+            import sys
+            from tusclient import client
+            u = client.TusClient(sys.argv[1]).uploader(sys.argv[2], chunk_size=4 << 20, metadata={"filename": "v.mp4", "video_id": sys.argv[3], "token": sys.argv[4]})
+            u.upload()
+            """
+        try Run.run(["python3", "-c", script, "http://127.0.0.1:\(port)/files", file, String(id), token])
+    }
+
     /// `GET path` on this `clipflow serve` with its API key: the answer's JSON.
     public func apiGet(_ path: String, key: String) throws -> Any {
         try HTTP.request("GET", "http://127.0.0.1:\(port)\(path)", headers: ["Authorization": "Bearer \(key)"]).json()

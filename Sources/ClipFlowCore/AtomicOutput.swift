@@ -197,11 +197,14 @@ public final class AtomicOutput {
         return nil
     }
 
-    /// Removes the temporary (idempotent).
+    /// Removes the temporary. Idempotent, and each call removes what is there again: a folder
+    /// that several writers fill may get a file from one still writing while another removes it
+    /// (the removal then leaves what it could not empty), so the last writer to stop calls it too.
+    /// After `commit` the temporary's name holds nothing.
     public func discard() {
+        Self.remove(temporary.path)
         guard !done else { return }
         done = true
-        Self.remove(temporary.path)
         unlock()
         TemporaryFiles.shared.unregister(temporary.path)
     }

@@ -267,8 +267,10 @@ public final class LadderFolder: @unchecked Sendable {
         let failure = Mutex<Error?>(nil)
     }
 
-    /// Removes the unfinished ladder (any stage may, any number of times; nothing once committed).
-    /// A poster being made is stopped first, so nothing is written into the folder as it goes.
+    /// Removes the unfinished ladder (any stage may, any number of times; nothing once committed):
+    /// each stage that ends unfinished calls it, so the last call comes after every rendition's
+    /// last write and removes what an earlier one could not (a segment written while it ran). A
+    /// poster being made is stopped first, so nothing is written into the folder as it goes.
     func discard() {
         if let job = lock.withLock({ poster }) {
             job.cancel.cancel()

@@ -116,7 +116,8 @@ final class VideoAccess: Sendable {
         let now = Date().timeIntervalSince1970
         if let signed = remembered(video) { return signed }
         // A database that does not answer keeps the files closed (nothing remembered).
-        guard let row = try? await database.video(video).map({ $0 as VideoRow? }) ?? .some(nil) else { return true }
+        let row: VideoRow?
+        do { row = try await database.video(video) } catch { return true }
         let signed = row?.access == .signed
         known.withLock { map in
             if map.count > 10_000 { map.removeAll() }

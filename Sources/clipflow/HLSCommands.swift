@@ -20,7 +20,9 @@ struct HLSWrite: ParsableCommand {
         discussion: """
             The inputs are decoded once (joined in order) and every rendition is encoded from the same \
             pictures, keyframes forced at the same instants, so every segment of every rendition starts \
-            with an IDR on shared boundaries. The folder gets master.m3u8 (BANDWIDTH measured from the \
+            with an IDR on shared boundaries. A source that fits the top rung is that rung as it is \
+            (--passthrough): its packets are cut at its own keyframes and the other rungs force theirs \
+            there; why a source does not fit is said as a notice. The folder gets master.m3u8 (BANDWIDTH measured from the \
             segments, CODECS from the streams), one playlist, init segment and .m4s segments per \
             rendition, I-frame playlists, one AAC rendition and poster.jpg. An existing folder is refused, \
             or with -y replaced once the new ladder is complete.
@@ -35,6 +37,15 @@ struct HLSWrite: ParsableCommand {
             "auto (Apple's ladder, never above the source) or heights: 1080,720,540,360; add copy to pass a compliant source through (copy,auto); copy alone remuxes."
     )
     var ladder: String = "auto"
+
+    @Option(
+        help: ArgumentHelp(
+            "auto: a source that fits the top rung (H.264, upright, keyframes at most a segment apart, bit rate within --passthrough-rate) is that rung, its packets as they are; off: every rung is encoded.",
+            valueName: "auto|off"))
+    var passthrough: String = "auto"
+
+    @Option(name: .customLong("passthrough-rate"), help: "The highest average bit rate of a source passed through, as a multiple of its rung's cap.")
+    var passthroughRate: Double = Passthrough.defaultMaxRate
 
     @Option(help: "vod (6 s segments) or feed (a 1 s first segment, then 2 s).")
     var profile: String = "vod"
@@ -58,6 +69,10 @@ struct HLSWrite: ParsableCommand {
     func validate() throws {
         if inputs.isEmpty { throw ValidationError("give at least one input video") }
         if LadderChoice.parse(ladder) == nil { throw ValidationError("--ladder: expected \(LadderChoice.expected) (got '\(ladder)')") }
+        if !["auto", "off"].contains(passthrough) { throw ValidationError("--passthrough must be auto or off (got '\(passthrough)')") }
+        if !(passthroughRate > 0 && passthroughRate <= 100) {
+            throw ValidationError("--passthrough-rate must be above 0 and at most 100 (got \(passthroughRate))")
+        }
         if !["vod", "feed"].contains(profile) { throw ValidationError("--profile must be vod or feed (got '\(profile)')") }
         if let s = segment, !(1...30).contains(s) { throw ValidationError("--segment must be 1 to 30 seconds (got \(s))") }
         if !TranscodeSettings.encoderPresets.contains(encoderPreset) { throw ValidationError("--encoder-preset: unknown preset '\(encoderPreset)'") }
@@ -71,7 +86,7 @@ struct HLSWrite: ParsableCommand {
             let schedule = SegmentSchedule(profile: profile, segment: segment)
             let graph = HLSLadder(
                 output: output, ladder: LadderChoice.parse(ladder)!, schedule: schedule, encoderPreset: encoderPreset, singleFile: singleFile,
-                overwrite: overwrite.overwrite
+                overwrite: overwrite.overwrite, passthrough: passthrough == "auto" ? Passthrough(maxRate: passthroughRate) : nil
             ).graph(of: inputs)
             let (outcome, _) = try door.run(nodes: graph.nodes, edges: graph.edges, grace: 5)
             if let e = ErrorReport.error(outcome) { throw e }

@@ -80,18 +80,21 @@ final class ServePlayableFirstCLITests: XCTestCase {
     }
 
     /// H.264/AAC with a keyframe every second, as clipflow's merges and phones write: copyable.
-    func copyable(_ name: String, seconds: Int, size: String) throws -> String {
+    /// `rate`: the video's bit rate (as x264 chooses when nil).
+    func copyable(_ name: String, seconds: Int, size: String, rate: String? = nil) throws -> String {
         try fx.clip(
             name,
             [
                 "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", String(seconds), "-c:v", "libx264",
                 "-preset", "ultrafast", "-g", "30", "-pix_fmt", "yuv420p", "-c:a", "aac", "-movflags", "+faststart"
-            ])
+            ] + (rate.map { ["-b:v", $0, "-maxrate", $0, "-bufsize", $0] } ?? []))
     }
 
     /// The copy is published first and plays in chromium while the ladder is still being made;
     /// the ladder that follows lints clean and plays, takes the copy's audio as it is (one file,
-    /// two names), and the copy stays for players in the middle of it. Progress never goes back.
+    /// two names) and, as the upload fits the top rung (a phone's bit rate), the copy as that rung
+    /// (1080p is not encoded); the copy stays for players in the middle of it. Progress never goes
+    /// back.
     func testACopyPlaysBeforeTheLadderExists() throws {
         let data = fx.scratch("serve-playable-copy")
         let s = server(data)
@@ -99,7 +102,7 @@ final class ServePlayableFirstCLITests: XCTestCase {
         defer { s.stop() }
         // The copy runs in the worker started before it was needed, which a new spare replaces.
         let spare = try waitForSpare(s)
-        let id = try upload(s, try copyable("serve-playable-copy.mp4", seconds: 12, size: "1920x1080"), name: "copied first")
+        let id = try upload(s, try copyable("serve-playable-copy.mp4", seconds: 12, size: "1920x1080", rate: "8M"), name: "copied first")
         let (viewable, _) = try waitFor(s, id, ["viewable", "ready", "error"], seconds: 60)
         XCTAssertEqual(viewable["status"] as? String, "viewable", "\(viewable)")
         XCTAssertEqual(renditions(viewable), ["copy"])
@@ -116,14 +119,15 @@ final class ServePlayableFirstCLITests: XCTestCase {
 
         let (ready, progress) = try waitFor(s, id, ["ready", "error"])
         XCTAssertEqual(ready["status"] as? String, "ready", "\(ready)")
-        XCTAssertEqual(Set(renditions(ready)), ["1080p", "720p", "540p", "360p"])
+        XCTAssertEqual(Set(renditions(ready)), ["copy", "720p", "540p", "360p"])
         XCTAssertEqual(progress, progress.sorted(), "progress only moves forward")
         XCTAssertGreaterThan(progress.count, 1)
         let full = try XCTUnwrap(ready["hls_url"] as? String)
         XCTAssertNotEqual(full, first)
         XCTAssertEqual(try Run.run([binary, "hls", "lint", full], check: false).status, 0)
         let master = try HTTP.request("GET", full).text
-        XCTAssertFalse(master.contains("copy.m3u8"), master)
+        XCTAssertTrue(master.contains("RESOLUTION=1920x1080,FRAME-RATE=30.000,AUDIO=\"audio\"\ncopy.m3u8\n"), master)
+        XCTAssertFalse(master.contains("1080p.m3u8"), master)
         let again = try XCTUnwrap(try Probe.browserPlayback([full], options: ["--rate", "8"]).first)
         XCTAssertEqual(again["ended"] as? Bool, true, "\(again)")
         XCTAssertEqual(try HTTP.request("GET", first).status, 200, "the superseded copy is still served")
@@ -132,6 +136,8 @@ final class ServePlayableFirstCLITests: XCTestCase {
         let fullFolder = try XCTUnwrap(folders.first { $0.hasSuffix("-full") }), copyFolder = try XCTUnwrap(folders.first { $0.hasSuffix("-copy") })
         let shared = try FileManager.default.attributesOfItem(atPath: media.appendingPathComponent("\(fullFolder)/audio/init.mp4").path)
         XCTAssertEqual((shared[.referenceCount] as? Int) ?? 0, 2, "the ladder's audio is the copy's file")
+        let top = try FileManager.default.attributesOfItem(atPath: media.appendingPathComponent("\(fullFolder)/copy/seg-1.m4s").path)
+        XCTAssertEqual((top[.referenceCount] as? Int) ?? 0, 2, "the ladder's top rung is the copy's file")
         XCTAssertTrue(FileManager.default.fileExists(atPath: media.appendingPathComponent("\(copyFolder)/master.m3u8").path))
         // The seek preview comes with the ladder (from its smallest rung), not with the copy,
         // which publishes without decoding a picture per segment.

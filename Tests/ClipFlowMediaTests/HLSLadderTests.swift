@@ -430,13 +430,25 @@ final class HLSLadderFormsTests: XCTestCase {
         XCTAssertEqual(try packetHashes(try joined(mixed, "copy"), "v:0"), try packetHashes(src, "v:0"))
         XCTAssertEqual(try Probe.stream(mixed.appendingPathComponent("poster.jpg").path, "v:0", "width,height"), "640,360", "the source's picture")
 
-        // Keyframes off the boundaries (the feed profile's 1 s first segment): refused, nothing left
-        // (the poster begun beside the copy is stopped before the folder goes).
+        // The feed profile asks for a 1 s first segment, and the source has no keyframe there: the
+        // segments start at its keyframes (every 2 s), and so do the encoded rung's.
+        let feed = fx.scratch("ladder-copy-feed").appendingPathComponent("hls")
+        try HLSLadder(output: feed.path, ladder: try XCTUnwrap(LadderChoice.parse("copy,240")), schedule: .feed, encoderPreset: "ultrafast")
+            .write(inputs: [src])
+        XCTAssertEqual(try HLSLint.lint(directory: feed), [])
+        for name in ["copy", "240p"] {
+            let playlist = try String(contentsOf: feed.appendingPathComponent("\(name).m3u8"), encoding: .utf8)
+            XCTAssertEqual(playlist.components(separatedBy: "#EXTINF:2.000000,").count - 1, 4, playlist)
+        }
+
+        // A codec HLS does not carry: refused, nothing left (the poster begun beside the copy is
+        // stopped before the folder goes).
+        let mpeg4 = try fx.clip("ladder-copy-mpeg4.mp4", ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30", "-t", "2", "-c:v", "mpeg4"])
         let refused = fx.scratch("ladder-copy-refused")
         XCTAssertThrowsError(
             try HLSLadder(output: refused.appendingPathComponent("hls").path, ladder: try XCTUnwrap(LadderChoice.parse("copy,240")), schedule: .feed)
-                .write(inputs: [src])
-        ) { e in XCTAssertTrue("\(e)".contains("no keyframe at 1.000 s"), "\(e)") }
+                .write(inputs: [mpeg4])
+        ) { e in XCTAssertTrue("\(e)".contains("copy needs H.264 or HEVC"), "\(e)") }
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: refused.path), [])
     }
 

@@ -3,38 +3,58 @@ import ClipFlowCore
 import Foundation
 
 /// A rendition that passes one compliant source through untouched (`copy` in a ladder): its
-/// H.264 or HEVC packets are put into fMP4 segments as they are, each segment starting at a
-/// keyframe of the source. Alongside encoded renditions the source's keyframes must lie on the
-/// schedule's boundaries (the renditions are cut at the same instants, so a player can switch);
-/// alone (a copy-only ladder, `withAudio`) a segment starts at the first keyframe at or after each
-/// boundary, and the AAC audio is copied too, cut at the AAC frame nearest each boundary.
-/// A picture turned by a display matrix is carried in the init segment's track header (which
-/// Chromium's HLS player honours) when the copy is alone; beside encoded renditions
-/// (upright pixels) it is refused, as is a mirrored one. Refused too, naming the reason: several
-/// inputs, a codec HLS does not carry, a first packet that is not a keyframe.
-/// With `makesPoster`, the ladder's poster is made from the source while the packets are copied
+/// H.264 or HEVC packets are put into fMP4 segments as they are, each segment starting at one of
+/// the source's keyframes, chosen before the copy begins (`SourceKeyframes.cuts`: the keyframe
+/// nearest each segment length). The stage decides the ladder's `LadderTiming` from them, so the
+/// encoded renditions force their keyframes at the same instants and a player can switch.
+/// What it is (`Role`):
+/// - `alone`: a copy-only ladder; the AAC audio is copied too, cut at the AAC frame nearest each
+///   boundary of the schedule. A picture turned by a display matrix is carried in the init
+///   segment's track header (which Chromium's HLS player honours).
+/// - `beside`: a rendition of its own beside the encoded rungs; a source it cannot copy is refused.
+/// - `passthrough`: stands in for the ladder's top rung when the source fits it (`Passthrough`),
+///   as a copy, or the earlier ladder's copy linked (cut at the same keyframes: same source, same
+///   schedule); otherwise it copies nothing, the rung is encoded, and the reason is a notice.
+/// - `timing`: copies nothing (the ladder takes an earlier copy of the source, `LadderReuse`), only
+///   decides the timing that copy was cut with.
+/// Refused, naming the reason: several inputs, a codec HLS does not carry, a first packet that is
+/// not a keyframe, a mirrored picture (or a turned one beside upright rungs).
+/// With `makesPoster` (a passthrough: only when it stands in for the smallest rung, which would
+/// have chosen it), the ladder's poster is made from the source while the packets are copied
 /// (`LadderFolder.startPoster`).
 /// Takes the input files (ports `clips`, `video`); hands the ladder its description(s) (port
 /// `rendition`). Belongs to its stage queue.
 final class CopyRenditionStage: Stage {
+    enum Role: Equatable {
+        case alone, beside, timing
+        /// `rungs`: the ladder's encoded rungs, one of which the source may stand in for;
+        /// `earlier`: a copy of the source an earlier ladder made, linked instead of copying again.
+        case passthrough(Passthrough, rungs: [LadderRung], earlier: LadderReuse?)
+    }
+
     let id: String
     private let ladder: LadderFolder
+    private let timing: LadderTiming
+    private let role: Role
     private let schedule: SegmentSchedule
     private let singleFile: Bool
-    private let withAudio: Bool
     private let makesPoster: Bool
     private let timelineStart: Double
     private var inputs: [String] = []
     var inputTypes: Set<PortType> { [.clips, .video] }
     var outputType: PortType? { .rendition }
 
-    init(id: String, ladder: LadderFolder, schedule: SegmentSchedule, singleFile: Bool, withAudio: Bool, makesPoster: Bool, timelineStart: Double = 0) {
+    init(
+        id: String, role: Role, ladder: LadderFolder, timing: LadderTiming, schedule: SegmentSchedule, singleFile: Bool, makesPoster: Bool,
+        timelineStart: Double = 0
+    ) {
         self.id = id
+        self.role = role
+        self.timing = timing
         self.timelineStart = timelineStart
         self.ladder = ladder
         self.schedule = schedule
         self.singleFile = singleFile
-        self.withAudio = withAudio
         self.makesPoster = makesPoster
     }
 
@@ -48,6 +68,10 @@ final class CopyRenditionStage: Stage {
     }
 
     private func copy(_ context: StageContext) throws {
+        if case .passthrough = role, inputs.count != 1 {
+            timing.decide(.schedule)
+            return
+        }
         guard inputs.count == 1, let path = inputs.first else {
             throw ClipFlowError.badInput("copy passes one video through; got \(inputs.count) inputs (join them first with clipflow merge, or leave copy out)")
         }
@@ -55,15 +79,55 @@ final class CopyRenditionStage: Stage {
         try FF.check(avformat_find_stream_info(source.ctx, nil), "input '\(path)': reading its streams")
         let v = av_find_best_stream(source.ctx, AVMEDIA_TYPE_VIDEO, -1, -1, nil, 0)
         guard v >= 0 else { throw ClipFlowError.badInput("input '\(path)': no video to copy") }
+        let keys = try SourceKeyframes.read(source, stream: Int(v))
+        let rate = CopiedTrack.frameRate(of: source.stream(Int(v)))
+        let cuts = keys.cuts(schedule, halfFrame: 0.5 / rate)
+        var makesPoster = makesPoster
+        switch role {
+        case .alone, .beside: timing.decide(.keyframes(cuts, replacing: nil))
+        case .timing:
+            timing.decide(.keyframes(cuts, replacing: nil))
+            return
+        case .passthrough(let fit, let rungs, let earlier):
+            let par = source.codecpar(Int(v)).pointee
+            guard let rung = Passthrough.rung(forShortSide: Int(min(par.width, par.height)), in: rungs) else {
+                timing.decide(.schedule)
+                return
+            }
+            if let why = fit.refusal(source, stream: Int(v), keys: keys, rung: rung, schedule: schedule, halfFrame: 0.5 / rate) {
+                timing.decide(.schedule)
+                context.emit(.notice("\(rung.name) encoded, not passed through: \(why)"))
+                return
+            }
+            timing.decide(.keyframes(cuts, replacing: rung.name))
+            makesPoster = makesPoster && rung.height == rungs.map(\.height).min()
+            if let earlier, let linked = try earlier.link(into: ladder.work).first {
+                if makesPoster {
+                    try ladder.startPoster(from: path, threads: context.helpers)
+                    context.onCancel { [ladder] in ladder.cancelPoster() }
+                }
+                _ = context.push(Item(.value(linked), type: .rendition))
+                return
+            }
+        }
+        try copy(path, video: Int(v), cuts: cuts, makesPoster: makesPoster, context)
+    }
+
+    /// Copies the video of `path` (and, alone, its audio) cut at `cuts`.
+    private func copy(_ path: String, video v: Int, cuts: [Double], makesPoster: Bool, _ context: StageContext) throws {
+        let alone: Bool
+        if case .alone = role { alone = true } else { alone = false }
+        let source = try Demuxer(path: path)
+        try FF.check(avformat_find_stream_info(source.ctx, nil), "input '\(path)': reading its streams")
         if makesPoster {
             try ladder.startPoster(from: path, threads: context.helpers)
             context.onCancel { [ladder] in ladder.cancelPoster() }
         }
         let video = try CopiedTrack(
-            source, stream: Int(v), name: "copy", ladder: ladder, schedule: schedule, singleFile: singleFile, path: path, alone: withAudio,
+            source, stream: v, name: "copy", ladder: ladder, schedule: schedule, singleFile: singleFile, path: path, alone: alone,
             timelineStart: timelineStart)
         var audio: CopiedTrack?
-        if withAudio {
+        if alone {
             let a = av_find_best_stream(source.ctx, AVMEDIA_TYPE_AUDIO, -1, Int32(v), nil, 0)
             if a >= 0 {
                 audio = try CopiedTrack(
@@ -74,6 +138,7 @@ final class CopyRenditionStage: Stage {
         let packet = try Packet()
         var lastReport = Date.distantPast
         let total = Double(source.ctx.pointee.duration) / Double(AV_TIME_BASE)
+        var nextCut = 1
         while try source.read(into: packet) {
             defer { packet.unref() }
             if context.stopRequested { return }
@@ -82,15 +147,9 @@ final class CopyRenditionStage: Stage {
                 let t = try video.add(
                     packet,
                     cutting: { key, time in
-                        if !key { return false }
-                        if withAudio { return time >= video.nextBoundary - video.halfFrame }
-                        // Alongside encoded renditions: a keyframe exactly on every boundary.
-                        if time >= video.nextBoundary + video.halfFrame {
-                            throw ClipFlowError.badInput(
-                                "input '\(path)': no keyframe at \(String(format: "%.3f", video.nextBoundary)) s (the next is at \(String(format: "%.3f", time)) s): "
-                                    + "copy alongside encoded renditions needs keyframes on every segment boundary; copy it alone or leave copy out")
-                        }
-                        return time >= video.nextBoundary - video.halfFrame
+                        guard key, nextCut < cuts.count, time - video.videoZero >= cuts[nextCut] - video.halfFrame else { return false }
+                        nextCut += 1
+                        return true
                     })
                 if Date().timeIntervalSince(lastReport) >= 0.25 {
                     lastReport = Date()
@@ -113,6 +172,8 @@ final class CopyRenditionStage: Stage {
     }
 
     func finish(_ context: StageContext, outcome: StageOutcome) {
+        // The encoded renditions wait for the timing: whatever happened, they get one.
+        timing.decide(.schedule)
         if outcome != .completed { ladder.discard() }
     }
 
@@ -130,6 +191,9 @@ final class CopyRenditionStage: Stage {
         private let codecs: String
         private let size: PictureSize
         let frameRate: Double
+        /// Seconds from the start of the file's timeline (the copy's time zero) to the video's
+        /// first timestamp (the time zero of the source's keyframe cuts).
+        let videoZero: Double
         /// Seconds: the boundary the next segment should start at; half a frame (or AAC frame), the
         /// tolerance around it.
         var nextBoundary = 0.0
@@ -155,6 +219,8 @@ final class CopyRenditionStage: Stage {
             isVideo = par.pointee.codec_type == AVMEDIA_TYPE_VIDEO
             let start = source.ctx.pointee.start_time == cf_nopts() ? 0 : source.ctx.pointee.start_time
             offset = av_rescale_q(start, AVRational(num: 1, den: AV_TIME_BASE), timeBase)
+            let streamStart = st.pointee.start_time == cf_nopts() ? offset : st.pointee.start_time
+            videoZero = Double(streamStart - offset) * Double(timeBase.num) / Double(timeBase.den)
             shift = Int64((timelineStart * Double(timeBase.den) / Double(timeBase.num)).rounded())
             let extradata = par.pointee.extradata.map { Array(UnsafeBufferPointer(start: $0, count: Int(par.pointee.extradata_size))) } ?? []
             if isVideo {
@@ -174,8 +240,7 @@ final class CopyRenditionStage: Stage {
                 }
                 turn = orientation.turn == 0 ? nil : Double(orientation.turn)
                 size = PictureSize(width: Int(par.pointee.width), height: Int(par.pointee.height))
-                let r = st.pointee.avg_frame_rate.num > 0 ? st.pointee.avg_frame_rate : st.pointee.r_frame_rate
-                frameRate = r.num > 0 && r.den > 0 ? Double(r.num) / Double(r.den) : 30
+                frameRate = Self.frameRate(of: st)
                 halfFrame = 0.5 / frameRate
             } else {
                 guard par.pointee.codec_id == AV_CODEC_ID_AAC else {
@@ -200,6 +265,12 @@ final class CopyRenditionStage: Stage {
             }
             files = try RenditionFiles(name: name, ladder: ladder.work, singleFile: singleFile)
             try files.writeInit(try writer.header(keepingTime: shift != 0))
+        }
+
+        /// Pictures per second as the stream says (30 when it does not).
+        static func frameRate(of st: UnsafeMutablePointer<AVStream>) -> Double {
+            let r = st.pointee.avg_frame_rate.num > 0 ? st.pointee.avg_frame_rate : st.pointee.r_frame_rate
+            return r.num > 0 && r.den > 0 ? Double(r.num) / Double(r.den) : 30
         }
 
         private func seconds(_ ticks: Int64) -> Double { Double(ticks) * Double(timeBase.num) / Double(timeBase.den) }

@@ -41,10 +41,13 @@ public struct LadderRung: Sendable, Equatable {
 }
 
 /// Where segments start, in seconds: 0, then `first`, then every `length` (the `feed` profile
-/// starts with a short segment so a feed's first picture comes fast).
+/// starts with a short segment so a feed's first picture comes fast); or, when a rendition is the
+/// source's own packets, at the instants of `cuts` (its keyframes, `SourceKeyframes.cuts`).
 public struct SegmentSchedule: Sendable, Equatable {
     public var length: Double
     public var first: Double
+    /// Seconds, ascending: where segments start instead of the regular instants (nil: those).
+    var cuts: [Double]?
     public init(length: Double, first: Double? = nil) {
         self.length = length
         self.first = first ?? length
@@ -52,10 +55,24 @@ public struct SegmentSchedule: Sendable, Equatable {
     public static let vod = SegmentSchedule(length: 6)
     public static let feed = SegmentSchedule(length: 2, first: 1)
 
-    /// The first boundary strictly after `t` seconds.
+    /// This schedule's lengths, starting segments at `cuts` instead.
+    func cutting(at cuts: [Double]) -> SegmentSchedule {
+        var s = self
+        s.cuts = cuts
+        return s
+    }
+
+    /// The first boundary strictly after `t` seconds (infinity: none, past the last cut).
     func boundary(after t: Double) -> Double {
+        if let cuts { return cuts.first { $0 > t + 1e-9 } ?? .infinity }
         if t < first - 1e-9 { return first }
         return first + (((t - first) / length + 1e-9).rounded(.down) + 1) * length
+    }
+
+    /// `boundary(after: t)` in ticks of `rate` per second (Int64.max: none).
+    func boundary(after t: Double, ticksPerSecond rate: Double) -> Int64 {
+        let b = boundary(after: t) * rate
+        return b.isFinite && b < Double(Int64.max / 2) ? Int64(b.rounded()) : Int64.max
     }
 }
 
@@ -93,12 +110,18 @@ public struct HLSLadder: Sendable {
     /// Seconds a copy-only ladder's timeline starts at (its first picture's time in the segments):
     /// a recording's fragment placed after the ones before it (`LiveLadder`).
     public var timelineStart: Double
+    /// When the source fits (`Passthrough`), its own pictures stand in for the top encoded rung
+    /// (nil: every rung is encoded); a `copy` among the reused renditions is then taken only if it
+    /// does (it is that copy). Not with a copy asked for, nor when rungs are reused.
+    public var passthrough: Passthrough?
 
     public init(
         output: String, ladder: LadderChoice = LadderChoice(rungs: nil), schedule: SegmentSchedule = .vod, encoderPreset: String = "veryfast",
-        singleFile: Bool = false, reuse: LadderReuse? = nil, overwrite: Bool = false, storyboard: Bool = true, timelineStart: Double = 0
+        singleFile: Bool = false, reuse: LadderReuse? = nil, overwrite: Bool = false, storyboard: Bool = true, timelineStart: Double = 0,
+        passthrough: Passthrough? = Passthrough()
     ) {
         self.timelineStart = timelineStart
+        self.passthrough = passthrough
         self.overwrite = overwrite
         self.storyboard = storyboard
         self.output = output
@@ -112,19 +135,41 @@ public struct HLSLadder: Sendable {
     /// The link from the decode to each rendition: a few pictures (shared, not copied).
     static let pictureLink = LinkLimits(maxItems: 6, maxBytes: 48 << 20)
 
+    /// What the copy stage does in this ladder (nil: the ladder has none): a copy asked for, the
+    /// timing of a reused copy, or a passthrough that may stand in for the top rung (taking the
+    /// reused copy, if there is one, when it does).
+    func copyRole(rungs: [LadderRung]) -> CopyRenditionStage.Role? {
+        if ladder.copy { return rungs.isEmpty ? .alone : .beside }
+        if rungs.isEmpty { return nil }
+        let reused = reuse?.tracks ?? []
+        if let passthrough, let reuse, !reused.contains(where: { LadderRung.height(named: $0) != nil }) {
+            let earlier = reused.contains("copy") ? LadderReuse(folder: reuse.folder, tracks: ["copy"], poster: false) : nil
+            return .passthrough(passthrough, rungs: rungs, earlier: earlier)
+        }
+        if let passthrough, reuse == nil { return .passthrough(passthrough, rungs: rungs, earlier: nil) }
+        return reused.contains("copy") ? .timing : nil
+    }
+
     /// The stages (`StageGraph`): the ladder stage has the id `id`; the others `id.decode`,
     /// `id.<rung>`, `id.audio`, `id.copy`. Inputs (clips or videos) enter at the decode and the
     /// copy; a copy-only ladder decodes nothing.
     public func graph(id: String) -> StageGraph {
         let folder = LadderFolder(output: URL(fileURLWithPath: output), replacing: overwrite)
-        let (schedule, preset, single, reuse) = (self.schedule, encoderPreset, singleFile, self.reuse)
+        let (schedule, preset, single) = (self.schedule, encoderPreset, singleFile)
+        let rungs = ladder.rungs ?? LadderRung.standard
+        let role = copyRole(rungs: rungs)
+        // A reused copy a passthrough takes only if it fits: the copy stage's to link.
+        var linked = reuse
+        if case .passthrough(_, _, .some) = role { linked?.tracks.removeAll { $0 == "copy" } }
+        let reuse = linked
+        // The encoded rungs' segments start where the copy's do, once it has decided.
+        let timing = role.map { _ in LadderTiming() }
         // The covers: a copy makes them from its source (at the source's size); otherwise the
         // smallest rung chooses them from the decoded pictures (`LadderPoster`).
         let storyboard = self.storyboard
         var nodes = [StageNode(id) { LadderStage(id: id, folder: folder, reuse: reuse, storyboard: storyboard) }]
         var edges: [Edge] = []
         var entries: [String] = []
-        let rungs = ladder.rungs ?? LadderRung.standard
         if !rungs.isEmpty {
             let smallest = rungs.map(\.height).min() ?? 0
             var decoding = TranscodeSettings()
@@ -140,7 +185,7 @@ public struct HLSLadder: Sendable {
                     StageNode(rid) {
                         try VideoRenditionStage(
                             id: rid, rung: r, always: r.height == smallest, asked: ladder.rungs != nil, ladder: folder, schedule: schedule, preset: preset,
-                            singleFile: single, makesPoster: r.height == smallest && !ladder.copy && reuse?.poster != true)
+                            singleFile: single, makesPoster: r.height == smallest && !ladder.copy && reuse?.poster != true, timing: timing)
                     })
                 edges += [Edge(from: decodeID, to: rid, limits: Self.pictureLink), Edge(from: rid, to: id)]
             }
@@ -149,14 +194,16 @@ public struct HLSLadder: Sendable {
                 edges += [Edge(from: decodeID, to: audioID, limits: Self.pictureLink), Edge(from: audioID, to: id)]
             }
         }
-        if ladder.copy {
-            let copyID = "\(id).copy", alone = rungs.isEmpty
-            let poster = reuse?.poster != true
+        if let role, let timing {
+            let copyID = "\(id).copy"
+            // A passthrough makes them only when it stands in for the smallest rung.
+            let poster = reuse?.poster != true && role != .timing
             let start = timelineStart
             nodes.append(
                 StageNode(copyID) {
                     CopyRenditionStage(
-                        id: copyID, ladder: folder, schedule: schedule, singleFile: single, withAudio: alone, makesPoster: poster, timelineStart: start)
+                        id: copyID, role: role, ladder: folder, timing: timing, schedule: schedule, singleFile: single, makesPoster: poster,
+                        timelineStart: start)
                 })
             edges.append(Edge(from: copyID, to: id))
             entries.append(copyID)

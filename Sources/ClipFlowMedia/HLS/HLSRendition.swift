@@ -84,9 +84,12 @@ final class RenditionFiles {
 
 /// One video rendition of a ladder: takes raw pictures (port `frames`; audio is not its part),
 /// scales each to the rung's size (short side = the rung's height, the pictures' shape kept),
-/// encodes it (x264 High; keyframes forced at every segment boundary and nowhere else: scene cuts
-/// off, closed GOPs), and starts a segment at each boundary's keyframe, so every rendition of the
-/// ladder cuts at the same instants. At end of stream it hands the ladder its description (port
+/// encodes it (x264 High; keyframes forced on the picture nearest every segment boundary and
+/// nowhere else: scene cuts off, closed GOPs), and starts a segment at each boundary's keyframe, so
+/// every rendition of the ladder cuts at the same instants. With a `timing` (the ladder may hold
+/// the source's own packets) it waits for its decision before the first picture: the boundaries
+/// are then the source's keyframes the copy cuts at, and the rung the source's packets stand in
+/// for is left out (said in its result). At end of stream it hands the ladder its description (port
 /// `rendition`). A rung above the pictures' short side is left out unless `always` (the ladder's
 /// smallest): said in its result (`left_out`), and as a notice when the rung was asked for by
 /// name (`asked`; an automatic ladder leaves rungs above the source out by design).
@@ -101,7 +104,8 @@ final class VideoRenditionStage: Stage {
     /// The cover being chosen (nil: this rendition makes none).
     private var poster: PassingCoverChoice?
     private let ladder: LadderFolder
-    private let schedule: SegmentSchedule
+    private var schedule: SegmentSchedule
+    private let timing: LadderTiming?
     private let preset: String
     private let singleFile: Bool
     var inputTypes: Set<PortType> { [.frames] }
@@ -126,8 +130,9 @@ final class VideoRenditionStage: Stage {
 
     init(
         id: String, rung: LadderRung, always: Bool, asked: Bool, ladder: LadderFolder, schedule: SegmentSchedule, preset: String, singleFile: Bool,
-        makesPoster: Bool = false
+        makesPoster: Bool = false, timing: LadderTiming? = nil
     ) throws {
+        self.timing = timing
         poster = makesPoster ? try PassingCoverChoice() : nil
         self.id = id
         self.rung = rung
@@ -152,6 +157,19 @@ final class VideoRenditionStage: Stage {
 
     private func take(_ v: VideoFrame, _ context: StageContext) throws -> FlowResult {
         if converter == nil {
+            if let timing {
+                switch timing.await(until: { context.stopRequested }) {
+                case nil: return .flushing
+                case .schedule: break
+                case .keyframes(let cuts, let replacing):
+                    if replacing == rung.name {
+                        skipped = true
+                        context.emit(RenditionLeftOut(reason: "the source's own pictures are this rung (copy)"))
+                        return .endOfStream
+                    }
+                    schedule = schedule.cutting(at: cuts)
+                }
+            }
             let short = min(v.width, v.height)
             if rung.height > short, !always {
                 skipped = true
@@ -233,9 +251,10 @@ final class VideoRenditionStage: Stage {
         let pts = Int64((v.time * Double(Self.timeBase.den)).rounded())
         picture.f.pointee.pts = pts
         picture.f.pointee.pict_type = AV_PICTURE_TYPE_NONE
-        if pts >= nextBoundary {
+        let half = 0.5 / frameRate
+        if pts >= nextBoundary - Int64((half * Double(Self.timeBase.den)).rounded()) {
             picture.f.pointee.pict_type = AV_PICTURE_TYPE_I
-            nextBoundary = Int64((schedule.boundary(after: v.time) * Double(Self.timeBase.den)).rounded())
+            nextBoundary = schedule.boundary(after: v.time + half, ticksPerSecond: Double(Self.timeBase.den))
         }
         lastEnd = max(lastEnd, pts + Int64((Double(Self.timeBase.den) / frameRate).rounded()))
         try encoder!.send(frame: picture)
@@ -351,7 +370,7 @@ final class AudioRenditionStage: Stage {
             let pts = max(0, first.p.pointee.pts)
             try files.writeSegment(try writer!.cut(), seconds: Double(pts - segmentStart) / rate)
             segmentStart = pts
-            nextBoundary = Int64((schedule.boundary(after: Double(nextBoundary) / rate) * rate).rounded())
+            nextBoundary = schedule.boundary(after: Double(nextBoundary) / rate, ticksPerSecond: rate)
             try writer!.write(first, in: aac.timeBase)
         }
         if hasData, max(0, packet.p.pointee.pts) >= nextBoundary - 512 {

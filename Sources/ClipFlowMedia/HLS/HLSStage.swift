@@ -13,6 +13,12 @@ public enum HLSStage {
             ParamSpec(
                 "ladder", .string, default: .string("auto"),
                 help: "auto (Apple's, never above the source), heights (1080,720,540,360), with copy to pass the source through: copy,auto; copy alone remuxes"),
+            ParamSpec(
+                "passthrough", .choice(["auto", "off"]), default: .string("auto"),
+                help: "auto: a source that fits the top rung (Passthrough) is that rung, its packets as they are; off: every rung is encoded"),
+            ParamSpec(
+                "passthrough-rate", .number(min: 0.1, max: 100), default: .number(Passthrough.defaultMaxRate),
+                help: "the highest average bit rate of a source passed through, as a multiple of its rung's cap"),
             ParamSpec("profile", .choice(["vod", "feed"]), default: .string("vod"), help: "vod: 6 s segments; feed: a 1 s first segment, then 2 s"),
             ParamSpec("segment", .number(min: 1, max: 30), help: "segment length in seconds (overrides the profile's)"),
             ParamSpec("encoder-preset", .choice(TranscodeSettings.encoderPresets), default: .string("veryfast"), help: "x264 speed preset"),
@@ -58,7 +64,8 @@ public enum HLSStage {
                 reuse: p.string("reuse").map {
                     LadderReuse(folder: URL(fileURLWithPath: $0), named: LadderReuse.names(p.string("reuse-renditions") ?? "") ?? [])
                 },
-                overwrite: p.bool("overwrite") ?? false, storyboard: p.bool("storyboard") ?? true, timelineStart: p.double("timeline-start") ?? 0
+                overwrite: p.bool("overwrite") ?? false, storyboard: p.bool("storyboard") ?? true, timelineStart: p.double("timeline-start") ?? 0,
+                passthrough: p.string("passthrough") == "off" ? nil : Passthrough(maxRate: p.double("passthrough-rate") ?? Passthrough.defaultMaxRate)
             ).graph(id: id)
         })
 }

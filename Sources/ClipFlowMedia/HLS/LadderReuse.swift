@@ -4,7 +4,7 @@ import Foundation
 /// What a ladder's folder holds, as `tracks.json`: each rendition's description (files, measured
 /// segments, codecs, size), so that a later ladder of the same source can take renditions from it
 /// (`LadderReuse`) and still write a master playlist from what the segments measure.
-struct LadderTracks: Codable {
+public struct LadderTracks: Codable {
     static let file = "tracks.json"
     var video: [HLSTrack]
     var audio: HLSTrack?
@@ -13,6 +13,12 @@ struct LadderTracks: Codable {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         return String(decoding: try encoder.encode(self), as: UTF8.self) + "\n"
+    }
+
+    /// The names of the video renditions of the complete ladder in `folder` (their playlists'
+    /// names without `.m3u8`), in the ladder's order (`LadderRung.ordered`).
+    public static func videoRenditions(in folder: URL) throws -> [String] {
+        LadderRung.ordered(try read(from: folder).video.map { String($0.playlistURI.dropLast(5)) })
     }
 
     static func read(from folder: URL) throws -> LadderTracks {

@@ -7,7 +7,8 @@ import Foundation
 /// the upload (its packets cut into fMP4 segments, nothing decoded) when the upload allows it
 /// (`BrowserCopy`, checked by the step's `inspect` stage), else the ladder's smallest rung (with the audio and the poster). The `ladder`
 /// step then encodes the other rungs from one decode and takes over, as they are, what the first
-/// step made that the ladder also needs (the copied or encoded audio, the smallest rung), so no
+/// step made that the ladder also needs (the copied or encoded audio, the smallest rung, and the
+/// copy when it fits the top rung, `Passthrough`: that rung is then not encoded), so no
 /// rendition is made twice. The poster is taken from a copy (the upload's own pictures); after the
 /// smallest rung, the ladder makes it again from its decoded pictures, at its top rung's size
 /// (a cover as sharp as the video).
@@ -30,7 +31,7 @@ enum PlayableFirst {
     /// The `ladder` step after a first step of `copyable`'s kind: nil when the first step made the
     /// whole ladder already (a picture no larger than the smallest rung, not copied).
     static func ladder(rungs: [LadderRung], copyable: Bool) -> LadderStepPlan? {
-        if copyable { return LadderStepPlan(rungs: rungs.map(\.name), reuse: [LadderReuse.audio, LadderReuse.poster]) }
+        if copyable { return LadderStepPlan(rungs: rungs.map(\.name), reuse: [LadderReuse.audio, LadderReuse.poster, "copy"]) }
         let rest = rungs.filter { $0 != smallest }
         return rest.isEmpty ? nil : LadderStepPlan(rungs: rest.map(\.name), reuse: [smallest.name, LadderReuse.audio])
     }
@@ -54,10 +55,4 @@ struct LadderStepPlan: Codable, Sendable, Equatable {
         self = p
     }
 
-    /// The renditions the published ladder holds: the encoded rungs and the reused ones, the
-    /// audio apart.
-    var renditions: [String] {
-        let all = LadderRung.standard.map(\.name).filter { rungs.contains($0) || reuse.contains($0) }
-        return all
-    }
 }

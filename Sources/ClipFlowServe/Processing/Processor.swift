@@ -371,7 +371,9 @@ final class Processor: Sendable {
         try await ladder(
             id, input, LadderChoice(rungs: rungs), into: folder.appendingPathComponent(name), share: (0.1, 1),
             reuse: (folder.appendingPathComponent(video.published).path, plan.reuse), background: true)
-        try await publish(&video, jobID, .ladder, from: folder, name, status: .ready, renditions: plan.renditions)
+        // The rungs and what was reused, or the copy standing in for the top rung: as the ladder says.
+        let renditions = try LadderTracks.videoRenditions(in: folder.appendingPathComponent(name))
+        try await publish(&video, jobID, .ladder, from: folder, name, status: .ready, renditions: renditions)
         return true
     }
 

@@ -292,11 +292,10 @@ class Track {
 
 // Media Source Extensions over the ladder's fMP4 segments.
 class SourcePlayer {
-  // The video renditions a player switches among: encoded rungs share segment boundaries; a
-  // copy of the upload plays alone.
+  // The video renditions a player switches among: all of a ladder's, cut at the same instants
+  // (a copy among them at the source's keyframes, where the encoded rungs cut too).
   static renditions(entry) {
-    const encoded = entry.renditions.filter(r => /^\d+p$/.test(r.name));
-    return encoded.length ? encoded : entry.renditions;
+    return entry.renditions;
   }
   // Starts the fetches a new player of `entry` makes first (the init and first segment of the
   // rendition it would choose now, and of the audio), before the player exists: for the first

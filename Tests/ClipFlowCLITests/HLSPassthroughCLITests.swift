@@ -1,0 +1,96 @@
+import XCTest
+import Foundation
+import ClipFlowTestSupport
+
+/// `clipflow hls` with a source that fits its top rung: the source's own pictures are that rung
+/// (`--passthrough auto`, the default), and a source that does not fit is encoded, the reason said.
+final class HLSPassthroughCLITests: XCTestCase {
+    let fx = Fixtures.shared
+
+    var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("clipflow").path
+    }
+
+    func clipflow(_ args: [String]) throws -> Run { try Run.run([binary] + args, check: false) }
+
+    /// As a phone's upload is: H.264 High (B-frames: decoding order is not display order) at a
+    /// sensible bit rate, a keyframe every second, AAC.
+    func phoneLike() throws -> String {
+        try fx.clip(
+            "passthrough-phone.mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "8", "-c:v", "libx264", "-preset",
+                "veryfast", "-profile:v", "high", "-g", "30", "-b:v", "3M", "-maxrate", "4M", "-bufsize", "6M", "-pix_fmt", "yuv420p", "-c:a", "aac",
+                "-movflags", "+faststart"
+            ])
+    }
+
+    /// The decoded pictures' checksums (framemd5), in order.
+    func pictureHashes(_ path: String) throws -> [String] {
+        try Run.run(["ffmpeg", "-v", "error", "-i", path, "-map", "0:v", "-f", "framemd5", "-"]).out.split(separator: "\n")
+            .filter { !$0.hasPrefix("#") }.map { String($0.split(separator: ",").last!).trimmingCharacters(in: .whitespaces) }
+    }
+
+    func testASourceThatFitsIsTheTopRungAsItIs() throws {
+        let src = try phoneLike()
+        let out = fx.scratch("passthrough-fits").appendingPathComponent("hls")
+        let r = try clipflow(["hls", src, "-o", out.path, "--encoder-preset", "ultrafast", "--events", "json"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        // The top rung (720p) is not encoded: the copy stands in for it, the lower rungs are encoded.
+        let names = Set(try FileManager.default.contentsOfDirectory(atPath: out.path))
+        XCTAssertTrue(names.isSuperset(of: ["copy", "540p", "360p", "audio"]), "\(names)")
+        XCTAssertFalse(names.contains("720p"), "\(names)")
+        XCTAssertTrue(r.out.contains("the source's own pictures are this rung"), r.out)
+        // Every picture as the source's (ffmpeg decodes both).
+        let source = try pictureHashes(src)
+        XCTAssertEqual(source.count, 240)
+        XCTAssertEqual(try pictureHashes(out.appendingPathComponent("copy.m3u8").path), source)
+        // The playlists say the truth: lint-clean (BANDWIDTH at least the measured peak, CODECS
+        // from the streams, every rendition cut at the same instants), CODECS as ffprobe reads
+        // the source's profile and level.
+        let lint = try clipflow(["hls", "lint", out.path])
+        XCTAssertEqual(lint.status, 0, lint.out)
+        XCTAssertTrue(lint.out.contains("\"errors\":0,\"warnings\":0"), lint.out)
+        let level = try XCTUnwrap(Int(try Probe.stream(src, "v:0", "level")))
+        XCTAssertEqual(try Probe.stream(src, "v:0", "profile"), "High")
+        let master = try String(contentsOf: out.appendingPathComponent("master.m3u8"), encoding: .utf8)
+        let top = try XCTUnwrap(master.split(separator: "\n").first { $0.hasPrefix("#EXT-X-STREAM-INF") })
+        XCTAssertTrue(top.contains("CODECS=\"avc1.6400\(String(format: "%02x", level)),mp4a.40.2\""), String(top))
+        XCTAssertTrue(top.contains("RESOLUTION=1280x720"), String(top))
+        XCTAssertTrue(master.contains("\ncopy.m3u8\n"), master)
+        // And a browser plays it to the end.
+        let played = try XCTUnwrap(try Probe.browserPlayback([out.appendingPathComponent("master.m3u8").path]).first)
+        XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
+    }
+
+    func testASourceThatDoesNotFitIsEncodedAndTheReasonSaid() throws {
+        let sparse = try fx.clip(
+            "passthrough-sparse-keyframes.mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30", "-t", "12", "-c:v", "libx264", "-preset", "ultrafast", "-g", "300",
+                "-keyint_min", "300", "-sc_threshold", "0"
+            ])
+        let out = fx.scratch("passthrough-sparse").appendingPathComponent("hls")
+        let r = try clipflow(["hls", sparse, "-o", out.path, "--encoder-preset", "ultrafast"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertTrue(r.stderr.contains("360p encoded, not passed through: its keyframes are up to 10.0 s apart, and a segment is 6 s"), r.stderr)
+        let names = Set(try FileManager.default.contentsOfDirectory(atPath: out.path))
+        XCTAssertTrue(names.contains("360p"), "\(names)")
+        XCTAssertFalse(names.contains("copy"), "\(names)")
+        XCTAssertEqual(try clipflow(["hls", "lint", out.path]).status, 0)
+
+        // Above the bit rate a passthrough may have, and with passthrough off: encoded.
+        let src = try phoneLike()
+        let capped = fx.scratch("passthrough-capped").appendingPathComponent("hls")
+        let c = try clipflow(["hls", src, "-o", capped.path, "--ladder", "720,360", "--passthrough-rate", "0.5", "--encoder-preset", "ultrafast"])
+        XCTAssertEqual(c.status, 0, c.stderr)
+        XCTAssertTrue(c.stderr.contains("720p encoded, not passed through: its video averages"), c.stderr)
+        XCTAssertTrue(c.stderr.contains("above 1.8 Mbit/s (0.5 times the 720p rung's cap)"), c.stderr)
+        let off = fx.scratch("passthrough-off").appendingPathComponent("hls")
+        let o = try clipflow(["hls", src, "-o", off.path, "--ladder", "720,360", "--passthrough", "off", "--encoder-preset", "ultrafast"])
+        XCTAssertEqual(o.status, 0, o.stderr)
+        XCTAssertFalse(o.stderr.contains("passed through"), o.stderr)
+        XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: off.path)).intersection(["copy", "720p", "360p"]), ["720p", "360p"])
+        XCTAssertNotEqual(try clipflow(["hls", src, "-o", off.path + "-x", "--passthrough", "sometimes"]).status, 0)
+    }
+}

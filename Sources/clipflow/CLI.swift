@@ -23,6 +23,9 @@ struct ClipFlow: AsyncParsableCommand {
 
     static func main() async {
         V4L2Emulation.installFromProcessEnvironment()  // "no camera here": CLIPFLOW_V4L2_EMULATE (docs/record.md, "No camera here")
+        // SVT-AV1 (an AV1 ladder's encoder) prints its settings on stderr for every encoder it
+        // opens; its errors only, unless SVT_LOG says otherwise. Set before any thread starts.
+        setenv("SVT_LOG", "1", 0)
         let arguments = Array(CommandLine.arguments.dropFirst())
         do {
             var command = try parseAsRoot(arguments)

@@ -40,12 +40,15 @@ struct HLSWrite: ParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "auto: a source that fits the top rung (H.264, upright, keyframes at most a segment apart, bit rate within --passthrough-rate) is that rung, its packets as they are; off: every rung is encoded.",
+            "auto: a source that fits the top rung (H.264, upright, keyframes at most a segment apart, bit rate within --passthrough-rate) is that rung, its packets as they are (HEVC: a rendition beside it); off: every rung is encoded.",
             valueName: "auto|off"))
     var passthrough: String = "auto"
 
     @Option(name: .customLong("passthrough-rate"), help: "The highest average bit rate of a source passed through, as a multiple of its rung's cap.")
     var passthroughRate: Double = Passthrough.defaultMaxRate
+
+    @Option(help: "h264, or h264,av1: every rung up to 720 lines again in AV1 (SVT-AV1), for players that decode it.")
+    var codecs: String = "h264"
 
     @Option(help: "vod (6 s segments) or feed (a 1 s first segment, then 2 s).")
     var profile: String = "vod"
@@ -69,6 +72,7 @@ struct HLSWrite: ParsableCommand {
     func validate() throws {
         if inputs.isEmpty { throw ValidationError("give at least one input video") }
         if LadderChoice.parse(ladder) == nil { throw ValidationError("--ladder: expected \(LadderChoice.expected) (got '\(ladder)')") }
+        if VideoCodec.parse(codecs) == nil { throw ValidationError("--codecs: expected \(VideoCodec.expected) (got '\(codecs)')") }
         if !["auto", "off"].contains(passthrough) { throw ValidationError("--passthrough must be auto or off (got '\(passthrough)')") }
         if !(passthroughRate > 0 && passthroughRate <= 100) {
             throw ValidationError("--passthrough-rate must be above 0 and at most 100 (got \(passthroughRate))")
@@ -86,7 +90,8 @@ struct HLSWrite: ParsableCommand {
             let schedule = SegmentSchedule(profile: profile, segment: segment)
             let graph = HLSLadder(
                 output: output, ladder: LadderChoice.parse(ladder)!, schedule: schedule, encoderPreset: encoderPreset, singleFile: singleFile,
-                overwrite: overwrite.overwrite, passthrough: passthrough == "auto" ? Passthrough(maxRate: passthroughRate) : nil
+                overwrite: overwrite.overwrite, passthrough: passthrough == "auto" ? Passthrough(maxRate: passthroughRate) : nil,
+                codecs: VideoCodec.parse(codecs)!
             ).graph(of: inputs)
             let (outcome, _) = try door.run(nodes: graph.nodes, edges: graph.edges, grace: 5)
             if let e = ErrorReport.error(outcome) { throw e }

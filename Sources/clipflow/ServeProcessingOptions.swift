@@ -3,7 +3,7 @@ import ClipFlowMedia
 import ClipFlowServe
 
 /// `clipflow serve`'s limits on processing (`ProcessingLimits`): what one job may decode, the
-/// memory of each worker process, and how many times a job is tried.
+/// memory of each worker process, how many times a job is tried, and the ladder's codecs.
 struct ServeProcessingOptions: ParsableArguments {
     @Option(name: .customLong("max-picture"), help: "Largest picture a video may have, WxH either way round (beyond: the video ends in error).")
     var maxPicture: String = "4096x4096"
@@ -36,7 +36,11 @@ struct ServeProcessingOptions: ParsableArguments {
             """)
     var clientJobs: Int = 0
 
+    @Option(help: "h264, or h264,av1: a video's ladder has its rungs up to 720 lines again in AV1, for players that decode it.")
+    var codecs: String = "h264"
+
     func validate() throws {
+        if VideoCodec.parse(codecs) == nil { throw ValidationError("--codecs: expected \(VideoCodec.expected) (got '\(codecs)')") }
         guard let p = PictureSize(parsing: maxPicture), p.width >= 16, p.height >= 16 else {
             throw ValidationError("--max-picture: expected WxH with even sides of at least 16, got '\(maxPicture)'")
         }
@@ -61,6 +65,7 @@ struct ServeProcessingOptions: ParsableArguments {
         l.attempts = jobAttempts
         l.supersededGrace = supersededGrace
         l.jobsPerClient = clientJobs
+        l.ladderCodecs = VideoCodec.parse(codecs) ?? [.h264]
         return l
     }
 }

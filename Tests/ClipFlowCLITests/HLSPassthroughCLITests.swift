@@ -93,4 +93,43 @@ final class HLSPassthroughCLITests: XCTestCase {
         XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: off.path)).intersection(["copy", "720p", "360p"]), ["720p", "360p"])
         XCTAssertNotEqual(try clipflow(["hls", src, "-o", off.path + "-x", "--passthrough", "sometimes"]).status, 0)
     }
+
+    /// An iPhone's default: HEVC. It is a rendition beside the rungs (declared with its own
+    /// CODECS), and every H.264 rung is made, the top one too, for players without HEVC.
+    func testAnHEVCSourceIsARenditionBesideTheWholeH264Ladder() throws {
+        func hevc(_ name: String, openGOP: Bool) throws -> String {
+            try fx.clip(
+                name,
+                [
+                    "-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "4", "-c:v", "libx265", "-preset",
+                    "ultrafast", "-x265-params", "keyint=30:min-keyint=30:open-gop=\(openGOP ? 1 : 0):log-level=error", "-b:v", "2M", "-tag:v", "hvc1",
+                    "-c:a", "aac"
+                ])
+        }
+        let src = try hevc("passthrough-hevc.mp4", openGOP: false)
+        let out = fx.scratch("passthrough-hevc").appendingPathComponent("hls")
+        let r = try clipflow(["hls", src, "-o", out.path, "--encoder-preset", "ultrafast"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let names = Set(try FileManager.default.contentsOfDirectory(atPath: out.path))
+        XCTAssertTrue(names.isSuperset(of: ["copy", "720p", "540p", "360p"]), "\(names)")
+        XCTAssertEqual(try pictureHashes(out.appendingPathComponent("copy.m3u8").path), try pictureHashes(src))
+        let lint = try clipflow(["hls", "lint", out.path])
+        XCTAssertTrue(lint.out.contains("\"errors\":0,\"warnings\":0"), lint.out)
+        // CODECS as ffprobe reads the stream: Main profile, its level; H.264 variants first.
+        XCTAssertEqual(try Probe.stream(src, "v:0", "profile"), "Main")
+        let level = try Probe.stream(src, "v:0", "level")
+        let master = try String(contentsOf: out.appendingPathComponent("master.m3u8"), encoding: .utf8)
+        let variants = master.split(separator: "\n").filter { $0.hasPrefix("#EXT-X-STREAM-INF") }
+        XCTAssertEqual(variants.count, 4, master)
+        XCTAssertTrue(variants[0].contains("CODECS=\"avc1."), master)
+        let copy = try XCTUnwrap(variants.last)
+        XCTAssertTrue(copy.contains("CODECS=\"hvc1.1.6.L\(level)."), master)
+        XCTAssertTrue(copy.contains("RESOLUTION=1280x720"), master)
+
+        // Open GOPs (x265's default): a segment would need the one before; encoded, the reason said.
+        let open = try hevc("passthrough-hevc-open.mp4", openGOP: true)
+        let o = try clipflow(["hls", open, "-o", fx.scratch("passthrough-hevc-open").appendingPathComponent("hls").path, "--encoder-preset", "ultrafast"])
+        XCTAssertEqual(o.status, 0, o.stderr)
+        XCTAssertTrue(o.stderr.contains("720p encoded, not passed through: its keyframes begin open GOPs"), o.stderr)
+    }
 }

@@ -22,6 +22,16 @@ final class CodecStringsTests: XCTestCase {
         XCTAssertEqual(CodecStrings.hevc(high, sampleEntry: "hev1"), "hev1.A1.6.H150")
     }
 
+    func testAV1FromAv1C() {
+        // SVT-AV1 Main, seq_level_idx 5 (3.1), Main tier, 8-bit 4:2:0: 81 05 0c 00.
+        XCTAssertEqual(CodecStrings.av1([0x81, 0x05, 0x0c, 0x00]), "av01.0.05M.08")
+        // High profile (1), level 4.0 (8), High tier, 10-bit.
+        XCTAssertEqual(CodecStrings.av1([0x81, 0x28, 0xc0, 0x00]), "av01.1.08H.10")
+        // Professional (2), 12-bit.
+        XCTAssertEqual(CodecStrings.av1([0x81, 0x4d, 0x60, 0x00]), "av01.2.13M.12")
+        XCTAssertNil(CodecStrings.av1([0x01, 0x05, 0x0c, 0x00]), "no marker and version")
+    }
+
     func testAACFromAudioSpecificConfig() {
         XCTAssertEqual(CodecStrings.aac([0x11, 0x88]), "mp4a.40.2")
         XCTAssertEqual(CodecStrings.aac([0x2a, 0x08]), "mp4a.40.5")

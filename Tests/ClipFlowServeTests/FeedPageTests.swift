@@ -23,7 +23,8 @@ final class FeedPageTests: XCTestCase {
     }
 
     /// The page asks, in its head, for what the first video's player fetches first before anything
-    /// is measured: the smallest encoded rung's init and first segment, and the audio's.
+    /// is measured: the smallest H.264 rendition's init and first segment, and the audio's; with AV1
+    /// rungs (which the script takes only where the browser decodes AV1), the audio's alone.
     func testThePagePreloadsTheFirstVideosFirstFetches() throws {
         let entry = try JSONDecoder().decode(
             FeedEntry.self,
@@ -31,7 +32,7 @@ final class FeedPageTests: XCTestCase {
                 #"""
                 {"id": "v", "cover": "/m/poster.jpg", "covers": [], "master": "/m/master.m3u8", "duration": 6, "prefetch": [],
                  "renditions": [
-                   {"name": "copy", "playlist": "/m/copy.m3u8", "codecs": "avc1.64001f", "bandwidth": 100, "init": "/m/copy/init.mp4", "segment": "/m/copy/seg-0.m4s"},
+                   {"name": "copy", "playlist": "/m/copy.m3u8", "codecs": "avc1.640028", "bandwidth": 8000000, "init": "/m/copy/init.mp4", "segment": "/m/copy/seg-0.m4s"},
                    {"name": "720p", "playlist": "/m/720p.m3u8", "codecs": "avc1.64001f", "bandwidth": 3000000, "init": "/m/720p/init.mp4", "segment": "/m/720p/seg-0.m4s"},
                    {"name": "360p", "playlist": "/m/360p.m3u8", "codecs": "avc1.64001e", "bandwidth": 800000, "init": "/m/360p/init.mp4", "segment": "/m/360p/seg-0.m4s"}],
                  "audio": {"name": "audio", "playlist": "/m/audio.m3u8", "codecs": "mp4a.40.2", "bandwidth": 130000, "init": "/m/audio/init.mp4", "segment": "/m/audio/seg-0.m4s"}}
@@ -41,5 +42,13 @@ final class FeedPageTests: XCTestCase {
         let page = FeedPage.page(feed: Data(#"{"videos": []}"#.utf8), preload: first)
         let head = try XCTUnwrap(page.components(separatedBy: "</head>").first)
         for path in first { XCTAssertTrue(head.contains(#"<link rel="preload" as="fetch" crossorigin href="\#(path)">"#), path) }
+
+        var withAV1 = entry
+        var av1 = entry.renditions[2]
+        av1.name = "360p-av1"
+        av1.codecs = "av01.0.01M.08"
+        av1.bandwidth = 400000
+        withAV1.renditions.append(av1)
+        XCTAssertEqual(FeedPage.firstFetches(withAV1), ["/m/audio/init.mp4", "/m/audio/seg-0.m4s"])
     }
 }

@@ -95,7 +95,7 @@ public struct FeedEntry: Codable, Sendable, Equatable {
         }
     }
 
-    /// The entry of a folder `id` holding `video` (highest first) and `audio`, with the covers
+    /// The entry of a folder `id` holding `video` (in the master's order, `HLSPlaylists.ordered`) and `audio`, with the covers
     /// and storyboard present in `work`. Renditions kept as byte ranges of one file are left out.
     init(id: String, video: [HLSTrack], audio sound: HLSTrack?, covers work: URL) {
         func present(_ name: String) -> Bool { FileManager.default.fileExists(atPath: work.appendingPathComponent(name).path) }
@@ -105,7 +105,9 @@ public struct FeedEntry: Codable, Sendable, Equatable {
         master = "master.m3u8"
         let seconds = video.first.map { $0.segments.reduce(0) { $0 + $1.seconds } } ?? 0
         duration = (seconds * 1000).rounded() / 1000
-        prefetch = [video.last, sound].compactMap { $0 }.compactMap { t in t.segments.first.map { Prefetch(init: t.initURI, segment: $0.uri) } }
+        prefetch = [HLSPlaylists.smallest(of: video), sound].compactMap { $0 }.compactMap { t in
+            t.segments.first.map { Prefetch(init: t.initURI, segment: $0.uri) }
+        }
         renditions = video.filter { $0.initRange == nil }.map { Rendition($0, bandwidth: $0.peak + (sound?.peak ?? 0)) }
         storyboard = present(Storyboard.vtt) ? Storyboard.vtt : nil
         audio = sound.flatMap { $0.initRange == nil ? Rendition($0, bandwidth: $0.peak) : nil }

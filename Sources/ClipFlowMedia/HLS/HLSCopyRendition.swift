@@ -14,11 +14,13 @@ import Foundation
 /// - `beside`: a rendition of its own beside the encoded rungs; a source it cannot copy is refused.
 /// - `passthrough`: stands in for the ladder's top rung when the source fits it (`Passthrough`),
 ///   as a copy, or the earlier ladder's copy linked (cut at the same keyframes: same source, same
-///   schedule); otherwise it copies nothing, the rung is encoded, and the reason is a notice.
+///   schedule); an HEVC source that fits is a rendition beside the rung instead; otherwise it
+///   copies nothing, the rung is encoded, and the reason is a notice.
 /// - `timing`: copies nothing (the ladder takes an earlier copy of the source, `LadderReuse`), only
 ///   decides the timing that copy was cut with.
 /// Refused, naming the reason: several inputs, a codec HLS does not carry, a first packet that is
-/// not a keyframe, a mirrored picture (or a turned one beside upright rungs).
+/// not a keyframe, a mirrored picture (or a turned one beside upright rungs), keyframes further
+/// apart than a segment beside encoded rungs.
 /// With `makesPoster` (a passthrough: only when it stands in for the smallest rung, which would
 /// have chosen it), the ladder's poster is made from the source while the packets are copied
 /// (`LadderFolder.startPoster`).
@@ -60,6 +62,8 @@ final class CopyRenditionStage: Stage {
 
     func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
         if let p = item.path { inputs.append(p) }
+        // A join is not passed through: the encoded rungs need not wait for the inputs' end.
+        if case .passthrough = role, inputs.count > 1 { timing.decide(.schedule) }
         return .ok
     }
 
@@ -79,38 +83,58 @@ final class CopyRenditionStage: Stage {
         try FF.check(avformat_find_stream_info(source.ctx, nil), "input '\(path)': reading its streams")
         let v = av_find_best_stream(source.ctx, AVMEDIA_TYPE_VIDEO, -1, -1, nil, 0)
         guard v >= 0 else { throw ClipFlowError.badInput("input '\(path)': no video to copy") }
-        let keys = try SourceKeyframes.read(source, stream: Int(v))
-        let rate = CopiedTrack.frameRate(of: source.stream(Int(v)))
-        let cuts = keys.cuts(schedule, halfFrame: 0.5 / rate)
-        var makesPoster = makesPoster
-        switch role {
-        case .alone, .beside: timing.decide(.keyframes(cuts, replacing: nil))
-        case .timing:
-            timing.decide(.keyframes(cuts, replacing: nil))
-            return
-        case .passthrough(let fit, let rungs, let earlier):
-            let par = source.codecpar(Int(v)).pointee
-            guard let rung = Passthrough.rung(forShortSide: Int(min(par.width, par.height)), in: rungs) else {
-                timing.decide(.schedule)
-                return
-            }
-            if let why = fit.refusal(source, stream: Int(v), keys: keys, rung: rung, schedule: schedule, halfFrame: 0.5 / rate) {
-                timing.decide(.schedule)
-                context.emit(.notice("\(rung.name) encoded, not passed through: \(why)"))
-                return
-            }
-            timing.decide(.keyframes(cuts, replacing: rung.name))
-            makesPoster = makesPoster && rung.height == rungs.map(\.height).min()
-            if let earlier, let linked = try earlier.link(into: ladder.work).first {
-                if makesPoster {
-                    try ladder.startPoster(from: path, threads: context.helpers)
-                    context.onCancel { [ladder] in ladder.cancelPoster() }
-                }
-                _ = context.push(Item(.value(linked), type: .rendition))
-                return
-            }
+        let halfFrame = 0.5 / CopiedTrack.frameRate(of: source.stream(Int(v)))
+        if case .passthrough(let fit, let rungs, let earlier) = role {
+            return try passThrough(path, source, video: Int(v), fit, rungs: rungs, earlier: earlier, halfFrame: halfFrame, context)
         }
+        let keys = try SourceKeyframes.read(source, stream: Int(v), stopped: { context.stopRequested })
+        if case .beside = role, keys.longestGap > schedule.length + halfFrame {
+            throw ClipFlowError.badInput(
+                "input '\(path)': its keyframes are up to \(String(format: "%.1f", keys.longestGap)) s apart; copy beside encoded renditions needs one at least every segment (\(String(format: "%g", schedule.length)) s): copy it alone or leave copy out"
+            )
+        }
+        let cuts = keys.cuts(schedule, halfFrame: halfFrame)
+        timing.decide(.keyframes(cuts, replacing: nil))
+        if case .timing = role { return }
         try copy(path, video: Int(v), cuts: cuts, makesPoster: makesPoster, context)
+    }
+
+    /// The source as the top rung of `rungs`, if it fits (`Passthrough`): judged by its stream's
+    /// parameters first, its packets read only when those fit; then copied, or `earlier`'s copy
+    /// of it linked.
+    private func passThrough(
+        _ path: String, _ source: Demuxer, video v: Int, _ fit: Passthrough, rungs: [LadderRung], earlier: LadderReuse?, halfFrame: Double,
+        _ context: StageContext
+    ) throws {
+        let par = source.codecpar(v).pointee
+        guard let rung = Passthrough.rung(forShortSide: Int(min(par.width, par.height)), in: rungs) else {
+            timing.decide(.schedule)
+            return
+        }
+        let verdict = fit.verdict(source, stream: v, rung: rung)
+        if case .refused(let why) = verdict { return refuse(rung, why, context) }
+        let keys = try SourceKeyframes.read(source, stream: v, stopped: { context.stopRequested })
+        if let why = fit.refusal(keys: keys, rung: rung, schedule: schedule, halfFrame: halfFrame) { return refuse(rung, why, context) }
+        let cuts = keys.cuts(schedule, halfFrame: halfFrame)
+        // HEVC is a rendition beside the rung; H.264 stands in for it (and makes the covers when
+        // the rung is the smallest, which would have chosen them).
+        timing.decide(.keyframes(cuts, replacing: verdict == .beside ? nil : rung.name))
+        let poster = makesPoster && verdict == .standsIn && rung.height == rungs.map(\.height).min()
+        if verdict == .standsIn, let earlier, let linked = try earlier.link(into: ladder.work).first {
+            if poster {
+                try ladder.startPoster(from: path, threads: context.helpers)
+                context.onCancel { [ladder] in ladder.cancelPoster() }
+            }
+            _ = context.push(Item(.value(linked), type: .rendition))
+            return
+        }
+        try copy(path, video: v, cuts: cuts, makesPoster: poster, context)
+    }
+
+    /// A passthrough that does not fit: the rung is encoded on the regular schedule, and why is said.
+    private func refuse(_ rung: LadderRung, _ why: String, _ context: StageContext) {
+        timing.decide(.schedule)
+        context.emit(.notice("\(rung.name) encoded, not passed through: \(why)"))
     }
 
     /// Copies the video of `path` (and, alone, its audio) cut at `cuts`.

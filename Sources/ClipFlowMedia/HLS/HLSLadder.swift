@@ -2,18 +2,59 @@ import ClipFlowCore
 import Foundation
 import Synchronization
 
-/// One rung of a ladder: its picture height (width follows the source's shape) and encoder
-/// settings.
+/// The video codecs a ladder's rungs are encoded in.
+public enum VideoCodec: String, Sendable, Equatable, CaseIterable {
+    /// x264 High: every player decodes it; every rung has it.
+    case h264
+    /// SVT-AV1: the same picture in fewer bytes, for players that decode it.
+    case av1
+}
+
+extension VideoCodec {
+    /// The codecs `list` names (`h264` or `h264,av1`, each once; H.264 always, every player's
+    /// fallback), or nil when it is not that.
+    public static func parse(_ list: String) -> Set<VideoCodec>? {
+        let names = list.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+        let codecs = names.compactMap(VideoCodec.init(rawValue:))
+        guard codecs.count == names.count, Set(codecs).count == codecs.count, codecs.contains(.h264) else { return nil }
+        return Set(codecs)
+    }
+
+    public static let expected = "h264, or h264,av1 (H.264 is every player's fallback)"
+}
+
+/// One rung of a ladder: its picture height (width follows the source's shape), codec and
+/// encoder settings (`crf` in the codec's own scale).
 public struct LadderRung: Sendable, Equatable {
     public var name: String
     public var height: Int
     public var crf: Int
     public var maxRate: Int
-    public init(name: String, height: Int, crf: Int = 21, maxRate: Int) {
+    public var codec: VideoCodec
+    public init(name: String, height: Int, crf: Int = 21, maxRate: Int, codec: VideoCodec = .h264) {
         self.name = name
         self.height = height
         self.crf = crf
         self.maxRate = maxRate
+        self.codec = codec
+    }
+
+    /// The tallest rung a ladder adds in AV1 beside H.264 (`--codecs h264,av1`): AV1 saves the
+    /// most where bytes are scarce (phones on mobile networks, the lower rungs), and an AV1
+    /// encode of the top rung would cost more than the rest of the ladder on a small machine.
+    public static let av1MaxHeight = 720
+
+    /// SVT-AV1's CRF for the AV1 rungs: the H.264 rung's SSIM within 0.005, at about half its
+    /// bytes (benchmarks/README.md).
+    public static let av1CRF = 35
+
+    /// SVT-AV1's speed preset (0 slowest to 13): the fastest whose pictures keep within the SSIM
+    /// above.
+    public static let av1Preset = 10
+
+    /// This rung in AV1 (`720p-av1`).
+    public var inAV1: LadderRung {
+        LadderRung(name: "\(height)p-av1", height: height, crf: Self.av1CRF, maxRate: maxRate, codec: .av1)
     }
 
     /// Apple's HLS authoring ladder, from the top (`auto`: a ladder leaves out the rungs above the
@@ -24,19 +65,22 @@ public struct LadderRung: Sendable, Equatable {
     ]
 
     /// Rendition names in the ladder's order, from the top: `copy` (the source itself), then the
-    /// rungs by height as numbers (`1080p` before `720p`, not as text), then any other name.
+    /// H.264 rungs by height as numbers (`1080p` before `720p`, not as text), then the AV1 ones,
+    /// then any other name.
     public static func ordered(_ names: some Sequence<String>) -> [String] {
         func key(_ name: String) -> (Int, Int, String) {
             if name == "copy" { return (0, 0, name) }
-            if let height = height(named: name) { return (1, -height, name) }
-            return (2, 0, name)
+            if let height = height(named: name) { return (name.hasSuffix("-av1") ? 2 : 1, -height, name) }
+            return (3, 0, name)
         }
         return names.sorted { key($0) < key($1) }
     }
 
-    /// The height a rung's name gives (`720p`: 720); nil for any other rendition (`copy`).
+    /// The height a rung's name gives (`720p`, `720p-av1`: 720); nil for any other rendition
+    /// (`copy`).
     public static func height(named name: String) -> Int? {
-        name.hasSuffix("p") ? Int(name.dropLast()) : nil
+        let h264 = name.hasSuffix("-av1") ? String(name.dropLast(4)) : name
+        return h264.hasSuffix("p") ? Int(h264.dropLast()) : nil
     }
 }
 
@@ -111,15 +155,20 @@ public struct HLSLadder: Sendable {
     /// a recording's fragment placed after the ones before it (`LiveLadder`).
     public var timelineStart: Double
     /// When the source fits (`Passthrough`), its own pictures stand in for the top encoded rung
-    /// (nil: every rung is encoded); a `copy` among the reused renditions is then taken only if it
-    /// does (it is that copy). Not with a copy asked for, nor when rungs are reused.
+    /// (H.264), or are a rendition beside it (HEVC); nil: every rung is encoded. A `copy` among the
+    /// reused renditions is then taken only if it stands in for the rung (it is that copy). Not
+    /// with a copy asked for, nor when rungs are reused.
     public var passthrough: Passthrough?
+    /// The codecs of the encoded rungs: H.264 always; with AV1, every rung up to
+    /// `LadderRung.av1MaxHeight` again in AV1 (the reused ones' too).
+    public var codecs: Set<VideoCodec>
 
     public init(
         output: String, ladder: LadderChoice = LadderChoice(rungs: nil), schedule: SegmentSchedule = .vod, encoderPreset: String = "veryfast",
         singleFile: Bool = false, reuse: LadderReuse? = nil, overwrite: Bool = false, storyboard: Bool = true, timelineStart: Double = 0,
-        passthrough: Passthrough? = Passthrough()
+        passthrough: Passthrough? = Passthrough(), codecs: Set<VideoCodec> = [.h264]
     ) {
+        self.codecs = codecs
         self.timelineStart = timelineStart
         self.passthrough = passthrough
         self.overwrite = overwrite
@@ -172,20 +221,28 @@ public struct HLSLadder: Sendable {
         var entries: [String] = []
         if !rungs.isEmpty {
             let smallest = rungs.map(\.height).min() ?? 0
+            var encoded = rungs
+            if codecs.contains(.av1) {
+                let reused = (reuse?.tracks ?? []).compactMap { name in LadderRung.standard.first { $0.name == name } }
+                var heights = Set<Int>()
+                encoded += (rungs + reused).filter { $0.height <= LadderRung.av1MaxHeight && heights.insert($0.height).inserted }.map(\.inAV1)
+            }
             var decoding = TranscodeSettings()
             decoding.limit = PictureSize(width: 1 << 14, height: rungs.map(\.height).max() ?? 1080)
             decoding.upright = true
             let decode = decoding
             let decodeID = "\(id).decode", audioID = "\(id).audio"
-            nodes.append(StageNode(decodeID) { DecodeStage(id: decodeID, settings: decode) })
+            let limited = timing.map { Self.decodeSettings(decode, timing: $0, rungs: encoded) }
+            nodes.append(StageNode(decodeID) { DecodeStage(id: decodeID, settings: decode, finalSettings: limited) })
             entries.append(decodeID)
-            for r in rungs {
+            for r in encoded {
                 let rid = "\(id).\(r.name)"
                 nodes.append(
                     StageNode(rid) {
                         try VideoRenditionStage(
-                            id: rid, rung: r, always: r.height == smallest, asked: ladder.rungs != nil, ladder: folder, schedule: schedule, preset: preset,
-                            singleFile: single, makesPoster: r.height == smallest && !ladder.copy && reuse?.poster != true, timing: timing)
+                            id: rid, rung: r, always: r.height == smallest && r.codec == .h264, asked: ladder.rungs != nil, ladder: folder, schedule: schedule,
+                            preset: preset, singleFile: single,
+                            makesPoster: r.height == smallest && r.codec == .h264 && !ladder.copy && reuse?.poster != true, timing: timing)
                     })
                 edges += [Edge(from: decodeID, to: rid, limits: Self.pictureLink), Edge(from: rid, to: id)]
             }
@@ -209,6 +266,21 @@ public struct HLSLadder: Sendable {
             entries.append(copyID)
         }
         return StageGraph(nodes: nodes, edges: edges, entries: entries)
+    }
+
+    /// The decode's settings once `timing` is decided (`DecodeStage`'s `finalSettings`): when the
+    /// source's packets stand in for a rung, pictures decoded to the tallest of the other `rungs`,
+    /// so those scale from fewer pixels; otherwise `settings` as they are (nil).
+    static func decodeSettings(_ settings: TranscodeSettings, timing: LadderTiming, rungs: [LadderRung]) -> @Sendable (StageContext) -> TranscodeSettings? {
+        let heights = rungs.map { (name: $0.name, height: $0.height) }
+        return { context in
+            guard case .keyframes(_, let replacing?) = timing.await(until: { context.stopRequested }),
+                let tallest = heights.filter({ $0.name != replacing }).map(\.height).max()
+            else { return nil }
+            var s = settings
+            s.limit = PictureSize(width: 1 << 14, height: tallest)
+            return s
+        }
     }
 
     /// The stage of `graph(id:)` whose progress is the ladder's: its decode, or its copy when it

@@ -297,7 +297,7 @@ struct InitSegmentInfo {
         let entries = (stsd.payload.lowerBound + 8)..<stsd.payload.upperBound
         isVideo = false
         codecs = nil
-        for type in ["avc1", "avc3", "hvc1", "hev1"] {
+        for type in ["avc1", "avc3", "hvc1", "hev1", "av01"] {
             guard let e = r.find(type, in: entries) else { continue }
             isVideo = true
             let children = (e.payload.lowerBound + 78)..<e.payload.upperBound  // after the VisualSampleEntry fields
@@ -305,6 +305,8 @@ struct InitSegmentInfo {
                 codecs = CodecStrings.avc(Array(b[c.payload]), sampleEntry: type)
             } else if let c = r.find("hvcC", in: children) {
                 codecs = CodecStrings.hevc(Array(b[c.payload]), sampleEntry: type)
+            } else if let c = r.find("av1C", in: children) {
+                codecs = CodecStrings.av1(Array(b[c.payload]))
             }
             return
         }

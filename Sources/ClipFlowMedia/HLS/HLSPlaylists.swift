@@ -87,6 +87,20 @@ enum HLSPlaylists {
         return s + "#EXT-X-ENDLIST\n"
     }
 
+    /// Video renditions in the master's order: grouped by codec, H.264 first (every player
+    /// decodes it, and a player without a bandwidth estimate starts on the first variant), then
+    /// HEVC, then AV1; the richest first within each.
+    static func ordered(_ video: [HLSTrack]) -> [HLSTrack] {
+        func family(_ t: HLSTrack) -> Int { t.codecs.hasPrefix("avc") ? 0 : t.codecs.hasPrefix("hvc") || t.codecs.hasPrefix("hev") ? 1 : 2 }
+        return video.sorted { (family($0), -$0.peak) < (family($1), -$1.peak) }
+    }
+
+    /// The smallest H.264 rendition of `ordered` video (else its last): where a player with no
+    /// estimate yet starts, and what the storyboard is decoded from.
+    static func smallest(of ordered: [HLSTrack]) -> HLSTrack? {
+        ordered.last { $0.codecs.hasPrefix("avc") } ?? ordered.last
+    }
+
     static func master(video: [HLSTrack], audio: HLSTrack?, audioGroup: String = "audio") -> String {
         var s = "#EXTM3U\n#EXT-X-VERSION:\(version)\n#EXT-X-INDEPENDENT-SEGMENTS\n"
         if let a = audio {

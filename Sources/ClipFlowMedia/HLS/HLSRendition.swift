@@ -84,14 +84,16 @@ final class RenditionFiles {
 
 /// One video rendition of a ladder: takes raw pictures (port `frames`; audio is not its part),
 /// scales each to the rung's size (short side = the rung's height, the pictures' shape kept),
-/// encodes it (x264 High; keyframes forced on the picture nearest every segment boundary and
-/// nowhere else: scene cuts off, closed GOPs), and starts a segment at each boundary's keyframe, so
-/// every rendition of the ladder cuts at the same instants. With a `timing` (the ladder may hold
+/// encodes it in the rung's codec with a keyframe on the picture nearest every segment boundary
+/// and nowhere else (x264 High: forced there, scene cuts off, closed GOPs; SVT-AV1, which takes no
+/// forced keyframe: a new encoder from each boundary, whose sequence header must equal the first
+/// one's), and starts a segment at each boundary's keyframe, so every rendition of the ladder
+/// cuts at the same instants. With a `timing` (the ladder may hold
 /// the source's own packets) it waits for its decision before the first picture: the boundaries
 /// are then the source's keyframes the copy cuts at, and the rung the source's packets stand in
 /// for is left out (said in its result). At end of stream it hands the ladder its description (port
 /// `rendition`). A rung above the pictures' short side is left out unless `always` (the ladder's
-/// smallest): said in its result (`left_out`), and as a notice when the rung was asked for by
+/// smallest H.264 rung): said in its result (`left_out`), and as a notice when the rung was asked for by
 /// name (`asked`; an automatic ladder leaves rungs above the source out by design).
 /// With `makesPoster` it also chooses the ladder's cover from the pictures as they pass
 /// (`PassingCoverChoice`) and hands it on with its description (`LadderPoster`).
@@ -115,6 +117,12 @@ final class VideoRenditionStage: Stage {
     private var size = PictureSize(width: 0, height: 0)
     private var converter: PictureConverter?
     private var encoder: CodecContext?
+    /// Pictures sent to `encoder` since it was made.
+    private var sent = 0
+    /// The first encoder's global header: every later one (AV1) must have the same.
+    private var header: [UInt8]?
+    /// The init segment written (its sample entry names the codec's configuration).
+    private var initSegment: [UInt8] = []
     private var writer: FragmentWriter?
     private var files: RenditionFiles?
     private let source: Frame
@@ -195,7 +203,11 @@ final class VideoRenditionStage: Stage {
         try receivePackets()
         guard let writer, let files else { throw ClipFlowError.failure("\(rung.name): no picture was encoded") }
         try files.writeSegment(try writer.finish(), seconds: seconds(lastEnd - segmentStart))
-        let codecs = CodecStrings.avc(AVCConfiguration.fromAnnexB(encoder.extradata)?.bytes ?? []) ?? "avc1.640028"
+        let codecs =
+            rung.codec == .h264
+            ? CodecStrings.avc(AVCConfiguration.fromAnnexB(encoder.extradata)?.bytes ?? []) ?? "avc1.640028"
+            : try InitSegmentInfo(initSegment)?.codecs
+                ?? { throw ClipFlowError.failure("\(rung.name): the init segment has no AV1 configuration (av1C)") }()
         var t = try files.track(codecs: codecs)
         t.width = size.width
         t.height = size.height
@@ -220,22 +232,53 @@ final class VideoRenditionStage: Stage {
             : PictureSize(width: TranscodeGeometry.even(Double(v.width) * Double(short) / Double(v.height)), height: short)
         converter = PictureConverter(frame: size, pool: try PicturePool(size: size))
         frameRate = v.nominalRate ?? 30
+        encoder = try makeEncoder()
+        files = try RenditionFiles(name: rung.name, ladder: ladder.work, singleFile: singleFile)
+    }
+
+    /// An encoder for the rung's codec at `size`; keyframes only where a segment starts.
+    private func makeEncoder() throws -> CodecContext {
         let size = self.size, rung = self.rung, rate = frameRate
-        encoder = try CodecContext.encoder(
-            named: "libx264", what: "H.264 encoder (\(rung.name))",
-            options: ["preset": preset, "crf": String(rung.crf), "profile": "high", "forced-idr": "1", "x264-params": "scenecut=0:open-gop=0"]
-        ) { c in
+        func configure(_ c: UnsafeMutablePointer<AVCodecContext>) {
             c.pointee.width = Int32(size.width)
             c.pointee.height = Int32(size.height)
             c.pointee.pix_fmt = AV_PIX_FMT_YUV420P
             c.pointee.time_base = Self.timeBase
             c.pointee.framerate = av_d2q(rate, 1_000_000)
-            c.pointee.gop_size = 100_000  // keyframes only where forced, at the boundaries
-            c.pointee.rc_max_rate = Int64(rung.maxRate)
-            c.pointee.rc_buffer_size = Int32(clamping: 2 * rung.maxRate)
+            c.pointee.gop_size = 100_000
             c.pointee.flags |= AV_CODEC_FLAG_GLOBAL_HEADER
         }
-        files = try RenditionFiles(name: rung.name, ladder: ladder.work, singleFile: singleFile)
+        switch rung.codec {
+        case .h264:
+            return try CodecContext.encoder(
+                named: "libx264", what: "H.264 encoder (\(rung.name))",
+                options: ["preset": preset, "crf": String(rung.crf), "profile": "high", "forced-idr": "1", "x264-params": "scenecut=0:open-gop=0"]
+            ) { c in
+                configure(c)
+                c.pointee.rc_max_rate = Int64(rung.maxRate)
+                c.pointee.rc_buffer_size = Int32(clamping: 2 * rung.maxRate)
+            }
+        case .av1:
+            return try CodecContext.encoder(
+                named: "libsvtav1", what: "AV1 encoder (\(rung.name))",
+                // One thread's buffers (lp=1): by default SVT-AV1 reserves over a gigabyte per
+                // encoder, beyond a worker's bound; a ladder's renditions keep the cores busy.
+                options: ["preset": String(LadderRung.av1Preset), "crf": String(rung.crf), "svtav1-params": "lp=1"],
+                configure: configure)
+        }
+    }
+
+    /// Ends the AV1 encoder's pictures (their packets go into the segment being written) and
+    /// makes a new encoder, whose first picture is a keyframe.
+    private func restartEncoder() throws {
+        guard sent > 0, let old = encoder else { return }
+        try old.send(frame: nil)
+        try receivePackets()
+        encoder = try makeEncoder()
+        sent = 0
+        if let header, encoder!.extradata != header {
+            throw ClipFlowError.failure("\(rung.name): the AV1 encoder's sequence header changed from one segment to the next")
+        }
     }
 
     private func seconds(_ ticks: Int64) -> Double { Double(ticks) / Double(Self.timeBase.den) }
@@ -253,11 +296,12 @@ final class VideoRenditionStage: Stage {
         picture.f.pointee.pict_type = AV_PICTURE_TYPE_NONE
         let half = 0.5 / frameRate
         if pts >= nextBoundary - Int64((half * Double(Self.timeBase.den)).rounded()) {
-            picture.f.pointee.pict_type = AV_PICTURE_TYPE_I
+            if rung.codec == .av1 { try restartEncoder() } else { picture.f.pointee.pict_type = AV_PICTURE_TYPE_I }
             nextBoundary = schedule.boundary(after: v.time + half, ticksPerSecond: Double(Self.timeBase.den))
         }
         lastEnd = max(lastEnd, pts + Int64((Double(Self.timeBase.den) / frameRate).rounded()))
         try encoder!.send(frame: picture)
+        sent += 1
         try receivePackets()
     }
 
@@ -267,7 +311,9 @@ final class VideoRenditionStage: Stage {
             if writer == nil {
                 let par = try CodecParameters(from: encoder)
                 writer = try FragmentWriter(copying: par.p, timeBase: Self.timeBase, what: rung.name)
-                try files.writeInit(try writer!.header())
+                initSegment = try writer!.header()
+                try files.writeInit(initSegment)
+                header = encoder.extradata
             }
             // Keyframes come only where forced, at the boundaries: each starts a segment.
             if packet.isKeyframe, segmentHasData {

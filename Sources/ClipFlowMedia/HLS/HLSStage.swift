@@ -19,6 +19,9 @@ public enum HLSStage {
             ParamSpec(
                 "passthrough-rate", .number(min: 0.1, max: 100), default: .number(Passthrough.defaultMaxRate),
                 help: "the highest average bit rate of a source passed through, as a multiple of its rung's cap"),
+            ParamSpec(
+                "codecs", .string, default: .string("h264"),
+                help: "h264, or h264,av1: every rung up to 720 lines again in AV1 (SVT-AV1), for players that decode it"),
             ParamSpec("profile", .choice(["vod", "feed"]), default: .string("vod"), help: "vod: 6 s segments; feed: a 1 s first segment, then 2 s"),
             ParamSpec("segment", .number(min: 1, max: 30), help: "segment length in seconds (overrides the profile's)"),
             ParamSpec("encoder-preset", .choice(TranscodeSettings.encoderPresets), default: .string("veryfast"), help: "x264 speed preset"),
@@ -38,6 +41,9 @@ public enum HLSStage {
         queue: DecodeStage.kind.queue,
         check: { p, path in
             var issues: [PipelineIssue] = []
+            if let c = p.string("codecs"), VideoCodec.parse(c) == nil {
+                issues.append(PipelineIssue("\(path).codecs", "expected \(VideoCodec.expected), got \"\(c)\""))
+            }
             if let l = p.string("ladder"), LadderChoice.parse(l) == nil {
                 issues.append(PipelineIssue("\(path).ladder", "expected \(LadderChoice.expected), got \"\(l)\""))
             }
@@ -65,7 +71,8 @@ public enum HLSStage {
                     LadderReuse(folder: URL(fileURLWithPath: $0), named: LadderReuse.names(p.string("reuse-renditions") ?? "") ?? [])
                 },
                 overwrite: p.bool("overwrite") ?? false, storyboard: p.bool("storyboard") ?? true, timelineStart: p.double("timeline-start") ?? 0,
-                passthrough: p.string("passthrough") == "off" ? nil : Passthrough(maxRate: p.double("passthrough-rate") ?? Passthrough.defaultMaxRate)
+                passthrough: p.string("passthrough") == "off" ? nil : Passthrough(maxRate: p.double("passthrough-rate") ?? Passthrough.defaultMaxRate),
+                codecs: VideoCodec.parse(p.string("codecs") ?? "h264") ?? [.h264]
             ).graph(id: id)
         })
 }
@@ -114,8 +121,7 @@ final class LadderStage: Stage {
             }
         }
         guard !video.isEmpty else { throw ClipFlowError.badInput("no picture reached the ladder") }
-        // The richest first (a player without a bandwidth estimate starts there).
-        video.sort { $0.peak > $1.peak }
+        video = HLSPlaylists.ordered(video)
         try folder.write(HLSPlaylists.master(video: video, audio: audio), to: "master.m3u8")
         try folder.write(LadderTracks(video: video, audio: audio).serialized(), to: LadderTracks.file)
         if reuse?.poster != true {
@@ -125,7 +131,7 @@ final class LadderStage: Stage {
                 throw ClipFlowError.failure("internal: no rendition of the ladder '\(folder.output.path)' made its poster")
             }
         }
-        if storyboard { try Storyboard.write(from: video[video.count - 1], in: work) }
+        if storyboard, let smallest = HLSPlaylists.smallest(of: video) { try Storyboard.write(from: smallest, in: work) }
         let entry = FeedEntry(id: folder.output.lastPathComponent, video: video, audio: audio, covers: work)
         try folder.write(FeedManifest(videos: [entry]).serialized, to: "feed.json")
         try folder.commit()

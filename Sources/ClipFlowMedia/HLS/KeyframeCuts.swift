@@ -12,6 +12,9 @@ struct SourceKeyframes: Sendable, Equatable {
     var end: Double
     /// Bytes of every video packet.
     var bytes: Int64
+    /// A picture after a keyframe in decoding order is shown before it (an open GOP: a segment
+    /// starting at that keyframe would need the one before).
+    var leadingPictures = false
 
     /// Seconds: the longest stretch from a keyframe to the next one (or to the end).
     var longestGap: Double {
@@ -28,8 +31,9 @@ struct SourceKeyframes: Sendable, Equatable {
     var averageRate: Double { end > 0 ? Double(bytes) * 8 / end : 0 }
 
     /// Reads the video packets of stream `stream` of `source` (the other streams skipped; the
-    /// demuxer is at its end afterwards).
-    static func read(_ source: Demuxer, stream: Int) throws -> SourceKeyframes {
+    /// demuxer is at its end afterwards). Once `stopped()` (asked every few hundred packets)
+    /// says so, throws `ClipFlowError.interrupted`.
+    static func read(_ source: Demuxer, stream: Int, stopped: () -> Bool = { false }) throws -> SourceKeyframes {
         for i in 0..<source.streamCount where i != stream { source.stream(i).pointee.discard = AVDISCARD_ALL }
         defer { for i in 0..<source.streamCount { source.stream(i).pointee.discard = AVDISCARD_DEFAULT } }
         let st = source.stream(stream)
@@ -40,19 +44,28 @@ struct SourceKeyframes: Sendable, Equatable {
         var keys: [Double] = []
         var first: Bool?
         var end = 0.0, bytes: Int64 = 0
+        var lastKey: Int64?, leading = false
+        var count = 0
         while try source.read(into: packet) {
             defer { packet.unref() }
+            count += 1
+            if count % 256 == 0, stopped() { throw ClipFlowError.interrupted }
             let p = packet.p.pointee
             guard Int(p.stream_index) == stream else { continue }
             bytes += Int64(p.size)
             let ticks = p.pts == cf_nopts() ? p.dts : p.pts
             guard ticks != cf_nopts() else { continue }
             if first == nil { first = packet.isKeyframe }
-            if packet.isKeyframe { keys.append(seconds(ticks)) }
+            if packet.isKeyframe {
+                keys.append(seconds(ticks))
+                lastKey = ticks
+            } else if let k = lastKey, p.pts != cf_nopts(), p.pts < k {
+                leading = true
+            }
             end = max(end, seconds(ticks + max(0, p.duration)))
         }
         keys.sort()
-        return SourceKeyframes(times: keys, startsWithKeyframe: first ?? false, end: end, bytes: bytes)
+        return SourceKeyframes(times: keys, startsWithKeyframe: first ?? false, end: end, bytes: bytes, leadingPictures: leading)
     }
 
     /// The keyframes a ladder's segments start at when one rendition is these packets as they are

@@ -49,11 +49,13 @@ public struct LadderReuse: Sendable, Equatable {
         self.poster = poster
     }
 
-    /// What the `hls` stage's `reuse-renditions` names (`360p,audio,poster`), or nil when it is not
-    /// a list of such names (letters and digits, each once).
+    /// What the `hls` stage's `reuse-renditions` names (`360p,audio,poster`, `360p-av1`), or nil
+    /// when it is not a list of such names (letters, digits and inner hyphens, each once).
     public static func names(_ list: String) -> [String]? {
         let names = list.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
-        let valid = names.allSatisfy { !$0.isEmpty && $0.allSatisfy { c in c.isASCII && (c.isLetter || c.isNumber) } }
+        let valid = names.allSatisfy {
+            !$0.isEmpty && !$0.hasPrefix("-") && !$0.hasSuffix("-") && $0.allSatisfy { c in c.isASCII && (c.isLetter || c.isNumber || c == "-") }
+        }
         return valid && Set(names).count == names.count ? names : nil
     }
 

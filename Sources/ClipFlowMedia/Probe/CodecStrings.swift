@@ -27,6 +27,17 @@ enum CodecStrings {
         return s
     }
 
+    /// `av01.P.LLT.DD` from an `av1C` record (AV1 Codec ISOBMFF binding, Codecs Parameter
+    /// String): seq_profile, seq_level_idx_0 in two digits and seq_tier_0 as M or H, and the bit
+    /// depth in two digits, as the sequence header the record carries says.
+    static func av1(_ av1C: [UInt8]) -> String? {
+        guard av1C.count >= 4, av1C[0] == 0x81 else { return nil }
+        let profile = av1C[1] >> 5, level = av1C[1] & 0x1f
+        let tier = av1C[2] >> 7, high = (av1C[2] >> 6) & 1, twelve = (av1C[2] >> 5) & 1
+        let depth = high == 0 ? 8 : twelve == 0 ? 10 : 12
+        return "av01.\(profile)." + String(format: "%02d", level) + (tier == 0 ? "M" : "H") + "." + String(format: "%02d", depth)
+    }
+
     /// `mp4a.40.N`: N is the audio object type of an AudioSpecificConfig (its first 5 bits, or
     /// 32 + the next 6 when those are 31), in decimal.
     static func aac(_ asc: [UInt8]) -> String? {

@@ -13,7 +13,11 @@ import Foundation
 /// `cancelFlag`.
 public final class DecodeStage: Stage {
     public let id: String
-    public let settings: TranscodeSettings
+    public private(set) var settings: TranscodeSettings
+    /// Asked once, as decoding starts, for the settings to decode with instead of `settings` (nil:
+    /// those): a ladder's limit once its copy decided which rungs are encoded. May wait; returns
+    /// nil at once when the stage is stopping.
+    private let finalSettings: (@Sendable (StageContext) -> TranscodeSettings?)?
     /// Whether it reports its progress (a transcode's encoder reports the transcode's instead).
     let reportsProgress: Bool
     private var files = InputOrdered<String>()
@@ -49,10 +53,13 @@ public final class DecodeStage: Stage {
         return c
     }
 
-    public init(id: String, settings: TranscodeSettings, reportsProgress: Bool = true) {
+    public init(
+        id: String, settings: TranscodeSettings, reportsProgress: Bool = true, finalSettings: (@Sendable (StageContext) -> TranscodeSettings?)? = nil
+    ) {
         self.id = id
         self.settings = settings
         self.reportsProgress = reportsProgress
+        self.finalSettings = finalSettings
     }
 
     public func prepare(_ context: StageContext) throws {
@@ -73,6 +80,8 @@ public final class DecodeStage: Stage {
 
     public func drain(_ context: StageContext) throws {
         guard !files.isEmpty else { throw ClipFlowError.badInput("no videos reached the decode stage") }
+        if let finalSettings, let s = finalSettings(context) { settings = s }
+        if context.stopRequested { return }
         var sequence: Int64 = 0
         var samples: Int64 = 0
         let started = Date()

@@ -66,11 +66,13 @@ enum FeedPage {
     }
 
     /// What a cold start of `entry` fetches first, as the script chooses it before anything is
-    /// measured: the init and first segment of the smallest encoded rung (of the smallest
-    /// rendition when there is none), and of the audio.
+    /// measured: the init and first segment of the smallest H.264 rendition (of the smallest
+    /// rendition when there is none), and of the audio. A ladder with AV1 rungs leaves the video
+    /// to the script, which takes AV1 only where the browser decodes it.
     static func firstFetches(_ entry: FeedEntry) -> [String] {
-        let encoded = entry.renditions.filter { LadderRung.height(named: $0.name) != nil }
-        let video = (encoded.isEmpty ? entry.renditions : encoded).min { $0.bandwidth < $1.bandwidth }
+        let av1 = entry.renditions.contains { $0.codecs.hasPrefix("av01") }
+        let h264 = entry.renditions.filter { $0.codecs.hasPrefix("avc") }
+        let video = av1 ? nil : (h264.isEmpty ? entry.renditions : h264).min { $0.bandwidth < $1.bandwidth }
         return [video, entry.audio].compactMap { $0 }.flatMap { [$0.`init`, $0.segment] }
     }
 

@@ -5,7 +5,8 @@ import Foundation
 ///
 /// The `playable` step publishes, as fast as it can, something every browser plays: a `copy` of
 /// the upload (its packets cut into fMP4 segments, nothing decoded) when the upload allows it
-/// (`BrowserCopy`, checked by the step's `inspect` stage), else the ladder's smallest rung (with the audio and the poster). The `ladder`
+/// (`BrowserCopy`, checked by the step's `inspect` stage), else the ladder's smallest rung (with the audio and the poster; a
+/// small H.264 source that fits it stands in for it, `Passthrough`). The `ladder`
 /// step then encodes the other rungs from one decode and takes over, as they are, what the first
 /// step made that the ladder also needs (the copied or encoded audio, the smallest rung, and the
 /// copy when it fits the top rung, `Passthrough`: that rung is then not encoded), so no
@@ -23,9 +24,10 @@ enum PlayableFirst {
 
     static var smallest: LadderRung { LadderRung.standard[LadderRung.standard.count - 1] }
 
-    /// The `playable` step's ladder and the renditions it publishes: the copy, or the smallest rung.
-    static func first(copyable: Bool) -> (choice: LadderChoice, renditions: [String]) {
-        copyable ? (LadderChoice(rungs: [], copy: true), ["copy"]) : (LadderChoice(rungs: [smallest]), [smallest.name])
+    /// The `playable` step's ladder: the copy, or the smallest rung (which a small H.264 source
+    /// that fits stands in for, `Passthrough`).
+    static func first(copyable: Bool) -> LadderChoice {
+        copyable ? LadderChoice(rungs: [], copy: true) : LadderChoice(rungs: [smallest])
     }
 
     /// The `ladder` step after a first step of `copyable`'s kind: nil when the first step made the

@@ -26,6 +26,9 @@ public struct ProcessingLimits: Sendable, Equatable {
     /// one past it); 0: no bound but the lanes. Whatever the bound, the next job goes to the
     /// client served longest ago (`FairTurns`).
     public var jobsPerClient = 0
+    /// The codecs of a video's ladder (`--codecs`): H.264, and with AV1 the rungs up to 720
+    /// lines again in AV1 (`HLSLadder.codecs`).
+    public var ladderCodecs: Set<VideoCodec> = [.h264]
 
     public init() {}
 }

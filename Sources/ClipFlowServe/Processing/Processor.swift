@@ -345,9 +345,11 @@ final class Processor: Sendable {
         let name = copied ? copyFolder : "\(prefix)-first"
         let plan = PlayableFirst.ladder(rungs: PlayableFirst.rungs(width: probe.width, height: probe.height), copyable: copied)
         if !copied {
-            try await ladder(id, input, first.choice, into: folder.appendingPathComponent(name), share: (0, 0.1), storyboard: plan == nil)
+            try await ladder(id, input, first, into: folder.appendingPathComponent(name), share: (0, 0.1), storyboard: plan == nil)
         }
-        try await publish(&video, jobID, .playable, from: folder, name, status: plan == nil ? .ready : .viewable, renditions: first.renditions)
+        // The copy, or the smallest rung (or the source's packets standing in for it, or beside it).
+        let renditions = try LadderTracks.videoRenditions(in: folder.appendingPathComponent(name))
+        try await publish(&video, jobID, .playable, from: folder, name, status: plan == nil ? .ready : .viewable, renditions: renditions)
         guard let plan else { return true }
         // What the ladder step builds on stays here for it, should it run here.
         await media.keep(id, job: jobID, from: folder, published: name)
@@ -370,7 +372,7 @@ final class Processor: Sendable {
         let name = "\(Self.folderPrefix(attempt: job.attempts, besides: video.published))-full"
         try await ladder(
             id, input, LadderChoice(rungs: rungs), into: folder.appendingPathComponent(name), share: (0.1, 1),
-            reuse: (folder.appendingPathComponent(video.published).path, plan.reuse), background: true)
+            reuse: (folder.appendingPathComponent(video.published).path, plan.reuse), background: true, codecs: limits.ladderCodecs)
         // The rungs and what was reused, or the copy standing in for the top rung: as the ladder says.
         let renditions = try LadderTracks.videoRenditions(in: folder.appendingPathComponent(name))
         try await publish(&video, jobID, .ladder, from: folder, name, status: .ready, renditions: renditions)
@@ -443,7 +445,8 @@ final class Processor: Sendable {
         marks.withLock { $0[video]?.append((name, Date())) }
     }
 
-    /// One ladder of `input` (feed profile) into `output`, taking `reuse`'s renditions from a
+    /// One ladder of `input` (feed profile, its rungs in `codecs`: a first step's in H.264 alone,
+    /// what plays everywhere at once) into `output`, taking `reuse`'s renditions from a
     /// published folder, checked first by `inspect`: the step's pipeline (`StepPipeline`), written
     /// beside `output` (`.NAME.json`, for the step's time) and run by a worker. Its progress moves
     /// the video's from `share.0` to `share.1`, never back. A `background` ladder (a video that
@@ -452,10 +455,11 @@ final class Processor: Sendable {
     @discardableResult
     private func ladder(
         _ id: Int64, _ input: String, _ choice: LadderChoice, into output: URL, inspect: StepPipeline.Inspection? = nil, share: (Double, Double),
-        reuse: (folder: String, tracks: [String])? = nil, background: Bool = false, storyboard: Bool = true
+        reuse: (folder: String, tracks: [String])? = nil, background: Bool = false, storyboard: Bool = true, codecs: Set<VideoCodec> = [.h264]
     ) async throws -> InspectSummary? {
         let pipeline = try writePipeline(
-            StepPipeline.text(input: input, output: output.path, ladder: choice, inspect: inspect, reuse: reuse, storyboard: storyboard), for: output)
+            StepPipeline.text(input: input, output: output.path, ladder: choice, inspect: inspect, reuse: reuse, storyboard: storyboard, codecs: codecs),
+            for: output)
         defer { try? FileManager.default.removeItem(at: pipeline) }
         let nice = background ? ServeWorker.backgroundNice : 0
         // A remux is over in a fraction of a second, of which starting a process would be a

@@ -239,7 +239,7 @@ public enum StepPipeline {
     /// The pipeline's text.
     public static func text(
         input: String, output: String, ladder choice: LadderChoice, inspect: Inspection? = nil, reuse: (folder: String, tracks: [String])? = nil,
-        storyboard: Bool = true, timelineStart: Double? = nil
+        storyboard: Bool = true, timelineStart: Double? = nil, codecs: Set<VideoCodec> = [.h264]
     ) -> String {
         var stages = [Stage(id: ServeWorker.uploadStage, kind: FilesStage.kind.name, paths: [input])]
         if let inspect {
@@ -253,7 +253,8 @@ public enum StepPipeline {
             Stage(
                 id: ServeWorker.ladderStage, kind: HLSStage.kind.name, inputs: [stages[stages.count - 1].id], output: output, ladder: ladderField(choice),
                 profile: "feed", reuse: reuse?.folder, reuseRenditions: reuse?.tracks.joined(separator: ","), storyboard: storyboard ? nil : false,
-                timelineStart: timelineStart))
+                timelineStart: timelineStart,
+                codecs: codecs == [.h264] ? nil : VideoCodec.allCases.filter(codecs.contains).map(\.rawValue).joined(separator: ",")))
         return serialized(stages)
     }
 
@@ -295,9 +296,10 @@ public enum StepPipeline {
         var storyboard: Bool? = nil
         var timelineStart: Double? = nil
         var conform: Bool? = nil
+        var codecs: String? = nil
 
         enum CodingKeys: String, CodingKey {
-            case id, kind, paths, inputs, copyable, output, ladder, profile, reuse, storyboard, conform
+            case id, kind, paths, inputs, copyable, output, ladder, profile, reuse, storyboard, conform, codecs
             case timelineStart = "timeline-start"
             case maxPicture = "max-picture"
             case maxDuration = "max-duration"

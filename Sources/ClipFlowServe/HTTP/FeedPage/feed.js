@@ -292,10 +292,24 @@ class Track {
 
 // Media Source Extensions over the ladder's fMP4 segments.
 class SourcePlayer {
-  // The video renditions a player switches among: all of a ladder's, cut at the same instants
-  // (a copy among them at the source's keyframes, where the encoded rungs cut too).
+  // The video renditions a player switches among, all of a ladder's being cut at the same
+  // instants (a copy among them at the source's keyframes, where the encoded rungs cut too): those
+  // this browser decodes. Where it decodes AV1, the AV1 rungs (the fewest bytes for a picture)
+  // and, above the tallest of them, the others (the buffer changes codec on the way: changeType).
+  // Without changeType, one codec's renditions only (AV1, else H.264).
   static renditions(entry) {
-    return entry.renditions;
+    const decodes = r => MS && MS.isTypeSupported(`video/mp4; codecs="${r.codecs}"`);
+    const playable = (entry.renditions || []).filter(decodes);
+    const family = codec => playable.filter(r => r.codecs.startsWith(codec));
+    const av1 = family('av01');
+    if (!(typeof SourceBuffer !== 'undefined' && 'changeType' in SourceBuffer.prototype)) {
+      const one = av1.length ? av1 : family('avc1');
+      return one.length ? one : playable;
+    }
+    if (!av1.length) return playable;
+    const short = r => Math.min(r.width || 0, r.height || 0);
+    const tallest = Math.max(...av1.map(short));
+    return av1.concat(playable.filter(r => !r.codecs.startsWith('av01') && short(r) > tallest));
   }
   // Starts the fetches a new player of `entry` makes first (the init and first segment of the
   // rendition it would choose now, and of the audio), before the player exists: for the first
@@ -312,8 +326,7 @@ class SourcePlayer {
   }
   static fits(entry) {
     if (!MS || !entry.renditions || entry.renditions.length === 0) return false;
-    const ok = (kind, r) => MS.isTypeSupported(`${kind}/mp4; codecs="${r.codecs}"`);
-    return entry.renditions.every(r => ok('video', r)) && (!entry.audio || ok('audio', entry.audio));
+    return SourcePlayer.renditions(entry).length > 0 && (!entry.audio || MS.isTypeSupported(`audio/mp4; codecs="${entry.audio.codecs}"`));
   }
   constructor(entry, video, index) {
     Object.assign(this, { entry, video, index, closed: false, active: false, live: entry.live === true });

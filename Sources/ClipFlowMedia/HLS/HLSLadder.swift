@@ -46,11 +46,11 @@ public struct LadderRung: Sendable, Equatable {
 
     /// SVT-AV1's CRF for the AV1 rungs: the H.264 rung's SSIM within 0.005, at about half its
     /// bytes (benchmarks/README.md).
-    public static let av1CRF = 35
+    public static let av1CRF = 33
 
     /// SVT-AV1's speed preset (0 slowest to 13): the fastest whose pictures keep within the SSIM
     /// above.
-    public static let av1Preset = 10
+    public static let av1Preset = 11
 
     /// This rung in AV1 (`720p-av1`).
     public var inAV1: LadderRung {

@@ -21,8 +21,8 @@ import Foundation
 /// Refused, naming the reason: several inputs, a codec HLS does not carry, a first packet that is
 /// not a keyframe, a mirrored picture (or a turned one beside upright rungs), keyframes further
 /// apart than a segment beside encoded rungs.
-/// With `makesPoster` (a passthrough: only when it stands in for the smallest rung, which would
-/// have chosen it), the ladder's poster is made from the source while the packets are copied
+/// With `makesPoster` (a copy asked for; never a passthrough, whose covers the smallest rung
+/// chooses), the ladder's poster is made from the source while the packets are copied
 /// (`LadderFolder.startPoster`).
 /// Takes the input files (ports `clips`, `video`); hands the ladder its description(s) (port
 /// `rendition`). Belongs to its stage queue.
@@ -116,19 +116,14 @@ final class CopyRenditionStage: Stage {
         let keys = try SourceKeyframes.read(source, stream: v, stopped: { context.stopRequested })
         if let why = fit.refusal(keys: keys, rung: rung, schedule: schedule, halfFrame: halfFrame) { return refuse(rung, why, context) }
         let cuts = keys.cuts(schedule, halfFrame: halfFrame)
-        // HEVC is a rendition beside the rung; H.264 stands in for it (and makes the covers when
-        // the rung is the smallest, which would have chosen them).
+        // HEVC is a rendition beside the rung; H.264 stands in for it. The covers are the
+        // smallest rung's choice either way.
         timing.decide(.keyframes(cuts, replacing: verdict == .beside ? nil : rung.name))
-        let poster = makesPoster && verdict == .standsIn && rung.height == rungs.map(\.height).min()
         if verdict == .standsIn, let earlier, let linked = try earlier.link(into: ladder.work).first {
-            if poster {
-                try ladder.startPoster(from: path, threads: context.helpers)
-                context.onCancel { [ladder] in ladder.cancelPoster() }
-            }
             _ = context.push(Item(.value(linked), type: .rendition))
             return
         }
-        try copy(path, video: v, cuts: cuts, makesPoster: poster, context)
+        try copy(path, video: v, cuts: cuts, makesPoster: false, context)
     }
 
     /// A passthrough that does not fit: the rung is encoded on the regular schedule, and why is said.

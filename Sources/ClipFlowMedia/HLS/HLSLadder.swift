@@ -253,8 +253,9 @@ public struct HLSLadder: Sendable {
         }
         if let role, let timing {
             let copyID = "\(id).copy"
-            // A passthrough makes them only when it stands in for the smallest rung.
-            let poster = reuse?.poster != true && role != .timing
+            // A copy asked for makes the covers from its source; a passthrough leaves them to the
+            // smallest rung, which chooses them from the passing pictures even when left out.
+            let poster = reuse?.poster != true && ladder.copy
             let start = timelineStart
             nodes.append(
                 StageNode(copyID) {

@@ -96,7 +96,8 @@ final class RenditionFiles {
 /// smallest H.264 rung): said in its result (`left_out`), and as a notice when the rung was asked for by
 /// name (`asked`; an automatic ladder leaves rungs above the source out by design).
 /// With `makesPoster` it also chooses the ladder's cover from the pictures as they pass
-/// (`PassingCoverChoice`) and hands it on with its description (`LadderPoster`).
+/// (`PassingCoverChoice`) and hands it on with its description (`LadderPoster`); left out for
+/// the source's packets, it still chooses it and hands on the cover alone.
 /// Belongs to its stage queue.
 final class VideoRenditionStage: Stage {
     let id: String
@@ -133,6 +134,8 @@ final class VideoRenditionStage: Stage {
     private var segmentHasData = false
     private var lastEnd: Int64 = 0
     private var skipped = false
+    /// Left out for the source's packets, it still chooses the covers from the passing pictures.
+    private var choosingOnly = false
     /// The encoder's clock: 90 kHz.
     static let timeBase = AVRational(num: 1, den: 90_000)
 
@@ -164,6 +167,7 @@ final class VideoRenditionStage: Stage {
     }
 
     private func take(_ v: VideoFrame, _ context: StageContext) throws -> FlowResult {
+        if choosingOnly { return .ok }
         if converter == nil {
             if let timing {
                 switch timing.await(until: { context.stopRequested }) {
@@ -173,7 +177,8 @@ final class VideoRenditionStage: Stage {
                     if replacing == rung.name {
                         skipped = true
                         context.emit(RenditionLeftOut(reason: "the source's own pictures are this rung (copy)"))
-                        return .endOfStream
+                        choosingOnly = poster != nil
+                        return choosingOnly ? .ok : .endOfStream
                     }
                     schedule = schedule.cutting(at: cuts)
                 }
@@ -193,6 +198,10 @@ final class VideoRenditionStage: Stage {
     }
 
     func drain(_ context: StageContext) throws {
+        if choosingOnly, !context.stopRequested, let chosen = poster?.chosen {
+            _ = context.push(Item(.value(LadderPoster(picture: chosen.picture, time: chosen.time)), type: .rendition))
+            return
+        }
         guard !skipped, !context.stopRequested else { return }
         try stopping(context) { try end(context) }
     }

@@ -106,7 +106,10 @@ final class LadderStage: Stage {
     func prepare(_ context: StageContext) throws { try folder.create() }
 
     func receive(_ item: Item, input: Int, _ context: StageContext) throws -> FlowResult {
-        guard case .value(let v) = item.payload, let t = v as? HLSTrack else { return .ok }
+        guard case .value(let v) = item.payload else { return .ok }
+        // A rung the source's packets stand in for hands on only the cover it chose.
+        if let p = v as? LadderPoster { poster = p }
+        guard let t = v as? HLSTrack else { return .ok }
         if let p = item.facts[LadderPoster.self] { poster = p }
         if t.width > 0 { video.append(t) } else { audio = t }
         return .ok

@@ -134,9 +134,14 @@ final class Processor: Sendable {
             }
             group.addTask {
                 while !Task.isCancelled {
+                    // A video still being processed is left alone: a step on another server sharing
+                    // the folder may have written a folder it has not published yet.
                     await self.media.sweepSuperseded(
                         grace: self.limits.supersededGrace, skip: { video in self.jobs.withLock { $0.active.contains(video) } },
-                        published: { video in try? await self.database.video(video)?.published })
+                        published: { video in
+                            guard let row = try? await self.database.video(video), row.status == .ready || row.status == .error else { return nil }
+                            return row.published
+                        })
                     try? await Task.sleep(for: .seconds(min(60, max(1, self.limits.supersededGrace / 4))))
                 }
             }

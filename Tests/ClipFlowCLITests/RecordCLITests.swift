@@ -239,7 +239,7 @@ final class RecordCLITests: XCTestCase {
         let p = dir.appendingPathComponent("late.json").path
         try """
         {"version": 1, "stages": [
-          {"id": "camera", "kind": "testpattern", "width": 1920, "height": 1080, "fps": 240, "duration": 1},
+          {"id": "camera", "kind": "testpattern", "width": 3840, "height": 2160, "fps": 240, "duration": 1},
           {"id": "record", "kind": "record", "inputs": ["camera"], "directory": "\(dir.path)/clips", "encoder-preset": "ultrafast"}
         ]}
         """.write(toFile: p, atomically: true, encoding: .utf8)

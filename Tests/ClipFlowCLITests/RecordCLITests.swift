@@ -221,10 +221,10 @@ final class RecordCLITests: XCTestCase {
     /// fault, nor a queue's).
     func testTestPatternSkipsAreToldOnceWithTheirCause() throws {
         let dir = fx.scratch("cli-record-late").path
-        let r = try clipflow(["record", "-o", dir, "--size", "1920x1080", "--fps", "240", "--duration", "1", "--encoder-preset", "ultrafast"])
+        let r = try clipflow(["record", "-o", dir, "--size", "3840x2160", "--fps", "240", "--duration", "1", "--encoder-preset", "ultrafast"])
         XCTAssertEqual(r.status, 0, r.stderr)
         let frames = try Probe.videoFrames("\(dir)/clip-0001.mp4")
-        XCTAssertLessThan(frames, 240, "this machine made 1080p at 240 fps in real time; make it bigger")
+        XCTAssertLessThan(frames, 240, "this machine made 4K at 240 fps in real time; make it bigger")
         let late = 240 - frames
         XCTAssertEqual(
             lossLines(r.stderr, dir: dir),

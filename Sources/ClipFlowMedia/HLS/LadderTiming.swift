@@ -3,7 +3,8 @@ import Foundation
 
 /// Where a ladder's encoded renditions start their segments when the ladder may hold the source's
 /// own packets (a copy or a passthrough top rung): decided once, by the copy stage, from the
-/// source's keyframes; awaited by each encoded rendition before its first picture. Any thread.
+/// source's keyframes; awaited by each encoded rendition before its first picture. Any thread:
+/// `condition` guards `decision` (hence `@unchecked Sendable`), set once by the copy stage.
 final class LadderTiming: @unchecked Sendable {
     enum Decision: Equatable {
         /// The regular schedule: no rendition is the source's packets.

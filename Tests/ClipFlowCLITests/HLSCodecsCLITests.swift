@@ -16,14 +16,27 @@ final class HLSCodecsCLITests: XCTestCase {
 
     func clipflow(_ args: [String]) throws -> Run { try Run.run([binary] + args, check: false) }
 
+    /// As a phone's upload is: H.264 High at a sensible bit rate, a keyframe every second, AAC;
+    /// its own pictures are the top rung (passthrough), which pays for a 720p AV1 rung.
+    func phoneLike(_ name: String, seconds: Int) throws -> String {
+        try fx.clip(
+            name,
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", String(seconds), "-c:v", "libx264",
+                "-preset", "veryfast", "-profile:v", "high", "-g", "30", "-b:v", "2M", "-maxrate", "3M", "-bufsize", "4M", "-pix_fmt", "yuv420p",
+                "-c:a", "aac"
+            ])
+    }
+
     func testAnAV1LadderSaysItsCodecsAndPlaysInFFmpegAndThroughMSE() throws {
-        let src = try fx.clip("codecs-src.mp4", seconds: 4, size: "1280x720")
+        let src = try phoneLike("codecs-phone.mp4", seconds: 4)
         let out = fx.scratch("codecs-av1").appendingPathComponent("hls")
         let r = try clipflow(["hls", src, "-o", out.path, "--codecs", "h264,av1", "--profile", "feed", "--encoder-preset", "ultrafast"])
         XCTAssertEqual(r.status, 0, r.stderr)
         XCTAssertFalse(r.stderr.contains("Svt[info]"), "SVT-AV1's banner is not the user's: \(r.stderr)")
         let names = Set(try FileManager.default.contentsOfDirectory(atPath: out.path))
-        XCTAssertTrue(names.isSuperset(of: ["720p", "540p", "360p", "720p-av1", "540p-av1", "360p-av1", "audio"]), "\(names)")
+        XCTAssertTrue(names.isSuperset(of: ["copy", "540p", "360p", "720p-av1", "540p-av1", "360p-av1", "audio"]), "\(names)")
+        XCTAssertFalse(names.contains("720p"), "the source's own pictures are the 720p rung: \(names)")
         let lint = try clipflow(["hls", "lint", out.path])
         XCTAssertTrue(lint.out.contains("\"errors\":0,\"warnings\":0"), lint.out)
 
@@ -58,6 +71,26 @@ final class HLSCodecsCLITests: XCTestCase {
         XCTAssertNotEqual(try clipflow(["hls", src, "-o", out.path + "-x", "--codecs", "av1"]).status, 0, "H.264 is every player's fallback")
     }
 
+    /// When the top rung is encoded, the AV1 rungs stop at 540p (the ladder's time), and the
+    /// notice says why 720p has none.
+    func testAnEncodedTopRungLeavesTheTallAV1RungOut() throws {
+        let src = try phoneLike("codecs-phone.mp4", seconds: 4)
+        for (label, args) in [("off", ["--passthrough", "off"]), ("refused", ["--passthrough-rate", "0.1"])] {
+            let out = fx.scratch("codecs-top-encoded-\(label)").appendingPathComponent("hls")
+            let r = try clipflow(["hls", src, "-o", out.path, "--codecs", "h264,av1", "--profile", "feed", "--encoder-preset", "ultrafast"] + args)
+            XCTAssertEqual(r.status, 0, r.stderr)
+            let names = Set(try FileManager.default.contentsOfDirectory(atPath: out.path))
+            XCTAssertTrue(names.isSuperset(of: ["720p", "540p", "360p", "540p-av1", "360p-av1", "audio"]), "\(label): \(names)")
+            XCTAssertFalse(names.contains("720p-av1") || names.contains("copy"), "\(label): \(names)")
+            let master = try String(contentsOf: out.appendingPathComponent("master.m3u8"), encoding: .utf8)
+            XCTAssertFalse(master.contains("720p-av1"), master)
+            XCTAssertEqual(try clipflow(["hls", "lint", out.path]).status, 0, label)
+            if label == "refused" {
+                XCTAssertTrue(r.stderr.contains("720p-av1 left out: the top rung is encoded"), r.stderr)
+            }
+        }
+    }
+
     /// `serve --codecs h264,av1`: the ladder step adds the AV1 rungs, and the feed page's player in
     /// chromium (which decodes AV1) plays them.
     func testTheFeedPlaysAV1WhereTheBrowserDecodesIt() throws {
@@ -66,7 +99,7 @@ final class HLSCodecsCLITests: XCTestCase {
         try s.start()
         defer { s.stop() }
         let (id, upload) = try s.newVideo(key: key, ["name": "av1"])
-        try s.tusUpload(try fx.clip("serve-codecs.mp4", seconds: 6, size: "1280x720"), video: id, token: upload)
+        try s.tusUpload(try phoneLike("serve-codecs-phone.mp4", seconds: 6), video: id, token: upload)
         let ready = try s.waitForVideo(id, key: key, seconds: 240) as [String: Any]
         XCTAssertEqual(ready["status"] as? String, "ready", "\(ready)")
         let names = ((ready["renditions"] as? [[String: Any]]) ?? []).compactMap { $0["name"] as? String }

@@ -44,6 +44,14 @@ public struct LadderRung: Sendable, Equatable {
     /// encode of the top rung would cost more than the rest of the ladder on a small machine.
     public static let av1MaxHeight = 720
 
+    /// The tallest AV1 rung when the top rung is encoded rather than passed through: the AV1
+    /// rungs above it are made only with the time the top rung's encode saves, which keeps an AV1
+    /// ladder within 1.5x an H.264 one's time (benchmarks/README.md).
+    public static let av1MaxHeightTopEncoded = 540
+
+    /// Whether this rung is made only when the source's packets stand in for the top rung.
+    var needsTopPassedThrough: Bool { codec == .av1 && height > Self.av1MaxHeightTopEncoded }
+
     /// SVT-AV1's CRF for the AV1 rungs: the H.264 rung's SSIM within 0.005, at about half its
     /// bytes (benchmarks/README.md).
     public static let av1CRF = 33
@@ -160,7 +168,8 @@ public struct HLSLadder: Sendable {
     /// with a copy asked for, nor when rungs are reused.
     public var passthrough: Passthrough?
     /// The codecs of the encoded rungs: H.264 always; with AV1, every rung up to
-    /// `LadderRung.av1MaxHeight` again in AV1 (the reused ones' too).
+    /// `LadderRung.av1MaxHeight` again in AV1 (the reused ones' too), those above
+    /// `LadderRung.av1MaxHeightTopEncoded` only when the source's packets stand in for the top rung.
     public var codecs: Set<VideoCodec>
 
     public init(
@@ -225,7 +234,8 @@ public struct HLSLadder: Sendable {
             if codecs.contains(.av1) {
                 let reused = (reuse?.tracks ?? []).compactMap { name in LadderRung.standard.first { $0.name == name } }
                 var heights = Set<Int>()
-                encoded += (rungs + reused).filter { $0.height <= LadderRung.av1MaxHeight && heights.insert($0.height).inserted }.map(\.inAV1)
+                let tallest = timing == nil ? LadderRung.av1MaxHeightTopEncoded : LadderRung.av1MaxHeight
+                encoded += (rungs + reused).filter { $0.height <= tallest && heights.insert($0.height).inserted }.map(\.inAV1)
             }
             var decoding = TranscodeSettings()
             decoding.limit = PictureSize(width: 1 << 14, height: rungs.map(\.height).max() ?? 1080)

@@ -170,17 +170,27 @@ final class VideoRenditionStage: Stage {
         if choosingOnly { return .ok }
         if converter == nil {
             if let timing {
-                switch timing.await(until: { context.stopRequested }) {
+                let decision = timing.await(until: { context.stopRequested })
+                var replacing: String?
+                switch decision {
                 case nil: return .flushing
                 case .schedule: break
-                case .keyframes(let cuts, let replacing):
-                    if replacing == rung.name {
+                case .keyframes(let cuts, let replaced):
+                    replacing = replaced
+                    if replaced == rung.name {
                         skipped = true
                         context.emit(RenditionLeftOut(reason: "the source's own pictures are this rung (copy)"))
                         choosingOnly = poster != nil
                         return choosingOnly ? .ok : .endOfStream
                     }
                     schedule = schedule.cutting(at: cuts)
+                }
+                if rung.needsTopPassedThrough, replacing == nil {
+                    skipped = true
+                    let why = "the top rung is encoded, so AV1 stops at \(LadderRung.av1MaxHeightTopEncoded)p to keep the ladder's time"
+                    context.emit(RenditionLeftOut(reason: why))
+                    context.emit(.notice("\(rung.name) left out: \(why)"))
+                    return .endOfStream
                 }
             }
             let short = min(v.width, v.height)

@@ -7,7 +7,8 @@ import PackageDescription
 //                  -> ClipFlowCaptureEmulation -> ClipFlowCapture    driver client and its kernel stand-in)
 //                  -> ClipFlowUpload  -> CClipFlowCurl   (the only importer of libcurl)
 //                  -> ClipFlowMicrophone -> CClipFlowALSA (the only importer of alsa-lib)
-//                  -> ClipFlowServe   -> Hummingbird (HTTP server), GRDB (SQLite), PostgresNIO, ClipFlowMedia, ClipFlowUpload,
+//                  -> ClipFlowServe   -> Hummingbird (HTTP server), GRDB (SQLite), PostgresNIO, swift-metrics and swift-prometheus
+//                                        (/metrics), ClipFlowMedia, ClipFlowUpload,
 //                                        CClipFlowZlib (the only importer of zlib: gzip of text answers)
 //                  -> ClipFlowBatch   -> ClipFlowMedia, ClipFlowUpload (a pipeline per row; s3:// paths)
 //                  \-> ClipFlowCore (imports no C)
@@ -39,7 +40,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.0.0"),
         .package(url: "https://github.com/apple/swift-nio-extras", from: "1.20.0"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.20.0"),
-        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.0.0")
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.0.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.4.1"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0")
     ],
     targets: [
         .target(
@@ -68,7 +71,8 @@ let package = Package(
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "Logging", package: "swift-log"), .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"), .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus")
             ],
             // The feed and studio pages (HTTP/FeedPage.swift, StudioPage.swift): in the binary as bytes, so no resource bundle.
             resources: [
@@ -101,7 +105,11 @@ let package = Package(
         .testTarget(name: "ClipFlowMicrophoneTests", dependencies: ["ClipFlowMicrophone", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowBatchTests", dependencies: ["ClipFlowBatch", "ClipFlowCore", "ClipFlowTestSupport"]),
         .testTarget(name: "ClipFlowUploadTests", dependencies: ["ClipFlowUpload", "ClipFlowCore", "ClipFlowTestSupport"]),
-        .testTarget(name: "ClipFlowServeTests", dependencies: ["ClipFlowServe", "ClipFlowCore", "ClipFlowMedia", "ClipFlowTestSupport"]),
+        .testTarget(
+            name: "ClipFlowServeTests",
+            dependencies: [
+                "ClipFlowServe", "ClipFlowCore", "ClipFlowMedia", "ClipFlowTestSupport", .product(name: "MetricsTestKit", package: "swift-metrics")
+            ]),
         .testTarget(name: "ClipFlowCLITests", dependencies: ["clipflow", "ClipFlowTestSupport"])
     ]
 )

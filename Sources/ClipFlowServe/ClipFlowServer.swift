@@ -154,9 +154,10 @@ public enum ClipFlowServer {
         defer { lock?.release() }
         if options.database == "sqlite" {
             lock = try DataLock(folder: options.data)
-            database = try SQLiteStore(path: options.data.appendingPathComponent("clipflow.sqlite").path)
+            database = try SQLiteStore(path: options.data.appendingPathComponent("clipflow.sqlite").path, timer: metrics.database)
         } else {
-            let store = try PostgresStore(login: PostgresLogin(url: options.database, source: options.databaseSource, environment: options.environment))
+            let store = try PostgresStore(
+                login: PostgresLogin(url: options.database, source: options.databaseSource, environment: options.environment), timer: metrics.database)
             for warning in store.login.warnings { log.warning(warning) }
             postgres = store
             database = store

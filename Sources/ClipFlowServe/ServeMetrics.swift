@@ -1,140 +1,199 @@
 import ClipFlowUpload
+import CoreMetrics
+import Metrics
 import Foundation
+import Prometheus
 import Synchronization
 
-/// What the server counts for `GET /metrics`, since it started, and how it is written in the
-/// Prometheus text exposition format (version 0.0.4). Thread-safe (a mutex around the counts).
+/// What the server counts, through swift-metrics: into its own Prometheus registry, which
+/// `GET /metrics` writes out (swift-prometheus, text format 0.0.4), and into the backend a program
+/// embedding the server bootstrapped `MetricsSystem` with (none for the `clipflow` command). The
+/// series and their meaning are listed in docs/observability.md. Thread-safe: the handles are the
+/// libraries' (atomics), the scrape-time state is behind mutexes.
 final class ServeMetrics: Sendable {
-    /// Upper bounds (seconds) of the time-to-playable histogram's buckets.
+    /// Upper bounds (seconds) of the time-to-playable and time-to-mark histograms' buckets.
     static let playableBuckets: [Double] = [0.5, 1, 2, 5, 10, 30, 60, 120, 300]
+    /// Upper bounds (seconds) of the processing-time histogram's buckets.
+    static let processingBuckets: [Double] = [1, 2, 5, 10, 30, 60, 120, 300, 600, 1800]
+    /// Upper bounds of the database-time histogram's buckets.
+    static let databaseBuckets: [Duration] = [
+        .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
+        .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(5)
+    ]
 
-    struct Counts: Sendable, Equatable {
-        var uploadsCreated = 0
-        var uploadsCompleted = 0
-        var uploadBytesReceived = 0
-        /// Requests answered, by status class ("2xx").
-        var requests: [String: Int] = [:]
-        /// Seconds processing jobs ran and how many ended, by outcome ("done", "failed").
-        var processingSeconds: [String: Double] = [:]
-        var processingJobs: [String: Int] = [:]
-        /// Videos made playable: how many within each bucket's bound, their sum and count.
-        var playableBuckets = [Int](repeating: 0, count: ServeMetrics.playableBuckets.count)
-        var playableSum = 0.0
-        var playableCount = 0
-        /// Seconds after their uploads' last bytes at which videos made playable reached each
-        /// mark of their way (`PublishMark`), summed, and how many did.
-        var markSeconds: [PublishMark.Name: Double] = [:]
-        var markCount: [PublishMark.Name: Int] = [:]
-        /// Webhook delivery attempts, by outcome (`WebhookOutcome`).
-        var webhookAttempts: [String: Int] = [:]
+    /// Where `/metrics` reads from.
+    let registry = PrometheusCollectorRegistry()
+    /// The registry's factory, beside the program's own backend.
+    let factory: any MetricsFactory
+    /// What viewers reported (`POST /beacon`), per video and rendition.
+    let viewers: ViewerMetrics
+    /// How long the database took to answer, by operation.
+    let database: DatabaseTimer
+
+    private let uploadsCreated: CoreMetrics.Counter
+    private let uploadsCompleted: CoreMetrics.Counter
+    private let uploadBytes: CoreMetrics.Counter
+    private let requests: [String: CoreMetrics.Counter]
+    private let processing: [String: Recorder]
+    private let workerBusy: [String: FloatingPointCounter]
+    private let timeToPlayable: Recorder
+    private let timeToMark: [PublishMark.Name: Recorder]
+    private let webhookAttempts: [WebhookOutcome: CoreMetrics.Counter]
+    /// The object storage's own byte counts (nil: no bucket), and how much of them the counters
+    /// below took already.
+    private let storage: S3Traffic?
+    private let bucketRead: CoreMetrics.Counter?
+    private let bucketWritten: CoreMetrics.Counter?
+    private let bucketTaken = Mutex((read: Int64(0), written: Int64(0)))
+    /// The job gauges are set at each scrape from the database; left out when it does not answer.
+    private let jobsShown = Mutex(false)
+
+    /// `storage`: the bucket's byte counts (nil: no bucket). `backend`: where the counts go
+    /// besides `/metrics` (the program's `MetricsSystem` unless given).
+    init(storage: S3Traffic? = nil, backend: (any MetricsFactory)? = nil) {
+        var prometheus = PrometheusMetricsFactory(registry: registry)
+        prometheus.valueHistogramBuckets = [
+            "clipflow_time_to_playable_seconds": Self.playableBuckets, "clipflow_time_to_mark_seconds": Self.playableBuckets,
+            "clipflow_processing_seconds": Self.processingBuckets, ViewerMetrics.startupLabel: ViewerMetrics.startupBuckets
+        ]
+        prometheus.durationHistogramBuckets = [DatabaseTimer.label: Self.databaseBuckets]
+        let f: any MetricsFactory = MultiplexMetricsHandler(factories: [prometheus, backend ?? MetricsSystem.factory])
+        factory = f
+        viewers = ViewerMetrics(factory: f)
+        database = DatabaseTimer(factory: f)
+        uploadsCreated = CoreMetrics.Counter(label: "clipflow_uploads_created_total", factory: f)
+        uploadsCompleted = CoreMetrics.Counter(label: "clipflow_uploads_completed_total", factory: f)
+        uploadBytes = CoreMetrics.Counter(label: "clipflow_upload_bytes_received_total", factory: f)
+        requests = Dictionary(
+            uniqueKeysWithValues: ["1xx", "2xx", "3xx", "4xx", "5xx"].map {
+                ($0, CoreMetrics.Counter(label: "clipflow_http_requests_total", dimensions: [("code", $0)], factory: f))
+            })
+        processing = Dictionary(
+            uniqueKeysWithValues: ["done", "failed"].map {
+                ($0, Recorder(label: "clipflow_processing_seconds", dimensions: [("outcome", $0)], aggregate: true, factory: f))
+            })
+        workerBusy = Dictionary(
+            uniqueKeysWithValues: JobRow.Step.allCases.map {
+                ($0.rawValue, FloatingPointCounter(label: "clipflow_worker_busy_seconds_total", dimensions: [("step", $0.rawValue)], factory: f))
+            })
+        timeToPlayable = Recorder(label: "clipflow_time_to_playable_seconds", aggregate: true, factory: f)
+        timeToMark = Dictionary(
+            uniqueKeysWithValues: PublishMark.Name.allCases.map {
+                ($0, Recorder(label: "clipflow_time_to_mark_seconds", dimensions: [("mark", $0.rawValue)], aggregate: true, factory: f))
+            })
+        webhookAttempts = Dictionary(
+            uniqueKeysWithValues: WebhookOutcome.allCases.map {
+                ($0, CoreMetrics.Counter(label: "clipflow_webhook_attempts_total", dimensions: [("outcome", $0.rawValue)], factory: f))
+            })
+        self.storage = storage
+        bucketRead = storage.map { _ in CoreMetrics.Counter(label: "clipflow_bucket_bytes_read_total", factory: f) }
+        bucketWritten = storage.map { _ in CoreMetrics.Counter(label: "clipflow_bucket_bytes_written_total", factory: f) }
     }
 
-    private let counts = Mutex(Counts())
-    /// What viewers reported (`POST /beacon`), per video and rendition.
-    let viewers = ViewerMetrics()
-    /// The object storage's own counts of body bytes read and written (nil: no bucket).
-    private let storage: S3Traffic?
+    func uploadCreated() { uploadsCreated.increment() }
+    func uploadCompleted() { uploadsCompleted.increment() }
+    func uploadBytes(_ n: Int) { if n > 0 { uploadBytes.increment(by: n) } }
+    func webhookAttempt(_ outcome: WebhookOutcome) { webhookAttempts[outcome]?.increment() }
+    func answered(status: Int) { requests["\(status / 100)xx"]?.increment() }
 
-    /// `storage`: the bucket's byte counts, for the exposition (nil: no bucket).
-    init(storage: S3Traffic? = nil) { self.storage = storage }
-
-    var snapshot: Counts { counts.withLock { $0 } }
-
-    func uploadCreated() { counts.withLock { $0.uploadsCreated += 1 } }
-    func uploadCompleted() { counts.withLock { $0.uploadsCompleted += 1 } }
-    func uploadBytes(_ n: Int) { counts.withLock { $0.uploadBytesReceived += n } }
-    func webhookAttempt(_ outcome: WebhookOutcome) { counts.withLock { $0.webhookAttempts[outcome.rawValue, default: 0] += 1 } }
-    func answered(status: Int) { counts.withLock { $0.requests["\(status / 100)xx", default: 0] += 1 } }
-
-    /// Processing seconds from `done` and `failed`; time to playable from the `published` event
-    /// that carries it (the first one of a video).
+    /// Processing seconds and worker busy time from `done` and `failed`; time to playable from the
+    /// `published` event that carries it (the first one of a video).
     func job(_ e: JobEvent) {
         guard let seconds = e.seconds, seconds.isFinite, seconds >= 0 else { return }
-        counts.withLock { c in
-            switch e.kind {
-            case .done, .failed:
-                c.processingSeconds[e.kind.rawValue, default: 0] += seconds
-                c.processingJobs[e.kind.rawValue, default: 0] += 1
-            case .published:
-                for (i, bound) in Self.playableBuckets.enumerated() where seconds <= bound { c.playableBuckets[i] += 1 }
-                c.playableSum += seconds
-                c.playableCount += 1
-                for mark in e.timeline {
-                    c.markSeconds[mark.name, default: 0] += mark.seconds
-                    c.markCount[mark.name, default: 0] += 1
-                }
-            case .started, .requeued: break
+        switch e.kind {
+        case .done, .failed:
+            processing[e.kind.rawValue]?.record(seconds)
+            workerBusy[e.phase]?.increment(by: seconds)
+        case .published:
+            timeToPlayable.record(seconds)
+            for mark in e.timeline { timeToMark[mark.name]?.record(mark.seconds) }
+        case .started, .requeued: break
+        }
+    }
+
+    /// The exposition, with the database's view set first: `jobs`, the jobs by state and the
+    /// queued ones by step (nil when the database did not answer: the job series are then left
+    /// out rather than shown as stale or zero). `now`: seconds since 1970, for the queue's age.
+    func exposition(jobs: JobStats?, now: Double = Date().timeIntervalSince1970) -> String {
+        show(jobs, now: now)
+        if let storage, let bucketRead, let bucketWritten {
+            let (read, written) = (storage.read, storage.written)
+            let taken = bucketTaken.withLock { t in
+                defer { t = (read, written) }
+                return t
             }
+            if read > taken.read { bucketRead.increment(by: read - taken.read) }
+            if written > taken.written { bucketWritten.increment(by: written - taken.written) }
         }
+        return registry.emitToString()
     }
 
-    /// The exposition: these counts, and `jobs` (jobs in the store by state, every state listed;
-    /// nil, when the database did not answer: left out rather than shown as zero).
-    func exposition(jobs: [JobRow.State: Int]?) -> String {
-        let c = snapshot
-        var out = ""
-        func family(_ name: String, _ type: String, _ help: String, _ samples: [(String, String, String)]) {
-            out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
-            for (suffix, labels, value) in samples { out += "\(name)\(suffix)\(labels) \(value)\n" }
+    private func show(_ jobs: JobStats?, now: Double) {
+        jobsShown.withLock { shown in
+            var gauges: [(CoreMetrics.Gauge, Double)] = JobRow.State.allCases.map {
+                (CoreMetrics.Gauge(label: "clipflow_jobs", dimensions: [("state", $0.rawValue)], factory: factory), Double(jobs?.byState[$0] ?? 0))
+            }
+            for step in JobRow.Step.allCases {
+                let queued = jobs?.queued[step]
+                gauges.append(
+                    (CoreMetrics.Gauge(label: "clipflow_job_queue_depth", dimensions: [("step", step.rawValue)], factory: factory), Double(queued?.count ?? 0)))
+                gauges.append(
+                    (
+                        CoreMetrics.Gauge(label: "clipflow_job_queue_age_seconds", dimensions: [("step", step.rawValue)], factory: factory),
+                        queued.map { max(0, now - $0.oldest) } ?? 0
+                    ))
+            }
+            if jobs == nil {
+                if shown { for (g, _) in gauges { g.destroy() } }
+            } else {
+                for (g, value) in gauges { g.record(value) }
+            }
+            shown = jobs != nil
         }
-        family("clipflow_uploads_created_total", "counter", "TUS uploads created.", [("", "", "\(c.uploadsCreated)")])
-        family("clipflow_uploads_completed_total", "counter", "TUS uploads whose last byte arrived.", [("", "", "\(c.uploadsCompleted)")])
-        family(
-            "clipflow_upload_bytes_received_total", "counter", "Bytes read from the bodies of TUS requests.",
-            [("", "", "\(c.uploadBytesReceived)")])
-        let states: [JobRow.State] = [.queued, .running, .done, .failed]
-        if let jobs {
-            family(
-                "clipflow_jobs", "gauge", "Processing jobs in the database, by state.", states.map { ("", "{state=\"\($0.rawValue)\"}", "\(jobs[$0] ?? 0)") })
-        }
-        let outcomes = ["done", "failed"]
-        family(
-            "clipflow_processing_seconds", "summary", "Seconds processing jobs ran, by how they ended.",
-            outcomes.flatMap { o in
-                [
-                    ("_sum", "{outcome=\"\(o)\"}", Self.number(c.processingSeconds[o] ?? 0)),
-                    ("_count", "{outcome=\"\(o)\"}", "\(c.processingJobs[o] ?? 0)")
-                ]
-            })
-        var buckets = zip(Self.playableBuckets, c.playableBuckets).map { ("_bucket", "{le=\"\(Self.number($0))\"}", "\($1)") }
-        buckets.append(("_bucket", "{le=\"+Inf\"}", "\(c.playableCount)"))
-        buckets.append(("_sum", "", Self.number(c.playableSum)))
-        buckets.append(("_count", "", "\(c.playableCount)"))
-        family("clipflow_time_to_playable_seconds", "histogram", "Seconds from an upload's last byte until its video first played.", buckets)
-        family(
-            "clipflow_time_to_mark_seconds", "summary",
-            "Seconds from an upload's last byte until its video's first publishing reached each mark (taken, worker, probed, written, published).",
-            PublishMark.Name.allCases.flatMap { m in
-                [
-                    ("_sum", "{mark=\"\(m.rawValue)\"}", Self.number(c.markSeconds[m] ?? 0)),
-                    ("_count", "{mark=\"\(m.rawValue)\"}", "\(c.markCount[m] ?? 0)")
-                ]
-            })
-        if let traffic = storage {
-            family(
-                "clipflow_bucket_bytes_read_total", "counter", "Body bytes read from the object storage (objects fetched, listings).",
-                [("", "", "\(traffic.read)")])
-            family(
-                "clipflow_bucket_bytes_written_total", "counter", "Body bytes written to the object storage (objects and parts sent).",
-                [("", "", "\(traffic.written)")])
-        }
-        family(
-            "clipflow_webhook_attempts_total", "counter", "Webhook delivery attempts by this server, by outcome (delivered, retry, failed: given up).",
-            WebhookOutcome.allCases.map { ("", "{outcome=\"\($0.rawValue)\"}", "\(c.webhookAttempts[$0.rawValue] ?? 0)") })
-        let classes = ["1xx", "2xx", "3xx", "4xx", "5xx"]
-        family(
-            "clipflow_http_requests_total", "counter", "HTTP requests answered, by status class.",
-            classes.map { ("", "{code=\"\($0)\"}", "\(c.requests[$0] ?? 0)") })
-        return out + viewers.exposition()
+    }
+}
+
+/// What the database holds of the processing at one moment (`ServeStore.jobStats`).
+struct JobStats: Sendable, Equatable {
+    /// Jobs by state (every job the database keeps).
+    var byState: [JobRow.State: Int] = [:]
+    /// The queued jobs by step: how many, and when the one waiting longest was queued.
+    var queued: [JobRow.Step: Queued] = [:]
+
+    struct Queued: Sendable, Equatable {
+        var count: Int
+        /// Seconds since 1970.
+        var oldest: Double
+    }
+}
+
+/// Times the database's answers (`clipflow_database_seconds{operation}`): a store wraps each of
+/// its reads and writes (a transaction, or one statement) in `read` or `write`. `none` times
+/// nothing.
+struct DatabaseTimer: Sendable {
+    static let label = "clipflow_database_seconds"
+    private let reads: CoreMetrics.Timer?
+    private let writes: CoreMetrics.Timer?
+
+    init(factory: any MetricsFactory) {
+        reads = CoreMetrics.Timer(label: Self.label, dimensions: [("operation", "read")], factory: factory)
+        writes = CoreMetrics.Timer(label: Self.label, dimensions: [("operation", "write")], factory: factory)
     }
 
-    /// A sample value: an integer when whole, else up to six decimals (no exponent, no trailing
-    /// zero).
-    static func number(_ x: Double) -> String {
-        guard x.isFinite else { return x.isNaN ? "NaN" : (x > 0 ? "+Inf" : "-Inf") }
-        if x == x.rounded(), abs(x) < 1e15 { return String(Int64(x)) }
-        var s = Substring(String(format: "%.6f", x))
-        while s.hasSuffix("0") { s = s.dropLast() }
-        return String(s)
+    private init() {
+        reads = nil
+        writes = nil
+    }
+
+    static let none = DatabaseTimer()
+
+    func read<T>(_ body: () async throws -> T) async rethrows -> T { try await timed(reads, body) }
+    func write<T>(_ body: () async throws -> T) async rethrows -> T { try await timed(writes, body) }
+
+    private func timed<T>(_ timer: CoreMetrics.Timer?, _ body: () async throws -> T) async rethrows -> T {
+        guard let timer else { return try await body() }
+        let start = ContinuousClock.now
+        defer { timer.record(duration: ContinuousClock.now - start) }
+        return try await body()
     }
 }

@@ -142,6 +142,18 @@ final class ServeOperatorCLITests: XCTestCase {
         XCTAssertEqual(at, at.sorted(), "\(marks) in order: \(at)")
         XCTAssertGreaterThanOrEqual(at[0], 0)
         XCTAssertEqual(at[4], m["clipflow_time_to_playable_seconds_sum"] ?? -1, accuracy: 0.05)
+        // The queue, the workers' busy time and the database's time.
+        XCTAssertEqual(m["clipflow_job_queue_depth{step=\"playable\"}"], 0, "\(m)")
+        XCTAssertEqual(m["clipflow_job_queue_age_seconds{step=\"playable\"}"], 0, "\(m)")
+        XCTAssertGreaterThan(m["clipflow_worker_busy_seconds_total{step=\"playable\"}"] ?? 0, 0, "\(m)")
+        XCTAssertEqual(
+            m["clipflow_worker_busy_seconds_total{step=\"playable\"}"] ?? -1, m["clipflow_processing_seconds_sum{outcome=\"done\"}"] ?? -2, accuracy: 0.001)
+        for operation in ["read", "write"] {
+            let count = m["clipflow_database_seconds_count{operation=\"\(operation)\"}"] ?? 0
+            XCTAssertGreaterThan(count, 3, "\(operation): \(m)")
+            XCTAssertEqual(m["clipflow_database_seconds_bucket{le=\"+Inf\",operation=\"\(operation)\"}"], count, "\(m)")
+            XCTAssertLessThan(m["clipflow_database_seconds_sum{operation=\"\(operation)\"}"] ?? .infinity, count, "under a second each: \(m)")
+        }
         XCTAssertGreaterThanOrEqual(m["clipflow_http_requests_total{code=\"2xx\"}"] ?? 0, 8, "\(m)")
         XCTAssertEqual(m["clipflow_http_requests_total{code=\"4xx\"}"], 2, "the wrong key and the missing path: \(m)")
 
@@ -223,7 +235,7 @@ final class ServeOperatorCLITests: XCTestCase {
         defer { s.stop() }
         let base = "http://127.0.0.1:\(s.port)"
         XCTAssertEqual(try HTTP.request("GET", base + "/healthz").text, "ok\n")
-        XCTAssertTrue(try HTTP.request("GET", base + "/metrics").text.contains("clipflow_jobs{state=\"queued\"} 0\n"))
+        XCTAssertEqual(try parsedMetrics(try HTTP.request("GET", base + "/metrics").text)["clipflow_jobs{state=\"queued\"}"], 0)
         pg.stop()
         let started = Date()
         let down = try HTTP.request("GET", base + "/healthz")

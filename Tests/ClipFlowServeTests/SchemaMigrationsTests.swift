@@ -233,7 +233,7 @@ final class SchemaMigrationsTests: XCTestCase {
         XCTAssertEqual(videos.first?.clientID, 8)
         let progress = try await store.progress(ofVideo: 2)
         XCTAssertEqual(progress, 0.25)
-        let counts = try await store.jobCounts()
+        let counts = try await store.jobStats().byState
         XCTAssertEqual(counts, [.done: 1, .queued: 1])
         let ofVideo = try await store.uploads(ofVideo: 3)
         XCTAssertEqual(ofVideo.map(\.id), ["up-mid"])
@@ -257,7 +257,7 @@ final class SchemaMigrationsTests: XCTestCase {
                 renditions: "", createdAt: 700))
         XCTAssertEqual(made.id, 5, "ids are not used again")
         try await store.deleteVideo(1)
-        let left = try await store.jobCounts()
+        let left = try await store.jobStats().byState
         XCTAssertEqual(left, [.running: 1], "a video's jobs go with it")
     }
 

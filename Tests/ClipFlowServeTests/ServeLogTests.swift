@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import MetricsTestKit
 import XCTest
 
 @testable import ClipFlowServe
@@ -70,24 +71,62 @@ final class ServeLogTests: XCTestCase {
         XCTAssertEqual(objects[5]["video"] as? Int, 8)
     }
 
-    func testJobEventsFeedProcessingSecondsAndTimeToPlayable() {
+    /// The value of the sample `name` whose labels include `labels` (numbers compared as numbers,
+    /// so `le="1"` finds `le="1.0"`), read from an exposition's lines.
+    func sample(_ text: String, _ name: String, _ labels: [String: String] = [:]) -> Double? {
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            let (series, value) = (line.split(separator: " ").dropLast().joined(separator: " "), line.split(separator: " ").last.map(String.init) ?? "")
+            let open = series.firstIndex(of: "{")
+            guard String(series[..<(open ?? series.endIndex)]) == name else { continue }
+            var found: [String: String] = [:]
+            if let open {
+                for pair in series[series.index(after: open)..<series.index(before: series.endIndex)].split(separator: ",") {
+                    let kv = pair.split(separator: "=", maxSplits: 1)
+                    found[String(kv[0])] = String(kv[1].dropFirst().dropLast())
+                }
+            }
+            let matches = labels.allSatisfy { k, v in found[k] == v || (Double(v) != nil && Double(found[k] ?? "") == Double(v)) }
+            if matches { return Double(value) }
+        }
+        return nil
+    }
+
+    func testJobEventsFeedProcessingSecondsBusyTimeAndTimeToPlayable() {
         let (observer, _, metrics) = report(.text)
         events.forEach(observer.job)
-        let c = metrics.snapshot
-        XCTAssertEqual(c.processingSeconds, ["done": 41.25, "failed": 0.5])
-        XCTAssertEqual(c.processingJobs, ["done": 1, "failed": 1])
-        XCTAssertEqual(c.playableCount, 1, "only the published event that carries seconds is time to playable")
-        XCTAssertEqual(c.playableSum, 0.8)
-        XCTAssertEqual(c.playableBuckets, [0, 1, 1, 1, 1, 1, 1, 1, 1])
-        let text = metrics.exposition(jobs: [.queued: 2, .done: 1])
-        XCTAssertTrue(text.contains("clipflow_jobs{state=\"queued\"} 2\n"), text)
-        XCTAssertTrue(text.contains("clipflow_jobs{state=\"running\"} 0\n"), text)
-        XCTAssertTrue(text.contains("clipflow_processing_seconds_sum{outcome=\"done\"} 41.25\n"), text)
-        XCTAssertTrue(text.contains("clipflow_time_to_playable_seconds_bucket{le=\"0.5\"} 0\n"), text)
-        XCTAssertTrue(text.contains("clipflow_time_to_playable_seconds_bucket{le=\"1\"} 1\n"), text)
-        XCTAssertTrue(text.contains("clipflow_time_to_mark_seconds_sum{mark=\"probed\"} 0.2\n"), text)
-        XCTAssertTrue(text.contains("clipflow_time_to_mark_seconds_count{mark=\"published\"} 1\n"), text)
-        XCTAssertFalse(metrics.exposition(jobs: nil).contains("clipflow_jobs"), "no job counts when the database does not answer")
+        let text = metrics.exposition(
+            jobs: JobStats(byState: [.queued: 2, .done: 1], queued: [.ladder: .init(count: 2, oldest: 100)]), now: 112.5)
+        XCTAssertEqual(sample(text, "clipflow_jobs", ["state": "queued"]), 2, text)
+        XCTAssertEqual(sample(text, "clipflow_jobs", ["state": "running"]), 0, text)
+        XCTAssertEqual(sample(text, "clipflow_job_queue_depth", ["step": "ladder"]), 2, text)
+        XCTAssertEqual(sample(text, "clipflow_job_queue_depth", ["step": "playable"]), 0, text)
+        XCTAssertEqual(sample(text, "clipflow_job_queue_age_seconds", ["step": "ladder"]), 12.5, text)
+        XCTAssertEqual(sample(text, "clipflow_processing_seconds_sum", ["outcome": "done"]), 41.25, text)
+        XCTAssertEqual(sample(text, "clipflow_processing_seconds_count", ["outcome": "failed"]), 1, text)
+        XCTAssertEqual(sample(text, "clipflow_worker_busy_seconds_total", ["step": "ladder"]), 41.25, text)
+        XCTAssertEqual(sample(text, "clipflow_worker_busy_seconds_total", ["step": "playable"]), 0.5, text)
+        XCTAssertEqual(sample(text, "clipflow_time_to_playable_seconds_bucket", ["le": "0.5"]), 0, text)
+        XCTAssertEqual(sample(text, "clipflow_time_to_playable_seconds_bucket", ["le": "1"]), 1, text)
+        XCTAssertEqual(sample(text, "clipflow_time_to_playable_seconds_count"), 1, "only the published event that carries seconds: \(text)")
+        XCTAssertEqual(sample(text, "clipflow_time_to_playable_seconds_sum"), 0.8, text)
+        XCTAssertEqual(sample(text, "clipflow_time_to_mark_seconds_sum", ["mark": "probed"]), 0.2, text)
+        XCTAssertEqual(sample(text, "clipflow_time_to_mark_seconds_count", ["mark": "published"]), 1, text)
+        XCTAssertEqual(sample(text, "clipflow_webhook_attempts_total", ["outcome": "retry"]), 0, "every outcome listed: \(text)")
+        let down = metrics.exposition(jobs: nil)
+        XCTAssertFalse(down.contains("clipflow_jobs") || down.contains("clipflow_job_queue"), "no job series when the database does not answer: \(down)")
+        XCTAssertTrue(metrics.exposition(jobs: JobStats()).contains("clipflow_jobs"), "back when it answers")
+    }
+
+    /// Whatever backend the program gave swift-metrics gets the same counts as `/metrics`.
+    func testTheProgramsOwnMetricsBackendGetsTheCounts() throws {
+        let backend = TestMetrics()
+        let metrics = ServeMetrics(backend: backend)
+        metrics.uploadCreated()
+        metrics.answered(status: 204)
+        metrics.job(events[4])
+        XCTAssertEqual(try backend.expectCounter("clipflow_uploads_created_total").totalValue, 1)
+        XCTAssertEqual(try backend.expectCounter("clipflow_http_requests_total", [("code", "2xx")]).totalValue, 1)
+        XCTAssertEqual(try backend.expectRecorder("clipflow_processing_seconds", [("outcome", "done")]).lastValue, 41.25)
     }
 
     func testRequestLinesNameTheRouteAndNeverAnUploadURLOrAQuery() {

@@ -8,7 +8,7 @@ extension PostgresStore {
     func fanOutWebhooks(to endpoints: [String], now: Double) async throws {
         for endpoint in endpoints {
             let name = WebhookEvent.cursorName(endpoint)
-            try await client.withTransaction(logger: logger) { db in
+            try await transaction { db in
                 var cursor: Int64?
                 for try await text in try await db.query("SELECT value FROM settings WHERE name = \(name)", logger: logger).decode(String.self) {
                     cursor = Int64(text)
@@ -41,7 +41,7 @@ extension PostgresStore {
 
     func takeWebhookDeliveries(endpoints: [String], now: Double, lease: Double, limit: Int) async throws -> [WebhookDelivery] {
         guard !endpoints.isEmpty else { return [] }
-        let rows = try await client.query(
+        let rows = try await query(
             """
             UPDATE webhook_deliveries SET lease_until = \(now + lease)
             WHERE (event_id, endpoint) IN (
@@ -50,7 +50,7 @@ extension PostgresStore {
                 AND NOT \(unescaped: WebhookEvent.waitsForAnEarlierOne)
               ORDER BY d.next_at, d.event_id LIMIT \(limit) FOR UPDATE OF d SKIP LOCKED)
             RETURNING \(unescaped: WebhookEvent.columns)
-            """, logger: logger)
+            """)
         var out: [WebhookDelivery] = []
         for try await (event, endpoint, type, video, name, client, status, error, created, attempts, lease) in rows.decode(
             (Int64, String, String, Int64, String, Int64, String, String?, Double, Int32, Double).self)
@@ -65,15 +65,15 @@ extension PostgresStore {
 
     func finishWebhookDelivery(_ delivery: WebhookDelivery, delivered: Bool, retryAt: Double?, error: String?) async throws {
         let state = delivered ? "delivered" : retryAt == nil ? "failed" : "pending"
-        try await client.query(
+        try await query(
             """
             UPDATE webhook_deliveries SET state = \(state), attempts = attempts + 1, next_at = \(retryAt ?? 0), lease_until = NULL, last_error = \(error)
             WHERE event_id = \(delivery.eventID) AND endpoint = \(delivery.endpoint) AND lease_until = \(delivery.lease)
-            """, logger: logger)
+            """)
     }
 
     func pruneWebhooks(before: Double) async throws {
-        try await client.query("DELETE FROM webhook_events WHERE created_at < \(before)", logger: logger)
-        try await client.query("DELETE FROM webhook_deliveries WHERE created_at < \(before)", logger: logger)
+        try await query("DELETE FROM webhook_events WHERE created_at < \(before)")
+        try await query("DELETE FROM webhook_deliveries WHERE created_at < \(before)")
     }
 }

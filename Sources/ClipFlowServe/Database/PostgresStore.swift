@@ -16,9 +16,12 @@ final class PostgresStore: ServeStore {
     /// How it logs in (the password is never written anywhere from here).
     let login: PostgresLogin
     let logger: Logger
+    /// Times every statement and transaction below (`query`, `transaction`).
+    let timer: DatabaseTimer
     private let connection: PostgresConnection.Configuration
 
-    init(login: PostgresLogin) throws {
+    init(login: PostgresLogin, timer: DatabaseTimer = .none) throws {
+        self.timer = timer
         self.login = login
         display = login.display
         let plain = login.sslmode == "disable" || (login.sslmode == nil && ServeOptions.isLoopback(login.host))
@@ -40,6 +43,18 @@ final class PostgresStore: ServeStore {
     }
 
     func run() async { await client.run() }
+
+    /// One statement outside a transaction, timed (a read when it is a SELECT).
+    @discardableResult
+    func query(_ q: PostgresQuery) async throws -> PostgresRowSequence {
+        q.sql.hasPrefix("SELECT")
+            ? try await timer.read { try await client.query(q, logger: logger) } : try await timer.write { try await client.query(q, logger: logger) }
+    }
+
+    /// A transaction, timed as a write.
+    func transaction<T: Sendable>(_ body: nonisolated(nonsending) (PostgresConnection) async throws -> sending T) async throws -> T {
+        try await timer.write { try await client.withTransaction(logger: logger, body) }
+    }
 
     /// Logs in, then applies the schema's missing migrations (`applyMigrations`). A login the server
     /// refuses (a wrong password, an unknown user or database) is a bad-input error at once: trying
@@ -101,7 +116,7 @@ final class PostgresStore: ServeStore {
     private func applyMigrations() async throws {
         let database = "\(login.source) \(display)"
         do {
-            try await client.withTransaction(logger: logger) { db in
+            try await transaction { db in
                 try await db.query("SELECT pg_advisory_xact_lock(7741)", logger: logger)
                 try await db.query(PostgresQuery(unsafeSQL: SchemaMigrations.recordTable), logger: logger)
                 var applied: [String] = []
@@ -134,11 +149,11 @@ final class PostgresStore: ServeStore {
     /// others get that one.
     func tokenSecret(seed: [UInt8]) async throws -> [UInt8] {
         let hex = seed.map { String(format: "%02x", $0) }.joined()
-        let rows = try await client.query(
+        let rows = try await query(
             """
             WITH new AS (INSERT INTO settings (name, value) VALUES ('token-secret', \(hex)) ON CONFLICT (name) DO NOTHING RETURNING value)
             SELECT value FROM new UNION ALL SELECT value FROM settings WHERE name = 'token-secret'
-            """, logger: logger)
+            """)
         for try await stored in rows.decode(String.self) {
             let digits = Array(stored.utf8)
             let bytes = stride(from: 0, to: digits.count - 1, by: 2).compactMap { i in UInt8(String(decoding: digits[i...i + 1], as: UTF8.self), radix: 16) }
@@ -166,21 +181,21 @@ final class PostgresStore: ServeStore {
     }
 
     func upload(_ id: String) async throws -> UploadRow? {
-        try await uploads(client.query("SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE id = \(id)", logger: logger)).first
+        try await uploads(query("SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE id = \(id)")).first
     }
 
     func insert(_ r: UploadRow, carrying newVideo: VideoRow?) async throws -> UploadRow {
         guard let v = newVideo else {
-            try await client.query(
+            try await query(
                 """
                 INSERT INTO uploads (\(unescaped: Self.uploadColumns))
                 VALUES (\(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), \(r.videoID),
                   \(r.multipartUpload), \(r.partial))
-                """, logger: logger)
+                """)
             return r
         }
         // One statement, so one transaction: the video exists only if the upload does.
-        let rows = try await client.query(
+        let rows = try await query(
             """
             WITH v AS (
               INSERT INTO videos (name, description, client_id, status, mode, error, duration, upload_id, published, renditions, created_at)
@@ -191,52 +206,52 @@ final class PostgresStore: ServeStore {
             SELECT \(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), v.id, \(r.multipartUpload),
               \(r.partial) FROM v
             RETURNING \(unescaped: Self.uploadColumns)
-            """, logger: logger)
+            """)
         guard let stored = try await uploads(rows).first else { throw ClipFlowError.output("--database \(display): the upload was not stored") }
         return stored
     }
 
     func setMultipartUpload(_ id: String, to uploadID: String) async throws -> String? {
-        let rows = try await client.query(
-            "UPDATE uploads SET multipart_upload = COALESCE(multipart_upload, \(uploadID)) WHERE id = \(id) RETURNING multipart_upload", logger: logger)
+        let rows = try await query(
+            "UPDATE uploads SET multipart_upload = COALESCE(multipart_upload, \(uploadID)) WHERE id = \(id) RETURNING multipart_upload")
         for try await stored in rows.decode(String.self) { return stored }
         return nil
     }
 
     func setOffset(_ id: String, from: UploadMark, to: UploadMark, completedAt: Double?) async throws -> Bool {
-        let rows = try await client.query(
+        let rows = try await query(
             """
             UPDATE uploads SET received = \(to.offset), partial_part = \(to.partial), completed_at = \(completedAt)
             WHERE id = \(id) AND received = \(from.offset) AND partial_part IS NOT DISTINCT FROM \(from.partial) RETURNING id
-            """, logger: logger)
+            """)
         return try await rows.collect().count == 1
     }
 
     func delete(_ id: String) async throws {
-        try await client.query("DELETE FROM uploads WHERE id = \(id)", logger: logger)
+        try await query("DELETE FROM uploads WHERE id = \(id)")
     }
 
     func expired(before now: Double) async throws -> [UploadRow] {
         try await uploads(
-            client.query(
-                "SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE completed_at IS NULL AND expires_at < \(now)", logger: logger))
+            query(
+                "SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE completed_at IS NULL AND expires_at < \(now)"))
     }
 
     func completedUploads() async throws -> [UploadRow] {
-        try await uploads(client.query("SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE completed_at IS NOT NULL", logger: logger))
+        try await uploads(query("SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE completed_at IS NOT NULL"))
     }
 
     func uploads(ofVideo video: Int64) async throws -> [UploadRow] {
-        try await uploads(client.query("SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE video_id = \(video)", logger: logger))
+        try await uploads(query("SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE video_id = \(video)"))
     }
 
     func unclaimedUploads() async throws -> [UploadRow] {
         try await uploads(
-            client.query(
+            query(
                 """
                 SELECT \(unescaped: Self.uploadColumns) FROM uploads u WHERE completed_at IS NOT NULL AND video_id IS NOT NULL
                   AND NOT EXISTS (SELECT 1 FROM videos v WHERE v.id = u.video_id AND \(unescaped: VideoConditions.takes(video: "v", upload: "u")))
-                """, logger: logger))
+                """))
     }
 
     /// disk_full (53100), or any of class 53 (insufficient resources) but too many connections.
@@ -267,83 +282,83 @@ final class PostgresStore: ServeStore {
 
     func insert(_ v: VideoRow) async throws -> VideoRow {
         try await videos(
-            client.query(
+            query(
                 """
                 INSERT INTO videos (name, description, client_id, status, mode, error, duration, upload_id, published, renditions, created_at, fragments,
                   access)
                 VALUES (\(v.name), \(v.description), \(v.clientID), \(v.status.rawValue), \(v.mode.rawValue), \(v.error), \(v.duration),
                   \(v.uploadID), \(v.published), \(v.renditions), \(v.createdAt), \(v.fragments), \(v.access.rawValue))
                 RETURNING \(unescaped: Self.videoColumns)
-                """, logger: logger)
+                """)
         ).first!
     }
 
     func video(_ id: Int64) async throws -> VideoRow? {
-        try await videos(client.query("SELECT \(unescaped: Self.videoColumns) FROM videos WHERE id = \(id)", logger: logger)).first
+        try await videos(query("SELECT \(unescaped: Self.videoColumns) FROM videos WHERE id = \(id)")).first
     }
 
     func videos(page: Int, perPage: Int) async throws -> ([VideoRow], Int) {
         var total = 0
-        for try await n in try await client.query("SELECT count(*) FROM videos", logger: logger).decode(Int64.self) { total = Int(n) }
+        for try await n in try await query("SELECT count(*) FROM videos").decode(Int64.self) { total = Int(n) }
         let offset = (page - 1) * perPage
         let rows = try await videos(
-            client.query("SELECT \(unescaped: Self.videoColumns) FROM videos ORDER BY id DESC LIMIT \(perPage) OFFSET \(offset)", logger: logger))
+            query("SELECT \(unescaped: Self.videoColumns) FROM videos ORDER BY id DESC LIMIT \(perPage) OFFSET \(offset)"))
         return (rows, total)
     }
 
     func playable() async throws -> [VideoRow] {
         try await videos(
-            client.query(
-                "SELECT \(unescaped: Self.videoColumns) FROM videos WHERE \(unescaped: VideoConditions.playable) ORDER BY id DESC", logger: logger))
+            query(
+                "SELECT \(unescaped: Self.videoColumns) FROM videos WHERE \(unescaped: VideoConditions.playable) ORDER BY id DESC"))
     }
 
     func recordings() async throws -> [VideoRow] {
         try await videos(
-            client.query(
-                "SELECT \(unescaped: Self.videoColumns) FROM videos WHERE \(unescaped: VideoConditions.unmergedRecording) ORDER BY id", logger: logger))
+            query(
+                "SELECT \(unescaped: Self.videoColumns) FROM videos WHERE \(unescaped: VideoConditions.unmergedRecording) ORDER BY id"))
     }
 
     func endRecording(_ id: Int64, fragments: Int64, replacing: Bool) async throws -> Bool {
-        let rows = try await client.query(
+        let rows = try await query(
             """
             UPDATE videos SET fragments = \(fragments) WHERE id = \(id) AND status = 'recording' \(unescaped: replacing ? "" : "AND fragments IS NULL")
             RETURNING id
-            """, logger: logger
+            """
         ).collect()
         return rows.count == 1
     }
 
     func publishLive(_ id: Int64, status: VideoRow.Status, duration: Double) async throws {
-        try await client.query(
-            "UPDATE videos SET published = 'live', status = \(status.rawValue), duration = \(duration) WHERE id = \(id)", logger: logger)
+        try await query(
+            "UPDATE videos SET published = 'live', status = \(status.rawValue), duration = \(duration) WHERE id = \(id)")
     }
 
     func update(_ v: VideoRow) async throws {
-        try await client.query(
+        try await query(
             """
             UPDATE videos SET status = \(v.status.rawValue), mode = \(v.mode.rawValue), error = \(v.error), duration = \(v.duration),
               upload_id = \(v.uploadID), published = \(v.published), renditions = \(v.renditions), fragments = \(v.fragments)
             WHERE id = \(v.id!)
-            """, logger: logger)
+            """)
     }
 
     func edit(_ id: Int64, name: String?, access: VideoRow.Access?) async throws -> VideoRow? {
         try await videos(
-            client.query(
+            query(
                 """
                 UPDATE videos SET name = COALESCE(\(name), name), access = COALESCE(\(access?.rawValue), access) WHERE id = \(id)
                 RETURNING \(unescaped: Self.videoColumns)
-                """, logger: logger)
+                """)
         ).first
     }
 
     func deleteVideo(_ id: Int64) async throws {
-        try await client.query("DELETE FROM videos WHERE id = \(id)", logger: logger)
+        try await query("DELETE FROM videos WHERE id = \(id)")
     }
 
     func uploaded(video id: Int64, upload: String) async throws {
         let now = Date().timeIntervalSince1970
-        try await client.withTransaction(logger: logger) { db in
+        try await transaction { db in
             let bound = try await db.query(
                 """
                 UPDATE videos SET upload_id = \(upload), status = \(unescaped: VideoConditions.boundStatus)
@@ -360,7 +375,7 @@ final class PostgresStore: ServeStore {
 
     func takeJob(owner: String, now: Double, steps: Set<JobRow.Step>, perClient: Int) async throws -> JobRow? {
         let names = steps.map(\.rawValue)
-        let rows = try await client.query(
+        let rows = try await query(
             """
             WITH taken AS (
               UPDATE jobs SET state = 'running', attempts = attempts + 1, owner = \(owner), heartbeat = \(now)
@@ -372,7 +387,7 @@ final class PostgresStore: ServeStore {
               INSERT INTO client_turns (client_id, last_started) SELECT v.client_id, \(now) FROM taken JOIN videos v ON v.id = taken.video_id
               \(unescaped: FairTurns.replacingTurn))
             SELECT id, video_id, attempts, queued_at, step, plan, probe FROM taken
-            """, logger: logger)
+            """)
         for try await (id, video, attempts, queued, step, plan, probe) in rows.decode((Int64, Int64, Int32, Double, String, String?, String?).self) {
             return JobRow(
                 id: id, videoID: video, state: .running, attempts: Int(attempts), queuedAt: queued, owner: owner, heartbeat: now,
@@ -382,53 +397,54 @@ final class PostgresStore: ServeStore {
     }
 
     func recordProbe(_ id: Int64, probe: String) async throws {
-        try await client.query("UPDATE jobs SET probe = \(probe) WHERE id = \(id)", logger: logger)
+        try await query("UPDATE jobs SET probe = \(probe) WHERE id = \(id)")
     }
 
     func queueLadder(_ id: Int64, plan: String) async throws {
-        try await client.query(
-            "UPDATE jobs SET state = 'queued', step = 'ladder', plan = \(plan), attempts = 0, queued_at = \(Date().timeIntervalSince1970) WHERE id = \(id)",
-            logger: logger)
+        try await query(
+            "UPDATE jobs SET state = 'queued', step = 'ladder', plan = \(plan), attempts = 0, queued_at = \(Date().timeIntervalSince1970) WHERE id = \(id)")
     }
 
     func heartbeat(job: Int64, now: Double, progress: Double) async throws {
-        try await client.query(
+        try await query(
             """
             WITH j AS (UPDATE jobs SET heartbeat = \(now) WHERE id = \(job) AND state = 'running' RETURNING video_id)
             UPDATE videos SET progress = GREATEST(progress, \(progress)) WHERE id IN (SELECT video_id FROM j)
-            """, logger: logger)
+            """)
     }
 
     func progress(ofVideo video: Int64) async throws -> Double {
-        for try await p in try await client.query("SELECT progress FROM videos WHERE id = \(video)", logger: logger).decode(Double.self) { return p }
+        for try await p in try await query("SELECT progress FROM videos WHERE id = \(video)").decode(Double.self) { return p }
         return 0
     }
 
     func finishJob(_ id: Int64, failed: Bool) async throws {
-        try await client.query("UPDATE jobs SET state = \(failed ? "failed" : "done") WHERE id = \(id)", logger: logger)
+        try await query("UPDATE jobs SET state = \(failed ? "failed" : "done") WHERE id = \(id)")
     }
 
     func retryJob(_ id: Int64, counted: Bool) async throws {
-        try await client.query("UPDATE jobs SET state = 'queued', attempts = attempts - \(counted ? 0 : 1) WHERE id = \(id)", logger: logger)
+        try await query("UPDATE jobs SET state = 'queued', attempts = attempts - \(counted ? 0 : 1) WHERE id = \(id)")
     }
 
     func requeueStale(before: Double) async throws -> Int {
         let cutoff = before.isFinite ? before : Double.greatestFiniteMagnitude
-        return try await client.query(
-            "UPDATE jobs SET state = 'queued' WHERE state = 'running' AND (heartbeat IS NULL OR heartbeat < \(cutoff)) RETURNING id", logger: logger
+        return try await query(
+            "UPDATE jobs SET state = 'queued' WHERE state = 'running' AND (heartbeat IS NULL OR heartbeat < \(cutoff)) RETURNING id"
         ).collect().count
     }
 
     func releaseJobs(owner: String) async throws {
-        try await client.query("UPDATE jobs SET state = 'queued', attempts = attempts - 1 WHERE state = 'running' AND owner = \(owner)", logger: logger)
+        try await query("UPDATE jobs SET state = 'queued', attempts = attempts - 1 WHERE state = 'running' AND owner = \(owner)")
     }
 
-    func jobCounts() async throws -> [JobRow.State: Int] {
-        var counts: [JobRow.State: Int] = [:]
-        let rows = try await client.query("SELECT state, COUNT(*) FROM jobs GROUP BY state", logger: logger)
-        for try await (state, n) in rows.decode((String, Int64).self) {
-            if let s = JobRow.State(rawValue: state) { counts[s] = Int(n) }
+    func jobStats() async throws -> JobStats {
+        var stats = JobStats()
+        let rows = try await query("SELECT state, step, COUNT(*), MIN(queued_at) FROM jobs GROUP BY state, step")
+        for try await (state, step, n, oldest) in rows.decode((String, String, Int64, Double).self) {
+            guard let s = JobRow.State(rawValue: state) else { continue }
+            stats.byState[s, default: 0] += Int(n)
+            if s == .queued, let step = JobRow.Step(rawValue: step) { stats.queued[step] = .init(count: Int(n), oldest: oldest) }
         }
-        return counts
+        return stats
     }
 }

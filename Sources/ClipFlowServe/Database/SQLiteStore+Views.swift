@@ -3,7 +3,7 @@ import GRDB
 
 extension SQLiteStore {
     func recordView(_ v: ViewReport, at: Double) async throws {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(
                 sql: "INSERT INTO views (video_id, rendition, startup_ms, rebuffers, rebuffer_ms, watched_ms, error, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 arguments: [v.video, v.rendition, v.startupMs, v.rebuffers, v.rebufferMs, v.watchedMs, v.error, at])
@@ -11,7 +11,7 @@ extension SQLiteStore {
     }
 
     func views(of video: Int64) async throws -> [(startup: Int?, rebufferMs: Int, watchedMs: Int, failed: Bool)] {
-        try await queue.read { db in
+        try await reading { db in
             try Row.fetchAll(
                 db, sql: "SELECT startup_ms, rebuffer_ms, watched_ms, error FROM views WHERE video_id = ? ORDER BY id DESC LIMIT ?",
                 arguments: [video, ViewSummary.window]
@@ -20,7 +20,7 @@ extension SQLiteStore {
     }
 
     func pruneViews(before: Double) async throws {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(sql: "DELETE FROM views WHERE at < ? OR NOT EXISTS (SELECT 1 FROM videos v WHERE v.id = views.video_id)", arguments: [before])
         }
     }

@@ -12,7 +12,7 @@ extension WebhookDelivery: FetchableRecord {
 
 extension SQLiteStore {
     func fanOutWebhooks(to endpoints: [String], now: Double) async throws {
-        try await queue.write { db in
+        try await writing { db in
             for endpoint in endpoints {
                 let name = WebhookEvent.cursorName(endpoint)
                 let latest = try Int64.fetchOne(db, sql: "SELECT COALESCE(MAX(id), 0) FROM webhook_events") ?? 0
@@ -39,7 +39,7 @@ extension SQLiteStore {
 
     func takeWebhookDeliveries(endpoints: [String], now: Double, lease: Double, limit: Int) async throws -> [WebhookDelivery] {
         guard !endpoints.isEmpty else { return [] }
-        return try await queue.write { db in
+        return try await writing { db in
             let marks = endpoints.map { _ in "?" }.joined(separator: ", ")
             var arguments: StatementArguments = [now + lease]
             arguments += StatementArguments(endpoints)
@@ -59,7 +59,7 @@ extension SQLiteStore {
     }
 
     func finishWebhookDelivery(_ delivery: WebhookDelivery, delivered: Bool, retryAt: Double?, error: String?) async throws {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(
                 sql: """
                     UPDATE webhook_deliveries SET state = ?, attempts = attempts + 1, next_at = ?, lease_until = NULL, last_error = ?
@@ -73,7 +73,7 @@ extension SQLiteStore {
     }
 
     func pruneWebhooks(before: Double) async throws {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(sql: "DELETE FROM webhook_events WHERE created_at < ?", arguments: [before])
             try db.execute(sql: "DELETE FROM webhook_deliveries WHERE created_at < ?", arguments: [before])
         }

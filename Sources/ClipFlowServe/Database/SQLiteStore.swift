@@ -48,11 +48,14 @@ private enum ColumnNames {
 /// when opened. Thread-safe (GRDB's queue serialises access); `Sendable`.
 final class SQLiteStore: ServeStore {
     let queue: DatabaseQueue
+    /// Times every read and write below (`reading`, `writing`).
+    let timer: DatabaseTimer
 
     /// Opens (or makes) the database at `path`, readable and writable by this user only: the file
     /// is made 0600 before SQLite opens it, and SQLite gives its `-wal` and `-shm` the database's
     /// mode (ones left by an older server are made 0600 too).
-    init(path: String) throws {
+    init(path: String, timer: DatabaseTimer = .none) throws {
+        self.timer = timer
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw ClipFlowError.output("cannot open the database '\(path)': \(String(cString: strerror(errno)))") }
         close(fd)
@@ -100,7 +103,7 @@ final class SQLiteStore: ServeStore {
     // MARK: videos
 
     func insert(_ video: VideoRow) async throws -> VideoRow {
-        try await queue.write { db in
+        try await writing { db in
             var v = video
             try v.insert(db)
             return v
@@ -108,11 +111,11 @@ final class SQLiteStore: ServeStore {
     }
 
     func video(_ id: Int64) async throws -> VideoRow? {
-        try await queue.read { db in try VideoRow.fetchOne(db, key: id) }
+        try await reading { db in try VideoRow.fetchOne(db, key: id) }
     }
 
     func videos(page: Int, perPage: Int) async throws -> ([VideoRow], Int) {
-        try await queue.read { db in
+        try await reading { db in
             let total = try VideoRow.fetchCount(db)
             let rows = try VideoRow.order(Column("id").desc).limit(perPage, offset: (page - 1) * perPage).fetchAll(db)
             return (rows, total)
@@ -120,17 +123,17 @@ final class SQLiteStore: ServeStore {
     }
 
     func playable() async throws -> [VideoRow] {
-        try await queue.read { db in
+        try await reading { db in
             try VideoRow.filter(sql: VideoConditions.playable).order(Column("id").desc).fetchAll(db)
         }
     }
 
     func recordings() async throws -> [VideoRow] {
-        try await queue.read { db in try VideoRow.filter(sql: VideoConditions.unmergedRecording).order(Column("id")).fetchAll(db) }
+        try await reading { db in try VideoRow.filter(sql: VideoConditions.unmergedRecording).order(Column("id")).fetchAll(db) }
     }
 
     func endRecording(_ id: Int64, fragments: Int64, replacing: Bool) async throws -> Bool {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(
                 sql: "UPDATE videos SET fragments = ? WHERE id = ? AND status = 'recording'" + (replacing ? "" : " AND fragments IS NULL"),
                 arguments: [fragments, id])
@@ -139,20 +142,20 @@ final class SQLiteStore: ServeStore {
     }
 
     func publishLive(_ id: Int64, status: VideoRow.Status, duration: Double) async throws {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(sql: "UPDATE videos SET published = 'live', status = ?, duration = ? WHERE id = ?", arguments: [status, duration, id])
         }
     }
 
     func update(_ video: VideoRow) async throws {
-        try await queue.write { db in
+        try await writing { db in
             try video.update(
                 db, columns: ["status", "mode", "error", "duration", "upload_id", "published", "renditions", "fragments"])
         }
     }
 
     func edit(_ id: Int64, name: String?, access: VideoRow.Access?) async throws -> VideoRow? {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(
                 sql: "UPDATE videos SET name = COALESCE(?, name), access = COALESCE(?, access) WHERE id = ?", arguments: [name, access, id])
             return try VideoRow.fetchOne(db, key: id)
@@ -160,19 +163,19 @@ final class SQLiteStore: ServeStore {
     }
 
     func deleteVideo(_ id: Int64) async throws {
-        _ = try await queue.write { db in try VideoRow.deleteOne(db, key: id) }
+        _ = try await writing { db in try VideoRow.deleteOne(db, key: id) }
     }
 
     func completedUploads() async throws -> [UploadRow] {
-        try await queue.read { db in try UploadRow.filter(sql: "completed_at IS NOT NULL").fetchAll(db) }
+        try await reading { db in try UploadRow.filter(sql: "completed_at IS NOT NULL").fetchAll(db) }
     }
 
     func uploads(ofVideo video: Int64) async throws -> [UploadRow] {
-        try await queue.read { db in try UploadRow.filter(sql: "video_id = ?", arguments: [video]).fetchAll(db) }
+        try await reading { db in try UploadRow.filter(sql: "video_id = ?", arguments: [video]).fetchAll(db) }
     }
 
     func unclaimedUploads() async throws -> [UploadRow] {
-        try await queue.read { db in
+        try await reading { db in
             try UploadRow.filter(
                 sql: """
                     completed_at IS NOT NULL AND video_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM videos v WHERE v.id = uploads.video_id
@@ -187,7 +190,7 @@ final class SQLiteStore: ServeStore {
     }
 
     func uploaded(video id: Int64, upload: String) async throws {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(
                 sql: "UPDATE videos SET upload_id = ?, status = \(VideoConditions.boundStatus) WHERE id = ? AND \(VideoConditions.bindable)",
                 arguments: [upload, id])
@@ -200,7 +203,7 @@ final class SQLiteStore: ServeStore {
     // MARK: jobs
 
     func takeJob(owner: String, now: Double, steps: Set<JobRow.Step>, perClient: Int) async throws -> JobRow? {
-        try await queue.write { db in
+        try await writing { db in
             let names = steps.map(\.rawValue)
             guard
                 var job = try JobRow.fetchOne(
@@ -224,7 +227,7 @@ final class SQLiteStore: ServeStore {
     }
 
     func queueLadder(_ id: Int64, plan: String) async throws {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(
                 sql: "UPDATE jobs SET state = 'queued', step = 'ladder', plan = ?, attempts = 0, queued_at = ? WHERE id = ?",
                 arguments: [plan, Date().timeIntervalSince1970, id])
@@ -232,11 +235,11 @@ final class SQLiteStore: ServeStore {
     }
 
     func recordProbe(_ id: Int64, probe: String) async throws {
-        try await queue.write { db in try db.execute(sql: "UPDATE jobs SET probe = ? WHERE id = ?", arguments: [probe, id]) }
+        try await writing { db in try db.execute(sql: "UPDATE jobs SET probe = ? WHERE id = ?", arguments: [probe, id]) }
     }
 
     func heartbeat(job: Int64, now: Double, progress: Double) async throws {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(sql: "UPDATE jobs SET heartbeat = ? WHERE id = ?", arguments: [now, job])
             try db.execute(
                 sql: "UPDATE videos SET progress = MAX(progress, ?) WHERE id = (SELECT video_id FROM jobs WHERE id = ?)", arguments: [progress, job])
@@ -244,30 +247,30 @@ final class SQLiteStore: ServeStore {
     }
 
     func progress(ofVideo video: Int64) async throws -> Double {
-        try await queue.read { db in try Double.fetchOne(db, sql: "SELECT progress FROM videos WHERE id = ?", arguments: [video]) } ?? 0
+        try await reading { db in try Double.fetchOne(db, sql: "SELECT progress FROM videos WHERE id = ?", arguments: [video]) } ?? 0
     }
 
     func finishJob(_ id: Int64, failed: Bool) async throws {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(sql: "UPDATE jobs SET state = ? WHERE id = ?", arguments: [failed ? "failed" : "done", id])
         }
     }
 
     func retryJob(_ id: Int64, counted: Bool) async throws {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(sql: "UPDATE jobs SET state = 'queued', attempts = attempts - ? WHERE id = ?", arguments: [counted ? 0 : 1, id])
         }
     }
 
     func requeueStale(before: Double) async throws -> Int {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(sql: "UPDATE jobs SET state = 'queued' WHERE state = 'running' AND (heartbeat IS NULL OR heartbeat < ?)", arguments: [before])
             return db.changesCount
         }
     }
 
     func releaseJobs(owner: String) async throws {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(sql: "UPDATE jobs SET state = 'queued', attempts = attempts - 1 WHERE state = 'running' AND owner = ?", arguments: [owner])
         }
     }
@@ -275,11 +278,11 @@ final class SQLiteStore: ServeStore {
     // MARK: uploads
 
     func upload(_ id: String) async throws -> UploadRow? {
-        try await queue.read { db in try UploadRow.fetchOne(db, key: id) }
+        try await reading { db in try UploadRow.fetchOne(db, key: id) }
     }
 
     func insert(_ row: UploadRow, carrying newVideo: VideoRow?) async throws -> UploadRow {
-        try await queue.write { db in
+        try await writing { db in
             var stored = row
             if var video = newVideo {
                 try video.insert(db)
@@ -291,7 +294,7 @@ final class SQLiteStore: ServeStore {
     }
 
     func setOffset(_ id: String, from: UploadMark, to: UploadMark, completedAt: Double?) async throws -> Bool {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(
                 sql: "UPDATE uploads SET received = ?, partial_part = ?, completed_at = ? WHERE id = ? AND received = ? AND partial_part IS ?",
                 arguments: [to.offset, to.partial, completedAt, id, from.offset, from.partial])
@@ -300,29 +303,42 @@ final class SQLiteStore: ServeStore {
     }
 
     func setMultipartUpload(_ id: String, to uploadID: String) async throws -> String? {
-        try await queue.write { db in
+        try await writing { db in
             try db.execute(sql: "UPDATE uploads SET multipart_upload = COALESCE(multipart_upload, ?) WHERE id = ?", arguments: [uploadID, id])
             return try String.fetchOne(db, sql: "SELECT multipart_upload FROM uploads WHERE id = ?", arguments: [id])
         }
     }
 
     func delete(_ id: String) async throws {
-        _ = try await queue.write { db in try UploadRow.deleteOne(db, key: id) }
+        _ = try await writing { db in try UploadRow.deleteOne(db, key: id) }
     }
 
     func expired(before now: Double) async throws -> [UploadRow] {
-        try await queue.read { db in
+        try await reading { db in
             try UploadRow.filter(sql: "completed_at IS NULL AND expires_at < ?", arguments: [now]).fetchAll(db)
         }
     }
 
-    func jobCounts() async throws -> [JobRow.State: Int] {
-        try await queue.read { db in
-            var counts: [JobRow.State: Int] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM jobs GROUP BY state") {
-                if let state = JobRow.State(rawValue: row["state"]) { counts[state] = row["n"] }
+    /// A read of the database, timed.
+    func reading<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        try await timer.read { try await queue.read(body) }
+    }
+
+    /// A write of the database (one transaction), timed.
+    func writing<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        try await timer.write { try await queue.write(body) }
+    }
+
+    func jobStats() async throws -> JobStats {
+        try await reading { db in
+            var stats = JobStats()
+            for row in try Row.fetchAll(db, sql: "SELECT state, step, COUNT(*) AS n, MIN(queued_at) AS oldest FROM jobs GROUP BY state, step") {
+                guard let state = JobRow.State(rawValue: row["state"]) else { continue }
+                let n: Int = row["n"]
+                stats.byState[state, default: 0] += n
+                if state == .queued, let step = JobRow.Step(rawValue: row["step"]) { stats.queued[step] = .init(count: n, oldest: row["oldest"]) }
             }
-            return counts
+            return stats
         }
     }
 }

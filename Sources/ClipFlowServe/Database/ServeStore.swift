@@ -97,7 +97,7 @@ struct VideoRow: Codable, Sendable, Equatable {
 /// A job has two steps: `playable` (probe, then publish something that plays) and `ladder` (the
 /// encoded ladder, as `plan` says); a queued `playable` step is always taken before any `ladder`.
 struct JobRow: Codable, Sendable, Equatable {
-    enum State: String, Codable, Sendable { case queued, running, done, failed }
+    enum State: String, Codable, Sendable, CaseIterable { case queued, running, done, failed }
     enum Step: String, Codable, Sendable, CaseIterable { case playable, ladder }
     var id: Int64?
     var videoID: Int64
@@ -195,8 +195,9 @@ protocol ServeStore: WebhookStore, ViewStore {
     /// on do not count.
     func releaseJobs(owner: String) async throws
 
-    /// How many jobs are in each state (states without a job are absent).
-    func jobCounts() async throws -> [JobRow.State: Int]
+    /// How many jobs are in each state (states without a job are absent), and the queued ones by
+    /// step (steps without one are absent).
+    func jobStats() async throws -> JobStats
 }
 
 /// How both stores take jobs in fair turns among clients (a video's `client_id`), so one client's

@@ -65,7 +65,7 @@ struct HostingAPI: Sendable {
 
     init(
         database: any ServeStore, tokens: Tokens, processor: Processor, uploads: any UploadStorage, recordings: LiveRecordings,
-        viewers: ViewerMetrics = ViewerMetrics()
+        viewers: ViewerMetrics
     ) {
         self.viewers = viewers
         self.recordings = recordings

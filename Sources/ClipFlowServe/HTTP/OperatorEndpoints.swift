@@ -8,7 +8,8 @@ import NIOCore
 ///
 ///     GET /healthz  -> 200 "ok" when the database answers within `healthLimit` seconds; 503
 ///                      with the reason otherwise
-///     GET /metrics  -> the Prometheus text exposition of `ServeMetrics` and the jobs by state
+///     GET /metrics  -> the Prometheus text exposition of `ServeMetrics`, with the jobs by state
+///                      and the queue by step as the database answers within `healthLimit`
 struct OperatorEndpoints: Sendable {
     let database: any ServeStore
     let metrics: ServeMetrics
@@ -22,7 +23,7 @@ struct OperatorEndpoints: Sendable {
 
     func health() async -> Response {
         do {
-            _ = try await jobCounts()
+            _ = try await jobStats()
             return Self.text(.ok, "ok\n")
         } catch {
             return Self.text(.serviceUnavailable, "the database does not answer\n")
@@ -30,17 +31,17 @@ struct OperatorEndpoints: Sendable {
     }
 
     func exposition() async -> Response {
-        let text = metrics.exposition(jobs: try? await jobCounts())
+        let text = metrics.exposition(jobs: try? await jobStats())
         var headers = HTTPFields()
         headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
         headers[.cacheControl] = "no-store"
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
     }
 
-    /// The store's job counts, or an error after `healthLimit` seconds.
-    private func jobCounts() async throws -> [JobRow.State: Int] {
-        try await withThrowingTaskGroup(of: [JobRow.State: Int]?.self) { group in
-            group.addTask { try await database.jobCounts() }
+    /// The store's view of the jobs, or an error after `healthLimit` seconds.
+    private func jobStats() async throws -> JobStats {
+        try await withThrowingTaskGroup(of: JobStats?.self) { group in
+            group.addTask { try await database.jobStats() }
             group.addTask {
                 try await Task.sleep(for: .seconds(healthLimit))
                 return nil

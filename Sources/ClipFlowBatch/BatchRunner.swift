@@ -1,6 +1,7 @@
 import ClipFlowCore
 import ClipFlowUpload
 import Foundation
+import Tracing
 import Synchronization
 
 /// How one row ended.
@@ -154,7 +155,13 @@ public final class BatchRunner: Sendable {
                     let t0 = clock.now()
                     var rp = planRow(i)
                     if let clash = clashes[i] { rp.problem = clash }
-                    var r = runRow(i, rp)
+                    var r = withSpan("clipflow.batch.row", context: .topLevel, ofKind: .internal) { span in
+                        span.attributes["clipflow.batch.row"] = i
+                        let r = runRow(i, rp)
+                        span.attributes["clipflow.batch.status"] = r.status.rawValue
+                        if r.status == .failed { span.setStatus(SpanStatus(code: .error, message: r.reason)) }
+                        return r
+                    }
                     r.seconds = clock.now() - t0
                     finish(r)
                 }

@@ -134,8 +134,11 @@ public enum ClipFlowServer {
 
     /// Serves until a signal; once the server accepts connections it writes its start line and
     /// `listening` gets the port. An address it cannot listen on, or a bucket it cannot use, is an
-    /// error before the data folder is made.
-    public static func run(_ options: ServeOptions, listening: @escaping @Sendable (Int) -> Void = { _ in }) async throws {
+    /// error before the data folder is made. `alongside`: the program's own services (a tracer's
+    /// exporter), started first and shut down last, so they see everything the server does.
+    public static func run(
+        _ options: ServeOptions, alongside: [any Service] = [], listening: @escaping @Sendable (Int) -> Void = { _ in }
+    ) async throws {
         if let p = options.problem { throw ClipFlowError.badInput(p) }
         let address = try options.listenAddress()
         try Self.checkCanListen(on: address, options.listenText)
@@ -165,7 +168,7 @@ public enum ClipFlowServer {
         // Services, shut down in the reverse of this order on SIGINT/SIGTERM: the server (it
         // stops accepting and finishes the requests in flight), the sweeper, the processing (its
         // jobs go back to the queue), then the database's connections.
-        var services: [any Service] = []
+        var services = alongside
         if let postgres { services.append(postgres.client) }
         services.append(
             ClosureService { [postgres] in

@@ -61,6 +61,10 @@ struct Batch: ParsableCommand {
         MediaProcess.tuneAllocator()
         let environment = ProcessInfo.processInfo.environment
         var exit = ExitStatus.success
+        // Each row's span is sent before the command ends.
+        var tracing: (@Sendable () -> Void)?
+        try ErrorReport.run { tracing = try Telemetry.tracing(environment).map(Telemetry.background) }
+        defer { tracing?() }
         try ErrorReport.run {
             let selection = try RowSelection.resolve(index: index, shard: shard, indexCount: indexCount, environment: environment)
             let text = try readPipelineText(pipeline)

@@ -139,7 +139,7 @@ struct Serve: AsyncParsableCommand {
         options.webhooks.endpoints = webhooks
         options.webhooks.secret = ProcessInfo.processInfo.environment["CLIPFLOW_WEBHOOK_SECRET"]
         options.webhooks.allowPrivate = webhookAllowPrivate
-        do { try await ClipFlowServer.run(options) } catch {
+        do { try await ClipFlowServer.run(options, alongside: try Telemetry.tracing(ProcessInfo.processInfo.environment).map { [$0] } ?? []) } catch {
             try ErrorReport.run { throw error }
         }
     }

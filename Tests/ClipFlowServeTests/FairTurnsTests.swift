@@ -32,7 +32,7 @@ final class FairTurnsTests: XCTestCase {
                 VideoRow(
                     id: nil, name: "c\(client)-\(n)", description: nil, clientID: client, status: .pending, mode: .ladder, error: nil, duration: nil,
                     uploadID: nil, published: "", renditions: "", createdAt: 1))
-            try await store.uploaded(video: v.id!, upload: "u-\(client)-\(n)")
+            try await store.uploaded(video: v.id!, upload: "u-\(client)-\(n)", trace: nil)
             ids.append(v.id!)
         }
         return ids

@@ -41,7 +41,7 @@ final class JobNotificationsTests: XCTestCase {
             VideoRow(
                 id: nil, name: "n", description: nil, clientID: 1, status: .pending, mode: .ladder, error: nil, duration: nil, uploadID: nil,
                 published: "", renditions: "", createdAt: 1))
-        try await queueing.uploaded(video: video.id!, upload: "u1")
+        try await queueing.uploaded(video: video.id!, upload: "u1", trace: nil)
         try await woken(atLeast: before + 1, "a job inserted as queued")
 
         // Taken: no notification. Then its ladder step queued, then requeued after a crash.

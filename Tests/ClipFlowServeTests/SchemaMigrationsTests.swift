@@ -129,7 +129,7 @@ final class SchemaMigrationsTests: XCTestCase {
         XCTAssertEqual(upload, UploadRow(id: "u", length: 10, offset: 3, metadata: "", createdAt: 1, expiresAt: 2))
         let video = try await store.video(1)
         XCTAssertEqual(video?.name, "old")
-        try await store.uploaded(video: 1, upload: "u")
+        try await store.uploaded(video: 1, upload: "u", trace: nil)
         let job = try await store.takeJob(owner: "me", now: 10, steps: [.playable], perClient: 0)
         XCTAssertEqual(job?.videoID, 1)
     }

@@ -269,7 +269,7 @@ final class StepPipelineTests: XCTestCase {
             VideoRow(
                 id: nil, name: "p", description: nil, clientID: 1, status: .pending, mode: .ladder, error: nil, duration: nil, uploadID: nil,
                 published: "", renditions: "", createdAt: 1))
-        try await store.uploaded(video: video.id!, upload: "u-probe")
+        try await store.uploaded(video: video.id!, upload: "u-probe", trace: nil)
         let first = try await store.takeJob(owner: "a", now: Date().timeIntervalSince1970, steps: [.playable], perClient: 0)
         let job = try XCTUnwrap(first)
         XCTAssertNil(job.probe, "not probed yet")

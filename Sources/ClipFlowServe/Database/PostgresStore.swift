@@ -165,17 +165,18 @@ final class PostgresStore: ServeStore {
 
     // MARK: uploads
 
-    private static let uploadColumns = "id, length, received, metadata, created_at, expires_at, completed_at, video_id, multipart_upload, partial_part"
+    private static let uploadColumns =
+        "id, length, received, metadata, created_at, expires_at, completed_at, video_id, multipart_upload, partial_part, trace"
 
     private func uploads(_ rows: PostgresRowSequence) async throws -> [UploadRow] {
         var out: [UploadRow] = []
-        for try await (id, length, received, metadata, created, expires, completed, video, multipart, partial) in rows.decode(
-            (String, Int64, Int64, String, Double, Double, Double?, Int64?, String?, String?).self)
+        for try await (id, length, received, metadata, created, expires, completed, video, multipart, partial, trace) in rows.decode(
+            (String, Int64, Int64, String, Double, Double, Double?, Int64?, String?, String?, String?).self)
         {
             out.append(
                 UploadRow(
                     id: id, length: length, offset: received, metadata: metadata, createdAt: created, expiresAt: expires, completedAt: completed,
-                    videoID: video, multipartUpload: multipart, partial: partial))
+                    videoID: video, multipartUpload: multipart, partial: partial, trace: trace))
         }
         return out
     }
@@ -190,7 +191,7 @@ final class PostgresStore: ServeStore {
                 """
                 INSERT INTO uploads (\(unescaped: Self.uploadColumns))
                 VALUES (\(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), \(r.videoID),
-                  \(r.multipartUpload), \(r.partial))
+                  \(r.multipartUpload), \(r.partial), \(r.trace))
                 """)
             return r
         }
@@ -204,7 +205,7 @@ final class PostgresStore: ServeStore {
               RETURNING id)
             INSERT INTO uploads (\(unescaped: Self.uploadColumns))
             SELECT \(r.id), \(r.length), \(r.offset), \(r.metadata), \(r.createdAt), \(r.expiresAt), \(r.completedAt), v.id, \(r.multipartUpload),
-              \(r.partial) FROM v
+              \(r.partial), \(r.trace) FROM v
             RETURNING \(unescaped: Self.uploadColumns)
             """)
         guard let stored = try await uploads(rows).first else { throw ClipFlowError.output("--database \(display): the upload was not stored") }
@@ -356,7 +357,7 @@ final class PostgresStore: ServeStore {
         try await query("DELETE FROM videos WHERE id = \(id)")
     }
 
-    func uploaded(video id: Int64, upload: String) async throws {
+    func uploaded(video id: Int64, upload: String, trace: String?) async throws {
         let now = Date().timeIntervalSince1970
         try await transaction { db in
             let bound = try await db.query(
@@ -366,7 +367,8 @@ final class PostgresStore: ServeStore {
                 """, logger: logger
             ).collect()
             if bound.count == 1 {
-                try await db.query("INSERT INTO jobs (video_id, state, attempts, queued_at) VALUES (\(id), 'queued', 0, \(now))", logger: logger)
+                try await db.query(
+                    "INSERT INTO jobs (video_id, state, attempts, queued_at, trace) VALUES (\(id), 'queued', 0, \(now), \(trace))", logger: logger)
             }
         }
     }
@@ -382,16 +384,18 @@ final class PostgresStore: ServeStore {
               WHERE id = (SELECT j.id FROM jobs j JOIN videos v ON v.id = j.video_id
                 WHERE j.state = 'queued' AND j.step = ANY(\(names)) AND (\(perClient) = 0 OR \(unescaped: FairTurns.running) < \(perClient))
                 ORDER BY \(unescaped: FairTurns.order) LIMIT 1 FOR UPDATE OF j SKIP LOCKED)
-              RETURNING id, video_id, attempts, queued_at, step, plan, probe),
+              RETURNING id, video_id, attempts, queued_at, step, plan, probe, trace),
             turn AS (
               INSERT INTO client_turns (client_id, last_started) SELECT v.client_id, \(now) FROM taken JOIN videos v ON v.id = taken.video_id
               \(unescaped: FairTurns.replacingTurn))
-            SELECT id, video_id, attempts, queued_at, step, plan, probe FROM taken
+            SELECT id, video_id, attempts, queued_at, step, plan, probe, trace FROM taken
             """)
-        for try await (id, video, attempts, queued, step, plan, probe) in rows.decode((Int64, Int64, Int32, Double, String, String?, String?).self) {
+        for try await (id, video, attempts, queued, step, plan, probe, trace) in rows.decode(
+            (Int64, Int64, Int32, Double, String, String?, String?, String?).self)
+        {
             return JobRow(
                 id: id, videoID: video, state: .running, attempts: Int(attempts), queuedAt: queued, owner: owner, heartbeat: now,
-                step: JobRow.Step(rawValue: step) ?? .playable, plan: plan, probe: probe)
+                step: JobRow.Step(rawValue: step) ?? .playable, plan: plan, probe: probe, trace: trace)
         }
         return nil
     }

@@ -189,13 +189,14 @@ final class SQLiteStore: ServeStore {
         (error as? DatabaseError)?.resultCode == .SQLITE_FULL
     }
 
-    func uploaded(video id: Int64, upload: String) async throws {
+    func uploaded(video id: Int64, upload: String, trace: String?) async throws {
         try await writing { db in
             try db.execute(
                 sql: "UPDATE videos SET upload_id = ?, status = \(VideoConditions.boundStatus) WHERE id = ? AND \(VideoConditions.bindable)",
                 arguments: [upload, id])
             guard db.changesCount == 1 else { return }
-            var job = JobRow(id: nil, videoID: id, state: .queued, attempts: 0, queuedAt: Date().timeIntervalSince1970, owner: nil, heartbeat: nil)
+            var job = JobRow(
+                id: nil, videoID: id, state: .queued, attempts: 0, queuedAt: Date().timeIntervalSince1970, owner: nil, heartbeat: nil, trace: trace)
             try job.insert(db)
         }
     }

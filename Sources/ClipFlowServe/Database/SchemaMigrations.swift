@@ -40,7 +40,9 @@ struct SchemaMigration: Sendable {
 ///
 /// A change to the schema is a new migration at the end, for both dialects.
 enum SchemaMigrations {
-    static let all: [SchemaMigration] = [tables, jobNotifications, jobProbe, recordingFragments, webhooks, clientTurns, videoAccess, views]
+    static let all: [SchemaMigration] = [
+        tables, jobNotifications, jobProbe, recordingFragments, webhooks, clientTurns, videoAccess, views, traceContext
+    ]
 
     /// The table that records what was applied: the same name and shape in both dialects.
     static let recordTable = "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
@@ -194,6 +196,11 @@ enum SchemaMigrations {
             "CREATE INDEX views_at ON views (at)"
         ]
     }
+
+    /// The trace an upload's spans join (`ServeTracing`: a W3C `traceparent`, NULL when tracing is
+    /// off), carried on to its job, so the worker that takes the job continues it.
+    static let traceContext = SchemaMigration(
+        "trace context", both: ["ALTER TABLE uploads ADD COLUMN trace TEXT", "ALTER TABLE jobs ADD COLUMN trace TEXT"])
 
     /// The migrations a database that recorded `applied` lacks, in order. Throws, naming
     /// `database` and the migrations, when `applied` has one this list does not: a newer clipflow

@@ -25,6 +25,8 @@ struct UploadRow: Codable, Sendable, Equatable {
     /// the request that recorded this offset (`BucketUploads.partialKey`); nil: no such object, or
     /// the one without a token.
     var partial: String? = nil
+    /// The trace its spans join (`ServeTracing`; nil: tracing was off when it was made).
+    var trace: String? = nil
 
     var isComplete: Bool { offset == length }
 
@@ -111,6 +113,8 @@ struct JobRow: Codable, Sendable, Equatable {
     var plan: String? = nil
     /// The upload's probe (`InspectSummary`, as JSON), once its first step made it; nil before.
     var probe: String? = nil
+    /// The trace of the upload it processes (`ServeTracing`), which its steps' spans join.
+    var trace: String? = nil
 }
 
 /// Where `clipflow serve` keeps its truth: uploads and their durable offsets, videos, processing
@@ -165,7 +169,7 @@ protocol ServeStore: WebhookStore, ViewStore {
     /// Binds a finished upload to its video and queues its processing, in one transaction (a crash
     /// leaves both or neither); a video bound already is left as it is. A recording's merged
     /// fragments are bound so too (it stays `viewable` if it plays already).
-    func uploaded(video: Int64, upload: String) async throws
+    func uploaded(video: Int64, upload: String, trace: String?) async throws
 
     /// Takes a queued job of one of `steps` for `owner` (never one another server holds), in
     /// fair turns (`FairTurns`): a `playable` one before any `ladder` one, of the client with the

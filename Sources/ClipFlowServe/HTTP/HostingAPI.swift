@@ -402,7 +402,7 @@ extension HostingAPI {
             recordings.arrived(vid)
             return
         }
-        try? await database.uploaded(video: vid, upload: upload.id)
+        try? await database.uploaded(video: vid, upload: upload.id, trace: upload.trace)
         processor.wake()
     }
 

@@ -3,6 +3,7 @@ import ClipFlowUpload
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Tracing
 import Logging
 import Synchronization
 
@@ -273,12 +274,17 @@ public final class TUSServer: Sendable {
         let metadata: [String: String]
         do { metadata = try TUSMetadata.decode(header) } catch { throw HTTPRefusal(.badRequest, "Upload-Metadata: \(error)") }
         let carrier = try await admit(metadata, request.headers[.authorization])
+        // The upload's trace starts here (or joins the client's).
+        let span = startSpan(
+            "clipflow.upload", context: ServeTracing.context(carrying: request.headers[HTTPField.Name(ServeTracing.header)!]), ofKind: .server)
+        defer { span.end() }
+        span.attributes["clipflow.upload.length"] = length
         let now = Date().timeIntervalSince1970
         let id = Self.newID(), key = Self.key(id)
         // The token did its work (admission): it is neither kept nor ever echoed.
         var row = UploadRow(
             id: key, length: length, offset: 0, metadata: TUSMetadata.removing("token", from: header), createdAt: now, expiresAt: now + limits.expiration,
-            completedAt: length == 0 ? now : nil, videoID: carrier.existing)
+            completedAt: length == 0 ? now : nil, videoID: carrier.existing, trace: ServeTracing.carried(span.context))
         try await files.create(key, length: length)
         do { row = try await database.insert(row, carrying: carrier.newVideo) } catch {
             try? await files.remove(key)
@@ -320,7 +326,12 @@ public final class TUSServer: Sendable {
             guard offset == current.offset else {
                 throw HTTPRefusal(.conflict, "Upload-Offset \(offset) does not match the upload's offset \(current.offset)")
             }
-            return try await self.receive(request, into: current)
+            return try await withSpan("clipflow.upload.patch", context: ServeTracing.context(carrying: current.trace), ofKind: .server) { span in
+                let row = try await self.receive(request, into: current)
+                span.attributes["clipflow.upload.offset"] = row.offset
+                span.attributes["clipflow.upload.received"] = row.offset - current.offset
+                return row
+            }
         }
         guard let row = received else { throw HTTPRefusal(.locked, "upload \(id) is busy") }
         return Response(status: .noContent, headers: headers([(.uploadOffset, String(row.offset))] + expiresHeader(row)))

@@ -290,7 +290,7 @@ final class LiveRecordings: Sendable {
                 id: key, length: size, offset: size, metadata: TUSMetadata.encode(["video_id": String(video), Self.mergedKey: String(count)]), createdAt: now,
                 expiresAt: now, completedAt: now, videoID: video),
             carrying: nil)
-        try await database.uploaded(video: video, upload: key)
+        try await database.uploaded(video: video, upload: key, trace: nil)
         processor.wake()
     }
 

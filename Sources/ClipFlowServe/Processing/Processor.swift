@@ -2,6 +2,7 @@ import ClipFlowCore
 import ClipFlowMedia
 import ClipFlowUpload
 import Foundation
+import Tracing
 import Synchronization
 
 /// Turns uploaded videos into published HLS ladders, from the job queue in the database (so a
@@ -165,7 +166,13 @@ final class Processor: Sendable {
                                 }
                             }
                             defer { beating.cancelAll() }
-                            let pause = await self.process(job, jobID)
+                            // The step continues its upload's trace, on whichever server takes it.
+                            let pause = await withSpan("clipflow.job", context: ServeTracing.context(carrying: job.trace), ofKind: .consumer) { span in
+                                span.attributes["clipflow.video"] = job.videoID
+                                span.attributes["clipflow.job.step"] = job.step.rawValue
+                                span.attributes["clipflow.job.attempt"] = job.attempts
+                                return await self.process(job, jobID)
+                            }
                             await self.media.release(self.workFolder(job))
                             return pause
                         }
@@ -418,6 +425,10 @@ final class Processor: Sendable {
         _ video: inout VideoRow, _ jobID: Int64, _ step: JobRow.Step, from work: URL, _ folder: String, status: VideoRow.Status, renditions: [String]
     ) async throws {
         let wasPlayable = !video.published.isEmpty
+        let span = startSpan("clipflow.publish", ofKind: .internal)
+        defer { span.end() }
+        span.attributes["clipflow.publish.renditions"] = renditions.joined(separator: ",")
+        span.attributes["clipflow.publish.first_playable"] = !wasPlayable
         let superseded = video.published
         if let id = video.id {
             // A ladder's renditions taken over from the folder it supersedes are that folder's.
@@ -542,15 +553,18 @@ final class Processor: Sendable {
             if e.event == "failed", let kind = e.kind { failure.withLock { $0 = $0 ?? kind } }
             event(e)
         }
-        let outcome = try await WorkerProcess.run(
-            pipeline: pipeline, nice: nice, memoryLimit: limits.workerMemory, spares: spare ? spares : nil, stall: limits.workerStall, line: line
-        ) { pid in
-            self.mark(video, .worker)
-            let stopped = self.jobs.withLock { j -> Bool in
-                j.workers[video] = pid
-                return j.stopped.contains(video)
+        let outcome = try await withSpan("clipflow.worker", ofKind: .internal) { span in
+            span.attributes["clipflow.worker.spare"] = spare
+            return try await WorkerProcess.run(
+                pipeline: pipeline, nice: nice, memoryLimit: limits.workerMemory, spares: spare ? spares : nil, stall: limits.workerStall, line: line
+            ) { pid in
+                self.mark(video, .worker)
+                let stopped = self.jobs.withLock { j -> Bool in
+                    j.workers[video] = pid
+                    return j.stopped.contains(video)
+                }
+                if stopped { kill(pid, SIGKILL) }
             }
-            if stopped { kill(pid, SIGKILL) }
         }
         jobs.withLock { _ = $0.workers.removeValue(forKey: video) }
         if isStopped(video) { throw StepFault.stopped }

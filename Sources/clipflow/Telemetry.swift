@@ -1,4 +1,4 @@
-import Dispatch
+import ClipFlowCore
 import Logging
 import OTel
 import ServiceLifecycle
@@ -32,14 +32,14 @@ enum Telemetry {
         var quiet = Logger(label: "clipflow.otel")
         quiet.logLevel = .error
         let group = ServiceGroup(configuration: .init(services: [service], logger: quiet))
-        let done = DispatchSemaphore(value: 0)
+        let done = Doorbell()
         Task {
             try? await group.run()
-            done.signal()
+            done.ring()
         }
         return {
             Task { await group.triggerGracefulShutdown() }
-            done.wait()
+            done.wait(after: 0)
         }
     }
 }

@@ -1,12 +1,13 @@
 import ClipFlowCore
 import Foundation
+import Synchronization
 
 /// Where a ladder's encoded renditions start their segments when the ladder may hold the source's
 /// own packets (a copy or a passthrough top rung): decided once, by the copy stage, from the
 /// source's keyframes; awaited by each encoded rendition before its first picture. Any thread:
-/// `condition` guards `decision` (hence `@unchecked Sendable`), set once by the copy stage.
-final class LadderTiming: @unchecked Sendable {
-    enum Decision: Equatable {
+/// the decision is behind a mutex, and the engine's `Doorbell` rings when it is made.
+final class LadderTiming: Sendable {
+    enum Decision: Equatable, Sendable {
         /// The regular schedule: no rendition is the source's packets.
         case schedule
         /// Segments start at these keyframes of the source; `replacing` names the rung a
@@ -14,25 +15,22 @@ final class LadderTiming: @unchecked Sendable {
         case keyframes([Double], replacing: String?)
     }
 
-    private let condition = NSCondition()
-    private var decision: Decision?
+    private let decision = Mutex<Decision?>(nil)
+    private let decided = Doorbell()
 
     /// Sets the decision; only the first one counts.
     func decide(_ d: Decision) {
-        condition.lock()
-        if decision == nil { decision = d }
-        condition.broadcast()
-        condition.unlock()
+        decision.withLock { if $0 == nil { $0 = d } }
+        decided.ring()
     }
 
     /// Waits for the decision; nil when `stopped()` turned true first.
     func await(until stopped: () -> Bool) -> Decision? {
-        condition.lock()
-        defer { condition.unlock() }
-        while decision == nil {
+        while true {
+            let seen = decided.count
+            if let d = decision.withLock({ $0 }) { return d }
             if stopped() { return nil }
-            _ = condition.wait(until: Date().addingTimeInterval(0.2))
+            decided.wait(after: seen, atMost: 0.2)
         }
-        return decision
     }
 }

@@ -45,7 +45,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
         .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.1.0"),
         // OTLP over HTTP only: the gRPC exporter's packages would double the build for no user of ours.
-        .package(url: "https://github.com/swift-otel/swift-otel", from: "1.0.0", traits: ["OTLPHTTP"])
+        .package(url: "https://github.com/swift-otel/swift-otel", from: "1.0.0", traits: ["OTLPHTTP"]),
+        .package(url: "https://github.com/swiftlang/swift-subprocess", from: "1.0.0"),
+        .package(url: "https://github.com/apple/swift-system", from: "1.4.0")
     ],
     targets: [
         .target(
@@ -78,7 +80,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"), .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"), .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus"), .product(name: "Tracing", package: "swift-distributed-tracing")
+                .product(name: "Prometheus", package: "swift-prometheus"), .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "Subprocess", package: "swift-subprocess"), .product(name: "SystemPackage", package: "swift-system")
             ],
             // The feed and studio pages (HTTP/FeedPage.swift, StudioPage.swift): in the binary as bytes, so no resource bundle.
             resources: [

@@ -3,6 +3,7 @@ import ClipFlowMedia
 import ClipFlowUpload
 import Foundation
 import Tracing
+import Subprocess
 import Synchronization
 
 /// Turns uploaded videos into published HLS ladders, from the job queue in the database (so a
@@ -78,7 +79,7 @@ final class Processor: Sendable {
     /// The jobs this server runs now: by video, the worker process of the step in progress.
     private struct RunningJobs {
         var active: Set<Int64> = []
-        var workers: [Int64: Int32] = [:]
+        var workers: [Int64: StartedWorker] = [:]
         /// Videos whose jobs must stop (being removed).
         var stopped: Set<Int64> = []
 
@@ -200,11 +201,11 @@ final class Processor: Sendable {
     /// video (within `seconds`). The video stays stopped until `release(video:)`: a job taken
     /// meanwhile goes back at once.
     func stop(video: Int64, within seconds: Double = 15) async {
-        let pid = jobs.withLock { j -> Int32? in
+        let worker = jobs.withLock { j -> StartedWorker? in
             j.stopped.insert(video)
             return j.workers[video]
         }
-        if let pid { kill(pid, SIGKILL) }
+        worker?.signal(.kill)
         let deadline = Date().addingTimeInterval(seconds)
         while jobs.withLock({ $0.active.contains(video) }), Date() < deadline {
             try? await Task.sleep(for: .milliseconds(20))
@@ -557,13 +558,13 @@ final class Processor: Sendable {
             span.attributes["clipflow.worker.spare"] = spare
             return try await WorkerProcess.run(
                 pipeline: pipeline, nice: nice, memoryLimit: limits.workerMemory, spares: spare ? spares : nil, stall: limits.workerStall, line: line
-            ) { pid in
+            ) { worker in
                 self.mark(video, .worker)
                 let stopped = self.jobs.withLock { j -> Bool in
-                    j.workers[video] = pid
+                    j.workers[video] = worker
                     return j.stopped.contains(video)
                 }
-                if stopped { kill(pid, SIGKILL) }
+                if stopped { worker.signal(.kill) }
             }
         }
         jobs.withLock { _ = $0.workers.removeValue(forKey: video) }

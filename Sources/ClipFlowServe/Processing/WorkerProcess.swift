@@ -1,6 +1,8 @@
 import ClipFlowCore
 import Foundation
+import Subprocess
 import Synchronization
+import SystemPackage
 
 /// Runs one `clipflow serve-worker` process (this server's own binary) and waits for it:
 /// its stdout's lines go to `line` as they come, its stderr (the last 4 KiB) is the reason of a
@@ -11,7 +13,6 @@ import Synchronization
 /// writing), then SIGKILL if it still runs `stopGrace` seconds later.
 /// The worker's environment is the server's without its `CLIPFLOW_` variables (the API key and
 /// other settings of the server; a worker reads none of them).
-/// Blocking waits run on their own threads, never on Swift's cooperative pool.
 enum WorkerProcess {
     /// How a worker ended.
     enum Outcome: Equatable, Sendable {
@@ -38,33 +39,26 @@ enum WorkerProcess {
     /// Seconds a stopped worker has to end by itself before it is killed.
     static let stopGrace: Double = 2
 
-    private static let waits = DispatchQueue(label: "clipflow.serve.workers", attributes: .concurrent)
-
     /// Runs the step `pipeline` in a `clipflow serve-worker` at CPU priority `nice`, bounded to
     /// `memoryLimit` bytes (0: no bound): the spare of `spares` when given and the step runs at
     /// the server's priority (the next spare is started then), else a worker started for it.
-    /// `started` gets the worker's pid once it has the step (to kill it from elsewhere).
+    /// `started` gets the worker once it has the step (to kill it from elsewhere).
     static func run(
         pipeline: String, nice: Int32, memoryLimit: Int64, spares: WorkerSpares?, stall: Double, line: @escaping @Sendable (String) -> Void,
-        started: @escaping @Sendable (Int32) -> Void = { _ in }
+        started: @escaping @Sendable (StartedWorker) -> Void = { _ in }
     ) async throws -> Outcome {
         let spares = nice == 0 ? spares : nil
-        let worker: StartedWorker
-        if let spare = spares?.take()?.handed(pipeline) {
-            worker = spare
-        } else {
-            do {
-                worker = try StartedWorker([pipeline] + (nice != 0 ? ["--nice", String(nice)] : []), memoryLimit: memoryLimit)
-            } catch {
-                return .died("cannot start a processing worker: \(error.localizedDescription)")
-            }
-        }
-        spares?.refill()
-        let pid = worker.process.processIdentifier
-        started(pid)
-        let box = ProcessBox(worker.process)
-        let (input, output, errors) = (worker.input, worker.output, worker.errors)
         let heard = LastHeard()
+        var worker: StartedWorker?
+        if let spare = spares?.take(), await spare.assign(WorkerAssignment(pipeline: pipeline, line: line, heard: heard)) { worker = spare }
+        if worker == nil {
+            let own = StartedWorker([pipeline] + (nice != 0 ? ["--nice", String(nice)] : []), memoryLimit: memoryLimit)
+            _ = await own.assign(WorkerAssignment(pipeline: nil, line: line, heard: heard))
+            worker = own
+        }
+        guard let worker else { return .died("no processing worker") }
+        spares?.refill()
+        started(worker)
         let ended = try await withThrowingTaskGroup(of: Void.self, returning: Outcome.self) { watchdog in
             // Kills the worker once it has been silent for `stall` seconds.
             watchdog.addTask {
@@ -75,11 +69,11 @@ enum WorkerProcess {
                         last = -1
                         return true
                     }
-                    if hung { kill(pid, SIGKILL) }
+                    if hung { worker.signal(.kill) }
                 }
             }
             defer { watchdog.cancelAll() }
-            return try await Self.wait(for: box, pid: pid, input: input, output: output, errors: errors, heard: heard, memoryLimit: memoryLimit, line: line)
+            return await Self.wait(for: worker, memoryLimit: memoryLimit)
         }
         let killedAsHung = heard.time.withLock { last -> Bool in
             defer { last = nil }
@@ -88,66 +82,43 @@ enum WorkerProcess {
         return killedAsHung ? .died("the processing worker made no progress for \(Int(stall)) s") : ended
     }
 
-    /// Reads the worker's stdout (each line to `line`) and stderr until they close, and waits for it
-    /// to end; cancelling the task stops it (SIGTERM, then SIGKILL after `stopGrace`).
-    private static func wait(
-        for box: ProcessBox, pid: Int32, input: Pipe, output: Pipe, errors: Pipe, heard: LastHeard, memoryLimit: Int64,
-        line: @escaping @Sendable (String) -> Void
-    ) async throws -> Outcome {
-        try await withTaskCancellationHandler {
-            // Its stderr (the last 4 KiB) is read beside its stdout, each on a thread of `waits`.
-            async let message = waits.perform { () -> String in
-                var tail = Data()
-                let handle = errors.fileHandleForReading
-                while true {
-                    let chunk = handle.availableData
-                    if chunk.isEmpty { break }
-                    tail.append(chunk)
-                    if tail.count > 4096 { tail = tail.suffix(4096) }
-                }
-                return String(decoding: tail, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            }
-            try await waits.perform {
-                var pending = Data()
-                let handle = output.fileHandleForReading
-                while true {
-                    let chunk = handle.availableData
-                    if chunk.isEmpty { break }
-                    pending.append(chunk)
-                    heard.time.withLock { if let at = $0, at >= 0 { $0 = Date().timeIntervalSince1970 } }
-                    while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
-                        line(String(decoding: pending[pending.startIndex..<newline], as: UTF8.self))
-                        pending = Data(pending[(newline + 1)...])
-                    }
-                }
-                box.process.waitUntilExit()
-            }
-            let reason = try await message
-            try? input.fileHandleForWriting.close()
-            return outcome(box.process.terminationReason, box.process.terminationStatus, reason, memoryLimit: memoryLimit)
+    /// Waits for `worker` to end; cancelling the task stops it (SIGTERM, then SIGKILL after
+    /// `stopGrace`).
+    private static func wait(for worker: StartedWorker, memoryLimit: Int64) async -> Outcome {
+        let ended = await withTaskCancellationHandler {
+            await worker.ended
         } onCancel: {
-            kill(pid, SIGTERM)
-            DispatchQueue.global().asyncAfter(deadline: .now() + stopGrace) { if box.process.isRunning { kill(pid, SIGKILL) } }
+            worker.signal(.terminate)
+            Task {
+                try? await Task.sleep(for: .seconds(stopGrace))
+                worker.signal(.kill)
+            }
+        }
+        switch ended {
+        case .notStarted(let why): return .died("cannot start a processing worker: \(why)")
+        case .exited(let status, let message): return outcome(status, message, memoryLimit: memoryLimit)
         }
     }
 
-    /// How a worker that ended with `status` (a signal when `reason` says so) and wrote `message`
-    /// ended. Under a memory bound, an end that running out of memory makes (one of
-    /// `outOfMemorySignals`, or a message with one of `outOfMemoryTexts`) says that it may have
-    /// been the bound.
-    static func outcome(_ reason: Process.TerminationReason, _ status: Int32, _ message: String, memoryLimit: Int64) -> Outcome {
+    /// How a worker that ended with `status` and wrote `message` ended. Under a memory bound, an
+    /// end that running out of memory makes (one of `outOfMemorySignals`, or a message with one of
+    /// `outOfMemoryTexts`) says that it may have been the bound.
+    static func outcome(_ status: TerminationStatus, _ message: String, memoryLimit: Int64) -> Outcome {
         let bound = memoryLimit > 0 ? " (it may have exceeded --worker-memory \(memoryLimit >> 20) MiB)" : ""
-        if reason == .uncaughtSignal {
-            return .died("the processing worker was killed by \(signalName(status))" + (outOfMemorySignals.contains(status) ? bound : ""))
+        let code: Int32
+        switch status {
+        case .signaled(let signal):
+            return .died("the processing worker was killed by \(signalName(signal))" + (outOfMemorySignals.contains(signal) ? bound : ""))
+        case .exited(let c): code = c
         }
-        switch WorkerExit(rawValue: status) {
+        switch WorkerExit(rawValue: code) {
         case .finished: return .finished
         case .failed:
             if message.isEmpty { return .failed("the processing worker failed without a reason") }
             return .failed(message + (outOfMemoryTexts.contains { message.contains($0) } ? bound : ""))
         case .diskFull: return .diskFull(message)
         case .stopped: return .died("the processing worker was stopped")
-        case .orphaned, nil: return .died("the processing worker exited with status \(status)")
+        case .orphaned, nil: return .died("the processing worker exited with status \(code)")
         }
     }
 
@@ -170,48 +141,169 @@ enum WorkerProcess {
 
 /// When a worker last wrote a line: seconds since 1970; nil once it ended, -1 once it was killed
 /// as hung. Thread-safe.
-private final class LastHeard: Sendable {
+final class LastHeard: Sendable {
     let time = Mutex<Double?>(Date().timeIntervalSince1970)
 }
 
-/// A started `Process`, handed to the thread that waits for it (Foundation's `Process` is not
-/// `Sendable`; only that thread touches it once it runs).
-private final class ProcessBox: @unchecked Sendable {
-    let process: Process
-    init(_ process: Process) { self.process = process }
+/// What a worker is given: its step (`pipeline`, to write on a spare's stdin; nil when it was
+/// started with it), where its stdout's lines go, and the clock of the last one.
+struct WorkerAssignment: Sendable {
+    var pipeline: String?
+    var line: @Sendable (String) -> Void
+    var heard: LastHeard
 }
 
-/// A `clipflow serve-worker` process and its three pipes. Owned by one holder at a time: the
-/// spares (under their lock), then the step that takes it; the claim is checked by that hand-over,
-/// which the compiler cannot follow out of a lock.
-final class StartedWorker: @unchecked Sendable {
-    let process: Process
-    let input = Pipe(), output = Pipe(), errors = Pipe()
-
-    /// Starts `clipflow serve-worker ARGUMENTS --memory-limit N` (this server's own binary).
-    init(_ arguments: [String], memoryLimit: Int64) throws {
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: WorkerProcess.executable)
-        process.arguments = ["serve-worker"] + arguments + ["--memory-limit", String(memoryLimit)]
-        process.environment = WorkerProcess.environment
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
+/// A `clipflow serve-worker` process (this server's own binary) from its start to its end,
+/// through swift-subprocess: spawned with three pipes, its end and status awaited, and signalled
+/// through its pidfd (never a pid the kernel may have given to another process since). Its task
+/// waits for its assignment (`assign`: at once for a worker started for its step; a spare's when a
+/// step takes it, `WorkerSpares`), writes a spare's step on its stdin, then hands on its stdout's
+/// lines and keeps the last 4 KiB of its stderr (the reason of a failure) until both close. Its
+/// stdin stays open until then: when the server dies, the kernel closes it and the worker ends
+/// itself. Thread-safe.
+final class StartedWorker: Sendable {
+    /// How it ended.
+    enum End: Sendable {
+        case notStarted(String)
+        case exited(TerminationStatus, String)
     }
 
-    /// Gives a spare its step: the pipeline's path, a line on its stdin. Nil when it cannot be
-    /// given (the spare ended: the write fails with EPIPE, as the server ignores SIGPIPE).
-    func handed(_ pipeline: String) -> StartedWorker? {
-        guard process.isRunning else { return nil }
-        let line = Array((pipeline + "\n").utf8)
-        let fd = input.fileHandleForWriting.fileDescriptor
-        let sent = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        return sent == line.count ? self : nil
+    typealias Given = (assignment: WorkerAssignment, accepted: CheckedContinuation<Bool, Never>)
+
+    private enum HandOff {
+        /// No assignment yet; the process's task waits for one (or not yet).
+        case waiting(CheckedContinuation<Given?, Never>?)
+        /// Given before the process's task asked for it.
+        case given(Given)
+        /// Taken by the process's task, or the worker was dismissed.
+        case over
+    }
+
+    private let handOff = Mutex<HandOff>(.waiting(nil))
+    /// Sends a signal while the process runs (through swift-subprocess's `Execution`); nil before
+    /// it started and once it ended.
+    private let signaller = Mutex<(@Sendable (Signal) -> Void)?>(nil)
+    private let task = Mutex<Task<End, Never>?>(nil)
+
+    /// Starts `clipflow serve-worker ARGUMENTS --memory-limit N`.
+    init(_ arguments: [String], memoryLimit: Int64) {
+        let environment = WorkerProcess.environment.map { Array("\($0.key)=\($0.value)\0".utf8) }
+        let arguments = Arguments(["serve-worker"] + arguments + ["--memory-limit", String(memoryLimit)])
+        let started = Task { [self] () -> End in
+            do {
+                let result = try await Subprocess.run(
+                    .path(FilePath(WorkerProcess.executable)), arguments: arguments, environment: .custom(environment), input: .inputWriter,
+                    output: .sequence, error: .sequence
+                ) { execution -> String in
+                    signaller.withLock { $0 = { signal in try? execution.send(signal: signal) } }
+                    defer { signaller.withLock { $0 = nil } }
+                    guard let given = await assignment() else {
+                        try? await execution.standardInputWriter.finish()
+                        return try await Self.drain(execution.standardOutput, execution.standardError, to: nil)
+                    }
+                    if let pipeline = given.assignment.pipeline {
+                        let line = pipeline + "\n"
+                        let sent = (try? await execution.standardInputWriter.write(line)) ?? 0
+                        given.accepted.resume(returning: sent == line.utf8.count)
+                        if sent != line.utf8.count { return try await Self.drain(execution.standardOutput, execution.standardError, to: nil) }
+                    } else {
+                        given.accepted.resume(returning: true)
+                    }
+                    let message = try await Self.drain(execution.standardOutput, execution.standardError, to: given.assignment)
+                    try? await execution.standardInputWriter.finish()
+                    return message
+                }
+                return .exited(result.terminationStatus, result.closureResult)
+            } catch {
+                // Never started: an assignment given meanwhile is answered (a step started for
+                // it then waits for this end, which says why; a spare's step starts its own).
+                if let given = self.takeBack() { given.accepted.resume(returning: given.assignment.pipeline == nil) }
+                return .notStarted("\(error)")
+            }
+        }
+        task.withLock { $0 = started }
+    }
+
+    /// How it ended, once it has.
+    var ended: End {
+        get async { await task.withLock { $0 }!.value }
+    }
+
+    /// Sends `signal` if it still runs.
+    func signal(_ signal: Signal) { signaller.withLock { $0 }?(signal) }
+
+    /// Gives it its step; whether it took it (false: a spare that ended, or whose stdin would not
+    /// take the step, which then ends; or one already given or dismissed).
+    func assign(_ assignment: WorkerAssignment) async -> Bool {
+        await withCheckedContinuation { (accepted: CheckedContinuation<Bool, Never>) in
+            let given: Given = (assignment, accepted)
+            let outcome = handOff.withLock { h -> (taken: Bool, waiter: CheckedContinuation<Given?, Never>?) in
+                guard case .waiting(let waiter) = h else { return (false, nil) }
+                h = waiter == nil ? .given(given) : .over
+                return (true, waiter)
+            }
+            if !outcome.taken { accepted.resume(returning: false) }
+            outcome.waiter?.resume(returning: given)
+        }
     }
 
     /// Ends a spare that never got a step: its stdin closes, and a waiting spare exits.
-    func dismiss() { try? input.fileHandleForWriting.close() }
+    func dismiss() {
+        let waiter = handOff.withLock { h -> CheckedContinuation<Given?, Never>? in
+            guard case .waiting(let w) = h else { return nil }
+            h = .over
+            return w
+        }
+        waiter?.resume(returning: nil)
+    }
+
+    /// The assignment, once given (nil: dismissed).
+    private func assignment() async -> Given? {
+        await withCheckedContinuation { (waiter: CheckedContinuation<Given?, Never>) in
+            let ready = handOff.withLock { h -> Given?? in
+                switch h {
+                case .waiting:
+                    h = .waiting(waiter)
+                    return .none
+                case .given(let given):
+                    h = .over
+                    return .some(given)
+                case .over: return .some(nil)
+                }
+            }
+            if case .some(let given) = ready { waiter.resume(returning: given) }
+        }
+    }
+
+    /// An assignment given that the process's task never took (it could not start).
+    private func takeBack() -> Given? {
+        handOff.withLock { h in
+            defer { h = .over }
+            if case .given(let given) = h { return given }
+            return nil
+        }
+    }
+
+    /// Reads `output` (each line to the assignment's `line`, when there is one) and `errors` (its
+    /// last 4 KiB, returned) until both close.
+    private static func drain(_ output: SubprocessOutputSequence, _ errors: SubprocessOutputSequence, to assignment: WorkerAssignment?) async throws
+        -> String
+    {
+        async let message = { () async throws -> String in
+            var tail: [UInt8] = []
+            for try await chunk in errors {
+                chunk.withUnsafeBytes { tail.append(contentsOf: $0) }
+                if tail.count > 4096 { tail.removeFirst(tail.count - 4096) }
+            }
+            return String(decoding: tail, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        }()
+        for try await text in output.strings() {
+            guard let assignment else { continue }
+            assignment.heard.time.withLock { if let at = $0, at >= 0 { $0 = Date().timeIntervalSince1970 } }
+            assignment.line(text)
+        }
+        return try await message
+    }
 }
 
 /// The spare of a server's processing: one `clipflow serve-worker --spare` started before any
@@ -236,7 +328,8 @@ final class WorkerSpares: Sendable {
     /// start is not retried here: the next step starts its own worker, and tries again.
     func refill() {
         let wanted = state.withLock { !$0.closed && $0.spare == nil }
-        guard wanted, let started = try? StartedWorker(["--spare"], memoryLimit: memoryLimit) else { return }
+        guard wanted else { return }
+        let started = StartedWorker(["--spare"], memoryLimit: memoryLimit)
         let extra = state.withLock { s -> StartedWorker? in
             if s.closed || s.spare != nil { return started }
             s.spare = started

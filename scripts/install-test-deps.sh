@@ -24,6 +24,7 @@
 #   gcc                              compiles Tests/Servers/decoded_frames.c, a preloaded counter of
 #                                    FFmpeg's decoded pictures
 #   procps iproute2                  pgrep and ss: which processes run and which ports they hold
+#   prometheus                       scrapes `clipflow serve` and answers the Grafana dashboard's queries
 # From PyPI (pip):
 #   numpy                            scripts/join-metrics: how audible a join is
 #   playwright                       drives that chromium
@@ -41,7 +42,7 @@ here=$(dirname "$0")
 bash "$here/install-deps.sh"
 . "$here/install-lib.sh"
 install_debian mediainfo espeak-ng chromium pulseaudio pulseaudio-utils libasound2-plugins alsa-utils strace \
-  slurm-wlm munge postgresql nginx-core openssl man-db gcc procps iproute2
+  slurm-wlm munge postgresql nginx-core openssl man-db gcc procps iproute2 prometheus
 install_python \
   'import numpy' 'numpy>=1.24,<3' \
   'import playwright.sync_api' 'playwright>=1.40,<2' \

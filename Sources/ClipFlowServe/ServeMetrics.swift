@@ -45,8 +45,8 @@ final class ServeMetrics: Sendable {
     private let bucketRead: CoreMetrics.Counter?
     private let bucketWritten: CoreMetrics.Counter?
     private let bucketTaken = Mutex((read: Int64(0), written: Int64(0)))
-    /// The job gauges are set at each scrape from the database; left out when it does not answer.
-    private let jobsShown = Mutex(false)
+    /// The job gauges, set at each scrape from the database; none while it does not answer.
+    private let jobGauges = Mutex<[String: CoreMetrics.Gauge]?>(nil)
 
     /// `storage`: the bucket's byte counts (nil: no bucket). `backend`: where the counts go
     /// besides `/metrics` (the program's `MetricsSystem` unless given).
@@ -129,26 +129,28 @@ final class ServeMetrics: Sendable {
     }
 
     private func show(_ jobs: JobStats?, now: Double) {
-        jobsShown.withLock { shown in
-            var gauges: [(CoreMetrics.Gauge, Double)] = JobRow.State.allCases.map {
-                (CoreMetrics.Gauge(label: "clipflow_jobs", dimensions: [("state", $0.rawValue)], factory: factory), Double(jobs?.byState[$0] ?? 0))
+        jobGauges.withLock { gauges in
+            guard let jobs else {
+                for g in (gauges ?? [:]).values { g.destroy() }
+                gauges = nil
+                return
+            }
+            var values: [String: (label: String, dimension: (String, String), value: Double)] = [:]
+            for state in JobRow.State.allCases {
+                values["state=\(state)"] = ("clipflow_jobs", ("state", state.rawValue), Double(jobs.byState[state] ?? 0))
             }
             for step in JobRow.Step.allCases {
-                let queued = jobs?.queued[step]
-                gauges.append(
-                    (CoreMetrics.Gauge(label: "clipflow_job_queue_depth", dimensions: [("step", step.rawValue)], factory: factory), Double(queued?.count ?? 0)))
-                gauges.append(
-                    (
-                        CoreMetrics.Gauge(label: "clipflow_job_queue_age_seconds", dimensions: [("step", step.rawValue)], factory: factory),
-                        queued.map { max(0, now - $0.oldest) } ?? 0
-                    ))
+                let queued = jobs.queued[step]
+                values["depth=\(step)"] = ("clipflow_job_queue_depth", ("step", step.rawValue), Double(queued?.count ?? 0))
+                values["age=\(step)"] = ("clipflow_job_queue_age_seconds", ("step", step.rawValue), queued.map { max(0, now - $0.oldest) } ?? 0)
             }
-            if jobs == nil {
-                if shown { for (g, _) in gauges { g.destroy() } }
-            } else {
-                for (g, value) in gauges { g.record(value) }
+            var made = gauges ?? [:]
+            for (key, v) in values {
+                let g = made[key] ?? CoreMetrics.Gauge(label: v.label, dimensions: [v.dimension], factory: factory)
+                made[key] = g
+                g.record(v.value)
             }
-            shown = jobs != nil
+            gauges = made
         }
     }
 }

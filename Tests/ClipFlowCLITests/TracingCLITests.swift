@@ -27,9 +27,15 @@ final class TracingCLITests: XCTestCase {
         return r
     }
 
-    /// The standard variables for sending to `receiver` as `service`, quickly.
+    /// The collector's credentials, which no log line may hold.
+    let collectorToken = "otlp-s3cret-collector-token"
+
+    /// The standard variables for sending to `receiver` as `service`, quickly, with credentials.
     func otel(_ receiver: ServerProcess, service: String) -> [String: String] {
-        ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(receiver.port)", "OTEL_SERVICE_NAME": service, "OTEL_BSP_SCHEDULE_DELAY": "100"]
+        [
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(receiver.port)", "OTEL_SERVICE_NAME": service, "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer \(collectorToken)"
+        ]
     }
 
     /// The spans received so far.
@@ -126,6 +132,9 @@ final class TracingCLITests: XCTestCase {
         XCTAssertEqual(Set(all.filter { ($0["name"] as? String ?? "").hasPrefix("clipflow.upload") }.compactMap { $0["trace"] as? String }), [trace])
         let diagnostics = (api.stderrText + "\n" + worker.stderrText).split(separator: "\n").filter { $0.lowercased().contains("otel") }
         XCTAssertEqual(diagnostics, [], "the exporter had nothing to complain of")
+        // The collector's credentials went to the collector, and nowhere else.
+        XCTAssertTrue(all.allSatisfy { $0["authorization"] as? String == "Bearer \(collectorToken)" })
+        XCTAssertFalse((api.stderrText + worker.stderrText).contains(collectorToken))
     }
 
     /// Without the OpenTelemetry variables nothing is kept for tracing: no trace in the rows.
@@ -174,5 +183,6 @@ final class TracingCLITests: XCTestCase {
         XCTAssertEqual((byRow[3]?["attributes"] as? [String: Any])?["clipflow.batch.status"] as? String, "failed")
         XCTAssertEqual(byRow[3]?["status"] as? Int, 2, "STATUS_CODE_ERROR")
         XCTAssertEqual((byRow[0]?["attributes"] as? [String: Any])?["clipflow.batch.status"] as? String, "ok")
+        XCTAssertFalse(r.stderr.contains(collectorToken) || r.out.contains(collectorToken))
     }
 }

@@ -6,8 +6,10 @@ decoded with the protocol's own Python classes (PyPI opentelemetry-proto).
 
 Binds 127.0.0.1. Every span of every POST to /v1/traces (binary protobuf, gzip or not) is appended
 to --log as one JSON line:
-    {"service", "trace", "span", "parent", "name", "kind", "attributes", "start", "end", "status"}
-ids in hex, times in nanoseconds since 1970, attributes as {key: value}. It answers an empty
+    {"service", "trace", "span", "parent", "name", "kind", "attributes", "start", "end", "status",
+     "authorization"}
+ids in hex, times in nanoseconds since 1970, attributes as {key: value}, "authorization" the
+request's Authorization header (or null). It answers an empty
 ExportTraceServiceResponse.
 """
 
@@ -50,6 +52,7 @@ class Handler(BaseHTTPRequestHandler):
         request = trace_service_pb2.ExportTraceServiceRequest()
         request.ParseFromString(body)
         lines = []
+        authorization = self.headers.get("Authorization")
         for resource_spans in request.resource_spans:
             resource = {a.key: value(a.value) for a in resource_spans.resource.attributes}
             for scope_spans in resource_spans.scope_spans:
@@ -60,6 +63,7 @@ class Handler(BaseHTTPRequestHandler):
                         "name": span.name, "kind": span.kind,
                         "attributes": {a.key: value(a.value) for a in span.attributes},
                         "start": span.start_time_unix_nano, "end": span.end_time_unix_nano, "status": span.status.code,
+                        "authorization": authorization,
                     })
         with Handler.lock, open(Handler.log, "a") as f:
             for line in lines:

@@ -25,6 +25,9 @@
 #                                    FFmpeg's decoded pictures
 #   procps iproute2                  pgrep and ss: which processes run and which ports they hold
 #   prometheus                       scrapes `clipflow serve` and answers the Grafana dashboard's queries
+#   gstreamer1.0-tools               gst-launch-1.0 with x264enc and mp4mux: inputs written by
+#   gstreamer1.0-plugins-ugly          GStreamer, not only by the ffmpeg CLI
+#   gstreamer1.0-plugins-good
 # From PyPI (pip):
 #   numpy                            scripts/join-metrics: how audible a join is
 #   playwright                       drives that chromium
@@ -42,7 +45,8 @@ here=$(dirname "$0")
 bash "$here/install-deps.sh"
 . "$here/install-lib.sh"
 install_debian mediainfo espeak-ng chromium pulseaudio pulseaudio-utils libasound2-plugins alsa-utils strace \
-  slurm-wlm munge postgresql nginx-core openssl man-db gcc procps iproute2 prometheus
+  slurm-wlm munge postgresql nginx-core openssl man-db gcc procps iproute2 prometheus \
+  gstreamer1.0-tools gstreamer1.0-plugins-ugly gstreamer1.0-plugins-good
 install_python \
   'import numpy' 'numpy>=1.24,<3' \
   'import playwright.sync_api' 'playwright>=1.40,<2' \

@@ -63,6 +63,35 @@ final class HLSPassthroughCLITests: XCTestCase {
         XCTAssertEqual(played["ended"] as? Bool, true, "\(played)")
     }
 
+    /// What other tools write passes through as the phone's upload does: GStreamer's mp4mux (its
+    /// x264enc's keyframes 29 pictures apart, no sound), the ffmpeg CLI's Matroska and its
+    /// QuickTime MOV. Each one's top rung is its own pictures, and the ladder lints clean.
+    func testWhatOtherToolsWritePassesThrough() throws {
+        let dir = fx.scratch("passthrough-other-tools")
+        let gstreamer = dir.appendingPathComponent("gstreamer.mp4").path
+        let made = try Run.run(
+            [
+                "gst-launch-1.0", "-q", "videotestsrc", "num-buffers=180", "pattern=smpte", "!", "video/x-raw,width=1280,height=720,framerate=30/1", "!",
+                "x264enc", "key-int-max=30", "bitrate=2500", "speed-preset=veryfast", "!", "video/x-h264,profile=high", "!", "mp4mux", "!", "filesink",
+                "location=\(gstreamer)"
+            ], check: false)
+        XCTAssertEqual(made.status, 0, made.stderr)
+        let x264 = ["-c:v", "libx264", "-preset", "veryfast", "-profile:v", "high", "-g", "30", "-b:v", "2M", "-maxrate", "3M", "-bufsize", "4M"]
+        let source = ["-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=30", "-f", "lavfi", "-i", "sine=r=48000", "-t", "6"]
+        let matroska = try fx.clip("passthrough-ffmpeg.mkv", source + x264 + ["-pix_fmt", "yuv420p", "-c:a", "libopus"])
+        let quicktime = try fx.clip("passthrough-ffmpeg.mov", source + x264 + ["-pix_fmt", "yuv420p", "-c:a", "aac", "-f", "mov"])
+        for (label, input) in [("gstreamer", gstreamer), ("matroska", matroska), ("quicktime", quicktime)] {
+            let out = dir.appendingPathComponent(label)
+            let r = try clipflow(["hls", input, "-o", out.path, "--encoder-preset", "ultrafast"])
+            XCTAssertEqual(r.status, 0, "\(label): \(r.stderr)")
+            let names = Set(try FileManager.default.contentsOfDirectory(atPath: out.path))
+            XCTAssertTrue(names.isSuperset(of: ["copy", "540p", "360p"]) && !names.contains("720p"), "\(label): \(names)\n\(r.stderr)")
+            XCTAssertEqual(try pictureHashes(out.appendingPathComponent("copy.m3u8").path), try pictureHashes(input), label)
+            let lint = try clipflow(["hls", "lint", out.path])
+            XCTAssertTrue(lint.out.contains("\"errors\":0,\"warnings\":0"), "\(label): \(lint.out)")
+        }
+    }
+
     func testASourceThatDoesNotFitIsEncodedAndTheReasonSaid() throws {
         let sparse = try fx.clip(
             "passthrough-sparse-keyframes.mp4",

@@ -93,8 +93,9 @@ public typealias HLSReader = (_ url: URL, _ range: Range<Int>?) throws -> [UInt8
 /// BANDWIDTH near its average, CODECS matching its init segment, RESOLUTION and FRAME-RATE;
 /// EXT-X-INDEPENDENT-SEGMENTS in the master; I-frame playlists; media playlists with EXT-X-MAP,
 /// VOD, ENDLIST and a target duration no segment exceeds; every segment starting with a sync
-/// sample; video renditions cut at the same instants. Segments may be files of their own or
-/// byte ranges of one file.
+/// sample; video renditions cut at the same instants (on the same picture: within half a frame at
+/// the highest FRAME-RATE, as a source with millisecond timestamps, Matroska's, rounds them). Segments
+/// may be files of their own or byte ranges of one file.
 public enum HLSLint {
     /// A folder's `master.m3u8`.
     public static func lint(directory: URL) throws -> [LintFinding] {
@@ -131,9 +132,11 @@ public enum HLSLint {
             audioGroups[group] = (max(g.peak, r.peak), max(g.average, r.average), g.codecs + [r.codecs].compactMap { $0 })
         }
         var cuts: [(String, [Double])] = []
+        var fastest = 0.0
         for v in master.all("#EXT-X-STREAM-INF") {
             guard let uri = v.uri else { continue }
             let a = v.attributes
+            fastest = max(fastest, a["FRAME-RATE"].flatMap(Double.init) ?? 0)
             guard let r = try? checker.rendition(uri, &findings) else { continue }
             var required = [("CODECS", LintFinding.Severity.error), ("AVERAGE-BANDWIDTH", .warning)]
             if r.isVideo {
@@ -163,9 +166,11 @@ public enum HLSLint {
                 }
             }
         }
-        // Renditions must be cut at the same instants (players switch at segment boundaries).
+        // Renditions must be cut at the same instants (players switch at segment boundaries): on
+        // the same picture, so within half a frame (a millisecond when no rate is declared).
+        let tolerance = fastest > 0 ? 0.5 / fastest : 0.001
         if let (firstURI, ref) = cuts.first {
-            for (uri, starts) in cuts.dropFirst() where starts.count != ref.count || zip(starts, ref).contains(where: { abs($0 - $1) > 0.001 }) {
+            for (uri, starts) in cuts.dropFirst() where starts.count != ref.count || zip(starts, ref).contains(where: { abs($0 - $1) >= tolerance }) {
                 add(.error, "misaligned", uri, "segments start at \(fmt(starts)) s, those of \(firstURI) at \(fmt(ref)) s")
             }
         }

@@ -67,6 +67,9 @@ final class GrafanaDashboardCLITests: XCTestCase {
             port: port, logDirectory: dir)
         try prometheus.start()
         defer { prometheus.stop() }
+        // It listens before its storage is ready: until then it answers 503.
+        let ready = Date().addingTimeInterval(30)
+        while Date() < ready, (try? HTTP.request("GET", "http://127.0.0.1:\(port)/-/ready").status) != 200 { usleep(200_000) }
 
         func query(_ promql: String) throws -> [String: Any] {
             var components = URLComponents(string: "http://127.0.0.1:\(port)/api/v1/query")!

@@ -8,9 +8,10 @@ import PackageDescription
 //                  -> ClipFlowUpload  -> CClipFlowCurl   (the only importer of libcurl)
 //                  -> ClipFlowMicrophone -> CClipFlowALSA (the only importer of alsa-lib)
 //                  -> ClipFlowServe   -> Hummingbird (HTTP server), GRDB (SQLite), PostgresNIO, swift-metrics and swift-prometheus
-//                                        (/metrics), ClipFlowMedia, ClipFlowUpload,
+//                                        (/metrics), swift-distributed-tracing, swift-subprocess (worker processes), ClipFlowMedia, ClipFlowUpload,
 //                                        CClipFlowZlib (the only importer of zlib: gzip of text answers)
-//                  -> ClipFlowBatch   -> ClipFlowMedia, ClipFlowUpload (a pipeline per row; s3:// paths)
+//                  -> ClipFlowBatch   -> ClipFlowMedia, ClipFlowUpload (a pipeline per row; s3:// paths), swift-distributed-tracing
+//                  -> swift-otel (exports the traces of serve and batch over OTLP)
 //                  \-> ClipFlowCore (imports no C)
 /// Release builds compile and link against the static Swift runtime and Foundation: the dynamic
 /// loader then no longer resolves their symbols by searching ~160 libraries (most pulled in by

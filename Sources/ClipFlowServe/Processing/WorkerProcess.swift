@@ -96,6 +96,7 @@ enum WorkerProcess {
         }
         switch ended {
         case .notStarted(let why): return .died("cannot start a processing worker: \(why)")
+        case .lost(let why): return .died("the processing worker could not be followed: \(why)")
         case .exited(let status, let message): return outcome(status, message, memoryLimit: memoryLimit)
         }
     }
@@ -166,6 +167,8 @@ final class StartedWorker: Sendable {
     enum End: Sendable {
         case notStarted(String)
         case exited(TerminationStatus, String)
+        /// It started, then could not be followed (its pipes or its end failed); it was ended.
+        case lost(String)
     }
 
     typealias Given = (assignment: WorkerAssignment, accepted: CheckedContinuation<Bool, Never>)
@@ -205,7 +208,11 @@ final class StartedWorker: Sendable {
                         let line = pipeline + "\n"
                         let sent = (try? await execution.standardInputWriter.write(line)) ?? 0
                         given.accepted.resume(returning: sent == line.utf8.count)
-                        if sent != line.utf8.count { return try await Self.drain(execution.standardOutput, execution.standardError, to: nil) }
+                        if sent != line.utf8.count {
+                            // The spare did not take its step: its stdin closes, and it ends.
+                            try? await execution.standardInputWriter.finish()
+                            return try await Self.drain(execution.standardOutput, execution.standardError, to: nil)
+                        }
                     } else {
                         given.accepted.resume(returning: true)
                     }
@@ -215,10 +222,15 @@ final class StartedWorker: Sendable {
                 }
                 return .exited(result.terminationStatus, result.closureResult)
             } catch {
-                // Never started: an assignment given meanwhile is answered (a step started for
-                // it then waits for this end, which says why; a spare's step starts its own).
-                if let given = self.takeBack() { given.accepted.resume(returning: given.assignment.pipeline == nil) }
-                return .notStarted("\(error)")
+                // An assignment never taken: the process did not start. It is answered (a step
+                // started for it then waits for this end, which says why; a spare's step starts
+                // its own).
+                if let given = self.takeBack() {
+                    given.accepted.resume(returning: given.assignment.pipeline == nil)
+                    return .notStarted("\(error)")
+                }
+                // Started, then its pipes or its end could not be followed (swift-subprocess ends it).
+                return .lost("\(error)")
             }
         }
         task.withLock { $0 = started }
@@ -229,8 +241,9 @@ final class StartedWorker: Sendable {
         get async { await task.withLock { $0 }!.value }
     }
 
-    /// Sends `signal` if it still runs.
-    func signal(_ signal: Signal) { signaller.withLock { $0 }?(signal) }
+    /// Sends `signal` if it still runs: under the lock the process's task clears the sender with
+    /// before its pidfd is closed, so a signal never reaches a descriptor reused since.
+    func signal(_ signal: Signal) { signaller.withLock { $0?(signal) } }
 
     /// Gives it its step; whether it took it (false: a spare that ended, or whose stdin would not
     /// take the step, which then ends; or one already given or dismissed).
@@ -297,7 +310,9 @@ final class StartedWorker: Sendable {
             }
             return String(decoding: tail, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         }()
-        for try await text in output.strings() {
+        // Lines end at "\n" only (a JSON event may hold a U+2028 in a name); a line of over 16 MiB
+        // (no event is) ends the reading, and the worker.
+        for try await text in output.strings(separatedBy: .unicodeScalarSequence(["\n"]), bufferingPolicy: .maxLineLength(16 << 20)) {
             guard let assignment else { continue }
             assignment.heard.time.withLock { if let at = $0, at >= 0 { $0 = Date().timeIntervalSince1970 } }
             assignment.line(text)

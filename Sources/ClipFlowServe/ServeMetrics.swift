@@ -117,13 +117,13 @@ final class ServeMetrics: Sendable {
     func exposition(jobs: JobStats?, now: Double = Date().timeIntervalSince1970) -> String {
         show(jobs, now: now)
         if let storage, let bucketRead, let bucketWritten {
-            let (read, written) = (storage.read, storage.written)
-            let taken = bucketTaken.withLock { t in
-                defer { t = (read, written) }
-                return t
+            // Read and taken under one lock, so scrapes at once never count the same bytes twice.
+            bucketTaken.withLock { t in
+                let (read, written) = (storage.read, storage.written)
+                if read > t.read { bucketRead.increment(by: read - t.read) }
+                if written > t.written { bucketWritten.increment(by: written - t.written) }
+                t = (max(t.read, read), max(t.written, written))
             }
-            if read > taken.read { bucketRead.increment(by: read - taken.read) }
-            if written > taken.written { bucketWritten.increment(by: written - taken.written) }
         }
         return registry.emitToString()
     }

@@ -10,6 +10,9 @@ import ServiceLifecycle
 /// `/metrics`'. Without those variables nothing is bootstrapped, and every span is the no-op
 /// tracer's.
 enum Telemetry {
+    /// Seconds `background`'s stop waits for the exporter to send what it holds.
+    static let flushLimit: Double = 30
+
     /// The exporting service to run beside the command's work, having bootstrapped the tracer;
     /// nil when tracing is not asked for.
     static func tracing(_ environment: [String: String]) throws -> (any Service)? {
@@ -27,7 +30,8 @@ enum Telemetry {
     }
 
     /// Runs `service` in the background for a command that is not a service itself (`batch`);
-    /// the closure returned stops it, sending what it still holds, and waits until it has.
+    /// the closure returned stops it, sending what it still holds, and waits until it has (at most
+    /// `flushLimit` seconds: a collector that does not answer does not hold the command).
     static func background(_ service: any Service) -> @Sendable () -> Void {
         var quiet = Logger(label: "clipflow.otel")
         quiet.logLevel = .error
@@ -39,7 +43,7 @@ enum Telemetry {
         }
         return {
             Task { await group.triggerGracefulShutdown() }
-            done.wait(after: 0)
+            done.wait(after: 0, atMost: flushLimit)
         }
     }
 }

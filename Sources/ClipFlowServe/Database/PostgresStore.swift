@@ -44,7 +44,8 @@ final class PostgresStore: ServeStore {
 
     func run() async { await client.run() }
 
-    /// One statement outside a transaction, timed (a read when it is a SELECT).
+    /// One statement outside a transaction, timed until the database answers (its first rows;
+    /// a read when it is a SELECT).
     @discardableResult
     func query(_ q: PostgresQuery) async throws -> PostgresRowSequence {
         q.sql.hasPrefix("SELECT")

@@ -50,7 +50,6 @@ of a "status" rule's answer is recorded as "status:503", other faults by their a
 
 import argparse
 import json
-import os
 import random
 import socket
 import struct
@@ -59,7 +58,7 @@ import threading
 import time
 from urllib.parse import urlsplit
 
-from lifetime import watchdog
+from lifetime import watchdog, write_port
 
 BUF = 256 * 1024
 MAX_HEAD = 64 * 1024
@@ -508,11 +507,7 @@ def main():
     ls.bind(("127.0.0.1", args.port))
     ls.listen(64)
     port = ls.getsockname()[1]
-    if args.port_file:
-        tmp = args.port_file + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(str(port))
-        os.replace(tmp, args.port_file)
+    write_port(args.port_file, port)
     print(f"faultproxy listening on 127.0.0.1:{port} -> {args.upstream}", file=sys.stderr, flush=True)
     while True:
         csock, _ = ls.accept()

@@ -25,7 +25,6 @@ Control (no token needed):
 
 import argparse
 import json
-import os
 import re
 import secrets
 import sys
@@ -33,7 +32,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from lifetime import watchdog
+from lifetime import watchdog, write_port
 
 
 class State:
@@ -214,11 +213,7 @@ def main():
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     port = server.server_address[1]
-    if args.port_file:
-        tmp = args.port_file + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(str(port))
-        os.replace(tmp, args.port_file)
+    write_port(args.port_file, port)
     print(f"gcore_api listening on 127.0.0.1:{port}", file=sys.stderr, flush=True)
     server.serve_forever()
 

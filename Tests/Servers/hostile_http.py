@@ -40,7 +40,6 @@ Binds --bind (127.0.0.1, or another loopback address such as 127.0.0.2), writes 
 import argparse
 import hashlib
 import json
-import os
 import random
 import re
 import socket
@@ -50,7 +49,7 @@ import threading
 import time
 import uuid
 
-from lifetime import watchdog
+from lifetime import watchdog, write_port
 
 MUTATIONS = ["status", "offset", "location", "giant-header", "many-headers", "endless-headers",
              "endless-body", "giant-body", "truncate", "close", "drip", "hang", "bad-json",
@@ -414,11 +413,7 @@ def main():
     port = srv.server_address[1]
     STATE.self_host = "%s:%d" % (a.bind, port)
     threading.Thread(target=watchdog, args=(a.max_seconds,), daemon=True).start()
-    if a.port_file:
-        tmp = a.port_file + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(str(port))
-        os.rename(tmp, a.port_file)
+    write_port(a.port_file, port)
     srv.serve_forever()
 
 

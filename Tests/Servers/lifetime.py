@@ -1,4 +1,5 @@
-"""Shared by the test servers: a server never outlives the test process that started it."""
+"""Shared by the test servers: a server never outlives the test process that started it, and tells
+the test its port."""
 
 import os
 import time
@@ -13,3 +14,14 @@ def watchdog(max_seconds):
         time.sleep(0.5)
         if os.getppid() != parent or time.monotonic() > deadline:
             os._exit(0)
+
+
+def write_port(port_file, port):
+    """Writes the port a server got to port_file (when given) all at once: a test polling the file
+    never reads half of it."""
+    if not port_file:
+        return
+    tmp = port_file + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(port))
+    os.replace(tmp, port_file)

@@ -16,14 +16,13 @@ ExportTraceServiceResponse.
 import argparse
 import gzip
 import json
-import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from lifetime import watchdog
+from lifetime import watchdog, write_port
 
 
 def value(v):
@@ -88,11 +87,7 @@ def main():
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     port = server.server_address[1]
-    if args.port_file:
-        tmp = args.port_file + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(str(port))
-        os.replace(tmp, args.port_file)
+    write_port(args.port_file, port)
     print(f"otlp_receiver listening on 127.0.0.1:{port}", file=sys.stderr, flush=True)
     server.serve_forever()
 

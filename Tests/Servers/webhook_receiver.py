@@ -22,7 +22,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from lifetime import watchdog
+from lifetime import watchdog, write_port
 
 
 def signature_ok(secret, header, body, now):
@@ -88,11 +88,7 @@ def main():
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     port = server.server_address[1]
-    if args.port_file:
-        tmp = args.port_file + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(str(port))
-        os.replace(tmp, args.port_file)
+    write_port(args.port_file, port)
     print(f"webhook_receiver listening on 127.0.0.1:{port}", file=sys.stderr, flush=True)
     server.serve_forever()
 
